@@ -1,0 +1,210 @@
+//! Batches: the unit of work between the pipeline's stages.
+//!
+//! Lines travel in batches (a few hundred at a time) so that channels,
+//! thread hand-offs and allocations are paid per batch, not per message. A
+//! [`RawBatch`] holds the lines' bytes in one buffer; [`prepare`] decodes and
+//! sketches every line of it (pure work, any thread); [`decide`] runs the
+//! verdicts in order on the engine's owner and writes the tagged lines.
+
+use std::ops::Range;
+
+use crate::engine::{Deduper, Preparer, Scratch, Sketch, Verdict};
+use crate::error::{InvalidLine, InvalidReason};
+use crate::record::{Decoder, MessageId, Splice, write_tagged};
+
+/// What a message asks of the index.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Op {
+    /// Decide, and index the message if it is new.
+    #[default]
+    Check,
+    /// Decide without indexing anything (the server's `"dedup_op":"query"`).
+    Query,
+}
+
+/// Lines read but not yet prepared.
+#[derive(Debug, Default)]
+pub struct RawBatch {
+    /// The lines' bytes, back to back, without terminators.
+    pub bytes: Vec<u8>,
+    /// One entry per non-blank line, in input order.
+    pub lines: Vec<RawLine>,
+}
+
+/// One line of a [`RawBatch`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RawLine {
+    /// A line that was read whole.
+    Content {
+        /// 1-based line number.
+        number: u64,
+        /// Where its bytes are in [`RawBatch::bytes`].
+        range: Range<usize>,
+    },
+    /// A line over the length limit, skipped unread.
+    TooLong {
+        /// 1-based line number.
+        number: u64,
+        /// The limit in force.
+        max: usize,
+    },
+}
+
+impl RawBatch {
+    /// Appends a complete line.
+    pub fn push_line(&mut self, number: u64, line: &[u8]) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(line);
+        self.lines.push(RawLine::Content {
+            number,
+            range: start..self.bytes.len(),
+        });
+    }
+
+    /// Number of lines held.
+    pub fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    /// Whether it holds no line.
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+}
+
+/// A prepared line.
+#[derive(Debug)]
+pub enum Item {
+    /// A valid message, sketched.
+    Message(PreparedMessage),
+    /// An invalid line.
+    Invalid(InvalidLine),
+}
+
+/// A decoded and sketched message; its sketch lives in the batch's shared
+/// buffers.
+#[derive(Debug)]
+pub struct PreparedMessage {
+    /// 1-based line number.
+    pub number: u64,
+    /// The line's bytes in the raw batch.
+    pub line: Range<usize>,
+    /// The message's id.
+    pub id: MessageId,
+    /// Where the tag goes.
+    pub splice: Splice,
+    /// What the message asks for.
+    pub op: Op,
+    shingles: Range<usize>,
+    band_keys: Range<usize>,
+    set_fingerprint: u64,
+}
+
+/// A batch whose lines are all prepared, in input order.
+#[derive(Debug, Default)]
+pub struct PreparedBatch {
+    /// The raw lines.
+    pub raw: RawBatch,
+    /// One item per raw line.
+    pub items: Vec<Item>,
+    shingles: Vec<u32>,
+    band_keys: Vec<u32>,
+}
+
+impl PreparedBatch {
+    /// The sketch of a prepared message of this batch.
+    pub fn sketch(&self, message: &PreparedMessage) -> Sketch<'_> {
+        Sketch {
+            shingles: &self.shingles[message.shingles.clone()],
+            band_keys: &self.band_keys[message.band_keys.clone()],
+            set_fingerprint: message.set_fingerprint,
+        }
+    }
+
+    /// The raw bytes of a prepared message's line.
+    pub fn line(&self, message: &PreparedMessage) -> &[u8] {
+        &self.raw.bytes[message.line.clone()]
+    }
+}
+
+/// Reads a message's `dedup_op` request from its line. Only the server asks
+/// for this: see [`prepare`]'s `read_op`.
+pub type OpReader = fn(&[u8]) -> Op;
+
+/// Decodes and sketches every line of a batch.
+pub fn prepare(
+    preparer: &Preparer,
+    decoder: &Decoder,
+    raw: RawBatch,
+    read_op: Option<OpReader>,
+) -> PreparedBatch {
+    let mut scratch = Scratch::default();
+    let mut batch = PreparedBatch {
+        items: Vec::with_capacity(raw.lines.len()),
+        shingles: Vec::with_capacity(raw.lines.len() * 24),
+        band_keys: Vec::with_capacity(raw.lines.len() * preparer.lsh_params().bands),
+        raw: RawBatch::default(),
+    };
+    for line in &raw.lines {
+        let item = match line {
+            RawLine::TooLong { number, max } => Item::Invalid(InvalidLine {
+                line: *number,
+                reason: InvalidReason::TooLong { max: *max },
+            }),
+            RawLine::Content { number, range } => {
+                let bytes = &raw.bytes[range.clone()];
+                match decoder.decode(bytes) {
+                    Err(reason) => Item::Invalid(InvalidLine {
+                        line: *number,
+                        reason,
+                    }),
+                    Ok(record) => {
+                        let shingle_start = batch.shingles.len();
+                        let band_start = batch.band_keys.len();
+                        let set_fingerprint = preparer.sketch_into(
+                            &record.text,
+                            &record.urls,
+                            &mut scratch,
+                            &mut batch.shingles,
+                            &mut batch.band_keys,
+                        );
+                        Item::Message(PreparedMessage {
+                            number: *number,
+                            line: range.clone(),
+                            id: record.id,
+                            splice: record.splice,
+                            op: read_op.map_or(Op::Check, |read| read(bytes)),
+                            shingles: shingle_start..batch.shingles.len(),
+                            band_keys: band_start..batch.band_keys.len(),
+                            set_fingerprint,
+                        })
+                    }
+                }
+            }
+        };
+        batch.items.push(item);
+    }
+    batch.raw = raw;
+    batch
+}
+
+/// Runs one prepared message through the engine.
+pub fn decide(deduper: &mut Deduper, batch: &PreparedBatch, message: &PreparedMessage) -> Verdict {
+    let sketch = batch.sketch(message);
+    match message.op {
+        Op::Check => deduper.check(message.id.clone(), sketch),
+        Op::Query => deduper.query(sketch),
+    }
+}
+
+/// Writes a message's line with its verdict spliced in.
+pub fn write_message(
+    out: &mut Vec<u8>,
+    batch: &PreparedBatch,
+    message: &PreparedMessage,
+    verdict: &Verdict,
+) {
+    write_tagged(out, batch.line(message), message.splice, |out| {
+        verdict.write_json(out)
+    });
+}

@@ -1,0 +1,175 @@
+//! Engine configuration: every tunable of the decision, its default, and its
+//! validation.
+//!
+//! A [`EngineConfig`] is plain data. [`EngineConfig::validate`] checks it once,
+//! and everything downstream trusts it. The defaults were chosen on real data
+//! (see the README's "How to tune it" section and `scripts/eval.py`).
+
+use std::fmt;
+use std::num::NonZeroUsize;
+use std::str::FromStr;
+
+use crate::error::ConfigError;
+
+/// Default similarity threshold: a message is a near-duplicate of an earlier
+/// one when their similarity is at least this.
+pub const DEFAULT_THRESHOLD: f64 = 0.5;
+
+/// Default number of messages the index holds before it evicts the least
+/// recently used one.
+pub const DEFAULT_CAPACITY: usize = 1_000_000;
+
+/// Default shingling: word bigrams. Short texts need short shingles; longer
+/// ones make a one-word edit cost too much of the overlap.
+pub const DEFAULT_SHINGLE: Shingling = Shingling::Words(2);
+
+/// Default similarity measure.
+pub const DEFAULT_MEASURE: Measure = Measure::Jaccard;
+
+/// Default cap on how many indexed messages one LSH bucket may hold. A bucket
+/// past it takes no more entries: the message stays reachable through its
+/// other bands, and a template shared by thousands of messages cannot turn
+/// every lookup into a scan.
+pub const DEFAULT_MAX_BUCKET: usize = 64;
+
+/// How a normalised text is cut into shingles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shingling {
+    /// Word w-grams: every run of `N` consecutive tokens.
+    Words(usize),
+    /// Character k-grams: every run of `N` consecutive characters of the
+    /// normalised text, spaces folded to one.
+    Chars(usize),
+}
+
+impl fmt::Display for Shingling {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Shingling::Words(n) => write!(f, "words:{n}"),
+            Shingling::Chars(n) => write!(f, "chars:{n}"),
+        }
+    }
+}
+
+impl FromStr for Shingling {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || ConfigError::Shingle(s.to_string());
+        let (kind, width) = s.split_once(':').ok_or_else(bad)?;
+        let width: usize = width.parse().map_err(|_| bad())?;
+        if !(1..=32).contains(&width) {
+            return Err(bad());
+        }
+        match kind {
+            "words" | "word" | "w" => Ok(Shingling::Words(width)),
+            "chars" | "char" | "c" => Ok(Shingling::Chars(width)),
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// How two shingle sets are compared. Both are computed exactly on the
+/// stored sets, never estimated from the MinHash signature.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Measure {
+    /// |A ∩ B| / |A ∪ B|: symmetric, penalises added or removed text.
+    Jaccard,
+    /// |A ∩ B| / min(|A|, |B|): how much of the shorter text the longer one
+    /// contains. Catches truncations and appended comments at any length, at
+    /// the price of matching a short text inside any longer one that quotes
+    /// it.
+    Containment,
+}
+
+impl fmt::Display for Measure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Measure::Jaccard => "jaccard",
+            Measure::Containment => "containment",
+        })
+    }
+}
+
+impl FromStr for Measure {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "jaccard" => Ok(Measure::Jaccard),
+            "containment" => Ok(Measure::Containment),
+            _ => Err(ConfigError::Measure(s.to_string())),
+        }
+    }
+}
+
+/// Everything that decides a verdict.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineConfig {
+    /// Similarity at or above which a message is a near-duplicate, in (0, 1].
+    pub threshold: f64,
+    /// The most messages the index holds; the least recently used is evicted
+    /// past it.
+    pub capacity: NonZeroUsize,
+    /// How texts are cut into shingles.
+    pub shingling: Shingling,
+    /// How shingle sets are compared.
+    pub measure: Measure,
+    /// The most indexed messages one LSH bucket holds.
+    pub max_bucket: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            threshold: DEFAULT_THRESHOLD,
+            capacity: NonZeroUsize::new(DEFAULT_CAPACITY).expect("non-zero constant"),
+            shingling: DEFAULT_SHINGLE,
+            measure: DEFAULT_MEASURE,
+            max_bucket: DEFAULT_MAX_BUCKET,
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Checks every field's range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(self.threshold > 0.0 && self.threshold <= 1.0) {
+            return Err(ConfigError::Threshold(self.threshold));
+        }
+        if self.capacity.get() > u32::MAX as usize {
+            return Err(ConfigError::Capacity(self.capacity.get()));
+        }
+        if self.max_bucket == 0 {
+            return Err(ConfigError::MaxBucket);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shingling_parses_and_prints() {
+        assert_eq!("words:3".parse::<Shingling>().unwrap(), Shingling::Words(3));
+        assert_eq!("chars:5".parse::<Shingling>().unwrap(), Shingling::Chars(5));
+        assert_eq!(Shingling::Chars(4).to_string(), "chars:4");
+        for bad in ["words", "words:0", "bytes:3", "words:x", "chars:33"] {
+            assert!(bad.parse::<Shingling>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn threshold_out_of_range_is_refused() {
+        for t in [0.0, -0.1, 1.5, f64::NAN] {
+            let config = EngineConfig {
+                threshold: t,
+                ..EngineConfig::default()
+            };
+            assert!(config.validate().is_err(), "{t}");
+        }
+        assert!(EngineConfig::default().validate().is_ok());
+    }
+}

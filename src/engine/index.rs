@@ -1,0 +1,285 @@
+//! Stage 4b, index: the messages remembered so far, bounded by an LRU.
+//!
+//! Three structures, kept consistent by this module alone:
+//! - `entries`, an [`lru::LruCache`] from slot to [`Entry`]: the id, the
+//!   arrival sequence number, the band keys and the shingle set of each
+//!   indexed message. It holds at most `capacity` messages; making room
+//!   evicts the least recently used, and the evicted message's slot is given
+//!   to the newcomer, so slots stay below `capacity` and fit 32 bits.
+//! - `exact`, from the fingerprint of a shingle set to its slot: the fast path
+//!   for exact duplicates (identical normalised texts share a set).
+//! - `postings`, a multimap from band key to slot: LSH candidates. One
+//!   `(key, slot)` pair is 8 bytes in a flat hash table; a bucket holds at most
+//!   `max_bucket` slots.
+//!
+//! Eviction removes the message from all three, so nothing ever points at an
+//! evicted message and memory stays flat on an endless stream.
+
+use std::num::NonZeroUsize;
+
+use hashbrown::HashTable;
+use lru::LruCache;
+
+use super::shingle::mix64;
+use crate::record::MessageId;
+
+/// One indexed message.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    /// Arrival order, to break similarity ties in favour of the earliest.
+    pub seq: u64,
+    /// The id reported when a later message duplicates this one.
+    pub id: MessageId,
+    /// The band keys, then the sorted shingle set, in one allocation.
+    data: Box<[u32]>,
+    /// How many of `data` are band keys.
+    bands: u32,
+}
+
+impl Entry {
+    /// The message's sorted shingle set.
+    pub fn shingles(&self) -> &[u32] {
+        &self.data[self.bands as usize..]
+    }
+
+    /// The message's LSH band keys.
+    pub fn band_keys(&self) -> &[u32] {
+        &self.data[..self.bands as usize]
+    }
+}
+
+/// Fingerprint of a whole shingle set: the key of the exact-duplicate path.
+pub fn set_fingerprint(shingles: &[u32]) -> u64 {
+    let mut h = shingles.len() as u64;
+    for &s in shingles {
+        h = mix64(h ^ u64::from(s));
+    }
+    h
+}
+
+/// What the index needs to know of a message to store it.
+#[derive(Clone, Copy, Debug)]
+pub struct Insert<'a> {
+    /// Arrival sequence number.
+    pub seq: u64,
+    /// Sorted, deduplicated shingle set.
+    pub shingles: &'a [u32],
+    /// One key per LSH band.
+    pub band_keys: &'a [u32],
+    /// [`set_fingerprint`] of `shingles`.
+    pub set_fingerprint: u64,
+}
+
+/// The LRU-bounded candidate index.
+pub struct Index {
+    entries: LruCache<u32, Entry>,
+    exact: HashTable<(u64, u32)>,
+    postings: HashTable<(u32, u32)>,
+    max_bucket: usize,
+    evictions: u64,
+}
+
+impl std::fmt::Debug for Index {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Index")
+            .field("len", &self.entries.len())
+            .field("capacity", &self.entries.cap())
+            .field("postings", &self.postings.len())
+            .field("evictions", &self.evictions)
+            .finish()
+    }
+}
+
+fn posting_hash(key: u32) -> u64 {
+    mix64(u64::from(key))
+}
+
+impl Index {
+    /// An empty index that holds at most `capacity` messages and `max_bucket`
+    /// slots per band key.
+    pub fn new(capacity: NonZeroUsize, max_bucket: usize) -> Index {
+        Index {
+            entries: LruCache::sparse(capacity),
+            exact: HashTable::new(),
+            postings: HashTable::new(),
+            max_bucket,
+            evictions: 0,
+        }
+    }
+
+    /// Messages indexed now.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the index is empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The most messages the index holds.
+    pub fn capacity(&self) -> usize {
+        self.entries.cap().get()
+    }
+
+    /// Messages evicted so far.
+    pub fn evictions(&self) -> u64 {
+        self.evictions
+    }
+
+    /// Band postings held now (for memory accounting).
+    pub fn postings(&self) -> usize {
+        self.postings.len()
+    }
+
+    /// The slot holding exactly this shingle set, if any.
+    pub fn exact(&self, fingerprint: u64) -> Option<u32> {
+        self.exact
+            .find(fingerprint, |&(f, _)| f == fingerprint)
+            .map(|&(_, slot)| slot)
+    }
+
+    /// Appends to `out` every slot that shares a band key with `band_keys`
+    /// (with repeats; callers deduplicate).
+    pub fn candidates(&self, band_keys: &[u32], out: &mut Vec<u32>) {
+        for &key in band_keys {
+            out.extend(
+                self.postings
+                    .iter_hash(posting_hash(key))
+                    .filter(|&&(k, _)| k == key)
+                    .map(|&(_, slot)| slot),
+            );
+        }
+    }
+
+    /// The entry in `slot`, without touching its recency.
+    pub fn peek(&self, slot: u32) -> Option<&Entry> {
+        self.entries.peek(&slot)
+    }
+
+    /// Marks the entry in `slot` as just used.
+    pub fn touch(&mut self, slot: u32) {
+        self.entries.promote(&slot);
+    }
+
+    /// Entries from least to most recently used.
+    pub fn iter_lru_first(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.iter().rev().map(|(_, e)| e)
+    }
+
+    /// Indexes a message, evicting the least recently used one if full.
+    /// Returns the evicted entry.
+    pub fn insert(&mut self, id: MessageId, message: Insert<'_>) -> Option<Entry> {
+        let (slot, evicted) = if self.entries.len() >= self.capacity() {
+            let (slot, entry) = self.entries.pop_lru().expect("a full index has entries");
+            self.forget(slot, &entry);
+            self.evictions += 1;
+            (slot, Some(entry))
+        } else {
+            (self.entries.len() as u32, None)
+        };
+        let mut data = Vec::with_capacity(message.band_keys.len() + message.shingles.len());
+        data.extend_from_slice(message.band_keys);
+        data.extend_from_slice(message.shingles);
+        for &key in message.band_keys {
+            let hash = posting_hash(key);
+            let full = self
+                .postings
+                .iter_hash(hash)
+                .filter(|&&(k, _)| k == key)
+                .nth(self.max_bucket - 1)
+                .is_some();
+            if !full {
+                self.postings
+                    .insert_unique(hash, (key, slot), |&(k, _)| posting_hash(k));
+            }
+        }
+        let fingerprint = message.set_fingerprint;
+        if self.exact(fingerprint).is_none() {
+            self.exact
+                .insert_unique(fingerprint, (fingerprint, slot), |&(f, _)| f);
+        }
+        let entry = Entry {
+            seq: message.seq,
+            id,
+            data: data.into_boxed_slice(),
+            bands: message.band_keys.len() as u32,
+        };
+        self.entries.push(slot, entry);
+        evicted
+    }
+
+    /// Removes every posting and the exact-path key of an evicted entry.
+    fn forget(&mut self, slot: u32, entry: &Entry) {
+        for &key in entry.band_keys() {
+            if let Ok(found) = self
+                .postings
+                .find_entry(posting_hash(key), |&(k, s)| k == key && s == slot)
+            {
+                found.remove();
+            }
+        }
+        let fingerprint = set_fingerprint(entry.shingles());
+        if let Ok(found) = self
+            .exact
+            .find_entry(fingerprint, |&(f, s)| f == fingerprint && s == slot)
+        {
+            found.remove();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn insert(index: &mut Index, seq: u64, shingles: &[u32], keys: &[u32]) -> Option<Entry> {
+        index.insert(
+            MessageId::Integer(seq),
+            Insert {
+                seq,
+                shingles,
+                band_keys: keys,
+                set_fingerprint: set_fingerprint(shingles),
+            },
+        )
+    }
+
+    #[test]
+    fn eviction_forgets_everything_of_the_evicted() {
+        let mut index = Index::new(NonZeroUsize::new(2).unwrap(), 8);
+        assert!(insert(&mut index, 1, &[1, 2], &[10, 11]).is_none());
+        assert!(insert(&mut index, 2, &[3, 4], &[12, 13]).is_none());
+        let evicted = insert(&mut index, 3, &[5, 6], &[14, 15]).expect("full");
+        assert_eq!(evicted.id, MessageId::Integer(1));
+        assert_eq!(index.len(), 2);
+        assert_eq!(index.postings(), 4);
+        let mut found = Vec::new();
+        index.candidates(&[10, 11], &mut found);
+        assert!(found.is_empty());
+        assert!(index.exact(set_fingerprint(&[1, 2])).is_none());
+        assert_eq!(index.evictions(), 1);
+    }
+
+    #[test]
+    fn touching_protects_from_eviction() {
+        let mut index = Index::new(NonZeroUsize::new(2).unwrap(), 8);
+        insert(&mut index, 1, &[1], &[10]);
+        insert(&mut index, 2, &[2], &[20]);
+        let slot = index.exact(set_fingerprint(&[1])).unwrap();
+        index.touch(slot);
+        let evicted = insert(&mut index, 3, &[3], &[30]).unwrap();
+        assert_eq!(evicted.id, MessageId::Integer(2));
+    }
+
+    #[test]
+    fn buckets_are_capped() {
+        let mut index = Index::new(NonZeroUsize::new(10).unwrap(), 3);
+        for seq in 0..6 {
+            insert(&mut index, seq, &[seq as u32], &[7]);
+        }
+        let mut found = Vec::new();
+        index.candidates(&[7], &mut found);
+        assert_eq!(found.len(), 3);
+    }
+}

@@ -1,0 +1,228 @@
+//! Stage 1, normalise: strip what differs between copies of the same message
+//! but is not its content.
+//!
+//! In order:
+//! 1. HTML entities are decoded (`&amp;` → `&`): feeds and old API payloads
+//!    escape them, other sources do not.
+//! 2. URLs become one token each: the record's `expanded_url` for the short
+//!    link when it has one (the same link arrives as different t.co
+//!    addresses), otherwise nothing (a bare t.co address says nothing about
+//!    the content). A URL cut off by truncation (`https://t.co/ab…`) goes too.
+//! 3. Unicode compatibility forms are folded (NFKC: full-width letters, `…`
+//!    to `...`, ligatures) and case is folded (Unicode lowercase).
+//! 4. Retweet markers go, wherever they stand: `RT @user:`, `RT: @user`,
+//!    `MT @user:`, and chains of them; a trailing `via @user` or
+//!    `(via @user)` too.
+//! 5. A truncated text loses its trailing ellipsis and the cut word before it.
+//!
+//! The `#` and `@` signs are left for the tokeniser, which keeps only words.
+
+use std::borrow::Cow;
+
+use regex::Regex;
+use unicode_normalization::UnicodeNormalization;
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+/// Seed of the URL token hash. Fixed: tokens must be the same on every run.
+const URL_SEED: u64 = 0x7572_6c5f_746f_6b6e;
+
+/// Compiled normalisation rules. Build once, share freely (it is immutable).
+#[derive(Clone, Debug)]
+pub struct Normaliser {
+    url: Regex,
+    retweet_marker: Regex,
+    trailing_via: Regex,
+    truncation: Regex,
+}
+
+impl Default for Normaliser {
+    fn default() -> Self {
+        Normaliser::new()
+    }
+}
+
+impl Normaliser {
+    /// Compiles the rules.
+    pub fn new() -> Normaliser {
+        let compile = |pattern: &str| Regex::new(pattern).expect("built-in pattern compiles");
+        Normaliser {
+            // `https?` then anything up to white space; `http…` alone is a URL
+            // cut by truncation.
+            url: compile(r"(?i)\bhttps?(?::\S*|…)|\bwww\.[^\s.]+\.\S+"),
+            retweet_marker: compile(r"\b(?:rt|mt)\b\s*:?\s*@\w+\s*:?"),
+            trailing_via: compile(r"[(\[]?\bvia\s+@\w+[)\]]?[\s.:]*$"),
+            truncation: compile(r"\S*\.\.\.+\s*$"),
+        }
+    }
+
+    /// Normalises `text` into `out` (cleared first). `urls` maps short URLs
+    /// to their expansions. `scratch` is a reusable buffer.
+    pub fn normalise_into(
+        &self,
+        text: &str,
+        urls: &[(Cow<'_, str>, Cow<'_, str>)],
+        out: &mut String,
+        scratch: &mut String,
+    ) {
+        out.clear();
+        scratch.clear();
+        let decoded = if text.contains('&') {
+            html_escape::decode_html_entities(text)
+        } else {
+            Cow::Borrowed(text)
+        };
+
+        // URLs, before case folding: short links are case-sensitive keys.
+        let mut last = 0;
+        for found in self.url.find_iter(&decoded) {
+            scratch.push_str(&decoded[last..found.start()]);
+            scratch.push(' ');
+            if let Some(expanded) = expand(found.as_str(), urls) {
+                push_url_token(scratch, expanded);
+                scratch.push(' ');
+            }
+            last = found.end();
+        }
+        scratch.push_str(&decoded[last..]);
+
+        // NFKC, then lowercase. ASCII is already in both forms but for case.
+        if scratch.is_ascii() {
+            out.push_str(scratch);
+            out.make_ascii_lowercase();
+        } else {
+            for c in scratch.nfkc() {
+                if c.is_lowercase() || !c.is_alphabetic() {
+                    out.push(c);
+                } else {
+                    out.extend(c.to_lowercase());
+                }
+            }
+        }
+
+        replace_in_place(out, scratch, &self.retweet_marker, " ");
+        let trimmed = out.trim_end().len();
+        out.truncate(trimmed);
+        replace_in_place(out, scratch, &self.trailing_via, "");
+        replace_in_place(out, scratch, &self.truncation, "");
+    }
+}
+
+/// The expansion of a short URL found in the text, if the record has one.
+/// Tolerates punctuation glued to the end of the link in the text.
+fn expand<'u>(found: &str, urls: &'u [(Cow<'_, str>, Cow<'_, str>)]) -> Option<&'u str> {
+    let mut candidate = found;
+    loop {
+        if let Some((_, long)) = urls.iter().find(|(short, _)| short == candidate) {
+            return Some(long);
+        }
+        let trimmed = candidate.trim_end_matches(|c: char| c.is_ascii_punctuation() && c != '/');
+        if trimmed.len() == candidate.len() || trimmed.is_empty() {
+            return None;
+        }
+        candidate = trimmed;
+    }
+}
+
+/// Appends one word standing for `url`: `url` and 16 hex digits of a hash of
+/// its canonical form (no scheme, no `www.`, no fragment, no trailing slash,
+/// lowercase host), so two spellings of one address give one token.
+fn push_url_token(out: &mut String, url: &str) {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let rest = rest.strip_prefix("www.").unwrap_or(rest);
+    let rest = rest.split('#').next().unwrap_or(rest);
+    let rest = rest.trim_end_matches('/');
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let mut key = host.to_ascii_lowercase();
+    key.push('/');
+    key.push_str(path);
+    let hash = xxh3_64_with_seed(key.as_bytes(), URL_SEED);
+    use std::fmt::Write;
+    let _ = write!(out, "url{hash:016x}");
+}
+
+/// Runs a regex replacement over `text` in place, through `scratch`, without
+/// allocating when nothing matches.
+fn replace_in_place(text: &mut String, scratch: &mut String, pattern: &Regex, with: &str) {
+    if !pattern.is_match(text) {
+        return;
+    }
+    scratch.clear();
+    let mut last = 0;
+    for found in pattern.find_iter(text) {
+        scratch.push_str(&text[last..found.start()]);
+        scratch.push_str(with);
+        last = found.end();
+    }
+    scratch.push_str(&text[last..]);
+    std::mem::swap(text, scratch);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn norm(text: &str) -> String {
+        norm_with(text, &[])
+    }
+
+    fn norm_with(text: &str, urls: &[(&str, &str)]) -> String {
+        let urls: Vec<_> = urls
+            .iter()
+            .map(|(a, b)| (Cow::Borrowed(*a), Cow::Borrowed(*b)))
+            .collect();
+        let mut out = String::new();
+        let mut scratch = String::new();
+        Normaliser::new().normalise_into(text, &urls, &mut out, &mut scratch);
+        out.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    #[test]
+    fn retweet_markers_go_wherever_they_stand() {
+        assert_eq!(norm("RT @alice: hello world"), "hello world");
+        assert_eq!(norm("RT: @alice hello world"), "hello world");
+        assert_eq!(norm("RT @alice: RT @bob: hello world"), "hello world");
+        assert_eq!(norm("MT @alice: hello world"), "hello world");
+        assert_eq!(
+            norm("so true RT @alice: hello world"),
+            "so true hello world"
+        );
+        assert_eq!(norm("hello world via @alice"), "hello world");
+        assert_eq!(norm("hello world (via @alice)"), "hello world");
+        // `rt` without a mention is a word.
+        assert_eq!(norm("art rt is fun"), "art rt is fun");
+    }
+
+    #[test]
+    fn urls_become_their_expansion_or_nothing() {
+        let a = norm_with(
+            "read this https://t.co/AAA",
+            &[("https://t.co/AAA", "https://example.com/story/")],
+        );
+        let b = norm_with(
+            "read this https://t.co/BBB.",
+            &[("https://t.co/BBB", "http://www.example.com/story")],
+        );
+        assert_eq!(a, b);
+        assert!(a.starts_with("read this url"));
+        assert_eq!(norm("read this https://t.co/xyz"), "read this");
+        assert_eq!(norm("read this http://t.co/x…"), "read this");
+        assert_eq!(norm("read this http…"), "read this");
+    }
+
+    #[test]
+    fn entities_case_and_compatibility_forms_fold() {
+        assert_eq!(norm("Tom &amp; Jerry"), "tom & jerry");
+        assert_eq!(norm("ＨＥＬＬＯ Ｗｏｒｌｄ"), "hello world");
+        assert_eq!(norm("ÉCOLE"), "école");
+    }
+
+    #[test]
+    fn truncation_loses_the_cut_word() {
+        assert_eq!(norm("the quick brown fox jum…"), "the quick brown fox");
+        assert_eq!(
+            norm("RT @a: the quick brown fox jum…"),
+            "the quick brown fox"
+        );
+        assert_eq!(norm("the quick brown fox ..."), "the quick brown fox");
+    }
+}

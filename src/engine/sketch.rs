@@ -1,0 +1,175 @@
+//! Stage 4a, sketch: a MinHash signature of the shingle set, cut into LSH
+//! bands ("Mining of Massive Datasets", ch. 3).
+//!
+//! For each of `bands × rows` hash functions the signature keeps the smallest
+//! hash over the set; two sets agree at one position with probability equal
+//! to their Jaccard similarity `J`. A band is `rows` consecutive positions,
+//! hashed to one 32-bit key; two messages become candidates when they share
+//! any band key, which happens with probability `1 - (1 - J^rows)^bands`.
+//!
+//! [`LshParams::for_threshold`] picks `rows` and `bands` so that a pair right
+//! at the threshold is missed at most [`MAX_MISS`] of the time, with as many
+//! rows as [`MAX_BANDS`] allows (more rows, fewer chance candidates). The
+//! signature itself is not kept: only the band keys are.
+
+use super::shingle::mix64;
+
+/// Most bands a signature is cut into: each band costs one index posting per
+/// message.
+pub const MAX_BANDS: usize = 16;
+
+/// Largest chance of missing a pair whose similarity equals the LSH
+/// threshold. Pairs above it are missed far less often (at `J = t + 0.1`,
+/// typically under 0.1%).
+pub const MAX_MISS: f64 = 0.02;
+
+/// Most rows per band.
+const MAX_ROWS: usize = 8;
+
+/// Seed of the hash-function coefficients. Fixed: signatures must be the same
+/// on every run.
+const COEFFICIENT_SEED: u64 = 0x6d69_6e68_6173_6831;
+
+/// Banding of a MinHash signature.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LshParams {
+    /// Number of bands (index postings per message).
+    pub bands: usize,
+    /// Signature positions per band.
+    pub rows: usize,
+}
+
+impl LshParams {
+    /// The banding that finds pairs of Jaccard similarity `jaccard` with
+    /// probability at least `1 - MAX_MISS`, using the most rows that fit in
+    /// `MAX_BANDS` bands.
+    pub fn for_threshold(jaccard: f64) -> LshParams {
+        let t = jaccard.clamp(0.01, 1.0);
+        let mut best = LshParams {
+            bands: MAX_BANDS,
+            rows: 1,
+        };
+        for rows in 1..=MAX_ROWS {
+            let p = t.powi(rows as i32);
+            let bands = if p >= 1.0 {
+                1
+            } else {
+                (MAX_MISS.ln() / (1.0 - p).ln()).ceil() as usize
+            };
+            if bands <= MAX_BANDS {
+                best = LshParams {
+                    bands: bands.max(1),
+                    rows,
+                };
+            }
+        }
+        best
+    }
+
+    /// Probability that a pair of Jaccard similarity `j` becomes a candidate.
+    pub fn candidate_probability(&self, j: f64) -> f64 {
+        1.0 - (1.0 - j.powi(self.rows as i32)).powi(self.bands as i32)
+    }
+}
+
+/// Computes band keys from shingle sets. Immutable; share freely.
+#[derive(Clone, Debug)]
+pub struct Sketcher {
+    params: LshParams,
+    /// Multiply-add coefficients `(a, b)` of each hash function; `a` is odd.
+    coefficients: Vec<(u64, u64)>,
+}
+
+impl Sketcher {
+    /// A sketcher for the given banding.
+    pub fn new(params: LshParams) -> Sketcher {
+        let mut state = COEFFICIENT_SEED;
+        let mut next = || {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            mix64(state)
+        };
+        let coefficients = (0..params.bands * params.rows)
+            .map(|_| (next() | 1, next()))
+            .collect();
+        Sketcher {
+            params,
+            coefficients,
+        }
+    }
+
+    /// The banding in use.
+    pub fn params(&self) -> LshParams {
+        self.params
+    }
+
+    /// Appends one key per band for `shingles` to `out`. `signature` is a
+    /// reusable buffer.
+    pub fn band_keys(&self, shingles: &[u32], signature: &mut Vec<u32>, out: &mut Vec<u32>) {
+        signature.clear();
+        signature.resize(self.coefficients.len(), u32::MAX);
+        for &shingle in shingles {
+            let x = mix64(u64::from(shingle) | 1 << 32);
+            for (slot, &(a, b)) in signature.iter_mut().zip(&self.coefficients) {
+                let h = (a.wrapping_mul(x).wrapping_add(b) >> 32) as u32;
+                if h < *slot {
+                    *slot = h;
+                }
+            }
+        }
+        for (band, rows) in signature.chunks_exact(self.params.rows).enumerate() {
+            let mut h = (band as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ COEFFICIENT_SEED;
+            for &v in rows {
+                h = mix64(h ^ u64::from(v));
+            }
+            out.push((h >> 32) as u32);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn banding_meets_the_miss_target() {
+        for t in [0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0] {
+            let p = LshParams::for_threshold(t);
+            assert!(
+                p.bands <= MAX_BANDS && p.bands >= 1 && p.rows >= 1,
+                "{t}: {p:?}"
+            );
+            assert!(
+                p.candidate_probability(t) >= 1.0 - MAX_MISS - 1e-9,
+                "{t}: {p:?}"
+            );
+        }
+        // Higher thresholds afford more rows.
+        assert!(LshParams::for_threshold(0.9).rows > LshParams::for_threshold(0.5).rows);
+    }
+
+    #[test]
+    fn identical_sets_share_every_band() {
+        let sketcher = Sketcher::new(LshParams::for_threshold(0.5));
+        let (mut a, mut b, mut sig) = (Vec::new(), Vec::new(), Vec::new());
+        sketcher.band_keys(&[1, 5, 9], &mut sig, &mut a);
+        sketcher.band_keys(&[1, 5, 9], &mut sig, &mut b);
+        assert_eq!(a, b);
+        assert_eq!(a.len(), sketcher.params().bands);
+    }
+
+    #[test]
+    fn agreement_tracks_jaccard() {
+        // Two sets with J = 0.5: about half the signature positions agree.
+        let sketcher = Sketcher::new(LshParams {
+            bands: 256,
+            rows: 1,
+        });
+        let a: Vec<u32> = (0..100).collect();
+        let b: Vec<u32> = (33..133).collect(); // 67 shared of 133: J ≈ 0.504
+        let (mut ka, mut kb, mut sig) = (Vec::new(), Vec::new(), Vec::new());
+        sketcher.band_keys(&a, &mut sig, &mut ka);
+        sketcher.band_keys(&b, &mut sig, &mut kb);
+        let agree = ka.iter().zip(&kb).filter(|(x, y)| x == y).count() as f64 / 256.0;
+        assert!((agree - 0.504).abs() < 0.1, "{agree}");
+    }
+}

@@ -1,0 +1,159 @@
+//! Stage 2, tokenise: cut a normalised text into word tokens, each hashed to
+//! 64 bits with a fixed seed.
+//!
+//! A token is a run of Unicode word characters (`\w`), so `#` and `@` fall
+//! away and `#RustConf` and `RustConf` are one word. Chinese and Japanese are
+//! written without spaces: a run of Han, Hiragana or Katakana becomes its
+//! character bigrams (a lone character stays a token), the usual way to
+//! compare such text without a dictionary.
+//!
+//! Hashes are taken directly from slices of the text: tokenising allocates
+//! nothing once its output buffer has grown.
+
+use regex::Regex;
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+/// Seed of the token hash. Fixed: hashes must be the same on every run.
+const TOKEN_SEED: u64 = 0x746f_6b65_6e5f_7631;
+
+/// The compiled tokeniser. Immutable; share freely.
+#[derive(Clone, Debug)]
+pub struct Tokeniser {
+    token: Regex,
+}
+
+impl Default for Tokeniser {
+    fn default() -> Self {
+        Tokeniser::new()
+    }
+}
+
+/// Hashes one token's text.
+pub fn token_hash(token: &str) -> u64 {
+    xxh3_64_with_seed(token.as_bytes(), TOKEN_SEED)
+}
+
+impl Tokeniser {
+    /// Compiles the token pattern.
+    pub fn new() -> Tokeniser {
+        Tokeniser {
+            // First alternative: a CJK run; second: a word run without CJK.
+            token: Regex::new(
+                r"[\p{Han}\p{Hiragana}\p{Katakana}]+|[\w--[\p{Han}\p{Hiragana}\p{Katakana}]]+",
+            )
+            .expect("built-in pattern compiles"),
+        }
+    }
+
+    /// Appends the token hashes of `text` to `out`. When `joined` is given,
+    /// also writes the tokens' text to it, separated by single spaces (the
+    /// input of character shingles).
+    pub fn tokenise(&self, text: &str, out: &mut Vec<u64>, mut joined: Option<&mut String>) {
+        for found in self.token.find_iter(text) {
+            let token = found.as_str();
+            if let Some(joined) = joined.as_deref_mut() {
+                if !joined.is_empty() {
+                    joined.push(' ');
+                }
+                joined.push_str(token);
+            }
+            let first = token.chars().next().expect("matches are non-empty");
+            if is_cjk(first) {
+                push_bigrams(token, out);
+            } else {
+                out.push(token_hash(token));
+            }
+        }
+    }
+}
+
+impl Tokeniser {
+    /// The tokens of `text` as strings (CJK runs as their bigrams), for
+    /// explaining a comparison. `token_hash` of each is what
+    /// [`Tokeniser::tokenise`] yields.
+    pub fn token_texts(&self, text: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for found in self.token.find_iter(text) {
+            let token = found.as_str();
+            let chars: Vec<char> = token.chars().collect();
+            if is_cjk(chars[0]) && chars.len() > 1 {
+                out.extend(chars.windows(2).map(|pair| pair.iter().collect::<String>()));
+            } else {
+                out.push(token.to_string());
+            }
+        }
+        out
+    }
+}
+
+fn is_cjk(c: char) -> bool {
+    matches!(c as u32,
+        0x3040..=0x30FF | 0x31F0..=0x31FF | 0x3400..=0x4DBF | 0x4E00..=0x9FFF | 0xF900..=0xFAFF | 0x20000..=0x3FFFF)
+}
+
+/// Character bigrams of a CJK run; a run of one character is its own token.
+fn push_bigrams(run: &str, out: &mut Vec<u64>) {
+    let mut starts = run
+        .char_indices()
+        .map(|(i, _)| i)
+        .chain(std::iter::once(run.len()));
+    let mut a = starts.next().unwrap_or(0);
+    let Some(mut b) = starts.next() else { return };
+    let Some(mut c) = starts.next() else {
+        out.push(token_hash(run));
+        return;
+    };
+    loop {
+        out.push(token_hash(&run[a..c]));
+        match starts.next() {
+            Some(next) => {
+                a = b;
+                b = c;
+                c = next;
+            }
+            None => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokens(text: &str) -> Vec<u64> {
+        let mut out = Vec::new();
+        Tokeniser::new().tokenise(text, &mut out, None);
+        out
+    }
+
+    #[test]
+    fn words_lose_their_signs() {
+        assert_eq!(tokens("#rustconf @alice, hi!"), tokens("rustconf alice hi"));
+        assert_eq!(tokens("a b").len(), 2);
+        assert!(tokens("!!! ... 😂").is_empty());
+    }
+
+    #[test]
+    fn cjk_runs_become_bigrams() {
+        // 今日は雨 → 今日, 日は, は雨
+        let expected: Vec<u64> = ["今日", "日は", "は雨"]
+            .iter()
+            .map(|t| token_hash(t))
+            .collect();
+        assert_eq!(tokens("今日は雨"), expected);
+        assert_eq!(tokens("雨"), vec![token_hash("雨")]);
+        // Mixed scripts split at the boundary.
+        assert_eq!(
+            tokens("rust言語"),
+            vec![token_hash("rust"), token_hash("言語")]
+        );
+    }
+
+    #[test]
+    fn joined_text_is_the_tokens() {
+        let mut out = Vec::new();
+        let mut joined = String::new();
+        Tokeniser::new().tokenise("#hello,  world!", &mut out, Some(&mut joined));
+        assert_eq!(joined, "hello world");
+    }
+}

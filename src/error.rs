@@ -1,0 +1,96 @@
+//! Typed errors. The library says what went wrong and where; the binary turns
+//! it into a message and an exit status.
+
+use std::io;
+
+/// A configuration value is out of range or unreadable.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The threshold is not in (0, 1].
+    #[error("threshold must be in (0, 1], got {0}")]
+    Threshold(f64),
+    /// The capacity does not fit the index's 32-bit slots.
+    #[error("capacity must be between 1 and 4294967295, got {0}")]
+    Capacity(usize),
+    /// The shingle specification is not `words:N` or `chars:N` with N in 1..=32.
+    #[error("shingling must be words:N or chars:N with N from 1 to 32, got {0:?}")]
+    Shingle(String),
+    /// The measure is not one of the known names.
+    #[error("measure must be jaccard or containment, got {0:?}")]
+    Measure(String),
+    /// The LSH bucket cap is zero.
+    #[error("the bucket cap must be at least 1")]
+    MaxBucket,
+    /// A field path is empty or has an empty component.
+    #[error("field path must be dotted names like data.text, got {0:?}")]
+    FieldPath(String),
+}
+
+/// Why one input line could not be processed. The line is skipped (or, when
+/// the user asks, the run stops), and the reason is reported with its line
+/// number.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidReason {
+    /// The line exceeds the configured maximum length; it was never read
+    /// whole into memory.
+    #[error("line is longer than the limit of {max} bytes")]
+    TooLong {
+        /// The limit in force.
+        max: usize,
+    },
+    /// The line is not UTF-8.
+    #[error("invalid UTF-8 at byte {0}")]
+    Utf8(usize),
+    /// The line is not JSON (or nests deeper than the parser allows).
+    #[error("not valid JSON: {0}")]
+    Json(String),
+    /// The line is JSON but not an object.
+    #[error("not a JSON object")]
+    NotObject,
+    /// None of the text fields is present.
+    #[error("no text field (looked for {0})")]
+    NoText(String),
+    /// A text field is present but is not a string.
+    #[error("text field {0} is not a string")]
+    TextNotString(String),
+    /// None of the id fields is present.
+    #[error("no id field (looked for {0})")]
+    NoId(String),
+    /// The id field is neither a string nor an integer.
+    #[error("id field {0} is not a string or an integer")]
+    BadId(String),
+}
+
+/// An invalid input line: where, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {reason}")]
+pub struct InvalidLine {
+    /// 1-based line number in the input.
+    pub line: u64,
+    /// What is wrong with it.
+    pub reason: InvalidReason,
+}
+
+/// A failure that ends a run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Reading the input failed.
+    #[error("reading input: {0}")]
+    Read(#[source] io::Error),
+    /// Writing the output failed (other than a closed pipe, which is a quiet
+    /// stop).
+    #[error("writing output: {0}")]
+    Write(#[source] io::Error),
+    /// An invalid line, when invalid lines are fatal.
+    #[error("invalid input: {0}")]
+    Invalid(InvalidLine),
+    /// A configuration value is out of range.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A worker thread died (a bug: please report it).
+    #[error("internal error: {0}")]
+    Internal(String),
+}

@@ -1,0 +1,53 @@
+//! # dedup-stream
+//!
+//! A streaming near-duplicate filter for tweets and feed items: every
+//! message is tagged new, or a near-duplicate of an earlier message's id,
+//! in input order, with memory bounded by an LRU index.
+//!
+//! ```
+//! use dedup_stream::{Deduper, EngineConfig, MessageId, Verdict};
+//!
+//! let mut deduper = Deduper::new(EngineConfig::default())?;
+//! let a = deduper.check_text(MessageId::Integer(1), "Flooding closes the coastal highway north of the city tonight");
+//! let b = deduper.check_text(MessageId::Integer(2), "RT @news: Flooding closes the coastal highway north of the city tonight…");
+//! assert_eq!(a, Verdict::New);
+//! assert!(b.is_duplicate());
+//! # Ok::<(), dedup_stream::ConfigError>(())
+//! ```
+//!
+//! ## Layout
+//!
+//! Data flows one way, top to bottom:
+//!
+//! - [`lines`]: bounded line reading (a huge line never sits in memory).
+//! - [`record`]: the wire format: a JSON line decoded once into id, text and
+//!   URL entities, borrowing the line; the tag spliced back into its bytes.
+//! - [`engine`]: synchronous and free of I/O. [`engine::normalise`],
+//!   [`engine::tokenise`], [`engine::shingle`] and [`engine::sketch`] are
+//!   pure (the [`Preparer`]); [`engine::index`] and [`engine::verdict`]
+//!   decide in input order (the [`Deduper`]).
+//! - [`batch`]: the unit of work between stages.
+//! - [`pipeline`]: reader → parallel preparation → engine → writer, over
+//!   bounded channels; the only module that knows about tasks.
+//! - [`config`], [`error`], [`stats`]: settings with their defaults, typed
+//!   errors, counters.
+//!
+//! The binary (`src/main.rs`) parses the command line, sets up logging and
+//! signals, and calls into this library.
+
+#![deny(missing_docs)]
+
+pub mod batch;
+pub mod config;
+pub mod engine;
+pub mod error;
+pub mod lines;
+pub mod pipeline;
+pub mod record;
+pub mod stats;
+
+pub use config::{EngineConfig, Measure, Shingling};
+pub use engine::{Deduper, Match, Preparer, Sketch, SketchBuf, Verdict};
+pub use error::{ConfigError, Error, InvalidLine, InvalidReason};
+pub use record::{Decoder, FieldSpec, MessageId};
+pub use stats::Summary;

@@ -1,0 +1,236 @@
+//! The `dedup-stream` binary: command line in, library calls, exit status
+//! out. All the logic lives in the library.
+
+mod cli;
+
+use std::io::{self, IsTerminal, Write};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use clap::Parser;
+use tracing_subscriber::filter::LevelFilter;
+
+use cli::{Cli, Command, CompareArgs, FilterArgs};
+use dedup_stream::engine::{Explained, Preparer};
+use dedup_stream::{Decoder, Deduper, Error, FieldSpec, pipeline};
+
+/// How the process ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Exit {
+    /// Done: end of input, a closed output pipe, or SIGTERM.
+    Success = 0,
+    /// A fatal error (I/O, internal).
+    Failure = 1,
+    /// Bad usage (clap exits with 2 itself; this covers our own checks).
+    Usage = 2,
+    /// An invalid input line with `--on-invalid fail` (EX_DATAERR).
+    DataError = 65,
+    /// Stopped by SIGINT (128 + 2, as shells expect).
+    Interrupted = 130,
+}
+
+impl From<Exit> for ExitCode {
+    fn from(exit: Exit) -> ExitCode {
+        ExitCode::from(exit as u8)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let level = match cli.command {
+        Some(_) => LevelFilter::WARN,
+        None if cli.filter.quiet => LevelFilter::WARN,
+        None => match cli.filter.verbose {
+            0 => LevelFilter::WARN,
+            1 => LevelFilter::INFO,
+            _ => LevelFilter::DEBUG,
+        },
+    };
+    tracing_subscriber::fmt()
+        .with_writer(io::stderr)
+        .with_max_level(level)
+        .with_ansi(io::stderr().is_terminal())
+        .without_time()
+        .with_target(false)
+        .init();
+    let exit = match cli.command {
+        Some(Command::Compare(args)) => compare(&args),
+        None => filter(&cli.filter),
+    };
+    ExitCode::from(exit)
+}
+
+fn filter(args: &FilterArgs) -> Exit {
+    let configs = args
+        .engine_config()
+        .and_then(|engine| Ok((engine, args.pipeline_config()?)));
+    let (engine, pipeline_config) = match configs {
+        Ok(configs) => configs,
+        Err(e) => {
+            eprintln!("dedup-stream: {e}");
+            return Exit::Usage;
+        }
+    };
+    let deduper = match Deduper::new(engine) {
+        Ok(deduper) => deduper,
+        Err(e) => {
+            eprintln!("dedup-stream: {e}");
+            return Exit::Usage;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("dedup-stream: cannot start the runtime: {e}");
+            return Exit::Failure;
+        }
+    };
+    let signal = Arc::new(AtomicU8::new(0));
+    let result = runtime.block_on(async {
+        let shutdown = shutdown_signal(Arc::clone(&signal));
+        let stdin = io::BufReader::with_capacity(1 << 16, io::stdin());
+        pipeline::run(pipeline_config, deduper, stdin, io::stdout(), shutdown).await
+    });
+    runtime.shutdown_background();
+    match result {
+        Ok(finished) => {
+            if !args.quiet {
+                eprintln!("dedup-stream: {}", finished.summary);
+            }
+            if signal.load(Ordering::Relaxed) == SIGINT {
+                Exit::Interrupted
+            } else {
+                Exit::Success
+            }
+        }
+        Err(e @ Error::Invalid(_)) => {
+            eprintln!("dedup-stream: {e}");
+            Exit::DataError
+        }
+        Err(e) => {
+            eprintln!("dedup-stream: {e}");
+            Exit::Failure
+        }
+    }
+}
+
+const SIGINT: u8 = 2;
+const SIGTERM: u8 = 15;
+
+/// Completes on SIGINT or SIGTERM, recording which.
+async fn shutdown_signal(which: Arc<AtomicU8>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            tracing::warn!("cannot listen for signals; only the end of input stops the run");
+            return std::future::pending().await;
+        };
+        let code = tokio::select! {
+            _ = int.recv() => SIGINT,
+            _ = term.recv() => SIGTERM,
+        };
+        which.store(code, Ordering::Relaxed);
+    }
+    #[cfg(not(unix))]
+    {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            which.store(SIGINT, Ordering::Relaxed);
+        } else {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+fn compare(args: &CompareArgs) -> Exit {
+    let config = match args.engine.engine_config(std::num::NonZeroUsize::MIN, 1) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("dedup-stream: {e}");
+            return Exit::Usage;
+        }
+    };
+    let preparer = Preparer::new(&config);
+    let decoder = Decoder::new(FieldSpec::default());
+    let mut explained = Vec::new();
+    for input in [&args.a, &args.b] {
+        let text = match std::fs::read(input) {
+            Ok(bytes) => bytes,
+            Err(_) => input.clone().into_bytes(),
+        };
+        let text = String::from_utf8_lossy(&text).trim_end().to_string();
+        // A file (or argument) holding one JSON record is read as a record.
+        let e = match decoder.decode(text.as_bytes()) {
+            Ok(record) => preparer.explain(&record.text, &record.urls),
+            Err(_) => preparer.explain(&text, &[]),
+        };
+        explained.push(e);
+    }
+    let (a, b) = (&explained[0], &explained[1]);
+    let set = |e: &Explained| e.shingles.iter().map(|(f, _)| *f).collect::<Vec<u32>>();
+    let similarity = dedup_stream::engine::similarity(config.measure, &set(a), &set(b));
+    let verdict = if similarity >= config.threshold {
+        "duplicate"
+    } else {
+        "not a duplicate"
+    };
+    let mut out = io::stdout().lock();
+    let shown = |e: &Explained, other: &Explained| -> Vec<String> {
+        e.shingles
+            .iter()
+            .filter(|(f, _)| !other.shingles.iter().any(|(g, _)| g == f))
+            .map(|(_, s)| format!("{s:?}"))
+            .collect()
+    };
+    let shared: Vec<String> = a
+        .shingles
+        .iter()
+        .filter(|(f, _)| b.shingles.iter().any(|(g, _)| g == f))
+        .map(|(_, s)| format!("{s:?}"))
+        .collect();
+    let report = format!(
+        "similarity: {similarity:.4} ({measure}, {shingling}); threshold {threshold}: {verdict}\n\
+         A normalised: {an:?} ({ac} shingles)\n\
+         B normalised: {bn:?} ({bc} shingles)\n\
+         shared ({sc}): {shared}\n\
+         only in A ({oac}): {only_a}\n\
+         only in B ({obc}): {only_b}\n",
+        measure = config.measure,
+        shingling = config.shingling,
+        threshold = config.threshold,
+        an = a
+            .normalised
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" "),
+        ac = a.shingles.len(),
+        bn = b
+            .normalised
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" "),
+        bc = b.shingles.len(),
+        sc = shared.len(),
+        shared = shared.join(", "),
+        oac = shown(a, b).len(),
+        only_a = shown(a, b).join(", "),
+        obc = shown(b, a).len(),
+        only_b = shown(b, a).join(", "),
+    );
+    match out.write_all(report.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Exit::Success,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Exit::Success,
+        Err(e) => {
+            eprintln!("dedup-stream: writing output: {e}");
+            Exit::Failure
+        }
+    }
+}

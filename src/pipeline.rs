@@ -1,0 +1,319 @@
+//! The stdin-to-stdout flow, and the only module that knows about channels
+//! and tasks.
+//!
+//! ```text
+//!  reader thread        tokio: buffered(threads)         engine thread     writer thread
+//!  BufRead ──lines──▶ [batches] ──spawn_blocking(prepare)──▶ [prepared] ──▶ Deduper ──▶ [bytes] ──▶ Write
+//!            (bounded)            (ordered, in parallel)     (bounded)      (in order)  (bounded)
+//! ```
+//!
+//! - The reader is a plain OS thread doing blocking reads: tokio's stdin can
+//!   hold up shutdown, and a blocking thread cannot stall the runtime.
+//! - Preparation (parse, normalise, sketch) is pure; `buffered` runs up to
+//!   `threads` batches at once and yields them in input order, so the output
+//!   is the same byte for byte whatever the thread count.
+//! - The engine decides on its own thread, in input order.
+//! - The writer owns the output. It flushes when it has nothing queued:
+//!   throughput under load, prompt output when idle. A closed pipe
+//!   (`| head`) ends the run quietly.
+//!
+//! Every channel is bounded, so memory is bounded by the queue sizes, the
+//! batch size, the line limit and the index capacity.
+//!
+//! Shutdown: at the end of input everything drains. When the `shutdown`
+//! future completes, reading stops at a line boundary, the lines already read
+//! are still decided and written, and the run returns normally.
+
+use std::future::Future;
+use std::io::{self, BufRead, Write};
+use std::num::NonZeroUsize;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use futures::{FutureExt, StreamExt};
+use tokio::sync::mpsc;
+
+use crate::batch::{self, Item, PreparedBatch, RawBatch, RawLine};
+use crate::engine::{Deduper, Verdict};
+use crate::error::Error;
+use crate::lines::{Line, LineReader, is_blank};
+use crate::record::{Decoder, FieldSpec};
+use crate::stats::Summary;
+
+/// Default longest input line, in bytes.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 1 << 20;
+/// Default lines per batch.
+pub const DEFAULT_BATCH_LINES: usize = 512;
+/// Default batches queued between two stages.
+pub const DEFAULT_QUEUE_BATCHES: usize = 4;
+
+/// Which verdicts are written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Emit {
+    /// Every valid line, tagged.
+    #[default]
+    All,
+    /// Only lines tagged new: the deduplicated stream.
+    New,
+    /// Only lines tagged duplicate.
+    Duplicates,
+}
+
+impl Emit {
+    fn wants(self, verdict: &Verdict) -> bool {
+        match self {
+            Emit::All => true,
+            Emit::New => !verdict.is_duplicate(),
+            Emit::Duplicates => verdict.is_duplicate(),
+        }
+    }
+}
+
+/// What an invalid line does to the run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnInvalid {
+    /// Warn on stderr with the line number, skip it, count it.
+    #[default]
+    Skip,
+    /// Stop the run with an error.
+    Fail,
+}
+
+/// How the flow runs (the engine's own settings are in the [`Deduper`]).
+#[derive(Clone, Debug)]
+pub struct PipelineConfig {
+    /// Where the id and text are.
+    pub fields: FieldSpec,
+    /// Longest line read; longer ones are skipped as invalid.
+    pub max_line_bytes: usize,
+    /// Batches prepared at once.
+    pub threads: NonZeroUsize,
+    /// Lines per batch.
+    pub batch_lines: usize,
+    /// Batches queued between two stages.
+    pub queue_batches: usize,
+    /// Which verdicts are written.
+    pub emit: Emit,
+    /// What an invalid line does.
+    pub on_invalid: OnInvalid,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        PipelineConfig {
+            fields: FieldSpec::default(),
+            max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+            threads: std::thread::available_parallelism().unwrap_or(NonZeroUsize::MIN),
+            batch_lines: DEFAULT_BATCH_LINES,
+            queue_batches: DEFAULT_QUEUE_BATCHES,
+            emit: Emit::All,
+            on_invalid: OnInvalid::Skip,
+        }
+    }
+}
+
+/// The outcome of a run: its summary and the engine, whose index may be
+/// saved.
+#[derive(Debug)]
+pub struct Finished {
+    /// What the run did.
+    pub summary: Summary,
+    /// The engine, with everything it indexed.
+    pub deduper: Deduper,
+}
+
+/// Runs the filter from `input` to `output` until the input ends or
+/// `shutdown` completes. Must be called within a multi-threaded tokio
+/// runtime.
+pub async fn run<R, W>(
+    config: PipelineConfig,
+    deduper: Deduper,
+    input: R,
+    output: W,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<Finished, Error>
+where
+    R: BufRead + Send + 'static,
+    W: Write + Send + 'static,
+{
+    let started = Instant::now();
+    let queue = config.queue_batches.max(1);
+    let stop_reading = Arc::new(AtomicBool::new(false));
+    let (raw_tx, mut raw_rx) = mpsc::channel::<RawBatch>(queue);
+    let (prepared_tx, prepared_rx) = mpsc::channel::<PreparedBatch>(queue);
+    let (bytes_tx, bytes_rx) = mpsc::channel::<Vec<u8>>(queue);
+
+    let reader = {
+        let stop = Arc::clone(&stop_reading);
+        let (max, batch_lines) = (config.max_line_bytes, config.batch_lines.max(1));
+        std::thread::Builder::new()
+            .name("dedup-reader".into())
+            .spawn(move || read_batches(input, max, batch_lines, &stop, &raw_tx))
+            .map_err(|e| Error::Internal(format!("cannot start the reader thread: {e}")))?
+    };
+    let writer = std::thread::Builder::new()
+        .name("dedup-writer".into())
+        .spawn(move || write_batches(output, bytes_rx))
+        .map_err(|e| Error::Internal(format!("cannot start the writer thread: {e}")))?;
+    let preparer = Arc::new(deduper.preparer().clone());
+    let decoder = Arc::new(Decoder::new(config.fields.clone()));
+    let engine = {
+        let (emit, on_invalid) = (config.emit, config.on_invalid);
+        tokio::task::spawn_blocking(move || {
+            decide_batches(deduper, prepared_rx, bytes_tx, emit, on_invalid)
+        })
+    };
+
+    // Raw batches as a stream that, once `shutdown` fires, stops taking new
+    // input but still yields what was already read.
+    let mut shutdown = Box::pin(shutdown.fuse());
+    let stop = Arc::clone(&stop_reading);
+    let raw_batches = futures::stream::poll_fn(move |cx| {
+        if !stop.load(Ordering::Relaxed) && Pin::new(&mut shutdown).poll(cx).is_ready() {
+            tracing::info!("shutdown requested: finishing the lines already read");
+            stop.store(true, Ordering::Relaxed);
+            raw_rx.close();
+        }
+        raw_rx.poll_recv(cx)
+    });
+    let mut prepared = raw_batches
+        .map(|raw| {
+            let decoder = Arc::clone(&decoder);
+            let preparer = Arc::clone(&preparer);
+            tokio::task::spawn_blocking(move || batch::prepare(&preparer, &decoder, raw, None))
+        })
+        .buffered(config.threads.get());
+    while let Some(batch) = prepared.next().await {
+        let batch = batch.map_err(|e| Error::Internal(format!("a preparing task failed: {e}")))?;
+        if prepared_tx.send(batch).await.is_err() {
+            break; // The engine stopped (fatal invalid line or closed output).
+        }
+    }
+    drop(prepared_tx);
+    // Dropping the stream drops the raw receiver: a reader blocked on a full
+    // queue wakes up and ends.
+    drop(prepared);
+    stop_reading.store(true, Ordering::Relaxed);
+
+    let decided = engine
+        .await
+        .map_err(|e| Error::Internal(format!("the engine task failed: {e}")));
+    // Join the writer before reporting any engine error, so every line
+    // decided before it is written out.
+    let written = writer
+        .join()
+        .map_err(|_| Error::Internal("the writer thread panicked".into()));
+    let (deduper, mut summary) = decided??;
+    written??;
+    // The reader may be blocked on an idle input after a shutdown: it is not
+    // joined then, and ends with the process.
+    if reader.is_finished() {
+        reader
+            .join()
+            .map_err(|_| Error::Internal("the reader thread panicked".into()))??;
+    }
+    summary.evicted = deduper.index().evictions();
+    summary.elapsed = started.elapsed();
+    Ok(Finished { summary, deduper })
+}
+
+/// The reader thread: lines into batches, until the input ends, the reading
+/// side is told to stop, or nobody takes batches any more.
+fn read_batches<R: BufRead>(
+    input: R,
+    max_line_bytes: usize,
+    batch_lines: usize,
+    stop: &AtomicBool,
+    batches: &mpsc::Sender<RawBatch>,
+) -> Result<(), Error> {
+    let mut reader = LineReader::new(input, max_line_bytes);
+    let mut batch = RawBatch::default();
+    let mut line = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        line.clear();
+        match reader.next_line(&mut line).map_err(Error::Read)? {
+            None => break,
+            Some(Line::TooLong) => batch.lines.push(RawLine::TooLong {
+                number: reader.line_number(),
+                max: max_line_bytes,
+            }),
+            Some(Line::Content) if is_blank(&line) => {}
+            Some(Line::Content) => batch.push_line(reader.line_number(), &line),
+        }
+        if batch.len() >= batch_lines || batch.bytes.len() >= max_line_bytes {
+            if batches.blocking_send(std::mem::take(&mut batch)).is_err() {
+                return Ok(());
+            }
+        }
+    }
+    if !batch.is_empty() {
+        let _ = batches.blocking_send(batch);
+    }
+    Ok(())
+}
+
+/// The engine's owner: verdicts in input order, tagged lines out.
+fn decide_batches(
+    mut deduper: Deduper,
+    mut batches: mpsc::Receiver<PreparedBatch>,
+    output: mpsc::Sender<Vec<u8>>,
+    emit: Emit,
+    on_invalid: OnInvalid,
+) -> Result<(Deduper, Summary), Error> {
+    let mut summary = Summary::default();
+    while let Some(batch) = batches.blocking_recv() {
+        let mut out = Vec::with_capacity(batch.raw.bytes.len() + batch.items.len() * 64);
+        for item in &batch.items {
+            match item {
+                Item::Invalid(invalid) => {
+                    summary.invalid += 1;
+                    if on_invalid == OnInvalid::Fail {
+                        let _ = output.blocking_send(out);
+                        return Err(Error::Invalid(invalid.clone()));
+                    }
+                    tracing::warn!("{invalid}: skipped");
+                }
+                Item::Message(message) => {
+                    let verdict = batch::decide(&mut deduper, &batch, message);
+                    summary.messages += 1;
+                    if verdict.is_duplicate() {
+                        summary.duplicates += 1;
+                    } else {
+                        summary.new += 1;
+                    }
+                    if emit.wants(&verdict) {
+                        batch::write_message(&mut out, &batch, message, &verdict);
+                    }
+                }
+            }
+        }
+        if !out.is_empty() && output.blocking_send(out).is_err() {
+            break; // The output is closed: stop quietly.
+        }
+    }
+    Ok((deduper, summary))
+}
+
+/// The writer thread: owns the output, flushes when idle, treats a closed
+/// pipe as a quiet end.
+fn write_batches<W: Write>(output: W, mut chunks: mpsc::Receiver<Vec<u8>>) -> Result<(), Error> {
+    let mut output = io::BufWriter::with_capacity(1 << 16, output);
+    let result = (|| {
+        while let Some(chunk) = chunks.blocking_recv() {
+            output.write_all(&chunk)?;
+            if chunks.is_empty() {
+                output.flush()?;
+            }
+        }
+        output.flush()
+    })();
+    match result {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+            tracing::debug!("output closed: stopping");
+            Ok(())
+        }
+        other => other.map_err(Error::Write),
+    }
+}

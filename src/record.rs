@@ -1,0 +1,691 @@
+//! The wire format: one JSON object per line in, the same bytes plus a tag
+//! out.
+//!
+//! # Decoding
+//!
+//! A line is parsed once, by a visitor that walks only the paths it was asked
+//! for (the id, the text, URL entities, retweet originals) and skips every
+//! other value without building it. What it finds are borrowed slices of the
+//! line ([`RawValue`]s), so a several-kilobyte v1.1 tweet costs no allocation
+//! beyond the text's unescaping.
+//!
+//! Default discovery (no `--id-field` / `--text-field`):
+//! - id: the first present of `id_str`, `id`, `data.id`;
+//! - text: the first present of `extended_tweet.full_text`, `full_text`,
+//!   `text`, `data.text`;
+//! - a native retweet (v1.1 `retweeted_status`, or a v2 `referenced_tweets`
+//!   element of type `retweeted` that carries its `text`) is compared by the
+//!   full text of the tweet it retweets;
+//! - `entities.urls[]` (and the same under `extended_tweet`,
+//!   `retweeted_status`, and `data`) give each short URL's `expanded_url`.
+//!
+//! # Encoding
+//!
+//! The tag is spliced in before the object's closing brace:
+//!
+//! ```text
+//! {"id_str":"1","text":"hello"}
+//! {"id_str":"1","text":"hello","dedup":{"status":"new"}}
+//! {"id_str":"2","text":"hello!","dedup":{"status":"duplicate","duplicate_of":"1","similarity":1}}
+//! ```
+//!
+//! Every other byte of the line is written back unchanged, the id is copied as
+//! the JSON text it was (a number is never read into a float), and the line
+//! ends in `\n` whatever it ended in.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+use crate::error::{ConfigError, InvalidReason};
+
+/// A dotted field path such as `data.text`; `[]` after a name means "every
+/// element of this array".
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldPath {
+    text: String,
+    steps: Vec<Step>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Step {
+    Field(String),
+    Each,
+}
+
+impl FieldPath {
+    /// Parses a dotted path (`title`, `data.text`, `entities.urls[].url`).
+    pub fn parse(text: &str) -> Result<FieldPath, ConfigError> {
+        let bad = || ConfigError::FieldPath(text.to_string());
+        let mut steps = Vec::new();
+        for part in text.split('.') {
+            let (name, each) = match part.strip_suffix("[]") {
+                Some(name) => (name, true),
+                None => (part, false),
+            };
+            if name.is_empty() {
+                return Err(bad());
+            }
+            steps.push(Step::Field(name.to_string()));
+            if each {
+                steps.push(Step::Each);
+            }
+        }
+        Ok(FieldPath {
+            text: text.to_string(),
+            steps,
+        })
+    }
+
+    /// The path as the user wrote it.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+}
+
+impl fmt::Display for FieldPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// Which fields hold the id and the text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldSpec {
+    /// Candidate id paths, the first present wins.
+    pub id: Vec<FieldPath>,
+    /// Text paths. With discovery the first present wins; otherwise every
+    /// present one is used, joined by a space.
+    pub text: Vec<FieldPath>,
+    /// Whether `text` lists alternatives to discover (and retweets are
+    /// followed) or the user's fields to join.
+    pub discover_text: bool,
+}
+
+const DEFAULT_ID_PATHS: [&str; 3] = ["id_str", "id", "data.id"];
+const DEFAULT_TEXT_PATHS: [&str; 4] =
+    ["extended_tweet.full_text", "full_text", "text", "data.text"];
+const RETWEET_TEXT_PATHS: [&str; 3] = [
+    "retweeted_status.extended_tweet.full_text",
+    "retweeted_status.full_text",
+    "retweeted_status.text",
+];
+const URL_PARENTS: [&str; 5] = [
+    "entities.urls[]",
+    "extended_tweet.entities.urls[]",
+    "retweeted_status.entities.urls[]",
+    "retweeted_status.extended_tweet.entities.urls[]",
+    "data.entities.urls[]",
+];
+const REFERENCED: &str = "referenced_tweets[]";
+
+impl Default for FieldSpec {
+    fn default() -> Self {
+        FieldSpec::new(None, Vec::new()).expect("default paths are valid")
+    }
+}
+
+impl FieldSpec {
+    /// Builds a spec from the user's overrides: `id` replaces the id
+    /// discovery, a non-empty `text` replaces the text discovery (and turns
+    /// off retweet following).
+    pub fn new(id: Option<&str>, text: Vec<String>) -> Result<FieldSpec, ConfigError> {
+        let id = match id {
+            Some(path) => vec![FieldPath::parse(path)?],
+            None => DEFAULT_ID_PATHS
+                .iter()
+                .map(|p| FieldPath::parse(p))
+                .collect::<Result<_, _>>()?,
+        };
+        let discover_text = text.is_empty();
+        let text = if discover_text {
+            DEFAULT_TEXT_PATHS
+                .iter()
+                .map(|p| FieldPath::parse(p))
+                .collect::<Result<_, _>>()?
+        } else {
+            text.iter()
+                .map(|p| FieldPath::parse(p))
+                .collect::<Result<_, _>>()?
+        };
+        Ok(FieldSpec {
+            id,
+            text,
+            discover_text,
+        })
+    }
+
+    fn looked_for(paths: &[FieldPath]) -> String {
+        paths
+            .iter()
+            .map(FieldPath::as_str)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// A message id, kept as the JSON text it had in the input. Tweet ids (a
+/// string of digits or a plain integer) are stored in eight bytes; anything
+/// else keeps its text.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum MessageId {
+    /// A JSON string holding a canonical decimal `u64` (`"1234"`).
+    DigitString(u64),
+    /// A JSON number that is a canonical non-negative integer (`1234`).
+    Integer(u64),
+    /// Any other string or integer, as its raw JSON text (quotes and escapes
+    /// included).
+    Raw(Box<str>),
+}
+
+impl MessageId {
+    /// Reads an id from its raw JSON text. Strings and integers are ids;
+    /// anything else is not.
+    pub fn from_json(raw: &str) -> Option<MessageId> {
+        let bytes = raw.as_bytes();
+        match bytes.first()? {
+            b'"' => {
+                let inner = &raw[1..raw.len() - 1];
+                match canonical_u64(inner) {
+                    Some(n) => Some(MessageId::DigitString(n)),
+                    None => Some(MessageId::Raw(raw.into())),
+                }
+            }
+            b'-' | b'0'..=b'9' => {
+                if raw.bytes().any(|b| matches!(b, b'.' | b'e' | b'E')) {
+                    return None;
+                }
+                match canonical_u64(raw) {
+                    Some(n) => Some(MessageId::Integer(n)),
+                    None => Some(MessageId::Raw(raw.into())),
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// Appends the id as the JSON text it had in the input.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        let mut digits = itoa::Buffer::new();
+        match self {
+            MessageId::DigitString(n) => {
+                out.push(b'"');
+                out.extend_from_slice(digits.format(*n).as_bytes());
+                out.push(b'"');
+            }
+            MessageId::Integer(n) => out.extend_from_slice(digits.format(*n).as_bytes()),
+            MessageId::Raw(raw) => out.extend_from_slice(raw.as_bytes()),
+        }
+    }
+
+    /// The id as JSON text.
+    pub fn to_json(&self) -> String {
+        let mut out = Vec::new();
+        self.write_json(&mut out);
+        String::from_utf8(out).expect("ids are JSON text")
+    }
+}
+
+impl fmt::Display for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_json())
+    }
+}
+
+/// Parses `s` as a decimal `u64` only if printing it back gives `s` again (no
+/// sign, no leading zero), so the compact form always round-trips.
+fn canonical_u64(s: &str) -> Option<u64> {
+    if s.is_empty() || (s.len() > 1 && s.starts_with('0')) || !s.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// A decoded line: what the engine needs, borrowed from the line.
+#[derive(Debug)]
+pub struct Record<'a> {
+    /// The message's id.
+    pub id: MessageId,
+    /// The text to compare (for a native retweet, the retweeted text).
+    pub text: Cow<'a, str>,
+    /// Short URL → expanded URL pairs from the record's URL entities.
+    pub urls: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+    /// Where the tag goes: the offset of the closing brace.
+    pub splice: Splice,
+}
+
+/// Where and how the tag is spliced into a line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Splice {
+    /// Offset of the object's closing `}` in the line.
+    pub at: usize,
+    /// Whether the object had members (and so the tag needs a comma).
+    pub needs_comma: bool,
+}
+
+/// A compiled [`FieldSpec`]: the tree of paths the visitor walks.
+#[derive(Debug)]
+pub struct Decoder {
+    tree: Node,
+    spec: FieldSpec,
+    ids: Vec<u16>,
+    texts: Vec<u16>,
+    retweet_texts: Vec<u16>,
+    url_pairs: Vec<(u16, u16)>,
+    referenced_type: u16,
+    referenced_text: u16,
+    referenced_url_pair: (u16, u16),
+}
+
+#[derive(Debug, Default)]
+struct Node {
+    fields: Vec<(String, Node)>,
+    each: Option<Box<Node>>,
+    captures: Vec<u16>,
+}
+
+impl Node {
+    fn insert(&mut self, steps: &[Step], capture: u16) {
+        match steps.split_first() {
+            None => self.captures.push(capture),
+            Some((Step::Each, rest)) => self
+                .each
+                .get_or_insert_with(Default::default)
+                .insert(rest, capture),
+            Some((Step::Field(name), rest)) => {
+                let child = match self.fields.iter().position(|(n, _)| n == name) {
+                    Some(i) => &mut self.fields[i].1,
+                    None => {
+                        self.fields.push((name.clone(), Node::default()));
+                        &mut self.fields.last_mut().expect("just pushed").1
+                    }
+                };
+                child.insert(rest, capture);
+            }
+        }
+    }
+
+    fn is_branch(&self) -> bool {
+        !self.fields.is_empty() || self.each.is_some()
+    }
+}
+
+/// One value found on a wanted path.
+#[derive(Clone, Copy, Debug)]
+struct Capture<'a> {
+    path: u16,
+    /// Index within the innermost array on the path (0 outside arrays).
+    element: u32,
+    raw: &'a RawValue,
+}
+
+impl Decoder {
+    /// Compiles a field spec.
+    pub fn new(spec: FieldSpec) -> Decoder {
+        let mut tree = Node::default();
+        let mut next = 0u16;
+        let mut add = |tree: &mut Node, path: &FieldPath| {
+            let id = next;
+            next += 1;
+            tree.insert(&path.steps, id);
+            id
+        };
+        let parse = |p: &str| FieldPath::parse(p).expect("built-in paths are valid");
+        let ids = spec.id.iter().map(|p| add(&mut tree, p)).collect();
+        let texts = spec.text.iter().map(|p| add(&mut tree, p)).collect();
+        let retweet_texts = if spec.discover_text {
+            RETWEET_TEXT_PATHS
+                .iter()
+                .map(|p| add(&mut tree, &parse(p)))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let url_pairs = URL_PARENTS
+            .iter()
+            .map(|parent| {
+                let short = add(&mut tree, &parse(&format!("{parent}.url")));
+                let long = add(&mut tree, &parse(&format!("{parent}.expanded_url")));
+                (short, long)
+            })
+            .collect();
+        let referenced_type = add(&mut tree, &parse(&format!("{REFERENCED}.type")));
+        let referenced_text = add(&mut tree, &parse(&format!("{REFERENCED}.text")));
+        let referenced_url_pair = (
+            add(
+                &mut tree,
+                &parse(&format!("{REFERENCED}.entities.urls[].url")),
+            ),
+            add(
+                &mut tree,
+                &parse(&format!("{REFERENCED}.entities.urls[].expanded_url")),
+            ),
+        );
+        Decoder {
+            tree,
+            spec,
+            ids,
+            texts,
+            retweet_texts,
+            url_pairs,
+            referenced_type,
+            referenced_text,
+            referenced_url_pair,
+        }
+    }
+
+    /// The spec this decoder was built from.
+    pub fn spec(&self) -> &FieldSpec {
+        &self.spec
+    }
+
+    /// Decodes one line (without its line terminator).
+    pub fn decode<'a>(&self, line: &'a [u8]) -> Result<Record<'a>, InvalidReason> {
+        let text = std::str::from_utf8(line).map_err(|e| InvalidReason::Utf8(e.valid_up_to()))?;
+        let mut captures = Vec::new();
+        let mut shape = RootShape::default();
+        let mut de = serde_json::Deserializer::from_str(text);
+        NodeSeed {
+            node: &self.tree,
+            captures: &mut captures,
+            element: 0,
+            shape: Some(&mut shape),
+        }
+        .deserialize(&mut de)
+        .and_then(|()| de.end())
+        .map_err(|e| InvalidReason::Json(e.to_string()))?;
+        if !shape.object {
+            return Err(InvalidReason::NotObject);
+        }
+        let splice = Splice {
+            at: text.trim_end().len() - 1,
+            needs_comma: shape.members > 0,
+        };
+        let found = |path: u16| captures.iter().filter(move |c| c.path == path);
+        let first_present = |paths: &[u16]| {
+            paths
+                .iter()
+                .find_map(|&p| found(p).find(|c| c.raw.get() != "null"))
+                .map(|c| (p_index(paths, c.path), c.raw))
+        };
+
+        let (id_index, id_raw) = first_present(&self.ids)
+            .ok_or_else(|| InvalidReason::NoId(FieldSpec::looked_for(&self.spec.id)))?;
+        let id = MessageId::from_json(id_raw.get())
+            .ok_or_else(|| InvalidReason::BadId(self.spec.id[id_index].to_string()))?;
+
+        let text = if self.spec.discover_text {
+            let retweeted = self.retweet_text(&captures)?;
+            match retweeted {
+                Some(text) => text,
+                None => {
+                    let (index, raw) = first_present(&self.texts).ok_or_else(|| {
+                        InvalidReason::NoText(FieldSpec::looked_for(&self.spec.text))
+                    })?;
+                    json_str(raw).ok_or_else(|| {
+                        InvalidReason::TextNotString(self.spec.text[index].to_string())
+                    })?
+                }
+            }
+        } else {
+            let mut joined: Option<Cow<'a, str>> = None;
+            for (index, &path) in self.texts.iter().enumerate() {
+                for capture in found(path).filter(|c| c.raw.get() != "null") {
+                    let part = json_str(capture.raw).ok_or_else(|| {
+                        InvalidReason::TextNotString(self.spec.text[index].to_string())
+                    })?;
+                    joined = Some(match joined {
+                        None => part,
+                        Some(so_far) => Cow::Owned(format!("{so_far} {part}")),
+                    });
+                }
+            }
+            joined.ok_or_else(|| InvalidReason::NoText(FieldSpec::looked_for(&self.spec.text)))?
+        };
+
+        let mut urls = Vec::new();
+        for &(short, long) in self
+            .url_pairs
+            .iter()
+            .chain(std::iter::once(&self.referenced_url_pair))
+        {
+            for s in found(short) {
+                let l = found(long).find(|l| l.element == s.element);
+                if let (Some(s), Some(l)) = (json_str(s.raw), l.and_then(|l| json_str(l.raw))) {
+                    urls.push((s, l));
+                }
+            }
+        }
+        Ok(Record {
+            id,
+            text,
+            urls,
+            splice,
+        })
+    }
+
+    /// The retweeted tweet's text, when this record is a native retweet that
+    /// carries it.
+    fn retweet_text<'a>(
+        &self,
+        captures: &[Capture<'a>],
+    ) -> Result<Option<Cow<'a, str>>, InvalidReason> {
+        for &path in &self.retweet_texts {
+            if let Some(c) = captures.iter().find(|c| c.path == path) {
+                if let Some(text) = json_str(c.raw) {
+                    return Ok(Some(text));
+                }
+            }
+        }
+        for kind in captures.iter().filter(|c| c.path == self.referenced_type) {
+            if kind.raw.get() == "\"retweeted\"" {
+                let text = captures
+                    .iter()
+                    .find(|c| c.path == self.referenced_text && c.element == kind.element)
+                    .and_then(|c| json_str(c.raw));
+                if text.is_some() {
+                    return Ok(text);
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+fn p_index(paths: &[u16], path: u16) -> usize {
+    paths.iter().position(|&p| p == path).unwrap_or(0)
+}
+
+/// A JSON string literal's contents, borrowed when it has no escapes.
+fn json_str(raw: &RawValue) -> Option<Cow<'_, str>> {
+    #[derive(Deserialize)]
+    struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+    if !raw.get().starts_with('"') {
+        return None;
+    }
+    serde_json::from_str::<Text<'_>>(raw.get())
+        .ok()
+        .map(|t| t.0)
+}
+
+/// Writes `line` with the tag spliced in, then `\n`.
+pub fn write_tagged(
+    out: &mut Vec<u8>,
+    line: &[u8],
+    splice: Splice,
+    tag: impl FnOnce(&mut Vec<u8>),
+) {
+    out.extend_from_slice(&line[..splice.at]);
+    if splice.needs_comma {
+        out.push(b',');
+    }
+    out.extend_from_slice(b"\"dedup\":");
+    tag(out);
+    out.extend_from_slice(&line[splice.at..]);
+    out.push(b'\n');
+}
+
+#[derive(Default)]
+struct RootShape {
+    object: bool,
+    members: usize,
+}
+
+/// Matches an object key against a node's wanted fields without allocating.
+struct FieldMatch<'n>(&'n Node);
+
+impl<'de, 'n> DeserializeSeed<'de> for FieldMatch<'n> {
+    type Value = Option<usize>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Option<usize>, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de, 'n> Visitor<'de> for FieldMatch<'n> {
+    type Value = Option<usize>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object key")
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<Option<usize>, E> {
+        Ok(self.0.fields.iter().position(|(name, _)| name == key))
+    }
+}
+
+/// Walks one wanted value: captures it if a path ends here, descends if paths
+/// go on.
+struct NodeSeed<'n, 'c, 'a> {
+    node: &'n Node,
+    captures: &'c mut Vec<Capture<'a>>,
+    element: u32,
+    /// Set at the top level only, where the shape of the object matters.
+    shape: Option<&'c mut RootShape>,
+}
+
+impl<'de, 'n, 'c> DeserializeSeed<'de> for NodeSeed<'n, 'c, 'de> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        if self.node.captures.is_empty() || self.shape.is_some() {
+            return deserializer.deserialize_any(self);
+        }
+        let raw = <&'de RawValue>::deserialize(deserializer)?;
+        for &path in &self.node.captures {
+            self.captures.push(Capture {
+                path,
+                element: self.element,
+                raw,
+            });
+        }
+        if self.node.is_branch() {
+            // A path ends here and others go on (say `data` and `data.id`):
+            // walk the captured text again, a rare case not worth a second
+            // code path.
+            let mut de = serde_json::Deserializer::from_str(raw.get());
+            let seed = BranchSeed {
+                node: self.node,
+                captures: self.captures,
+                element: self.element,
+            };
+            seed.deserialize(&mut de).map_err(de::Error::custom)?;
+        }
+        Ok(())
+    }
+}
+
+/// Descends into a value whose own capture was already taken.
+struct BranchSeed<'n, 'c, 'a> {
+    node: &'n Node,
+    captures: &'c mut Vec<Capture<'a>>,
+    element: u32,
+}
+
+impl<'de, 'n, 'c> DeserializeSeed<'de> for BranchSeed<'n, 'c, 'de> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(NodeSeed {
+            node: self.node,
+            captures: self.captures,
+            element: self.element,
+            shape: None,
+        })
+    }
+}
+
+impl<'de, 'n, 'c> Visitor<'de> for NodeSeed<'n, 'c, 'de> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<M: MapAccess<'de>>(mut self, mut map: M) -> Result<(), M::Error> {
+        if let Some(shape) = self.shape.as_deref_mut() {
+            shape.object = true;
+        }
+        while let Some(field) = map.next_key_seed(FieldMatch(self.node))? {
+            if let Some(shape) = self.shape.as_deref_mut() {
+                shape.members += 1;
+            }
+            match field {
+                Some(i) => map.next_value_seed(NodeSeed {
+                    node: &self.node.fields[i].1,
+                    captures: &mut *self.captures,
+                    element: self.element,
+                    shape: None,
+                })?,
+                None => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> Result<(), S::Error> {
+        match self.node.each.as_deref() {
+            Some(each) => {
+                let mut element = 0u32;
+                while seq
+                    .next_element_seed(NodeSeed {
+                        node: each,
+                        captures: &mut *self.captures,
+                        element,
+                        shape: None,
+                    })?
+                    .is_some()
+                {
+                    element = element.saturating_add(1);
+                }
+            }
+            None => while seq.next_element::<IgnoredAny>()?.is_some() {},
+        }
+        Ok(())
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+}

@@ -242,10 +242,9 @@ fn read_batches<R: BufRead>(
             Some(Line::Content) if is_blank(&line) => {}
             Some(Line::Content) => batch.push_line(reader.line_number(), &line),
         }
-        if batch.len() >= batch_lines || batch.bytes.len() >= max_line_bytes {
-            if batches.blocking_send(std::mem::take(&mut batch)).is_err() {
-                return Ok(());
-            }
+        let full = batch.len() >= batch_lines || batch.bytes.len() >= max_line_bytes;
+        if full && batches.blocking_send(std::mem::take(&mut batch)).is_err() {
+            return Ok(());
         }
     }
     if !batch.is_empty() {

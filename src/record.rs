@@ -475,10 +475,12 @@ impl Decoder {
         captures: &[Capture<'a>],
     ) -> Result<Option<Cow<'a, str>>, InvalidReason> {
         for &path in &self.retweet_texts {
-            if let Some(c) = captures.iter().find(|c| c.path == path) {
-                if let Some(text) = json_str(c.raw) {
-                    return Ok(Some(text));
-                }
+            if let Some(text) = captures
+                .iter()
+                .find(|c| c.path == path)
+                .and_then(|c| json_str(c.raw))
+            {
+                return Ok(Some(text));
             }
         }
         for kind in captures.iter().filter(|c| c.path == self.referenced_type) {

@@ -1,0 +1,264 @@
+//! The command line's behaviour: options, errors, exit statuses, hostile
+//! input. Every test runs the real binary.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+
+use common::{bin, run, stdout_lines, verdicts};
+
+fn tweet(id: &str, text: &str) -> String {
+    format!(
+        "{{\"id_str\":\"{id}\",\"text\":{}}}\n",
+        serde_json::to_string(text).unwrap()
+    )
+}
+
+const STORY: &str = "Flooding has closed the coastal highway north of the city tonight, police say";
+
+#[test]
+fn tags_new_and_duplicates_in_input_order() {
+    let input = [
+        tweet("1", STORY),
+        tweet(
+            "2",
+            "Completely unrelated: the bakery on 5th street reopens on Monday",
+        ),
+        tweet("3", &format!("RT @police: {STORY}")),
+    ]
+    .concat();
+    let output = run(&["--quiet"], input.as_bytes());
+    assert!(output.status.success());
+    let v = verdicts(&output);
+    assert_eq!(v[0], serde_json::json!({"status": "new"}));
+    assert_eq!(v[1], serde_json::json!({"status": "new"}));
+    assert_eq!(
+        v[2],
+        serde_json::json!({"status": "duplicate", "duplicate_of": "1", "similarity": 1})
+    );
+    assert!(
+        output.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn numeric_ids_keep_every_digit() {
+    // 2^63 + 1 and its neighbours: all the same f64.
+    let input = "{\"id\":9223372036854775809,\"text\":\"the same words over and over again\"}\n\
+                 {\"id\":9223372036854775808,\"text\":\"the same words over and over again\"}\n";
+    let output = run(&["--quiet"], input.as_bytes());
+    let lines = stdout_lines(&output);
+    assert!(
+        lines[1].contains("\"duplicate_of\":9223372036854775809,"),
+        "{}",
+        lines[1]
+    );
+}
+
+#[test]
+fn summary_goes_to_stderr_unless_quiet() {
+    let input = tweet("1", STORY);
+    let output = run(&[], input.as_bytes());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("1 messages: 1 new, 0 duplicates, 0 invalid lines, 0 evicted"),
+        "{stderr}"
+    );
+    let quiet = run(&["--quiet"], input.as_bytes());
+    assert!(quiet.stderr.is_empty());
+}
+
+#[test]
+fn invalid_lines_are_reported_by_number_and_skipped() {
+    let input = format!(
+        "{}not json\n[1,2]\n{{\"id_str\":\"9\"}}\n\n{}",
+        tweet("1", STORY),
+        tweet("2", STORY)
+    );
+    let output = run(&[], input.as_bytes());
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("line 2: not valid JSON"), "{stderr}");
+    assert!(stderr.contains("line 3: not a JSON object"), "{stderr}");
+    assert!(stderr.contains("line 4: no text field"), "{stderr}");
+    assert!(stderr.contains("3 invalid lines"), "{stderr}");
+    assert_eq!(stdout_lines(&output).len(), 2);
+}
+
+#[test]
+fn on_invalid_fail_stops_with_status_65_after_writing_what_came_before() {
+    let input = format!("{}oops\n{}", tweet("1", STORY), tweet("2", STORY));
+    let output = run(&["--on-invalid", "fail"], input.as_bytes());
+    assert_eq!(output.status.code(), Some(65));
+    assert_eq!(stdout_lines(&output).len(), 1);
+    assert!(String::from_utf8_lossy(&output.stderr).contains("line 2: not valid JSON"));
+}
+
+#[test]
+fn bad_usage_exits_2() {
+    for args in [
+        &["--threshold", "1.5"][..],
+        &["--shingle", "bytes:3"],
+        &["--measure", "cosine"],
+        &["--capacity", "0"],
+        &["--no-such-option"],
+        &["--text-field", "a..b"],
+    ] {
+        let output = run(args, b"");
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+#[test]
+fn emit_filters_what_is_written() {
+    let input = [
+        tweet("1", STORY),
+        tweet("2", STORY),
+        tweet("3", "something else entirely, see"),
+    ]
+    .concat();
+    let new = run(&["--quiet", "--emit", "new"], input.as_bytes());
+    let dups = run(&["--quiet", "--emit", "duplicates"], input.as_bytes());
+    assert_eq!(stdout_lines(&new).len(), 2);
+    assert_eq!(stdout_lines(&dups).len(), 1);
+    assert!(stdout_lines(&dups)[0].starts_with("{\"id_str\":\"2\""));
+}
+
+#[test]
+fn capacity_one_compares_with_the_message_before() {
+    let input = [
+        tweet("1", STORY),
+        tweet("2", "an entirely different message here"),
+        tweet("3", STORY),
+    ]
+    .concat();
+    let output = run(&["--capacity", "1"], input.as_bytes());
+    let v = verdicts(&output);
+    assert_eq!(v[2]["status"], "new", "1 was evicted by 2");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("2 evicted"));
+}
+
+#[test]
+fn field_options_pick_the_id_and_join_texts() {
+    let input = "{\"guid\":\"a\",\"title\":\"Harbour bridge to close\",\"summary\":\"The harbour bridge closes for repairs all of next week\"}\n\
+                 {\"guid\":\"b\",\"title\":\"Harbour bridge to close\",\"summary\":\"The harbour bridge closes for repairs all of next week.\"}\n";
+    let output = run(
+        &[
+            "--quiet",
+            "--id-field",
+            "guid",
+            "--text-field",
+            "title",
+            "--text-field",
+            "summary",
+        ],
+        input.as_bytes(),
+    );
+    let v = verdicts(&output);
+    assert_eq!(v[1]["duplicate_of"], "a");
+}
+
+#[test]
+fn native_retweets_compare_the_retweeted_text() {
+    let input = concat!(
+        r#"{"id_str":"1","full_text":"A long original tweet about the launch of the new rover mission to Mars, with every detail"}"#,
+        "\n",
+        r#"{"id_str":"2","full_text":"RT @nasa: A long original tweet about the launch of…","retweeted_status":{"id_str":"1","full_text":"A long original tweet about the launch of the new rover mission to Mars, with every detail"}}"#,
+        "\n",
+        r#"{"id":"3","text":"RT @nasa: A long original tweet about the…","referenced_tweets":[{"type":"retweeted","id":"1","text":"A long original tweet about the launch of the new rover mission to Mars, with every detail"}]}"#,
+        "\n"
+    );
+    let v = verdicts(&run(&["--quiet"], input.as_bytes()));
+    assert_eq!(v[1]["duplicate_of"], "1");
+    assert_eq!(v[1]["similarity"], 1);
+    assert_eq!(v[2]["duplicate_of"], "1");
+}
+
+#[test]
+fn a_huge_line_is_skipped_without_being_read_whole() {
+    let mut input = tweet("1", STORY).into_bytes();
+    input.extend_from_slice(b"{\"id_str\":\"2\",\"text\":\"");
+    input.extend(std::iter::repeat_n(b'x', 8 << 20));
+    input.extend_from_slice(b"\"}\n");
+    input.extend_from_slice(tweet("3", STORY).as_bytes());
+    let output = run(&["--max-line-bytes", "4096"], &input);
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("line 2: line is longer than the limit of 4096 bytes"),
+        "{stderr}"
+    );
+    assert_eq!(verdicts(&output)[1]["duplicate_of"], "1");
+}
+
+#[test]
+fn invalid_utf8_and_deep_nesting_do_not_crash() {
+    let mut input = b"{\"id_str\":\"1\",\"text\":\"caf\xe9\"}\n".to_vec();
+    input.extend_from_slice(b"{\"id_str\":\"2\",\"text\":\"deep\",\"x\":");
+    input.extend(std::iter::repeat_n(b'[', 100_000));
+    input.extend(std::iter::repeat_n(b']', 100_000));
+    input.extend_from_slice(b"}\n{\"id_str\":\"3\",\"text\":");
+    input.extend(std::iter::repeat_n(b'[', 100_000));
+    input.extend_from_slice(b"\n");
+    let output = run(&[], &input);
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("line 1: invalid UTF-8 at byte 25"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("line 3: not valid JSON"), "{stderr}");
+    assert_eq!(stdout_lines(&output).len(), 1);
+}
+
+#[test]
+fn a_closed_output_pipe_ends_the_run_quietly() {
+    let mut child = Command::new(bin())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 1];
+    let mut stdin = child.stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        for i in 0..200_000 {
+            if stdin
+                .write_all(
+                    tweet(&i.to_string(), &format!("message number {i} says hello")).as_bytes(),
+                )
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    stdout.read_exact(&mut first).unwrap();
+    drop(stdout);
+    let status = child.wait().unwrap();
+    feeder.join().unwrap();
+    assert_eq!(status.code(), Some(0));
+}
+
+#[test]
+fn compare_explains_a_verdict() {
+    let output = Command::new(bin())
+        .args(["compare", STORY, &format!("RT @police: {STORY}…")])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.starts_with("similarity: "), "{text}");
+    assert!(text.contains(": duplicate"), "{text}");
+    assert!(text.contains("shared ("), "{text}");
+    assert!(text.contains("\"coastal highway\""), "{text}");
+}

@@ -1,0 +1,61 @@
+//! Helpers shared by the integration tests: run the real binary.
+
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+/// The binary under test.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_dedup-stream")
+}
+
+/// A path under `fixtures/`.
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name)
+}
+
+/// Runs the binary with `args`, feeding `input` on stdin.
+pub fn run(args: &[&str], input: &[u8]) -> Output {
+    let mut child = Command::new(bin())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    let input = input.to_vec();
+    let feeder = std::thread::spawn(move || {
+        // The binary may stop reading early (--on-invalid fail): ignore a
+        // closed pipe.
+        let _ = stdin.write_all(&input);
+    });
+    let output = child.wait_with_output().expect("the binary runs");
+    feeder.join().expect("feeder thread");
+    output
+}
+
+/// Stdout as lines of text.
+pub fn stdout_lines(output: &Output) -> Vec<String> {
+    String::from_utf8(output.stdout.clone())
+        .expect("output is UTF-8")
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The `dedup` member of each output line.
+pub fn verdicts(output: &Output) -> Vec<serde_json::Value> {
+    stdout_lines(output)
+        .iter()
+        .map(|line| {
+            let value: serde_json::Value =
+                serde_json::from_str(line).expect("output lines are JSON");
+            value["dedup"].clone()
+        })
+        .collect()
+}

@@ -61,6 +61,10 @@ pub enum InvalidReason {
     /// The id field is neither a string nor an integer.
     #[error("id field {0} is not a string or an integer")]
     BadId(String),
+    /// A top-level `dedup_op` member (server only) is not `"check"` or
+    /// `"query"`.
+    #[error("dedup_op must be \"check\" or \"query\", got {0}")]
+    BadOp(String),
 }
 
 /// An invalid input line: where, and why.
@@ -90,6 +94,18 @@ pub enum Error {
     /// A configuration value is out of range.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// A state file could not be loaded or saved.
+    #[error(transparent)]
+    Snapshot(#[from] crate::snapshot::SnapshotError),
+    /// A server address could not be bound.
+    #[error("cannot listen on {address}: {source}")]
+    Listen {
+        /// The address as given.
+        address: String,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
     /// A worker thread died (a bug: please report it).
     #[error("internal error: {0}")]
     Internal(String),

@@ -31,6 +31,13 @@
 //!   bounded channels; the only module that knows about tasks.
 //! - [`config`], [`error`], [`stats`]: settings with their defaults, typed
 //!   errors, counters.
+//! - [`server`]: the sidecar (`dedup-stream serve`): one shared engine behind
+//!   TCP and Unix sockets, the `dedup_op` query form, limits, an admin HTTP
+//!   endpoint with Prometheus metrics, graceful shutdown.
+//! - [`snapshot`]: versioned, checksummed, atomically written state files,
+//!   so an index survives restarts.
+//! - [`stream`]: the engine as an async `Stream` adapter, for Rust
+//!   consumers that embed it.
 //!
 //! The binary (`src/main.rs`) parses the command line, sets up logging and
 //! signals, and calls into this library.
@@ -44,7 +51,10 @@ pub mod error;
 pub mod lines;
 pub mod pipeline;
 pub mod record;
+pub mod server;
+pub mod snapshot;
 pub mod stats;
+pub mod stream;
 
 pub use config::{EngineConfig, Measure, Shingling};
 pub use engine::{Deduper, Match, Preparer, Sketch, SketchBuf, Verdict};

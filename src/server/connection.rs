@@ -1,0 +1,424 @@
+//! One client connection: lines in, one reply line per line out, in order.
+//!
+//! ```text
+//!  socket ─read─▶ LineBuffer ─batch─▶ prepare ─▶ [engine queue] ─▶ owner
+//!    ▲                                  (reserve a reply slot first)   │
+//!    └──────────── writer ◀── [reply queue: bounded, per connection] ◀─┘
+//! ```
+//!
+//! The reader and the writer are two halves of one task. The reader takes
+//! every complete line already received, up to a batch, prepares the batch
+//! (inline when it is small, on the blocking pool otherwise) and sends it to
+//! the engine's owner together with a slot it reserved on the connection's
+//! reply queue. When the client does not read its replies, the writer stops,
+//! the queue fills, reserving waits, and the reader stops reading: the
+//! client's own socket buffers fill and it is slowed down, while nothing
+//! grows in the server and no other connection notices.
+//!
+//! A connection ends when the client closes its side (everything sent is
+//! still answered), when it has been idle for the idle timeout (nothing
+//! received and no reply pending, or a reply that could not be written for
+//! that long), when the client goes away, or at shutdown: then it stops
+//! reading at a line boundary, answers every complete line already
+//! received, flushes and closes.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use futures::Future;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::sync::mpsc;
+
+use crate::batch::{self, RawBatch, RawLine};
+use crate::lines::is_blank;
+
+use super::owner::{Job, Request};
+use super::{Context, Shutdown, op};
+
+/// Bytes asked of the socket per read.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Batches up to this many bytes are prepared on the connection's task; a
+/// larger one goes to the blocking pool so it cannot hold up the reactor.
+const INLINE_PREPARE_BYTES: usize = 8 * 1024;
+
+/// Serves one connection until it ends (see the module documentation).
+pub(crate) async fn run<R, W>(reader: R, writer: W, ctx: Arc<Context>, shutdown: Shutdown)
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send,
+{
+    let (reply_tx, reply_rx) = mpsc::channel(ctx.config.reply_queue.max(1));
+    let read = read_requests(reader, reply_tx, &ctx, shutdown);
+    let write = write_replies(writer, reply_rx, ctx.config.idle_timeout);
+    let (read_end, write_end) = tokio::join!(read, write);
+    if read_end == End::TimedOut || write_end == End::TimedOut {
+        ctx.metrics
+            .connections_timed_out
+            .fetch_add(1, Ordering::Relaxed);
+    }
+    tracing::debug!(?read_end, ?write_end, "connection closed");
+}
+
+/// Why one half of a connection ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum End {
+    /// The client closed its side, or shutdown: everything was answered.
+    Done,
+    /// Idle for the idle timeout, or replies not read for that long.
+    TimedOut,
+    /// The client went away, or the server is stopping hard.
+    Gone,
+}
+
+/// Runs `f` under the idle timeout, if there is one. `None`: timed out.
+async fn within<F: Future>(limit: Option<Duration>, f: F) -> Option<F::Output> {
+    match limit {
+        Some(limit) => tokio::time::timeout(limit, f).await.ok(),
+        None => Some(f.await),
+    }
+}
+
+/// The reading half: lines into batches into the engine.
+async fn read_requests<R: AsyncRead + Unpin>(
+    mut reader: R,
+    replies: mpsc::Sender<Vec<u8>>,
+    ctx: &Context,
+    mut shutdown: Shutdown,
+) -> End {
+    let config = &ctx.config;
+    let mut lines = LineBuffer::new(config.max_line_bytes);
+    let mut eof = false;
+    loop {
+        let mut raw = RawBatch::default();
+        let full = lines.take_lines(&mut raw, config.batch_lines.max(1), config.batch_bytes);
+        if eof && !full {
+            lines.finish(&mut raw);
+        }
+        if !raw.is_empty() {
+            if submit(raw, Instant::now(), &replies, ctx).await.is_err() {
+                return End::Gone;
+            }
+            continue;
+        }
+        if eof {
+            return End::Done;
+        }
+        if shutdown.is_shutdown() {
+            // Every complete line received was answered; a partial one is
+            // dropped.
+            return End::Done;
+        }
+        lines.reserve();
+        let read = tokio::select! {
+            biased;
+            () = shutdown.recv() => continue,
+            () = replies.closed() => return End::Gone,
+            read = within(config.idle_timeout, reader.read_buf(&mut lines.buf)) => read,
+        };
+        match read {
+            None if replies.capacity() == replies.max_capacity() => {
+                tracing::debug!("idle timeout: closing the connection");
+                return End::TimedOut;
+            }
+            // Replies are still on their way: not idle.
+            None => {}
+            Some(Ok(0)) => eof = true,
+            Some(Ok(_)) => {}
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "reading from the client failed");
+                return End::Gone;
+            }
+        }
+    }
+}
+
+/// Prepares a batch and hands it to the engine's owner, with a reply slot
+/// reserved first (this is where a client that does not read is held up).
+async fn submit(
+    raw: RawBatch,
+    received: Instant,
+    replies: &mpsc::Sender<Vec<u8>>,
+    ctx: &Context,
+) -> Result<(), ()> {
+    let reply = replies.clone().reserve_owned().await.map_err(|_| ())?;
+    let batch = if raw.bytes.len() <= INLINE_PREPARE_BYTES {
+        prepare(&ctx.preparer, &ctx.decoder, raw)
+    } else {
+        let (preparer, decoder) = (Arc::clone(&ctx.preparer), Arc::clone(&ctx.decoder));
+        match tokio::task::spawn_blocking(move || prepare(&preparer, &decoder, raw)).await {
+            Ok(batch) => batch,
+            Err(e) => {
+                tracing::error!(error = %e, "preparing a batch failed");
+                return Err(());
+            }
+        }
+    };
+    ctx.engine
+        .send(Request::Batch(Job {
+            batch,
+            reply,
+            received,
+        }))
+        .await
+        .map_err(|_| ())
+}
+
+fn prepare(
+    preparer: &crate::engine::Preparer,
+    decoder: &crate::record::Decoder,
+    raw: RawBatch,
+) -> batch::PreparedBatch {
+    let mut batch = batch::prepare(preparer, decoder, raw, None);
+    op::apply(&mut batch);
+    batch
+}
+
+/// The writing half: replies out, flushed whenever none is waiting.
+async fn write_replies<W: AsyncWrite + Unpin>(
+    writer: W,
+    mut replies: mpsc::Receiver<Vec<u8>>,
+    idle_timeout: Option<Duration>,
+) -> End {
+    let mut out = BufWriter::with_capacity(READ_CHUNK, writer);
+    let result: Option<io::Result<()>> = async {
+        while let Some(chunk) = replies.recv().await {
+            if let Err(e) = within(idle_timeout, out.write_all(&chunk)).await? {
+                return Some(Err(e));
+            }
+            if replies.is_empty()
+                && let Err(e) = within(idle_timeout, out.flush()).await?
+            {
+                return Some(Err(e));
+            }
+        }
+        Some(within(idle_timeout, out.shutdown()).await.unwrap_or(Ok(())))
+    }
+    .await;
+    match result {
+        Some(Ok(())) => End::Done,
+        None => {
+            tracing::info!("a client did not read its replies for the idle timeout: closing it");
+            End::TimedOut
+        }
+        Some(Err(e)) => {
+            tracing::debug!(error = %e, "writing to the client failed");
+            End::Gone
+        }
+    }
+}
+
+/// Splits the bytes read from a connection into lines, with the limit
+/// semantics of [`crate::lines`]: a line longer than the limit is dropped as
+/// it streams past (never held whole) and reported by its number; `\r\n`
+/// ends a line as `\n` does; blank lines are counted but not answered.
+#[derive(Debug)]
+pub(crate) struct LineBuffer {
+    /// Bytes received and not yet taken; holds at most one partial line of
+    /// up to the limit, plus one read.
+    buf: Vec<u8>,
+    /// Where the current, incomplete line starts in `buf`.
+    start: usize,
+    /// Where the search for the next newline resumes.
+    scan: usize,
+    /// The line limit in bytes (terminator excluded).
+    max: usize,
+    /// The current line is over the limit: its bytes are being dropped.
+    skipping: bool,
+    /// Lines ended so far (1-based number of the last).
+    line_number: u64,
+}
+
+impl LineBuffer {
+    /// An empty buffer for lines of at most `max` bytes.
+    pub(crate) fn new(max: usize) -> LineBuffer {
+        LineBuffer {
+            buf: Vec::new(),
+            start: 0,
+            scan: 0,
+            max,
+            skipping: false,
+            line_number: 0,
+        }
+    }
+
+    /// Drops the bytes already taken and makes room for one more read.
+    fn reserve(&mut self) {
+        if self.start > 0 {
+            self.buf.drain(..self.start);
+            self.scan -= self.start;
+            self.start = 0;
+        }
+        self.buf.reserve(READ_CHUNK);
+    }
+
+    /// Appends bytes as if read (for tests).
+    #[cfg(test)]
+    fn extend(&mut self, bytes: &[u8]) {
+        self.reserve();
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Moves every complete line received into `batch`, until it holds
+    /// `max_lines` lines or `max_bytes` bytes. Returns whether it stopped
+    /// because the batch is full.
+    pub(crate) fn take_lines(
+        &mut self,
+        batch: &mut RawBatch,
+        max_lines: usize,
+        max_bytes: usize,
+    ) -> bool {
+        loop {
+            if batch.len() >= max_lines || batch.bytes.len() >= max_bytes {
+                return true;
+            }
+            let Some(i) = memchr::memchr(b'\n', &self.buf[self.scan..]) else {
+                self.scan = self.buf.len();
+                if self.skipping {
+                    self.buf.truncate(self.start);
+                    self.scan = self.start;
+                } else if self.buf.len() - self.start > self.max + 1 {
+                    // One byte of slack for a `\r` before the `\n`.
+                    self.skipping = true;
+                    self.buf.truncate(self.start);
+                    self.scan = self.start;
+                }
+                return false;
+            };
+            let end = self.scan + i;
+            self.end_line(batch, end);
+            self.start = end + 1;
+            self.scan = self.start;
+        }
+    }
+
+    /// Takes the last line, unterminated, once the client has closed its
+    /// side.
+    pub(crate) fn finish(&mut self, batch: &mut RawBatch) {
+        if self.skipping || self.start < self.buf.len() {
+            let end = self.buf.len();
+            self.end_line(batch, end);
+            self.start = end;
+            self.scan = end;
+        }
+    }
+
+    /// Ends the line that runs from `start` to `end` (exclusive).
+    fn end_line(&mut self, batch: &mut RawBatch, end: usize) {
+        self.line_number += 1;
+        let mut line = &self.buf[self.start..end];
+        if let Some(stripped) = line.strip_suffix(b"\r") {
+            line = stripped;
+        }
+        if std::mem::take(&mut self.skipping) || line.len() > self.max {
+            batch.lines.push(RawLine::TooLong {
+                number: self.line_number,
+                max: self.max,
+            });
+        } else if !is_blank(line) {
+            batch.push_line(self.line_number, line);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `chunks` as successive reads, taking batches of two lines.
+    fn lines(chunks: &[&[u8]], max: usize) -> Vec<Result<(u64, String), u64>> {
+        let mut buffer = LineBuffer::new(max);
+        let mut out = Vec::new();
+        for chunk in chunks {
+            buffer.extend(chunk);
+            loop {
+                let mut batch = RawBatch::default();
+                let full = buffer.take_lines(&mut batch, 2, usize::MAX);
+                collect(&batch, &mut out);
+                if !full {
+                    break;
+                }
+            }
+        }
+        let mut batch = RawBatch::default();
+        buffer.finish(&mut batch);
+        collect(&batch, &mut out);
+        out
+    }
+
+    fn collect(batch: &RawBatch, out: &mut Vec<Result<(u64, String), u64>>) {
+        for line in &batch.lines {
+            out.push(match line {
+                RawLine::Content { number, range } => Ok((
+                    *number,
+                    String::from_utf8(batch.bytes[range.clone()].to_vec()).unwrap(),
+                )),
+                RawLine::TooLong { number, .. } => Err(*number),
+            });
+        }
+    }
+
+    #[test]
+    fn splits_across_reads_with_the_filter_s_semantics() {
+        assert_eq!(
+            lines(&[b"ab\r", b"\ncd\n\n  \nef"], 10),
+            vec![
+                Ok((1, "ab".into())),
+                Ok((2, "cd".into())),
+                Ok((5, "ef".into()))
+            ]
+        );
+        assert!(lines(&[b""], 10).is_empty());
+    }
+
+    #[test]
+    fn long_lines_are_skipped_by_number_without_being_held() {
+        let mut buffer = LineBuffer::new(8);
+        let mut batch = RawBatch::default();
+        buffer.extend(b"short\nthis one is ");
+        buffer.take_lines(&mut batch, 100, usize::MAX);
+        for _ in 0..1000 {
+            buffer.extend(b"far far far too long ");
+            buffer.take_lines(&mut batch, 100, usize::MAX);
+            assert!(buffer.buf.len() <= 8 + 64, "held {}", buffer.buf.len());
+        }
+        buffer.extend(b"\nok\n12345678\r\n123456789\r\n");
+        buffer.take_lines(&mut batch, 100, usize::MAX);
+        let mut out = Vec::new();
+        collect(&batch, &mut out);
+        assert_eq!(
+            out,
+            vec![
+                Ok((1, "short".into())),
+                Err(2),
+                Ok((3, "ok".into())),
+                Ok((4, "12345678".into())),
+                Err(5)
+            ]
+        );
+        // An over-long last line without a newline.
+        assert_eq!(
+            lines(&[b"ok\n0123456789abc"], 8),
+            vec![Ok((1, "ok".into())), Err(2)]
+        );
+    }
+
+    #[test]
+    fn batches_stop_at_the_limits() {
+        let mut buffer = LineBuffer::new(100);
+        buffer.extend(b"a\nb\nc\nd\n");
+        let mut batch = RawBatch::default();
+        assert!(buffer.take_lines(&mut batch, 3, usize::MAX));
+        assert_eq!(batch.len(), 3);
+        let mut rest = RawBatch::default();
+        assert!(!buffer.take_lines(&mut rest, 3, usize::MAX));
+        assert_eq!(rest.len(), 1);
+        let mut by_bytes = RawBatch::default();
+        let mut buffer = LineBuffer::new(100);
+        buffer.extend(b"aaaa\nbbbb\ncccc\n");
+        assert!(buffer.take_lines(&mut by_bytes, 100, 8));
+        assert_eq!(by_bytes.len(), 2);
+    }
+}

@@ -1,0 +1,232 @@
+//! The server's counters, shared as atomics and rendered in the Prometheus
+//! text format (version 0.0.4) for `GET /metrics`.
+//!
+//! Every metric is updated by the task that owns the event: the engine
+//! thread for verdicts and the index, connections for themselves. Updates
+//! are relaxed atomic additions, once per batch where possible, so counting
+//! costs nothing next to deciding.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Upper bounds of the check-latency histogram's buckets, in seconds.
+pub const LATENCY_BUCKETS: [f64; 14] = [
+    0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1,
+    0.25, 1.0,
+];
+
+/// A cumulative histogram of durations with fixed buckets.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    /// Observations per bucket (not cumulative; summed when rendered). The
+    /// last slot counts observations above every bound.
+    buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+    /// Sum of all observations, in nanoseconds.
+    sum_nanos: AtomicU64,
+    /// Number of observations.
+    count: AtomicU64,
+}
+
+impl Histogram {
+    /// Records `n` observations of `duration`.
+    pub fn observe_n(&self, duration: Duration, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let seconds = duration.as_secs_f64();
+        let bucket = LATENCY_BUCKETS
+            .iter()
+            .position(|&bound| seconds <= bound)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        self.buckets[bucket].fetch_add(n, Ordering::Relaxed);
+        let nanos = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        self.sum_nanos
+            .fetch_add(nanos.saturating_mul(n), Ordering::Relaxed);
+        self.count.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Number of observations so far.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+}
+
+/// Everything `/metrics` reports.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Checks (decide and index) answered `new`.
+    pub checks_new: AtomicU64,
+    /// Checks answered `duplicate`.
+    pub checks_duplicate: AtomicU64,
+    /// Queries (decide only) answered `new`.
+    pub queries_new: AtomicU64,
+    /// Queries answered `duplicate`.
+    pub queries_duplicate: AtomicU64,
+    /// Lines answered with an error.
+    pub invalid_lines: AtomicU64,
+    /// Messages in the index now (set by the engine after every batch).
+    pub index_entries: AtomicU64,
+    /// The most messages the index holds.
+    pub index_capacity: AtomicU64,
+    /// Messages evicted from the index since the start.
+    pub evictions: AtomicU64,
+    /// Connections open now.
+    pub connections_open: AtomicU64,
+    /// Connections accepted since the start.
+    pub connections_total: AtomicU64,
+    /// Connections refused because `--max-connections` were open.
+    pub connections_rejected: AtomicU64,
+    /// Connections closed for being idle (or for not reading their replies).
+    pub connections_timed_out: AtomicU64,
+    /// State files saved.
+    pub snapshots_saved: AtomicU64,
+    /// State file saves that failed.
+    pub snapshot_failures: AtomicU64,
+    /// Time from reading a message off its connection to its reply being
+    /// ready to write.
+    pub check_latency: Histogram,
+}
+
+/// Appends one metric family header.
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+impl Metrics {
+    /// Renders every metric in the Prometheus text exposition format.
+    pub fn render(&self) -> String {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut out = String::with_capacity(4096);
+        header(
+            &mut out,
+            "dedup_messages_total",
+            "counter",
+            "Messages decided, by operation (check indexes new messages, query does not) and verdict.",
+        );
+        for (op, verdict, value) in [
+            ("check", "new", &self.checks_new),
+            ("check", "duplicate", &self.checks_duplicate),
+            ("query", "new", &self.queries_new),
+            ("query", "duplicate", &self.queries_duplicate),
+        ] {
+            let _ = writeln!(
+                out,
+                "dedup_messages_total{{op=\"{op}\",verdict=\"{verdict}\"}} {}",
+                get(value)
+            );
+        }
+        let simple: [(&str, &str, &str, &AtomicU64); 10] = [
+            (
+                "dedup_invalid_lines_total",
+                "counter",
+                "Lines answered with an error line.",
+                &self.invalid_lines,
+            ),
+            (
+                "dedup_index_entries",
+                "gauge",
+                "Messages in the index.",
+                &self.index_entries,
+            ),
+            (
+                "dedup_index_capacity",
+                "gauge",
+                "The most messages the index holds before evicting the least recently used.",
+                &self.index_capacity,
+            ),
+            (
+                "dedup_evictions_total",
+                "counter",
+                "Messages evicted from the index.",
+                &self.evictions,
+            ),
+            (
+                "dedup_connections_open",
+                "gauge",
+                "Client connections open.",
+                &self.connections_open,
+            ),
+            (
+                "dedup_connections_total",
+                "counter",
+                "Client connections accepted.",
+                &self.connections_total,
+            ),
+            (
+                "dedup_connections_rejected_total",
+                "counter",
+                "Client connections refused at the --max-connections limit.",
+                &self.connections_rejected,
+            ),
+            (
+                "dedup_connections_timed_out_total",
+                "counter",
+                "Client connections closed by --idle-timeout (idle, or not reading their replies).",
+                &self.connections_timed_out,
+            ),
+            (
+                "dedup_snapshots_total",
+                "counter",
+                "State files saved.",
+                &self.snapshots_saved,
+            ),
+            (
+                "dedup_snapshot_failures_total",
+                "counter",
+                "State file saves that failed.",
+                &self.snapshot_failures,
+            ),
+        ];
+        for (name, kind, help, value) in simple {
+            header(&mut out, name, kind, help);
+            let _ = writeln!(out, "{name} {}", get(value));
+        }
+        let name = "dedup_check_duration_seconds";
+        header(
+            &mut out,
+            name,
+            "histogram",
+            "Time from reading a message off its connection to its reply being ready to write.",
+        );
+        let mut cumulative = 0;
+        for (bound, bucket) in LATENCY_BUCKETS.iter().zip(&self.check_latency.buckets) {
+            cumulative += get(bucket);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+        }
+        cumulative += get(&self.check_latency.buckets[LATENCY_BUCKETS.len()]);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
+        let sum = get(&self.check_latency.sum_nanos) as f64 / 1e9;
+        let _ = writeln!(out, "{name}_sum {sum}");
+        let _ = writeln!(out, "{name}_count {}", get(&self.check_latency.count));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_the_prometheus_text_format() {
+        let m = Metrics::default();
+        m.checks_new.fetch_add(3, Ordering::Relaxed);
+        m.index_capacity.store(100, Ordering::Relaxed);
+        m.check_latency.observe_n(Duration::from_micros(30), 2);
+        m.check_latency.observe_n(Duration::from_secs(5), 1);
+        let text = m.render();
+        assert!(text.contains("dedup_messages_total{op=\"check\",verdict=\"new\"} 3\n"));
+        assert!(text.contains("# TYPE dedup_index_capacity gauge\ndedup_index_capacity 100\n"));
+        assert!(text.contains("dedup_check_duration_seconds_bucket{le=\"0.000025\"} 0\n"));
+        assert!(text.contains("dedup_check_duration_seconds_bucket{le=\"0.00005\"} 2\n"));
+        assert!(text.contains("dedup_check_duration_seconds_bucket{le=\"1\"} 2\n"));
+        assert!(text.contains("dedup_check_duration_seconds_bucket{le=\"+Inf\"} 3\n"));
+        assert!(text.contains("dedup_check_duration_seconds_count 3\n"));
+        // Every sample line is `name{labels} value` with a numeric value.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let value = line.rsplit(' ').next().unwrap();
+            assert!(value.parse::<f64>().is_ok(), "{line}");
+        }
+    }
+}

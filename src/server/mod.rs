@@ -1,0 +1,599 @@
+//! The sidecar: one shared engine behind TCP and Unix sockets
+//! (`dedup-stream serve`).
+//!
+//! ```text
+//!  listeners ─accept─▶ connection tasks (≤ max_connections)
+//!                        │ read lines, batch, prepare
+//!                        ▼
+//!                 [engine queue, bounded] ─▶ owner thread: Deduper (one index)
+//!                                                  │ replies, in order
+//!  clients ◀─write── connection tasks ◀─[reply queue per connection, bounded]
+//!
+//!  admin listener ─▶ GET /healthz, GET /metrics     snapshot timer ─▶ state file
+//! ```
+//!
+//! - **Protocol**: JSON lines, as the filter reads them. For each non-blank
+//!   line a client sends it receives exactly one line, in the order sent:
+//!   the message tagged as the filter tags it ([`Reply::Tagged`]) or only
+//!   `{"id":ID,"dedup":{...}}` ([`Reply::Verdict`]); a line that cannot be
+//!   processed gets `{"error":"...","line":N}`, `N` counting the
+//!   connection's lines from 1, and the connection goes on. A top-level
+//!   `"dedup_op":"query"` asks without indexing (see [`op`]).
+//! - **One index**: every connection's batches go to one owner thread
+//!   ([`owner`]), which decides them in the order they reach it, so a
+//!   message on one connection is found as a duplicate of one sent earlier
+//!   on another.
+//! - **Backpressure** ([`connection`]): every queue is bounded; a client
+//!   that does not read its replies stops being read, and holds up nobody
+//!   else. Memory is bounded by the connection limit times (the reply queue
+//!   plus two) batches and one line, plus the engine queue and the index.
+//! - **Shutdown** (mini-redis style): when the `shutdown` future given to
+//!   [`run`] completes, the listeners are closed, a broadcast tells every
+//!   connection to stop reading at a line boundary, each answers what it
+//!   has received, flushes and closes (or is dropped after the drain
+//!   timeout), the owner finishes the queue and gives the engine back, and
+//!   the state file is saved.
+
+pub mod admin;
+pub mod connection;
+pub mod metrics;
+pub mod op;
+mod owner;
+
+use std::fmt;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, broadcast, mpsc, oneshot};
+
+use crate::engine::{Deduper, Preparer};
+use crate::error::Error;
+use crate::record::{Decoder, FieldSpec};
+use crate::snapshot;
+use metrics::Metrics;
+use owner::Request;
+
+/// Default address served when none is given: loopback only, because the
+/// service has no authentication.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
+/// Default most connections open at once.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Default time a connection may sit idle before it is closed.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default time connections get to finish after shutdown begins.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default time between two saves of the state file.
+pub const DEFAULT_SNAPSHOT_INTERVAL: Duration = Duration::from_secs(60);
+/// Default most lines in one batch.
+pub const DEFAULT_BATCH_LINES: usize = 512;
+/// Default most bytes in one batch (a batch is cut after the line that
+/// reaches it).
+pub const DEFAULT_BATCH_BYTES: usize = 64 * 1024;
+/// Default batches of replies queued per connection.
+pub const DEFAULT_REPLY_QUEUE: usize = 4;
+/// Default batches queued for the engine's owner, all connections together.
+pub const DEFAULT_ENGINE_QUEUE: usize = 64;
+
+/// What a client receives for each message.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Reply {
+    /// The message with its verdict spliced in, as the filter writes it.
+    #[default]
+    Tagged,
+    /// Only `{"id":ID,"dedup":{...}}`.
+    Verdict,
+}
+
+/// How the server runs (the engine's own settings are in the [`Deduper`]).
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Where the id and text are in a message.
+    pub fields: FieldSpec,
+    /// Longest line read; a longer one is answered with an error and
+    /// skipped without being held in memory.
+    pub max_line_bytes: usize,
+    /// What a client receives for each message.
+    pub reply: Reply,
+    /// Most connections open at once; one more is answered with an error
+    /// line and closed.
+    pub max_connections: usize,
+    /// A connection that receives nothing and has no reply pending for this
+    /// long, or whose replies cannot be written for this long, is closed.
+    /// `None`: never.
+    pub idle_timeout: Option<Duration>,
+    /// How long connections get to answer what they received once shutdown
+    /// begins; past it they are dropped.
+    pub drain_timeout: Duration,
+    /// The state file saved periodically and at shutdown, if any.
+    pub state: Option<PathBuf>,
+    /// Time between two periodic saves; `None`: only at shutdown.
+    pub snapshot_interval: Option<Duration>,
+    /// Most lines in one batch.
+    pub batch_lines: usize,
+    /// Most bytes in one batch.
+    pub batch_bytes: usize,
+    /// Batches of replies queued per connection.
+    pub reply_queue: usize,
+    /// Batches queued for the engine's owner.
+    pub engine_queue: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            fields: FieldSpec::default(),
+            max_line_bytes: crate::pipeline::DEFAULT_MAX_LINE_BYTES,
+            reply: Reply::Tagged,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
+            drain_timeout: DEFAULT_DRAIN_TIMEOUT,
+            state: None,
+            snapshot_interval: Some(DEFAULT_SNAPSHOT_INTERVAL),
+            batch_lines: DEFAULT_BATCH_LINES,
+            batch_bytes: DEFAULT_BATCH_BYTES,
+            reply_queue: DEFAULT_REPLY_QUEUE,
+            engine_queue: DEFAULT_ENGINE_QUEUE,
+        }
+    }
+}
+
+/// An address to serve: `IP:PORT` for TCP, `unix:PATH` for a Unix domain
+/// socket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListenAddr {
+    /// A TCP address.
+    Tcp(SocketAddr),
+    /// A Unix domain socket's path.
+    Unix(PathBuf),
+}
+
+/// An address that is neither `IP:PORT` nor `unix:PATH`.
+#[derive(Debug, thiserror::Error)]
+#[error("expected IP:PORT (like 127.0.0.1:7878) or unix:PATH, got {0:?}")]
+pub struct BadListenAddr(String);
+
+impl FromStr for ListenAddr {
+    type Err = BadListenAddr;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some(path) = s.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err(BadListenAddr(s.to_string()));
+            }
+            return Ok(ListenAddr::Unix(PathBuf::from(path)));
+        }
+        s.parse()
+            .map(ListenAddr::Tcp)
+            .map_err(|_| BadListenAddr(s.to_string()))
+    }
+}
+
+impl fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ListenAddr::Tcp(addr) => write!(f, "{addr}"),
+            ListenAddr::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+impl ListenAddr {
+    /// Binds the address. A Unix socket file left behind by a server that
+    /// is gone is replaced; one that a live server answers on is not.
+    pub async fn bind(&self) -> Result<Listener, Error> {
+        let failed = |source| Error::Listen {
+            address: self.to_string(),
+            source,
+        };
+        match self {
+            ListenAddr::Tcp(addr) => {
+                if !addr.ip().is_loopback() {
+                    tracing::warn!(
+                        address = %addr,
+                        "serving beyond loopback: the service has no authentication"
+                    );
+                }
+                TcpListener::bind(addr)
+                    .await
+                    .map(Listener::Tcp)
+                    .map_err(failed)
+            }
+            #[cfg(unix)]
+            ListenAddr::Unix(path) => {
+                use std::os::unix::fs::FileTypeExt;
+                if let Ok(meta) = std::fs::symlink_metadata(path)
+                    && meta.file_type().is_socket()
+                    && std::os::unix::net::UnixStream::connect(path).is_err()
+                {
+                    // A stale socket: nobody answers on it.
+                    let _ = std::fs::remove_file(path);
+                }
+                tokio::net::UnixListener::bind(path)
+                    .map(|listener| {
+                        Listener::Unix(UnixSocket {
+                            listener,
+                            path: path.clone(),
+                        })
+                    })
+                    .map_err(failed)
+            }
+            #[cfg(not(unix))]
+            ListenAddr::Unix(_) => Err(failed(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "Unix domain sockets are not available on this platform",
+            ))),
+        }
+    }
+}
+
+/// A Unix listener that removes its socket file when dropped.
+#[cfg(unix)]
+#[derive(Debug)]
+pub struct UnixSocket {
+    /// The listener.
+    listener: tokio::net::UnixListener,
+    /// Its socket file.
+    path: PathBuf,
+}
+
+#[cfg(unix)]
+impl Drop for UnixSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A bound listener.
+#[derive(Debug)]
+pub enum Listener {
+    /// TCP.
+    Tcp(TcpListener),
+    /// A Unix domain socket.
+    #[cfg(unix)]
+    Unix(UnixSocket),
+}
+
+impl Listener {
+    /// The address it is bound to (with the actual port when bound to
+    /// port 0).
+    pub fn local_addr(&self) -> ListenAddr {
+        match self {
+            Listener::Tcp(l) => l
+                .local_addr()
+                .map(ListenAddr::Tcp)
+                .unwrap_or(ListenAddr::Tcp(SocketAddr::from(([0, 0, 0, 0], 0)))),
+            #[cfg(unix)]
+            Listener::Unix(socket) => ListenAddr::Unix(socket.path.clone()),
+        }
+    }
+
+    async fn accept(&self) -> std::io::Result<Accepted> {
+        match self {
+            Listener::Tcp(l) => {
+                let (stream, _) = l.accept().await?;
+                // Replies are flushed as soon as none is waiting: send them
+                // at once.
+                let _ = stream.set_nodelay(true);
+                Ok(Accepted::Tcp(stream))
+            }
+            #[cfg(unix)]
+            Listener::Unix(socket) => {
+                let (stream, _) = socket.listener.accept().await?;
+                Ok(Accepted::Unix(stream))
+            }
+        }
+    }
+}
+
+/// An accepted connection.
+enum Accepted {
+    Tcp(TcpStream),
+    #[cfg(unix)]
+    Unix(tokio::net::UnixStream),
+}
+
+/// What the server listens on.
+#[derive(Debug, Default)]
+pub struct Listeners {
+    /// Where clients connect.
+    pub data: Vec<Listener>,
+    /// The admin HTTP endpoint, if any.
+    pub admin: Option<TcpListener>,
+}
+
+/// Shared by every connection. The engine queue closes when the last copy
+/// is dropped, which is how the owner knows every connection is done.
+pub(crate) struct Context {
+    /// The server's settings.
+    pub config: ServerConfig,
+    /// The engine's queue.
+    pub engine: mpsc::Sender<Request>,
+    /// The stateless stages, for preparing batches.
+    pub preparer: Arc<Preparer>,
+    /// The record decoder.
+    pub decoder: Arc<Decoder>,
+    /// The counters.
+    pub metrics: Arc<Metrics>,
+}
+
+/// Listens for the shutdown broadcast (as in mini-redis): `recv` completes
+/// once the server begins to shut down, and at once ever after.
+#[derive(Debug)]
+pub(crate) struct Shutdown {
+    /// Whether the notice was received.
+    is_shutdown: bool,
+    /// The broadcast; it says "stop" by being closed.
+    notify: broadcast::Receiver<()>,
+}
+
+impl Shutdown {
+    fn new(notify: broadcast::Receiver<()>) -> Shutdown {
+        Shutdown {
+            is_shutdown: false,
+            notify,
+        }
+    }
+
+    /// Whether shutdown has begun (as far as this receiver knows).
+    pub(crate) fn is_shutdown(&self) -> bool {
+        self.is_shutdown
+    }
+
+    /// Completes when shutdown begins.
+    pub(crate) async fn recv(&mut self) {
+        if self.is_shutdown {
+            return;
+        }
+        let _ = self.notify.recv().await;
+        self.is_shutdown = true;
+    }
+}
+
+/// Runs the server until `shutdown` completes, then drains, saves the state
+/// file (if configured) and gives the engine back.
+///
+/// The engine is used as given: load a state file into it first (see
+/// [`snapshot::load`]). Must be called within a multi-threaded tokio runtime.
+pub async fn run(
+    config: ServerConfig,
+    deduper: Deduper,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()>,
+) -> Result<Deduper, Error> {
+    let metrics = Arc::new(Metrics::default());
+    let index = deduper.index();
+    metrics
+        .index_capacity
+        .store(index.capacity() as u64, Ordering::Relaxed);
+    metrics
+        .index_entries
+        .store(index.len() as u64, Ordering::Relaxed);
+    let preparer = Arc::new(deduper.preparer().clone());
+    let (engine_tx, engine_rx) = mpsc::channel(config.engine_queue.max(1));
+    let owner = {
+        let (metrics, reply) = (Arc::clone(&metrics), config.reply);
+        tokio::task::spawn_blocking(move || owner::run(deduper, engine_rx, metrics, reply))
+    };
+    let ctx = Arc::new(Context {
+        decoder: Arc::new(Decoder::new(config.fields.clone())),
+        preparer,
+        engine: engine_tx,
+        metrics: Arc::clone(&metrics),
+        config,
+    });
+    let (notify_shutdown, _) = broadcast::channel::<()>(1);
+    let Listeners { data, admin } = listeners;
+    for listener in &data {
+        tracing::info!(address = %listener.local_addr(), "listening");
+    }
+    let admin = admin.map(|listener| {
+        if let Ok(addr) = listener.local_addr() {
+            tracing::info!(address = %addr, "admin endpoint listening");
+        }
+        let shutdown = Shutdown::new(notify_shutdown.subscribe());
+        tokio::spawn(admin::serve(listener, Arc::clone(&metrics), shutdown))
+    });
+    let saver = match (&ctx.config.state, ctx.config.snapshot_interval) {
+        (Some(path), Some(interval)) => Some(tokio::spawn(save_periodically(
+            path.clone(),
+            interval,
+            ctx.engine.clone(),
+            Arc::clone(&metrics),
+            Shutdown::new(notify_shutdown.subscribe()),
+        ))),
+        _ => None,
+    };
+
+    let state = ctx.config.state.clone();
+    let limit = Arc::new(Semaphore::new(ctx.config.max_connections.max(1)));
+    tokio::select! {
+        () = accept_loop(&data, &ctx, &limit, &notify_shutdown) => {}
+        () = shutdown => tracing::info!("shutting down: answering what was received"),
+    }
+
+    // Stop accepting (and remove Unix socket files), then tell everyone.
+    drop(data);
+    drop(notify_shutdown);
+    drop(ctx);
+    if let Some(saver) = saver {
+        let _ = saver.await;
+    }
+    if let Some(admin) = admin {
+        let _ = admin.await;
+    }
+    // The owner ends once every connection is done with the engine queue.
+    let deduper = owner
+        .await
+        .map_err(|e| Error::Internal(format!("the engine's owner failed: {e}")))?;
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    tracing::info!(
+        checks = get(&metrics.checks_new) + get(&metrics.checks_duplicate),
+        duplicates = get(&metrics.checks_duplicate),
+        queries = get(&metrics.queries_new) + get(&metrics.queries_duplicate),
+        invalid = get(&metrics.invalid_lines),
+        indexed = deduper.index().len(),
+        "stopped"
+    );
+    match state {
+        Some(path) => save_final(path, deduper, &metrics).await,
+        None => Ok(deduper),
+    }
+}
+
+/// Accepts connections on every listener until dropped.
+async fn accept_loop(
+    listeners: &[Listener],
+    ctx: &Arc<Context>,
+    limit: &Arc<Semaphore>,
+    notify_shutdown: &broadcast::Sender<()>,
+) {
+    if listeners.is_empty() {
+        return std::future::pending().await;
+    }
+    loop {
+        let accepts = listeners.iter().map(|l| Box::pin(l.accept()));
+        let (accepted, _, _) = futures::future::select_all(accepts).await;
+        let stream = match accepted {
+            Ok(stream) => stream,
+            Err(e) => {
+                // Out of file descriptors, most likely: back off a little.
+                tracing::warn!(error = %e, "accepting a connection failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        ctx.metrics
+            .connections_total
+            .fetch_add(1, Ordering::Relaxed);
+        let Ok(permit) = Arc::clone(limit).try_acquire_owned() else {
+            ctx.metrics
+                .connections_rejected
+                .fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(reject(stream, ctx.config.max_connections));
+            continue;
+        };
+        let ctx = Arc::clone(ctx);
+        let shutdown = Shutdown::new(notify_shutdown.subscribe());
+        let mut drain = Shutdown::new(notify_shutdown.subscribe());
+        tokio::spawn(async move {
+            ctx.metrics.connections_open.fetch_add(1, Ordering::Relaxed);
+            let drain_timeout = ctx.config.drain_timeout;
+            let metrics = Arc::clone(&ctx.metrics);
+            let serve = async move {
+                match stream {
+                    Accepted::Tcp(stream) => {
+                        let (r, w) = stream.into_split();
+                        connection::run(r, w, ctx, shutdown).await;
+                    }
+                    #[cfg(unix)]
+                    Accepted::Unix(stream) => {
+                        let (r, w) = stream.into_split();
+                        connection::run(r, w, ctx, shutdown).await;
+                    }
+                }
+            };
+            tokio::select! {
+                () = serve => {}
+                () = async {
+                    drain.recv().await;
+                    tokio::time::sleep(drain_timeout).await;
+                } => tracing::warn!("a connection did not finish within the drain timeout: dropped"),
+            }
+            metrics.connections_open.fetch_sub(1, Ordering::Relaxed);
+            drop(permit);
+        });
+    }
+}
+
+/// Tells a client over the connection limit why it is being closed.
+async fn reject(stream: Accepted, limit: usize) {
+    let mut line = Vec::new();
+    owner::write_error(
+        &mut line,
+        &format!("too many connections (the limit is {limit}); try again later"),
+        0,
+    );
+    let write = async {
+        match stream {
+            Accepted::Tcp(mut s) => s.write_all(&line).await.and(s.shutdown().await),
+            #[cfg(unix)]
+            Accepted::Unix(mut s) => s.write_all(&line).await.and(s.shutdown().await),
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), write).await;
+}
+
+/// Asks the owner for the index's bytes and writes them to the state file.
+async fn save_snapshot(
+    path: &std::path::Path,
+    engine: &mpsc::Sender<Request>,
+    metrics: &Metrics,
+) -> Result<(), String> {
+    let (tx, rx) = oneshot::channel();
+    engine
+        .send(Request::Snapshot(tx))
+        .await
+        .map_err(|_| "the engine is gone".to_string())?;
+    let bytes = rx.await.map_err(|_| "the engine is gone".to_string())?;
+    let target = path.to_path_buf();
+    let size = bytes.len();
+    let written = tokio::task::spawn_blocking(move || snapshot::write_atomic(&target, &bytes))
+        .await
+        .map_err(|e| e.to_string())?;
+    match written {
+        Ok(()) => {
+            metrics.snapshots_saved.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(path = %path.display(), bytes = size, "state saved");
+            Ok(())
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Saves the state file every `interval` until shutdown.
+async fn save_periodically(
+    path: PathBuf,
+    interval: Duration,
+    engine: mpsc::Sender<Request>,
+    metrics: Arc<Metrics>,
+    mut shutdown: Shutdown,
+) {
+    loop {
+        tokio::select! {
+            biased;
+            () = shutdown.recv() => return,
+            () = tokio::time::sleep(interval) => {}
+        }
+        if let Err(e) = save_snapshot(&path, &engine, &metrics).await {
+            metrics.snapshot_failures.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(path = %path.display(), error = %e, "saving the state failed; will retry");
+        }
+    }
+}
+
+/// Saves the state file one last time, off the reactor.
+async fn save_final(path: PathBuf, deduper: Deduper, metrics: &Metrics) -> Result<Deduper, Error> {
+    let saved = tokio::task::spawn_blocking(move || {
+        let result = snapshot::save(&path, &deduper);
+        if result.is_ok() {
+            tracing::info!(path = %path.display(), entries = deduper.index().len(), "state saved");
+        }
+        (deduper, result)
+    })
+    .await
+    .map_err(|e| Error::Internal(format!("saving the state failed: {e}")))?;
+    match saved {
+        (deduper, Ok(())) => {
+            metrics.snapshots_saved.fetch_add(1, Ordering::Relaxed);
+            Ok(deduper)
+        }
+        (_, Err(e)) => Err(e.into()),
+    }
+}

@@ -1,0 +1,121 @@
+//! The `dedup_op` member: what a message asks of the shared index.
+//!
+//! A message may carry a top-level `"dedup_op"` member:
+//!
+//! - absent, `null` or `"check"`: decide, and index the message if it is new
+//!   (what the filter does to every line);
+//! - `"query"`: decide without indexing anything or refreshing what it
+//!   matches, for consumers that ask before they commit;
+//! - anything else: the line is answered with an error, so a typo never
+//!   silently indexes a message.
+//!
+//! Reading it must cost nothing on the lines that do not carry it, which is
+//! nearly all of them. [`read`] first looks for the bytes `"dedup_op"` in the
+//! line (a SIMD substring search); only a line that contains them is parsed
+//! again, properly, for its top-level members, so the name inside a text or a
+//! nested object is not mistaken for the member. The member name must be
+//! written plainly (as every JSON encoder writes it), not with `\u` escapes.
+//!
+//! [`batch::prepare`](crate::batch::prepare) takes an
+//! [`OpReader`](crate::batch::OpReader), but that signature cannot report a
+//! bad value; the server instead runs [`apply`] on each prepared batch,
+//! which sets each message's [`Op`] and turns a bad value into an invalid
+//! line in place, keeping the batch's order.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::batch::{Item, Op, PreparedBatch};
+use crate::error::{InvalidLine, InvalidReason};
+
+/// The member's name, as it appears in the line's bytes.
+const NEEDLE: &[u8] = b"\"dedup_op\"";
+
+/// The one member looked for; every other member is skipped unbuilt.
+#[derive(Deserialize)]
+struct OpOnly<'a> {
+    #[serde(borrow, default)]
+    dedup_op: Option<&'a RawValue>,
+}
+
+/// Reads a line's `dedup_op` request.
+pub fn read(line: &[u8]) -> Result<Op, InvalidReason> {
+    if memchr::memmem::find(line, NEEDLE).is_none() {
+        return Ok(Op::Check);
+    }
+    let found: OpOnly<'_> =
+        serde_json::from_slice(line).map_err(|e| InvalidReason::Json(e.to_string()))?;
+    match found.dedup_op.map(RawValue::get) {
+        None | Some("null") | Some("\"check\"") => Ok(Op::Check),
+        Some("\"query\"") => Ok(Op::Query),
+        Some(other) => {
+            let mut shown: String = other.chars().take(40).collect();
+            if shown.len() < other.len() {
+                shown.push('…');
+            }
+            Err(InvalidReason::BadOp(shown))
+        }
+    }
+}
+
+/// Sets the [`Op`] of every message of a prepared batch from its line; a
+/// message with a bad `dedup_op` becomes an invalid line.
+pub fn apply(batch: &mut PreparedBatch) {
+    for i in 0..batch.items.len() {
+        let Item::Message(message) = &batch.items[i] else {
+            continue;
+        };
+        match read(batch.line(message)) {
+            Ok(op) => {
+                if let Item::Message(message) = &mut batch.items[i] {
+                    message.op = op;
+                }
+            }
+            Err(reason) => {
+                let line = message.number;
+                batch.items[i] = Item::Invalid(InvalidLine { line, reason });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_top_level_member_only() {
+        assert_eq!(read(br#"{"id":1,"text":"a"}"#), Ok(Op::Check));
+        assert_eq!(
+            read(br#"{"id":1,"dedup_op":"query","text":"a"}"#),
+            Ok(Op::Query)
+        );
+        assert_eq!(read(br#"{"dedup_op" : "check","id":1}"#), Ok(Op::Check));
+        assert_eq!(read(br#"{"dedup_op":null,"id":1}"#), Ok(Op::Check));
+        // In a text, or nested: not the member.
+        assert_eq!(
+            read(br#"{"id":1,"text":"say \"dedup_op\":\"query\""}"#),
+            Ok(Op::Check)
+        );
+        assert_eq!(
+            read(br#"{"id":1,"meta":{"dedup_op":"query"},"text":"a"}"#),
+            Ok(Op::Check)
+        );
+    }
+
+    #[test]
+    fn a_bad_value_is_an_error_not_a_check() {
+        for line in [
+            &br#"{"id":1,"dedup_op":"qeury"}"#[..],
+            br#"{"id":1,"dedup_op":1}"#,
+            br#"{"id":1,"dedup_op":"query","dedup_op":"check"}"#,
+        ] {
+            assert!(read(line).is_err(), "{}", String::from_utf8_lossy(line));
+        }
+        let long = format!(r#"{{"id":1,"dedup_op":"{}"}}"#, "x".repeat(100));
+        let Err(InvalidReason::BadOp(shown)) = read(long.as_bytes()) else {
+            panic!("not refused");
+        };
+        assert!(shown.chars().count() <= 41);
+    }
+}

@@ -1,0 +1,195 @@
+//! The engine's owner: one thread that holds the [`Deduper`] and decides
+//! every message of every connection, in the order batches reach it.
+//!
+//! Connections send it prepared batches over one bounded channel. Each batch
+//! comes with an [`OwnedPermit`] on its connection's reply queue, reserved
+//! before the batch was sent: the owner hands the replies over without ever
+//! waiting, so a client that does not read its replies can only stop its own
+//! connection from sending more, never the owner nor the other connections.
+//!
+//! Snapshots are taken here too, between two batches, so a state file is
+//! always a consistent picture of the index.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use tokio::sync::mpsc::{self, OwnedPermit};
+use tokio::sync::oneshot;
+
+use crate::batch::{self, Item, Op, PreparedBatch};
+use crate::engine::{Deduper, Verdict};
+use crate::snapshot;
+
+use super::Reply;
+use super::metrics::Metrics;
+
+/// What the owner is asked to do.
+pub(crate) enum Request {
+    /// Decide a batch and hand its replies to its connection.
+    Batch(Job),
+    /// Encode the index as a state file's bytes.
+    Snapshot(oneshot::Sender<Vec<u8>>),
+}
+
+/// One connection's prepared batch.
+pub(crate) struct Job {
+    /// The lines, prepared, in the connection's order.
+    pub batch: PreparedBatch,
+    /// A reserved slot on the connection's reply queue.
+    pub reply: OwnedPermit<Vec<u8>>,
+    /// When the batch's lines were read off the connection (for the latency
+    /// histogram).
+    pub received: Instant,
+}
+
+/// Runs until every sender is gone, then gives the engine back.
+pub(crate) fn run(
+    mut deduper: Deduper,
+    mut requests: mpsc::Receiver<Request>,
+    metrics: Arc<Metrics>,
+    reply: Reply,
+) -> Deduper {
+    while let Some(request) = requests.blocking_recv() {
+        match request {
+            Request::Batch(job) => {
+                let out = decide(&mut deduper, &job.batch, reply, &metrics);
+                let index = deduper.index();
+                metrics
+                    .index_entries
+                    .store(index.len() as u64, Ordering::Relaxed);
+                metrics
+                    .evictions
+                    .store(index.evictions(), Ordering::Relaxed);
+                metrics
+                    .check_latency
+                    .observe_n(job.received.elapsed(), job.batch.items.len() as u64);
+                // Never waits: the slot was reserved. If the connection is
+                // gone the replies are dropped with its queue.
+                job.reply.send(out);
+            }
+            Request::Snapshot(done) => {
+                let started = Instant::now();
+                let bytes = snapshot::encode(&deduper);
+                tracing::debug!(
+                    entries = deduper.index().len(),
+                    bytes = bytes.len(),
+                    millis = started.elapsed().as_millis() as u64,
+                    "index encoded for a snapshot"
+                );
+                let _ = done.send(bytes);
+            }
+        }
+    }
+    deduper
+}
+
+/// Decides every message of a batch, in order, and writes one reply line
+/// per line.
+fn decide(
+    deduper: &mut Deduper,
+    batch: &PreparedBatch,
+    reply: Reply,
+    metrics: &Metrics,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(match reply {
+        Reply::Tagged => batch.raw.bytes.len() + batch.items.len() * 64,
+        Reply::Verdict => batch.items.len() * 96,
+    });
+    // [check new, check duplicate, query new, query duplicate, invalid]
+    let mut counts = [0u64; 5];
+    for item in &batch.items {
+        match item {
+            Item::Invalid(invalid) => {
+                counts[4] += 1;
+                tracing::debug!(line = invalid.line, "invalid line: {}", invalid.reason);
+                write_error(&mut out, &invalid.reason.to_string(), invalid.line);
+            }
+            Item::Message(message) => {
+                let verdict = batch::decide(deduper, batch, message);
+                let slot = match message.op {
+                    Op::Check => 0,
+                    Op::Query => 2,
+                } + usize::from(verdict.is_duplicate());
+                counts[slot] += 1;
+                match reply {
+                    Reply::Tagged => batch::write_message(&mut out, batch, message, &verdict),
+                    Reply::Verdict => write_verdict(&mut out, &message.id, &verdict),
+                }
+            }
+        }
+    }
+    for (counter, n) in [
+        &metrics.checks_new,
+        &metrics.checks_duplicate,
+        &metrics.queries_new,
+        &metrics.queries_duplicate,
+        &metrics.invalid_lines,
+    ]
+    .into_iter()
+    .zip(counts)
+    {
+        if n > 0 {
+            counter.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+    out
+}
+
+/// `{"id":ID,"dedup":VERDICT}` and a newline.
+fn write_verdict(out: &mut Vec<u8>, id: &crate::record::MessageId, verdict: &Verdict) {
+    out.extend_from_slice(b"{\"id\":");
+    id.write_json(out);
+    out.extend_from_slice(b",\"dedup\":");
+    verdict.write_json(out);
+    out.extend_from_slice(b"}\n");
+}
+
+/// `{"error":"...","line":N}` and a newline.
+pub(crate) fn write_error(out: &mut Vec<u8>, message: &str, line: u64) {
+    out.extend_from_slice(b"{\"error\":");
+    // Serialising a string into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, message);
+    out.extend_from_slice(b",\"line\":");
+    out.extend_from_slice(itoa::Buffer::new().format(line).as_bytes());
+    out.extend_from_slice(b"}\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Match;
+    use crate::record::MessageId;
+
+    #[test]
+    fn reply_lines_are_json() {
+        let mut out = Vec::new();
+        write_error(&mut out, "not valid JSON: \"x\"\n", 7);
+        write_verdict(&mut out, &MessageId::DigitString(12), &Verdict::New);
+        write_verdict(
+            &mut out,
+            &MessageId::Integer(3),
+            &Verdict::Duplicate(Match {
+                of: MessageId::Raw("\"a\"".into()),
+                similarity: 0.5,
+            }),
+        );
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(
+            lines[0],
+            serde_json::json!({"error": "not valid JSON: \"x\"\n", "line": 7})
+        );
+        assert_eq!(
+            text.lines().nth(1),
+            Some(r#"{"id":"12","dedup":{"status":"new"}}"#)
+        );
+        assert_eq!(
+            lines[2],
+            serde_json::json!({"id": 3, "dedup": {"status": "duplicate", "duplicate_of": "a", "similarity": 0.5}})
+        );
+    }
+}

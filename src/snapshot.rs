@@ -1,0 +1,625 @@
+//! State files: the index saved to disk and loaded back, so that a restart
+//! (or tomorrow's batch) still finds duplicates of what came before.
+//!
+//! # Format (version 1)
+//!
+//! All integers are little-endian.
+//!
+//! ```text
+//! magic        8 bytes   "\x89DDSTAT\n"
+//! version      u32       1
+//! fingerprint  u64       shingle compatibility fingerprint (below)
+//! shingling    u8 + N    length, then the shingling as text ("words:2")
+//! count        u64       number of entries
+//! entries      count ×   least recently used first:
+//!   seq          u64       arrival sequence number
+//!   id kind      u8        0: digit string, 1: integer, 2: raw JSON text
+//!   id           u64       (kinds 0 and 1) the number
+//!                u32 + N   (kind 2) length, then the id's JSON text
+//!   shingles     u32 + 4N  count, then the sorted shingle fingerprints
+//! checksum     u32       CRC-32 of every byte before it
+//! ```
+//!
+//! Only shingle sets are stored. Band keys are recomputed on load, so a
+//! state file stays usable when the threshold, the measure, the capacity or
+//! the bucket cap change. What makes stored shingles meaningless is a change
+//! in how texts become shingles: the shingling option, or a version of the
+//! engine that normalises or tokenises differently. The fingerprint catches
+//! both: it is a hash of the shingles the running engine computes for a
+//! fixed set of probe texts, so any change to those stages changes it, with
+//! nothing to remember to bump by hand.
+//!
+//! Entries are written least recently used first and restored in that order,
+//! so the restored index evicts in the same order the saved one would have.
+//! A smaller capacity keeps the most recently used entries.
+//!
+//! # Atomicity
+//!
+//! [`write_atomic`] writes a temporary file in the same directory, fsyncs it,
+//! renames it over the target and fsyncs the directory: a crash or `kill -9`
+//! at any moment leaves either the previous file or the new one, whole.
+//!
+//! # Refusal
+//!
+//! [`load`] checks the magic, the version, the checksum, the fingerprint and
+//! every length before it restores a single entry: a corrupt or incompatible
+//! file is refused with a [`SnapshotError`] and the engine is left empty. The
+//! file itself is never modified by loading.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::config::{EngineConfig, Shingling};
+use crate::engine::{Deduper, Preparer, Scratch};
+use crate::record::MessageId;
+
+/// The first bytes of every state file. The high first byte and the line
+/// feed catch files mangled by text-mode transfers.
+pub const MAGIC: [u8; 8] = *b"\x89DDSTAT\n";
+
+/// The format version this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Texts whose shingles make up the compatibility fingerprint: cases,
+/// punctuation, mentions, hashtags, links, emoji and CJK, so that a change to
+/// any preparing stage shows.
+const PROBES: [&str; 6] = [
+    "Flooding closes the coastal highway north of the city tonight, police say",
+    "RT @news: BREAKING — Flooding CLOSES the coastal highway… https://t.co/abc123 #storm",
+    "I'm at Powell's City of Books in Portland, OR http://4sq.com/xyz",
+    "😂😂😂 can't even 🙏",
+    "東京で大きな地震がありました。皆さん気をつけてください",
+    "Ünïcödé  spacing\tand\nnewlines; don't stop-believing 100%",
+];
+
+/// Why a state file could not be loaded or saved.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Reading or writing the file failed.
+    Io(io::Error),
+    /// The file does not start with [`MAGIC`].
+    NotAStateFile,
+    /// The file was written in another format version.
+    Version {
+        /// The version in the file.
+        found: u32,
+    },
+    /// The file's shingles are not comparable with this engine's.
+    Incompatible {
+        /// The shingling recorded in the file.
+        found: String,
+        /// The shingling of the running engine.
+        expected: String,
+    },
+    /// The checksum does not match: the file is corrupt.
+    Checksum,
+    /// The file ends before its structure does.
+    Truncated,
+    /// A length, an id or a shingle set is out of shape.
+    Malformed(&'static str),
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ErrorKind::Io(e) => write!(f, "{e}"),
+            ErrorKind::NotAStateFile => f.write_str("not a dedup-stream state file"),
+            ErrorKind::Version { found } => write!(
+                f,
+                "format version {found}, this build reads version {FORMAT_VERSION}"
+            ),
+            ErrorKind::Incompatible { found, expected } if found != expected => write!(
+                f,
+                "written with --shingle {found}, this run uses --shingle {expected}; \
+                 run with the same shingling, or start empty"
+            ),
+            ErrorKind::Incompatible { .. } => f.write_str(
+                "written by a version of dedup-stream that prepares texts differently; \
+                 its shingles cannot be compared with this one's, so start empty",
+            ),
+            ErrorKind::Checksum => f.write_str("checksum mismatch: the file is corrupt"),
+            ErrorKind::Truncated => f.write_str("the file is truncated"),
+            ErrorKind::Malformed(what) => write!(f, "the file is corrupt: {what}"),
+        }
+    }
+}
+
+/// A state file could not be loaded or saved: which file, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("state file {}: {kind}", path.display())]
+pub struct SnapshotError {
+    /// The state file.
+    pub path: PathBuf,
+    /// What went wrong.
+    pub kind: ErrorKind,
+}
+
+impl std::error::Error for ErrorKind {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ErrorKind::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// What [`load`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Loaded {
+    /// No file at that path yet: the engine starts empty.
+    Missing,
+    /// The file was read and this many entries restored.
+    Restored(usize),
+}
+
+/// The compatibility fingerprint of an engine configuration: a hash of the
+/// shingles its preparing stages give a fixed set of probe texts.
+pub fn fingerprint(config: &EngineConfig) -> u64 {
+    let preparer = Preparer::new(config);
+    let mut scratch = Scratch::default();
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    hasher.update(config.shingling.to_string().as_bytes());
+    for (i, probe) in PROBES.iter().enumerate() {
+        let urls = if i == 2 {
+            vec![(
+                std::borrow::Cow::Borrowed("http://4sq.com/xyz"),
+                std::borrow::Cow::Borrowed("https://foursquare.com/v/powells"),
+            )]
+        } else {
+            Vec::new()
+        };
+        let sketch = preparer.sketch(probe, &urls, &mut scratch);
+        hasher.update(&(sketch.shingles.len() as u64).to_le_bytes());
+        for shingle in &sketch.shingles {
+            hasher.update(&shingle.to_le_bytes());
+        }
+    }
+    hasher.digest()
+}
+
+/// Encodes the engine's index as a state file's bytes. Runs on the engine's
+/// owner: it reads the index once, in least-recently-used-first order.
+pub fn encode(deduper: &Deduper) -> Vec<u8> {
+    let index = deduper.index();
+    let shingling = deduper.config().shingling.to_string();
+    let mut out = Vec::with_capacity(64 + index.len() * 128);
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&fingerprint(deduper.config()).to_le_bytes());
+    // A shingling's text is a few bytes ("chars:32" at most).
+    out.push(shingling.len() as u8);
+    out.extend_from_slice(shingling.as_bytes());
+    out.extend_from_slice(&(index.len() as u64).to_le_bytes());
+    for entry in index.iter_lru_first() {
+        out.extend_from_slice(&entry.seq.to_le_bytes());
+        match &entry.id {
+            MessageId::DigitString(n) => {
+                out.push(0);
+                out.extend_from_slice(&n.to_le_bytes());
+            }
+            MessageId::Integer(n) => {
+                out.push(1);
+                out.extend_from_slice(&n.to_le_bytes());
+            }
+            MessageId::Raw(raw) => {
+                out.push(2);
+                out.extend_from_slice(&(raw.len() as u32).to_le_bytes());
+                out.extend_from_slice(raw.as_bytes());
+            }
+        }
+        let shingles = entry.shingles();
+        out.extend_from_slice(&(shingles.len() as u32).to_le_bytes());
+        for shingle in shingles {
+            out.extend_from_slice(&shingle.to_le_bytes());
+        }
+    }
+    let checksum = crc32fast::hash(&out);
+    out.extend_from_slice(&checksum.to_le_bytes());
+    out
+}
+
+/// A cursor over a state file's bytes that reports running out as
+/// [`ErrorKind::Truncated`].
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], ErrorKind> {
+        if n > self.bytes.len() {
+            return Err(ErrorKind::Truncated);
+        }
+        let (head, tail) = self.bytes.split_at(n);
+        self.bytes = tail;
+        Ok(head)
+    }
+
+    fn u8(&mut self) -> Result<u8, ErrorKind> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32, ErrorKind> {
+        let mut b = [0; 4];
+        b.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(b))
+    }
+
+    fn u64(&mut self) -> Result<u64, ErrorKind> {
+        let mut b = [0; 8];
+        b.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(b))
+    }
+}
+
+/// Decodes a state file's bytes into `deduper`. Everything is checked before
+/// the first entry is restored, so on error the engine is unchanged. Returns
+/// the number of entries restored.
+pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKind> {
+    if bytes.len() < MAGIC.len() || bytes[..MAGIC.len()] != MAGIC {
+        return Err(ErrorKind::NotAStateFile);
+    }
+    let mut header = Reader {
+        bytes: &bytes[MAGIC.len()..],
+    };
+    let version = header.u32()?;
+    if version != FORMAT_VERSION {
+        return Err(ErrorKind::Version { found: version });
+    }
+    // The checksum covers the whole file: check it before trusting any
+    // length in it.
+    let Some(body_len) = bytes.len().checked_sub(4) else {
+        return Err(ErrorKind::Truncated);
+    };
+    if body_len < MAGIC.len() + 4 {
+        return Err(ErrorKind::Truncated);
+    }
+    let (body, stored) = bytes.split_at(body_len);
+    let mut stored_bytes = [0; 4];
+    stored_bytes.copy_from_slice(stored);
+    if crc32fast::hash(body) != u32::from_le_bytes(stored_bytes) {
+        return Err(ErrorKind::Checksum);
+    }
+
+    let mut r = Reader {
+        bytes: &body[MAGIC.len() + 4..],
+    };
+    let file_fingerprint = r.u64()?;
+    let shingling_len = usize::from(r.u8()?);
+    let shingling = String::from_utf8_lossy(r.take(shingling_len)?).into_owned();
+    let expected = deduper.config().shingling;
+    if file_fingerprint != fingerprint(deduper.config()) {
+        return Err(ErrorKind::Incompatible {
+            found: shingling,
+            expected: expected.to_string(),
+        });
+    }
+    if shingling.parse::<Shingling>().ok() != Some(expected) {
+        return Err(ErrorKind::Malformed(
+            "the shingling does not match the fingerprint",
+        ));
+    }
+
+    let count = r.u64()?;
+    // The smallest entry is 21 bytes: a count beyond that is corrupt, and
+    // must not size an allocation.
+    if count > (r.bytes.len() / 21) as u64 {
+        return Err(ErrorKind::Malformed("more entries than the file can hold"));
+    }
+    let mut entries = Vec::with_capacity(count as usize);
+    let mut shingles: Vec<u32> = Vec::with_capacity(r.bytes.len() / 4);
+    for _ in 0..count {
+        let seq = r.u64()?;
+        let id = match r.u8()? {
+            0 => MessageId::DigitString(r.u64()?),
+            1 => MessageId::Integer(r.u64()?),
+            2 => {
+                let len = r.u32()? as usize;
+                let raw = std::str::from_utf8(r.take(len)?)
+                    .map_err(|_| ErrorKind::Malformed("an id is not UTF-8"))?;
+                MessageId::from_json(raw).ok_or(ErrorKind::Malformed(
+                    "an id is not a JSON string or integer",
+                ))?
+            }
+            _ => return Err(ErrorKind::Malformed("unknown id kind")),
+        };
+        let n = r.u32()? as usize;
+        let raw = r.take(n.checked_mul(4).ok_or(ErrorKind::Truncated)?)?;
+        let start = shingles.len();
+        let mut previous = None;
+        for chunk in raw.chunks_exact(4) {
+            let mut b = [0; 4];
+            b.copy_from_slice(chunk);
+            let shingle = u32::from_le_bytes(b);
+            if previous.is_some_and(|p| p >= shingle) {
+                return Err(ErrorKind::Malformed("a shingle set is not sorted"));
+            }
+            previous = Some(shingle);
+            shingles.push(shingle);
+        }
+        entries.push((id, seq, start..shingles.len()));
+    }
+    if !r.bytes.is_empty() {
+        return Err(ErrorKind::Malformed("bytes after the last entry"));
+    }
+    let restored = entries.len();
+    for (id, seq, range) in entries {
+        deduper.restore(id, seq, &shingles[range]);
+    }
+    Ok(restored)
+}
+
+/// Loads a state file into `deduper` (normally a new, empty one). A missing
+/// file is not an error: it is the first run. The file is only read.
+pub fn load(path: &Path, deduper: &mut Deduper) -> Result<Loaded, SnapshotError> {
+    let error = |kind| SnapshotError {
+        path: path.to_path_buf(),
+        kind,
+    };
+    let bytes = match fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Loaded::Missing),
+        Err(e) => return Err(error(ErrorKind::Io(e))),
+    };
+    decode_into(&bytes, deduper)
+        .map(Loaded::Restored)
+        .map_err(error)
+}
+
+/// Saves the engine's index to `path`, atomically.
+pub fn save(path: &Path, deduper: &Deduper) -> Result<(), SnapshotError> {
+    write_atomic(path, &encode(deduper)).map_err(|e| SnapshotError {
+        path: path.to_path_buf(),
+        kind: ErrorKind::Io(e),
+    })
+}
+
+/// Distinguishes the temporary files of saves made by one process.
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Replaces `path` with `bytes` so that, whatever happens, the file is either
+/// the old one or the new one, whole: write a temporary file in the same
+/// directory, fsync it, rename it over `path`, fsync the directory.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "the path names no file"))?;
+    let temp = dir.join(format!(
+        ".{}.tmp-{}-{}",
+        name.to_string_lossy(),
+        std::process::id(),
+        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let result = (|| {
+        let mut file = File::create(&temp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        drop(file);
+        fs::rename(&temp, path)?;
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&temp);
+    }
+    result
+}
+
+/// Makes a rename in `dir` durable.
+#[cfg(unix)]
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Directories cannot be opened for syncing here; the rename is as durable
+/// as the platform makes it.
+#[cfg(not(unix))]
+fn sync_dir(_dir: &Path) -> io::Result<()> {
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Verdict;
+    use std::num::NonZeroUsize;
+
+    fn deduper(shingling: Shingling) -> Deduper {
+        Deduper::new(EngineConfig {
+            capacity: NonZeroUsize::new(100).unwrap(),
+            shingling,
+            ..EngineConfig::default()
+        })
+        .unwrap()
+    }
+
+    const TEXTS: [&str; 4] = [
+        "Flooding closes the coastal highway north of the city tonight",
+        "The bakery on fifth street reopens on Monday with a new menu",
+        "Keynote starts now at the conference, come see the new borrow checker",
+        "東京で大きな地震がありました。皆さん気をつけてください",
+    ];
+
+    fn filled() -> Deduper {
+        let mut d = deduper(Shingling::Words(2));
+        d.check_text(MessageId::DigitString(1234567890123456789), TEXTS[0]);
+        d.check_text(MessageId::Integer(7), TEXTS[1]);
+        d.check_text(MessageId::Raw("\"item-\\u00e9\"".into()), TEXTS[2]);
+        d.check_text(MessageId::Raw("-5".into()), TEXTS[3]);
+        // Refresh the first: it becomes the most recently used.
+        assert!(
+            d.check_text(MessageId::Integer(99), TEXTS[0])
+                .is_duplicate()
+        );
+        d
+    }
+
+    fn entries(d: &Deduper) -> Vec<(MessageId, u64, Vec<u32>)> {
+        d.index()
+            .iter_lru_first()
+            .map(|e| (e.id.clone(), e.seq, e.shingles().to_vec()))
+            .collect()
+    }
+
+    #[test]
+    fn round_trip_keeps_entries_in_lru_order() {
+        let original = filled();
+        let bytes = encode(&original);
+        let mut restored = deduper(Shingling::Words(2));
+        assert_eq!(decode_into(&bytes, &mut restored).unwrap(), 4);
+        assert_eq!(entries(&restored), entries(&original));
+        assert_eq!(restored.next_seq(), 4);
+        // And the restored index finds duplicates of what was saved.
+        for (i, text) in TEXTS.iter().enumerate() {
+            let v = restored.check_text(MessageId::Integer(100 + i as u64), text);
+            assert!(v.is_duplicate(), "{text}: {v:?}");
+        }
+        assert_eq!(
+            restored.check_text(
+                MessageId::Integer(200),
+                "nothing like anything above at all"
+            ),
+            Verdict::New
+        );
+        // Saving the restored engine gives the same bytes as the original
+        // (before it was queried), entry order included.
+        let mut again = deduper(Shingling::Words(2));
+        decode_into(&bytes, &mut again).unwrap();
+        assert_eq!(encode(&again), bytes);
+    }
+
+    #[test]
+    fn empty_index_round_trips() {
+        let bytes = encode(&deduper(Shingling::Chars(4)));
+        let mut d = deduper(Shingling::Chars(4));
+        assert_eq!(decode_into(&bytes, &mut d).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_smaller_capacity_keeps_the_most_recent() {
+        let bytes = encode(&filled());
+        let mut small = Deduper::new(EngineConfig {
+            capacity: NonZeroUsize::new(2).unwrap(),
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        decode_into(&bytes, &mut small).unwrap();
+        let ids: Vec<_> = small
+            .index()
+            .iter_lru_first()
+            .map(|e| e.id.clone())
+            .collect();
+        assert_eq!(
+            ids,
+            vec![
+                MessageId::Raw("-5".into()),
+                MessageId::DigitString(1234567890123456789)
+            ]
+        );
+    }
+
+    #[test]
+    fn every_truncation_is_refused() {
+        let bytes = encode(&filled());
+        // One engine for every attempt: a refused file leaves it untouched.
+        let mut d = deduper(Shingling::Words(2));
+        for len in 0..bytes.len() {
+            assert!(
+                decode_into(&bytes[..len], &mut d).is_err(),
+                "truncated to {len} bytes"
+            );
+            assert!(d.index().is_empty());
+        }
+    }
+
+    #[test]
+    fn every_bit_flip_is_refused() {
+        let bytes = encode(&filled());
+        let mut d = deduper(Shingling::Words(2));
+        for i in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut corrupt = bytes.clone();
+                corrupt[i] ^= 1 << bit;
+                assert!(
+                    decode_into(&corrupt, &mut d).is_err(),
+                    "bit {bit} of byte {i}"
+                );
+                assert!(d.index().is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn appended_bytes_are_refused() {
+        let mut bytes = encode(&filled());
+        bytes.push(0);
+        assert!(decode_into(&bytes, &mut deduper(Shingling::Words(2))).is_err());
+    }
+
+    #[test]
+    fn another_version_is_refused_by_name() {
+        let mut bytes = encode(&filled());
+        bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let err = decode_into(&bytes, &mut deduper(Shingling::Words(2))).unwrap_err();
+        assert!(matches!(err, ErrorKind::Version { found: 2 }), "{err}");
+        assert!(err.to_string().contains("version 2"));
+    }
+
+    #[test]
+    fn other_shingling_is_refused_and_says_so() {
+        let bytes = encode(&filled());
+        let err = decode_into(&bytes, &mut deduper(Shingling::Words(3))).unwrap_err();
+        assert!(matches!(err, ErrorKind::Incompatible { .. }));
+        assert!(err.to_string().contains("words:2"), "{err}");
+        assert!(err.to_string().contains("words:3"), "{err}");
+    }
+
+    #[test]
+    fn threshold_and_measure_may_change() {
+        let bytes = encode(&filled());
+        let mut d = Deduper::new(EngineConfig {
+            threshold: 0.8,
+            measure: crate::config::Measure::Containment,
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        assert_eq!(decode_into(&bytes, &mut d).unwrap(), 4);
+    }
+
+    #[test]
+    fn not_a_state_file() {
+        let err = decode_into(b"{\"id\":1}\n", &mut deduper(Shingling::Words(2))).unwrap_err();
+        assert!(matches!(err, ErrorKind::NotAStateFile));
+    }
+
+    #[test]
+    fn save_and_load_through_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.bin");
+        let mut d = deduper(Shingling::Words(2));
+        assert_eq!(load(&path, &mut d).unwrap(), Loaded::Missing);
+        let original = filled();
+        save(&path, &original).unwrap();
+        save(&path, &original).unwrap();
+        assert_eq!(load(&path, &mut d).unwrap(), Loaded::Restored(4));
+        // Only the state file is left: no temporary files behind.
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("state.bin")]);
+        // A corrupt file is refused and left as it was.
+        let mut bytes = fs::read(&path).unwrap();
+        let last = bytes.len() - 10;
+        bytes[last] ^= 0xff;
+        fs::write(&path, &bytes).unwrap();
+        let err = load(&path, &mut deduper(Shingling::Words(2))).unwrap_err();
+        assert!(err.to_string().contains("state.bin"), "{err}");
+        assert_eq!(fs::read(&path).unwrap(), bytes);
+    }
+}

@@ -11,8 +11,10 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use clap::Parser;
 use tracing_subscriber::filter::LevelFilter;
 
-use cli::{Cli, Command, CompareArgs, FilterArgs};
+use cli::{Cli, Command, CompareArgs, FilterArgs, ServeArgs, StateArgs};
 use dedup_stream::engine::{Explained, Preparer};
+use dedup_stream::server::{self, Listeners};
+use dedup_stream::snapshot::{self, Loaded};
 use dedup_stream::{Decoder, Deduper, Error, FieldSpec, pipeline};
 
 /// How the process ends.
@@ -38,7 +40,12 @@ impl From<Exit> for ExitCode {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let level = match cli.command {
+    let level = match &cli.command {
+        Some(Command::Serve(args)) if args.quiet => LevelFilter::WARN,
+        Some(Command::Serve(args)) => match args.verbose {
+            0 => LevelFilter::INFO,
+            _ => LevelFilter::DEBUG,
+        },
         Some(_) => LevelFilter::WARN,
         None if cli.filter.quiet => LevelFilter::WARN,
         None => match cli.filter.verbose {
@@ -56,6 +63,7 @@ fn main() -> ExitCode {
         .init();
     let exit = match cli.command {
         Some(Command::Compare(args)) => compare(&args),
+        Some(Command::Serve(args)) => serve(&args),
         None => filter(&cli.filter),
     };
     ExitCode::from(exit)
@@ -79,16 +87,13 @@ fn filter(args: &FilterArgs) -> Exit {
             return Exit::Usage;
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    let deduper = match load_state(&args.state, deduper) {
+        Ok(deduper) => deduper,
+        Err(exit) => return exit,
+    };
+    let runtime = match runtime() {
         Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("dedup-stream: cannot start the runtime: {e}");
-            return Exit::Failure;
-        }
+        Err(exit) => return exit,
     };
     let signal = Arc::new(AtomicU8::new(0));
     let result = runtime.block_on(async {
@@ -102,6 +107,17 @@ fn filter(args: &FilterArgs) -> Exit {
             if !args.quiet {
                 eprintln!("dedup-stream: {}", finished.summary);
             }
+            if let Some(path) = &args.state.state {
+                if let Err(e) = snapshot::save(path, &finished.deduper) {
+                    eprintln!("dedup-stream: {e}");
+                    return Exit::Failure;
+                }
+                tracing::info!(
+                    path = %path.display(),
+                    entries = finished.deduper.index().len(),
+                    "state saved"
+                );
+            }
             if signal.load(Ordering::Relaxed) == SIGINT {
                 Exit::Interrupted
             } else {
@@ -112,6 +128,105 @@ fn filter(args: &FilterArgs) -> Exit {
             eprintln!("dedup-stream: {e}");
             Exit::DataError
         }
+        Err(e) => {
+            eprintln!("dedup-stream: {e}");
+            Exit::Failure
+        }
+    }
+}
+
+/// The tokio runtime both modes run on: two workers (the engine and the
+/// readers/writers have threads of their own).
+fn runtime() -> Result<tokio::runtime::Runtime, Exit> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("dedup-stream: cannot start the runtime: {e}");
+            Exit::Failure
+        })
+}
+
+/// Loads `--state` into a new engine. A missing file is the first run; a
+/// corrupt or incompatible one stops the run (exit 1) and is left as it is,
+/// unless `--fresh-state` says to start empty.
+fn load_state(args: &StateArgs, mut deduper: Deduper) -> Result<Deduper, Exit> {
+    let Some(path) = &args.state else {
+        return Ok(deduper);
+    };
+    match snapshot::load(path, &mut deduper) {
+        Ok(Loaded::Missing) => {
+            tracing::info!(path = %path.display(), "no state file yet: starting empty");
+        }
+        Ok(Loaded::Restored(entries)) => {
+            tracing::info!(path = %path.display(), entries, "state loaded");
+        }
+        Err(e) if args.fresh_state => {
+            // Loading leaves the engine untouched on error: it is empty.
+            tracing::warn!("{e}; starting empty (--fresh-state): the file will be replaced");
+        }
+        Err(e) => {
+            eprintln!("dedup-stream: {e}");
+            eprintln!(
+                "dedup-stream: the file was left as it is; pass --fresh-state to start \
+                 with an empty index instead (it replaces the file at the next save)"
+            );
+            return Err(Exit::Failure);
+        }
+    }
+    Ok(deduper)
+}
+
+/// `dedup-stream serve`: bind, serve until SIGTERM or SIGINT, drain, save.
+fn serve(args: &ServeArgs) -> Exit {
+    let configs = args
+        .engine_config()
+        .and_then(|engine| Ok((engine, args.server_config()?)));
+    let (engine, config) = match configs {
+        Ok(configs) => configs,
+        Err(e) => {
+            eprintln!("dedup-stream: {e}");
+            return Exit::Usage;
+        }
+    };
+    let deduper = match Deduper::new(engine) {
+        Ok(deduper) => deduper,
+        Err(e) => {
+            eprintln!("dedup-stream: {e}");
+            return Exit::Usage;
+        }
+    };
+    let deduper = match load_state(&args.state, deduper) {
+        Ok(deduper) => deduper,
+        Err(exit) => return exit,
+    };
+    let runtime = match runtime() {
+        Ok(runtime) => runtime,
+        Err(exit) => return exit,
+    };
+    let signal = Arc::new(AtomicU8::new(0));
+    let result = runtime.block_on(async {
+        let mut listeners = Listeners::default();
+        for address in &args.listen {
+            listeners.data.push(address.bind().await?);
+        }
+        if let Some(admin) = args.admin {
+            let bound = tokio::net::TcpListener::bind(admin)
+                .await
+                .map_err(|source| Error::Listen {
+                    address: admin.to_string(),
+                    source,
+                })?;
+            listeners.admin = Some(bound);
+        }
+        let shutdown = shutdown_signal(Arc::clone(&signal));
+        server::run(config, deduper, listeners, shutdown).await
+    });
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
+        Ok(_) if signal.load(Ordering::Relaxed) == SIGINT => Exit::Interrupted,
+        Ok(_) => Exit::Success,
         Err(e) => {
             eprintln!("dedup-stream: {e}");
             Exit::Failure

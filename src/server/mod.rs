@@ -377,10 +377,19 @@ pub async fn run(
         .store(index.len() as u64, Ordering::Relaxed);
     let preparer = Arc::new(deduper.preparer().clone());
     let (engine_tx, engine_rx) = mpsc::channel(config.engine_queue.max(1));
-    let owner = {
+    // The owner gets an OS thread of its own, named so that `top -H` shows
+    // it; it gives the engine back through a oneshot channel (dropped
+    // unsent if the thread panics).
+    let (owner_done, owner) = oneshot::channel();
+    {
         let (metrics, reply) = (Arc::clone(&metrics), config.reply);
-        tokio::task::spawn_blocking(move || owner::run(deduper, engine_rx, metrics, reply))
-    };
+        std::thread::Builder::new()
+            .name("dedup-engine".into())
+            .spawn(move || {
+                let _ = owner_done.send(owner::run(deduper, engine_rx, metrics, reply));
+            })
+            .map_err(|e| Error::Internal(format!("cannot start the engine thread: {e}")))?;
+    }
     let ctx = Arc::new(Context {
         decoder: Arc::new(Decoder::new(config.fields.clone())),
         preparer,
@@ -431,7 +440,7 @@ pub async fn run(
     // The owner ends once every connection is done with the engine queue.
     let deduper = owner
         .await
-        .map_err(|e| Error::Internal(format!("the engine's owner failed: {e}")))?;
+        .map_err(|_| Error::Internal("the engine thread panicked".into()))?;
     let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     tracing::info!(
         checks = get(&metrics.checks_new) + get(&metrics.checks_duplicate),

@@ -20,7 +20,7 @@
 //!   connection's lines from 1, and the connection goes on. A top-level
 //!   `"dedup_op":"query"` asks without indexing (see [`op`]).
 //! - **One index**: every connection's batches go to one owner thread
-//!   ([`owner`]), which decides them in the order they reach it, so a
+//!   (`owner.rs`), which decides them in the order they reach it, so a
 //!   message on one connection is found as a duplicate of one sent earlier
 //!   on another.
 //! - **Backpressure** ([`connection`]): every queue is bounded; a client
@@ -550,7 +550,10 @@ async fn save_snapshot(
         .send(Request::Snapshot(tx))
         .await
         .map_err(|_| "the engine is gone".to_string())?;
-    let bytes = rx.await.map_err(|_| "the engine is gone".to_string())?;
+    let Some(bytes) = rx.await.map_err(|_| "the engine is gone".to_string())? else {
+        tracing::debug!("nothing checked since the last save: state file unchanged");
+        return Ok(());
+    };
     let target = path.to_path_buf();
     let size = bytes.len();
     let written = tokio::task::spawn_blocking(move || snapshot::write_atomic(&target, &bytes))

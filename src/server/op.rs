@@ -22,6 +22,7 @@
 //! which sets each message's [`Op`] and turns a bad value into an invalid
 //! line in place, keeping the batch's order.
 
+use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use memchr::memmem;
@@ -50,10 +51,15 @@ pub fn read(line: &[u8]) -> Result<Op, InvalidReason> {
     }
     let found: OpOnly<'_> =
         serde_json::from_slice(line).map_err(|e| InvalidReason::Json(e.to_string()))?;
-    match found.dedup_op.map(RawValue::get) {
-        None | Some("null") | Some("\"check\"") => Ok(Op::Check),
-        Some("\"query\"") => Ok(Op::Query),
-        Some(other) => {
+    let Some(raw) = found.dedup_op else {
+        return Ok(Op::Check);
+    };
+    // The value as text, escapes resolved ("qu\u0065ry" is "query").
+    let value = serde_json::from_str::<Cow<'_, str>>(raw.get()).ok();
+    match (raw.get(), value.as_deref()) {
+        ("null", _) | (_, Some("check")) => Ok(Op::Check),
+        (_, Some("query")) => Ok(Op::Query),
+        (other, _) => {
             let mut shown: String = other.chars().take(40).collect();
             if shown.len() < other.len() {
                 shown.push('…');
@@ -97,6 +103,7 @@ mod tests {
         );
         assert_eq!(read(br#"{"dedup_op" : "check","id":1}"#), Ok(Op::Check));
         assert_eq!(read(br#"{"dedup_op":null,"id":1}"#), Ok(Op::Check));
+        assert_eq!(read(br#"{"dedup_op":"qu\u0065ry","id":1}"#), Ok(Op::Query));
         // In a text, or nested: not the member.
         assert_eq!(
             read(br#"{"id":1,"text":"say \"dedup_op\":\"query\""}"#),

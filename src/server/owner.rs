@@ -28,8 +28,9 @@ use super::metrics::Metrics;
 pub(crate) enum Request {
     /// Decide a batch and hand its replies to its connection.
     Batch(Job),
-    /// Encode the index as a state file's bytes.
-    Snapshot(oneshot::Sender<Vec<u8>>),
+    /// Encode the index as a state file's bytes; `None` when no check was
+    /// decided since the last snapshot (the file on disk is current).
+    Snapshot(oneshot::Sender<Option<Vec<u8>>>),
 }
 
 /// One connection's prepared batch.
@@ -50,10 +51,18 @@ pub(crate) fn run(
     metrics: Arc<Metrics>,
     reply: Reply,
 ) -> Deduper {
+    // Checks decided since the last snapshot (queries change nothing).
+    let mut checks_since_snapshot = 0u64;
     while let Some(request) = requests.blocking_recv() {
         match request {
             Request::Batch(job) => {
                 let out = decide(&mut deduper, &job.batch, reply, &metrics);
+                checks_since_snapshot += job
+                    .batch
+                    .items
+                    .iter()
+                    .filter(|item| matches!(item, Item::Message(m) if m.op == Op::Check))
+                    .count() as u64;
                 let index = deduper.index();
                 metrics
                     .index_entries
@@ -68,7 +77,11 @@ pub(crate) fn run(
                 // gone the replies are dropped with its queue.
                 job.reply.send(out);
             }
+            Request::Snapshot(done) if checks_since_snapshot == 0 => {
+                let _ = done.send(None);
+            }
             Request::Snapshot(done) => {
+                checks_since_snapshot = 0;
                 let started = Instant::now();
                 let bytes = snapshot::encode(&deduper);
                 tracing::debug!(
@@ -77,7 +90,7 @@ pub(crate) fn run(
                     millis = started.elapsed().as_millis() as u64,
                     "index encoded for a snapshot"
                 );
-                let _ = done.send(bytes);
+                let _ = done.send(Some(bytes));
             }
         }
     }

@@ -17,6 +17,10 @@
 //! - paced: 20,000 messages/s in total over 8 connections (`--rate`), each
 //!   message written on its own, as a consumer asking per message would.
 //!
+//! Besides throughput and latency it prints the CPU time the server (when it
+//! started it) and the client spent per message, read from `/proc`: on a
+//! shared machine that figure holds when the wall-clock ones do not.
+//!
 //! `--print N` writes the first N messages of the workload to stdout
 //! instead, to compare with the filter on the same data.
 //!
@@ -383,6 +387,25 @@ async fn scenario(
     outcome
 }
 
+/// CPU time a process has used (user + system), from `/proc` (Linux); `None`
+/// elsewhere.
+fn cpu_seconds(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    // USER_HZ is 100 on every Linux this runs on.
+    Some(ticks / 100.0)
+}
+
+/// CPU microseconds per message between two readings, as text.
+fn per_message(before: Option<f64>, after: Option<f64>, messages: u64) -> String {
+    match (before, after) {
+        (Some(b), Some(a)) if messages > 0 => format!("{:.1}", (a - b) * 1e6 / messages as f64),
+        _ => "-".to_string(),
+    }
+}
+
 fn percentile(sorted: &[u32], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -422,9 +445,19 @@ fn main() {
         .build()
         .expect("a runtime");
     let first_id = Arc::new(AtomicU64::new(1));
+    let server_pid = child.as_ref().map(|c| c.id().to_string());
     println!(
-        "{:<34} {:>5} {:>9} {:>7} {:>11} {:>8} {:>8} {:>6}",
-        "scenario", "conns", "replies", "secs", "msg/s", "p50 ms", "p99 ms", "errors"
+        "{:<30} {:>5} {:>9} {:>6} {:>9} {:>8} {:>8} {:>6} {:>11} {:>11}",
+        "scenario",
+        "conns",
+        "replies",
+        "secs",
+        "msg/s",
+        "p50 ms",
+        "p99 ms",
+        "errors",
+        "server µs/m",
+        "client µs/m"
     );
     let window = options.window.max(64);
     let mut scenarios = vec![
@@ -441,6 +474,8 @@ fn main() {
         },
     ));
     for (name, connections, mode) in scenarios {
+        let server_before = server_pid.as_deref().and_then(cpu_seconds);
+        let client_before = cpu_seconds("self");
         let mut outcome = runtime.block_on(scenario(
             &target,
             connections,
@@ -449,9 +484,15 @@ fn main() {
             options.messages,
             Arc::clone(&first_id),
         ));
+        let server_cpu = per_message(
+            server_before,
+            server_pid.as_deref().and_then(cpu_seconds),
+            outcome.replies,
+        );
+        let client_cpu = per_message(client_before, cpu_seconds("self"), outcome.replies);
         outcome.latencies_us.sort_unstable();
         println!(
-            "{:<34} {:>5} {:>9} {:>7.2} {:>11.0} {:>8.3} {:>8.3} {:>6}",
+            "{:<30} {:>5} {:>9} {:>6.2} {:>9.0} {:>8.3} {:>8.3} {:>6} {:>11} {:>11}",
             name,
             connections,
             outcome.replies,
@@ -460,6 +501,8 @@ fn main() {
             percentile(&outcome.latencies_us, 0.50),
             percentile(&outcome.latencies_us, 0.99),
             outcome.errors,
+            server_cpu,
+            client_cpu,
         );
     }
     if let Some(child) = child.as_mut() {

@@ -15,7 +15,9 @@
 //!   the reported latency includes the time a message waits behind the
 //!   others in its window;
 //! - paced: 20,000 messages/s in total over 8 connections (`--rate`), each
-//!   message written on its own, as a consumer asking per message would.
+//!   message written on its own and evenly spaced (connections staggered),
+//!   as consumers asking per message would; a message's latency runs from
+//!   its write to its reply.
 //!
 //! Besides throughput and latency it prints the CPU time the server (when it
 //! started it) and the client spent per message, read from `/proc`: on a
@@ -255,12 +257,15 @@ enum Mode {
     Paced { rate: f64 },
 }
 
-/// Runs one scenario: `connections` clients until `seconds` pass or
-/// `budget` messages are sent.
-async fn scenario(
+/// Runs one pipelined scenario: `connections` clients, each with up to
+/// `window` messages in flight written `chunk` at a time, until `seconds`
+/// pass or `budget` messages are sent.
+#[allow(clippy::too_many_arguments)]
+async fn pipelined(
     target: &Target,
     connections: usize,
-    mode: Mode,
+    window: usize,
+    chunk: usize,
     seconds: f64,
     budget: u64,
     first_id: Arc<AtomicU64>,
@@ -275,10 +280,7 @@ async fn scenario(
         let (mut reader, mut writer) = connect(target).await;
         // (send time, messages) per write, oldest first.
         let in_flight: Arc<Mutex<VecDeque<(Instant, usize)>>> = Arc::default();
-        let window = Arc::new(tokio::sync::Semaphore::new(match mode {
-            Mode::Pipelined { window, .. } => window,
-            Mode::Paced { .. } => 1 << 20,
-        }));
+        let window = Arc::new(tokio::sync::Semaphore::new(window));
         let send = {
             let (messages, sent, stop, first_id) = (
                 Arc::clone(&messages),
@@ -289,23 +291,11 @@ async fn scenario(
             let (in_flight, window) = (Arc::clone(&in_flight), Arc::clone(&window));
             tokio::spawn(async move {
                 let mut buf = Vec::with_capacity(64 * 1024);
-                let mut paced = 0u64;
                 loop {
                     if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
                         break;
                     }
-                    let n = match mode {
-                        Mode::Pipelined { chunk, .. } => chunk,
-                        Mode::Paced { rate } => {
-                            let due = (started.elapsed().as_secs_f64() * rate) as u64;
-                            if due <= paced {
-                                tokio::time::sleep(Duration::from_micros(100)).await;
-                                continue;
-                            }
-                            paced += 1;
-                            1
-                        }
-                    };
+                    let n = chunk;
                     let Ok(permit) = window.acquire_many(n as u32).await else {
                         break;
                     };
@@ -406,6 +396,112 @@ fn per_message(before: Option<f64>, after: Option<f64>, messages: u64) -> String
     }
 }
 
+/// The paced scenario on OS threads with blocking sockets: tokio's timer
+/// ticks every millisecond, which would send in bursts; a thread sleeps to
+/// within tens of microseconds, so messages go out evenly spaced (the
+/// connections staggered), as independent consumers would send them.
+fn paced(
+    target: &Target,
+    connections: usize,
+    total_rate: f64,
+    seconds: f64,
+    budget: u64,
+) -> Outcome {
+    use std::io::{BufReader, Read, Write};
+    let messages = Arc::new(Messages::new());
+    let next_id = Arc::new(AtomicU64::new(1 << 40));
+    let started = Instant::now();
+    let interval = Duration::from_secs_f64(connections as f64 / total_rate);
+    let count = ((total_rate * seconds) as u64).min(budget) / connections as u64;
+    let mut threads = Vec::new();
+    for c in 0..connections {
+        let (read_half, mut write_half): (Box<dyn Read + Send>, Box<dyn Write + Send>) =
+            match target {
+                Target::Tcp(addr) => {
+                    let stream = std::net::TcpStream::connect(addr).expect("connects");
+                    stream.set_nodelay(true).expect("nodelay");
+                    (
+                        Box::new(stream.try_clone().expect("clone")),
+                        Box::new(stream),
+                    )
+                }
+                Target::Unix(path) => {
+                    let stream = std::os::unix::net::UnixStream::connect(path).expect("connects");
+                    (
+                        Box::new(stream.try_clone().expect("clone")),
+                        Box::new(stream),
+                    )
+                }
+            };
+        let sent_at: Arc<std::sync::Mutex<VecDeque<Instant>>> = Arc::default();
+        let offset = interval.mul_f64(c as f64 / connections as f64);
+        let writer = {
+            let (messages, next_id, sent_at) = (
+                Arc::clone(&messages),
+                Arc::clone(&next_id),
+                Arc::clone(&sent_at),
+            );
+            std::thread::spawn(move || {
+                let mut buf = Vec::with_capacity(256);
+                for k in 0..count {
+                    let due = started + offset + interval.mul_f64(k as f64);
+                    if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                        std::thread::sleep(wait);
+                    }
+                    buf.clear();
+                    messages.write(next_id.fetch_add(1, Ordering::Relaxed), &mut buf);
+                    if let Ok(mut queue) = sent_at.lock() {
+                        queue.push_back(Instant::now());
+                    }
+                    if write_half.write_all(&buf).is_err() {
+                        return;
+                    }
+                }
+            })
+        };
+        let reader = std::thread::spawn(move || {
+            let mut reader = BufReader::new(read_half);
+            let mut line = Vec::new();
+            let (mut latencies, mut errors) = (Vec::with_capacity(count as usize), 0u64);
+            for _ in 0..count {
+                line.clear();
+                match std::io::BufRead::read_until(&mut reader, b'\n', &mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+                let now = Instant::now();
+                if line.starts_with(b"{\"error\"") {
+                    errors += 1;
+                }
+                let sent = sent_at
+                    .lock()
+                    .ok()
+                    .and_then(|mut q| q.pop_front())
+                    .unwrap_or(now);
+                latencies.push(now.duration_since(sent).as_micros().min(u32::MAX as u128) as u32);
+            }
+            (latencies, errors)
+        });
+        threads.push((writer, reader));
+    }
+    let mut outcome = Outcome {
+        replies: 0,
+        errors: 0,
+        elapsed: Duration::ZERO,
+        latencies_us: Vec::new(),
+    };
+    for (writer, reader) in threads {
+        let _ = writer.join();
+        if let Ok((latencies, errors)) = reader.join() {
+            outcome.replies += latencies.len() as u64;
+            outcome.errors += errors;
+            outcome.latencies_us.extend(latencies);
+        }
+    }
+    outcome.elapsed = started.elapsed();
+    outcome
+}
+
 fn percentile(sorted: &[u32], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -476,14 +572,24 @@ fn main() {
     for (name, connections, mode) in scenarios {
         let server_before = server_pid.as_deref().and_then(cpu_seconds);
         let client_before = cpu_seconds("self");
-        let mut outcome = runtime.block_on(scenario(
-            &target,
-            connections,
-            mode,
-            options.seconds,
-            options.messages,
-            Arc::clone(&first_id),
-        ));
+        let mut outcome = match mode {
+            Mode::Paced { rate } => paced(
+                &target,
+                connections,
+                rate * connections as f64,
+                options.seconds,
+                options.messages,
+            ),
+            Mode::Pipelined { window, chunk } => runtime.block_on(pipelined(
+                &target,
+                connections,
+                window,
+                chunk,
+                options.seconds,
+                options.messages,
+                Arc::clone(&first_id),
+            )),
+        };
         let server_cpu = per_message(
             server_before,
             server_pid.as_deref().and_then(cpu_seconds),

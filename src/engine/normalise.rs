@@ -66,11 +66,18 @@ impl Normaliser {
     ) {
         out.clear();
         scratch.clear();
-        let decoded = if text.contains('&') {
-            html_escape::decode_html_entities(text)
-        } else {
-            Cow::Borrowed(text)
-        };
+        // Feeds escape twice now and then (`&amp;amp;`): decode until stable,
+        // a few rounds at most.
+        let mut decoded = Cow::Borrowed(text);
+        for _ in 0..3 {
+            if !decoded.contains('&') {
+                break;
+            }
+            match html_escape::decode_html_entities(&decoded) {
+                Cow::Borrowed(_) => break,
+                Cow::Owned(once_more) => decoded = Cow::Owned(once_more),
+            }
+        }
 
         // URLs, before case folding: short links are case-sensitive keys.
         let mut last = 0;
@@ -212,6 +219,10 @@ mod tests {
     #[test]
     fn entities_case_and_compatibility_forms_fold() {
         assert_eq!(norm("Tom &amp; Jerry"), "tom & jerry");
+        assert_eq!(
+            norm("Tom &amp;amp; Jerry &#8230; &lt;3"),
+            "tom & jerry ... <3"
+        );
         assert_eq!(norm("ＨＥＬＬＯ Ｗｏｒｌｄ"), "hello world");
         assert_eq!(norm("ÉCOLE"), "école");
     }

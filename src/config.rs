@@ -79,9 +79,9 @@ pub enum Measure {
     /// |A ∩ B| / |A ∪ B|: symmetric, penalises added or removed text.
     Jaccard,
     /// |A ∩ B| / min(|A|, |B|): how much of the shorter text the longer one
-    /// contains. Catches truncations and appended comments at any length, at
-    /// the price of matching a short text inside any longer one that quotes
-    /// it.
+    /// contains. Catches truncations and appended comments at any length.
+    /// A set of fewer than three shingles is compared by Jaccard instead, so
+    /// "Happy New Year!" is not contained in every longer greeting.
     Containment,
 }
 

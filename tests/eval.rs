@@ -19,7 +19,11 @@ fn quality_targets_hold_on_the_labelled_slice() {
         .lines()
         .filter(|l| l.starts_with("PASS ") || l.starts_with("FAIL "))
         .collect();
-    assert!(targets.len() >= 6, "the report lists every target:\n{report}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        targets.len() >= 6,
+        "the report lists every target:\n{report}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let failed: Vec<&&str> = targets.iter().filter(|l| l.starts_with("FAIL")).collect();
     assert!(failed.is_empty(), "targets missed: {failed:#?}\n{report}");
     assert!(output.status.success(), "{report}");

@@ -21,16 +21,42 @@ fn engine(capacity: usize, measure: Measure, shingling: Shingling) -> Deduper {
 /// copies and evictions all happen often.
 fn texts() -> impl Strategy<Value = Vec<String>> {
     let word = prop::sample::select(vec![
-        "rust", "conf", "keynote", "flood", "highway", "closed", "the", "a", "of", "RT", "@bob:", "#news", "東京", "雨",
-        "https://t.co/x", "…", "&amp;", "Ünïcode", "ＷＩＤＥ", "😂",
+        "rust",
+        "conf",
+        "keynote",
+        "flood",
+        "highway",
+        "closed",
+        "the",
+        "a",
+        "of",
+        "RT",
+        "@bob:",
+        "#news",
+        "東京",
+        "雨",
+        "https://t.co/x",
+        "…",
+        "&amp;",
+        "Ünïcode",
+        "ＷＩＤＥ",
+        "😂",
     ]);
-    prop::collection::vec(prop::collection::vec(word, 0..12).prop_map(|w| w.join(" ")), 1..60)
+    prop::collection::vec(
+        prop::collection::vec(word, 0..12).prop_map(|w| w.join(" ")),
+        1..60,
+    )
 }
 
 fn measures() -> impl Strategy<Value = (Measure, Shingling)> {
     (
         prop::sample::select(vec![Measure::Jaccard, Measure::Containment]),
-        prop::sample::select(vec![Shingling::Words(1), Shingling::Words(2), Shingling::Words(3), Shingling::Chars(4)]),
+        prop::sample::select(vec![
+            Shingling::Words(1),
+            Shingling::Words(2),
+            Shingling::Words(3),
+            Shingling::Chars(4),
+        ]),
     )
 }
 

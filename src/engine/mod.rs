@@ -235,16 +235,17 @@ impl Preparer {
     pub fn explain(&self, text: &str, urls: &[(Cow<'_, str>, Cow<'_, str>)]) -> Explained {
         let mut scratch = Scratch::default();
         let normalised = self.normalise(text, urls, &mut scratch).to_string();
-        let mut tokens = self.tokeniser.token_texts(&normalised);
-        if tokens.is_empty() {
-            tokens.push(match normalised.trim() {
+        let mut explained = self.tokeniser.token_texts(&normalised);
+        if explained.is_empty() {
+            let fallback = match normalised.trim() {
                 "" => text.trim().to_string(),
                 n => n.to_string(),
-            });
+            };
+            explained.push((token_hash(&fallback), fallback));
         }
+        let (hashes, tokens): (Vec<u64>, Vec<String>) = explained.into_iter().unzip();
         let mut shingles: Vec<(u32, String)> = match self.shingling {
             Shingling::Words(width) => {
-                let hashes: Vec<u64> = tokens.iter().map(|t| token_hash(t)).collect();
                 let width = width.min(tokens.len());
                 (0..=tokens.len() - width)
                     .map(|i| {

@@ -79,7 +79,7 @@ impl Tokeniser {
         // A run of hashtags is held back until it ends: three or more
         // become one token.
         let mut block: Vec<(u64, &str)> = Vec::new();
-        let mut flush = |block: &mut Vec<(u64, &str)>,
+        let flush = |block: &mut Vec<(u64, &str)>,
                          out: &mut Vec<u64>,
                          texts: &mut Option<&mut Vec<String>>| {
             if block.len() >= HASHTAG_BLOCK {

@@ -80,8 +80,15 @@ impl Normaliser {
         }
 
         // URLs, before case folding: short links are case-sensitive keys.
+        // (Each rule runs only where a cheap test says it can match.)
         let mut last = 0;
-        for found in self.url.find_iter(&decoded) {
+        let may_have_url = memchr::memmem::find(decoded.as_bytes(), b"http").is_some()
+            || memchr::memmem::find(decoded.as_bytes(), b"www.").is_some();
+        for found in may_have_url
+            .then(|| self.url.find_iter(&decoded))
+            .into_iter()
+            .flatten()
+        {
             scratch.push_str(&decoded[last..found.start()]);
             scratch.push(' ');
             if let Some(expanded) = expand(found.as_str(), urls) {
@@ -106,11 +113,17 @@ impl Normaliser {
             }
         }
 
-        replace_in_place(out, scratch, &self.retweet_marker, " ");
+        if out.contains('@') {
+            replace_in_place(out, scratch, &self.retweet_marker, " ");
+        }
         let trimmed = out.trim_end().len();
         out.truncate(trimmed);
-        replace_in_place(out, scratch, &self.trailing_via, "");
-        replace_in_place(out, scratch, &self.truncation, "");
+        if out.contains("via") {
+            replace_in_place(out, scratch, &self.trailing_via, "");
+        }
+        if out.ends_with("...") {
+            replace_in_place(out, scratch, &self.truncation, "");
+        }
     }
 }
 

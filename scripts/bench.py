@@ -21,6 +21,7 @@ import os
 import resource
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -82,10 +83,14 @@ def throughput(count: int, shape: str, threads: int | None) -> dict:
 
 
 def rss_of(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
+    """Current resident set size of a running process, 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return 0
 
 
@@ -99,12 +104,22 @@ def memory(capacity: int, multiple: int) -> dict:
         proc = subprocess.Popen([BIN, "--quiet", f"--capacity={cap}"], stdin=gen.stdout,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         gen.stdout.close()
-        samples, lines, next_mark = [], 0, capacity
-        while chunk := proc.stdout.read(1 << 20):
-            lines += chunk.count(b"\n")
-            if lines >= next_mark:
-                samples.append((lines, rss_of(proc.pid)))
-                next_mark += capacity
+        lines = [0]
+
+        def count() -> None:
+            while chunk := proc.stdout.read(1 << 20):
+                lines[0] += chunk.count(b"\n")
+
+        counter = threading.Thread(target=count)
+        counter.start()
+        samples, next_mark = [], capacity
+        while counter.is_alive():
+            time.sleep(0.05)
+            rss = rss_of(proc.pid)
+            if rss and lines[0] >= next_mark:
+                samples.append((lines[0], rss))
+                next_mark = (lines[0] // capacity + 1) * capacity
+        counter.join()
         _, status, usage = os.wait4(proc.pid, 0)
         gen.wait()
         if status != 0:

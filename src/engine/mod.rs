@@ -420,11 +420,7 @@ impl Deduper {
     /// The verdict, and whether an identical shingle set is indexed.
     fn decide(&mut self, sketch: Sketch<'_>, refresh: bool) -> (Verdict, bool) {
         self.counts.messages += 1;
-        let exact = self.index.exact(sketch.set_fingerprint).filter(|&slot| {
-            self.index
-                .peek(slot)
-                .is_some_and(|e| e.shingles() == sketch.shingles)
-        });
+        let exact = self.index.exact(sketch.set_fingerprint, sketch.shingles);
         let best = match (self.config.measure, exact) {
             // Under Jaccard only an identical set reaches 1, and the index
             // holds at most one message per set: nothing can beat or tie it.

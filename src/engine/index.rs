@@ -89,6 +89,10 @@ impl std::fmt::Debug for Index {
     }
 }
 
+/// Largest capacity whose tables are allocated up front (see
+/// [`Index::new`]); larger indexes grow as they fill.
+pub const PRESIZE_LIMIT: usize = 1 << 25;
+
 fn posting_hash(key: u32) -> u64 {
     mix64(u64::from(key))
 }
@@ -101,11 +105,27 @@ fn exact_key(fingerprint: u64) -> u32 {
 
 impl Index {
     /// An empty index that holds at most `capacity` messages and `max_bucket`
-    /// slots per band key.
-    pub fn new(capacity: NonZeroUsize, max_bucket: usize) -> Index {
+    /// slots per key; each message is expected to bring about
+    /// `keys_per_message` keys.
+    ///
+    /// Up to [`PRESIZE_LIMIT`] messages, the tables are allocated for a full
+    /// index up front: a hash table that grows doubles, and holds old and new
+    /// copies while it does, so growing a full-size table would add a third
+    /// to the peak memory at the moment the index fills. Untouched pages of a
+    /// preallocated table cost no memory until used.
+    pub fn new(capacity: NonZeroUsize, max_bucket: usize, keys_per_message: usize) -> Index {
+        let presize = capacity.get() <= PRESIZE_LIMIT;
         Index {
-            entries: LruCache::sparse(capacity),
-            postings: HashTable::new(),
+            entries: if presize {
+                LruCache::new(capacity)
+            } else {
+                LruCache::sparse(capacity)
+            },
+            postings: if presize {
+                HashTable::with_capacity(capacity.get() * keys_per_message)
+            } else {
+                HashTable::new()
+            },
             max_bucket,
             evictions: 0,
         }
@@ -247,7 +267,7 @@ mod tests {
 
     #[test]
     fn eviction_forgets_everything_of_the_evicted() {
-        let mut index = Index::new(NonZeroUsize::new(2).unwrap(), 8);
+        let mut index = Index::new(NonZeroUsize::new(2).unwrap(), 8, 3);
         assert!(insert(&mut index, 1, &[1, 2], &[10, 11]).is_none());
         assert!(insert(&mut index, 2, &[3, 4], &[12, 13]).is_none());
         let evicted = insert(&mut index, 3, &[5, 6], &[14, 15]).expect("full");
@@ -264,7 +284,7 @@ mod tests {
 
     #[test]
     fn touching_protects_from_eviction() {
-        let mut index = Index::new(NonZeroUsize::new(2).unwrap(), 8);
+        let mut index = Index::new(NonZeroUsize::new(2).unwrap(), 8, 3);
         insert(&mut index, 1, &[1], &[10]);
         insert(&mut index, 2, &[2], &[20]);
         let slot = index.exact(set_fingerprint(&[1]), &[1]).unwrap();
@@ -275,7 +295,7 @@ mod tests {
 
     #[test]
     fn buckets_are_capped() {
-        let mut index = Index::new(NonZeroUsize::new(10).unwrap(), 3);
+        let mut index = Index::new(NonZeroUsize::new(10).unwrap(), 3, 2);
         for seq in 0..6 {
             insert(&mut index, seq, &[seq as u32], &[7]);
         }

@@ -278,15 +278,14 @@ impl Preparer {
     }
 }
 
-/// The banding for a configuration. Containment is caught through Jaccard:
-/// a text fully contained in one up to twice its length has Jaccard
-/// `t / (2 - t)` at containment `t`, so the bands are cut for that.
+/// The banding for a configuration: bands cut for the threshold as a
+/// Jaccard similarity, whichever the measure. Under containment, a copy
+/// much longer or shorter than its original has a low Jaccard similarity;
+/// such copies (a truncation, a comment added) keep the original's first or
+/// last words, and the anchor keys find them instead (see
+/// [`push_anchor_keys`]).
 pub fn lsh_params(config: &EngineConfig) -> LshParams {
-    let t = config.threshold;
-    LshParams::for_threshold(match config.measure {
-        Measure::Jaccard => t,
-        Measure::Containment => t / (2.0 - t),
-    })
+    LshParams::for_threshold(config.threshold)
 }
 
 /// Counters of the engine's decisions.
@@ -337,7 +336,12 @@ impl Deduper {
         config.validate()?;
         Ok(Deduper {
             preparer: Preparer::new(&config),
-            index: Index::new(config.capacity, config.max_bucket),
+            // Band keys, two anchors and the exact-set key.
+            index: Index::new(
+                config.capacity,
+                config.max_bucket,
+                lsh_params(&config).bands + 3,
+            ),
             config,
             next_seq: 0,
             counts: EngineCounts::default(),

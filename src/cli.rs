@@ -9,7 +9,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use dedup_stream::config::{
-    DEFAULT_CAPACITY, DEFAULT_MAX_BUCKET, DEFAULT_THRESHOLD, EngineConfig, Measure, Shingling,
+    DEFAULT_CAPACITY, DEFAULT_MAX_BUCKET, DEFAULT_MEASURE, DEFAULT_SHINGLE, DEFAULT_THRESHOLD,
+    EngineConfig, Measure, Shingling,
 };
 use dedup_stream::pipeline::{self, Emit, OnInvalid, PipelineConfig};
 use dedup_stream::server::{self, ListenAddr, Reply, ServerConfig};
@@ -48,12 +49,12 @@ pub struct EngineArgs {
 
     /// How texts are cut into shingles: words:N (word N-grams) or chars:N
     /// (character N-grams).
-    #[arg(long, default_value = "words:2", value_name = "KIND:N", value_parser = parse_shingling)]
+    #[arg(long, default_value_t = DEFAULT_SHINGLE, value_name = "KIND:N", value_parser = parse_shingling)]
     pub shingle: Shingling,
 
     /// How shingle sets are compared: jaccard (|A∩B|/|A∪B|) or containment
     /// (|A∩B|/min(|A|,|B|)).
-    #[arg(long, default_value = "jaccard", value_parser = parse_measure)]
+    #[arg(long, default_value_t = DEFAULT_MEASURE, value_parser = parse_measure)]
     pub measure: Measure,
 }
 

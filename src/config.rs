@@ -12,8 +12,9 @@ use std::str::FromStr;
 use crate::error::ConfigError;
 
 /// Default similarity threshold: a message is a near-duplicate of an earlier
-/// one when their similarity is at least this.
-pub const DEFAULT_THRESHOLD: f64 = 0.5;
+/// one when their similarity is at least this. Chosen on the threshold curve
+/// of `scripts/eval.py` (README, "How to tune it").
+pub const DEFAULT_THRESHOLD: f64 = 0.8;
 
 /// Default number of messages the index holds before it evicts the least
 /// recently used one.
@@ -23,8 +24,10 @@ pub const DEFAULT_CAPACITY: usize = 1_000_000;
 /// ones make a one-word edit cost too much of the overlap.
 pub const DEFAULT_SHINGLE: Shingling = Shingling::Words(2);
 
-/// Default similarity measure.
-pub const DEFAULT_MEASURE: Measure = Measure::Jaccard;
+/// Default similarity measure: containment, because truncated retweets and
+/// copies with a comment added are the duplicates that matter most on
+/// social feeds, and Jaccard misses both once the cut or the comment is long.
+pub const DEFAULT_MEASURE: Measure = Measure::Containment;
 
 /// Default cap on how many indexed messages one LSH bucket may hold. A bucket
 /// past it takes no more entries: the message stays reachable through its
@@ -76,9 +79,9 @@ pub enum Measure {
     /// |A ∩ B| / |A ∪ B|: symmetric, penalises added or removed text.
     Jaccard,
     /// |A ∩ B| / min(|A|, |B|): how much of the shorter text the longer one
-    /// contains. Catches truncations and appended comments at any length, at
-    /// the price of matching a short text inside any longer one that quotes
-    /// it.
+    /// contains. Catches truncations and appended comments at any length.
+    /// A set of fewer than three shingles is compared by Jaccard instead, so
+    /// "Happy New Year!" is not contained in every longer greeting.
     Containment,
 }
 

@@ -340,6 +340,10 @@ fn compare(args: &CompareArgs) -> Exit {
         obc = shown(b, a).len(),
         only_b = shown(b, a).join(", "),
     );
+    let report: String = report
+        .lines()
+        .map(|line| format!("{}\n", line.trim_end()))
+        .collect();
     match out.write_all(report.as_bytes()).and_then(|()| out.flush()) {
         Ok(()) => Exit::Success,
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Exit::Success,

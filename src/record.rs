@@ -113,11 +113,20 @@ const RETWEET_TEXT_PATHS: [&str; 3] = [
     "retweeted_status.full_text",
     "retweeted_status.text",
 ];
-const URL_PARENTS: [&str; 5] = [
+/// Where short URLs and their expansions are. Media links count: two
+/// photo posts with the same caption are different posts, and a retweet
+/// carries its original's media link.
+const URL_PARENTS: [&str; 11] = [
     "entities.urls[]",
+    "entities.media[]",
+    "extended_entities.media[]",
     "extended_tweet.entities.urls[]",
+    "extended_tweet.entities.media[]",
+    "extended_tweet.extended_entities.media[]",
     "retweeted_status.entities.urls[]",
+    "retweeted_status.entities.media[]",
     "retweeted_status.extended_tweet.entities.urls[]",
+    "retweeted_status.extended_tweet.entities.media[]",
     "data.entities.urls[]",
 ];
 const REFERENCED: &str = "referenced_tweets[]";

@@ -6,13 +6,13 @@
 //!   indexed message. It holds at most `capacity` messages; making room
 //!   evicts the least recently used, and the evicted message's slot is given
 //!   to the newcomer, so slots stay below `capacity` and fit 32 bits.
-//! - `exact`, from the fingerprint of a shingle set to its slot: the fast path
-//!   for exact duplicates (identical normalised texts share a set).
-//! - `postings`, a multimap from band key to slot: LSH candidates. One
-//!   `(key, slot)` pair is 8 bytes in a flat hash table; a bucket holds at most
-//!   `max_bucket` slots.
+//! - `postings`, a multimap from 32-bit key to slot, holding for each message
+//!   its LSH band keys (candidates) and the key of its whole shingle set (the
+//!   fast path for exact duplicates: identical normalised texts share a set).
+//!   One `(key, slot)` pair is 8 bytes in a flat hash table; a bucket holds at
+//!   most `max_bucket` slots.
 //!
-//! Eviction removes the message from all three, so nothing ever points at an
+//! Eviction removes the message from both, so nothing ever points at an
 //! evicted message and memory stays flat on an endless stream.
 
 use std::num::NonZeroUsize;
@@ -73,7 +73,6 @@ pub struct Insert<'a> {
 /// The LRU-bounded candidate index.
 pub struct Index {
     entries: LruCache<u32, Entry>,
-    exact: HashTable<(u64, u32)>,
     postings: HashTable<(u32, u32)>,
     max_bucket: usize,
     evictions: u64,
@@ -90,18 +89,43 @@ impl std::fmt::Debug for Index {
     }
 }
 
+/// Largest capacity whose tables are allocated up front (see
+/// [`Index::new`]); larger indexes grow as they fill.
+pub const PRESIZE_LIMIT: usize = 1 << 25;
+
 fn posting_hash(key: u32) -> u64 {
     mix64(u64::from(key))
 }
 
+/// The posting key of a whole shingle set: distinct from band keys but for
+/// chance 32-bit collisions, which [`Index::exact`] verifies away.
+fn exact_key(fingerprint: u64) -> u32 {
+    (mix64(fingerprint ^ 0x6578_6163_745f_6b65) >> 32) as u32
+}
+
 impl Index {
     /// An empty index that holds at most `capacity` messages and `max_bucket`
-    /// slots per band key.
-    pub fn new(capacity: NonZeroUsize, max_bucket: usize) -> Index {
+    /// slots per key; each message is expected to bring about
+    /// `keys_per_message` keys.
+    ///
+    /// Up to [`PRESIZE_LIMIT`] messages, the tables are allocated for a full
+    /// index up front: a hash table that grows doubles, and holds old and new
+    /// copies while it does, so growing a full-size table would add a third
+    /// to the peak memory at the moment the index fills. Untouched pages of a
+    /// preallocated table cost no memory until used.
+    pub fn new(capacity: NonZeroUsize, max_bucket: usize, keys_per_message: usize) -> Index {
+        let presize = capacity.get() <= PRESIZE_LIMIT;
         Index {
-            entries: LruCache::sparse(capacity),
-            exact: HashTable::new(),
-            postings: HashTable::new(),
+            entries: if presize {
+                LruCache::new(capacity)
+            } else {
+                LruCache::sparse(capacity)
+            },
+            postings: if presize {
+                HashTable::with_capacity(capacity.get() * keys_per_message)
+            } else {
+                HashTable::new()
+            },
             max_bucket,
             evictions: 0,
         }
@@ -127,16 +151,20 @@ impl Index {
         self.evictions
     }
 
-    /// Band postings held now (for memory accounting).
+    /// Postings held now (for memory accounting).
     pub fn postings(&self) -> usize {
         self.postings.len()
     }
 
-    /// The slot holding exactly this shingle set, if any.
-    pub fn exact(&self, fingerprint: u64) -> Option<u32> {
-        self.exact
-            .find(fingerprint, |&(f, _)| f == fingerprint)
+    /// The slot holding exactly this shingle set (whose [`set_fingerprint`]
+    /// is `fingerprint`), if any.
+    pub fn exact(&self, fingerprint: u64, shingles: &[u32]) -> Option<u32> {
+        let key = exact_key(fingerprint);
+        self.postings
+            .iter_hash(posting_hash(key))
+            .filter(|&&(k, _)| k == key)
             .map(|&(_, slot)| slot)
+            .find(|&slot| self.peek(slot).is_some_and(|e| e.shingles() == shingles))
     }
 
     /// Appends to `out` every slot that shares a band key with `band_keys`
@@ -181,7 +209,8 @@ impl Index {
         let mut data = Vec::with_capacity(message.band_keys.len() + message.shingles.len());
         data.extend_from_slice(message.band_keys);
         data.extend_from_slice(message.shingles);
-        for &key in message.band_keys {
+        let keys = message.band_keys.iter().copied();
+        for key in keys.chain(std::iter::once(exact_key(message.set_fingerprint))) {
             let hash = posting_hash(key);
             let full = self
                 .postings
@@ -194,11 +223,6 @@ impl Index {
                     .insert_unique(hash, (key, slot), |&(k, _)| posting_hash(k));
             }
         }
-        let fingerprint = message.set_fingerprint;
-        if self.exact(fingerprint).is_none() {
-            self.exact
-                .insert_unique(fingerprint, (fingerprint, slot), |&(f, _)| f);
-        }
         let entry = Entry {
             seq: message.seq,
             id,
@@ -209,22 +233,18 @@ impl Index {
         evicted
     }
 
-    /// Removes every posting and the exact-path key of an evicted entry.
+    /// Removes every posting of an evicted entry.
     fn forget(&mut self, slot: u32, entry: &Entry) {
-        for &key in entry.band_keys() {
+        let keys = entry.band_keys().iter().copied();
+        for key in keys.chain(std::iter::once(exact_key(set_fingerprint(
+            entry.shingles(),
+        )))) {
             if let Ok(found) = self
                 .postings
                 .find_entry(posting_hash(key), |&(k, s)| k == key && s == slot)
             {
                 found.remove();
             }
-        }
-        let fingerprint = set_fingerprint(entry.shingles());
-        if let Ok(found) = self
-            .exact
-            .find_entry(fingerprint, |&(f, s)| f == fingerprint && s == slot)
-        {
-            found.remove();
         }
     }
 }
@@ -247,26 +267,27 @@ mod tests {
 
     #[test]
     fn eviction_forgets_everything_of_the_evicted() {
-        let mut index = Index::new(NonZeroUsize::new(2).unwrap(), 8);
+        let mut index = Index::new(NonZeroUsize::new(2).unwrap(), 8, 3);
         assert!(insert(&mut index, 1, &[1, 2], &[10, 11]).is_none());
         assert!(insert(&mut index, 2, &[3, 4], &[12, 13]).is_none());
         let evicted = insert(&mut index, 3, &[5, 6], &[14, 15]).expect("full");
         assert_eq!(evicted.id, MessageId::Integer(1));
         assert_eq!(index.len(), 2);
-        assert_eq!(index.postings(), 4);
+        assert_eq!(index.postings(), 6, "two bands and the exact key, twice");
         let mut found = Vec::new();
         index.candidates(&[10, 11], &mut found);
         assert!(found.is_empty());
-        assert!(index.exact(set_fingerprint(&[1, 2])).is_none());
+        assert!(index.exact(set_fingerprint(&[1, 2]), &[1, 2]).is_none());
+        assert_eq!(index.exact(set_fingerprint(&[5, 6]), &[5, 6]), Some(0));
         assert_eq!(index.evictions(), 1);
     }
 
     #[test]
     fn touching_protects_from_eviction() {
-        let mut index = Index::new(NonZeroUsize::new(2).unwrap(), 8);
+        let mut index = Index::new(NonZeroUsize::new(2).unwrap(), 8, 3);
         insert(&mut index, 1, &[1], &[10]);
         insert(&mut index, 2, &[2], &[20]);
-        let slot = index.exact(set_fingerprint(&[1])).unwrap();
+        let slot = index.exact(set_fingerprint(&[1]), &[1]).unwrap();
         index.touch(slot);
         let evicted = insert(&mut index, 3, &[3], &[30]).unwrap();
         assert_eq!(evicted.id, MessageId::Integer(2));
@@ -274,7 +295,7 @@ mod tests {
 
     #[test]
     fn buckets_are_capped() {
-        let mut index = Index::new(NonZeroUsize::new(10).unwrap(), 3);
+        let mut index = Index::new(NonZeroUsize::new(10).unwrap(), 3, 2);
         for seq in 0..6 {
             insert(&mut index, seq, &[seq as u32], &[7]);
         }

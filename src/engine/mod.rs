@@ -13,11 +13,13 @@
 //! owner decides, one message at a time.
 //!
 //! Two choices shape what the index holds, both for a stream that never ends:
-//! - **Duplicates are not inserted.** The first message of a group stands for
-//!   it; its copies add nothing a later copy could match better, and the
-//!   index spends its capacity on distinct content. A later message is
-//!   therefore compared with the group's first message, not with its most
-//!   recent copy.
+//! - **Exact copies are not inserted; near-duplicates are.** A message whose
+//!   shingle set is identical to an indexed one adds nothing: any later
+//!   message is exactly as similar to it as to the indexed one, and ties go
+//!   to the earliest anyway. So a retweet storm of ten thousand copies costs
+//!   one entry. A near-duplicate (an edited copy, a truncation, a copy with a
+//!   comment) is inserted, so that a later copy of *it* finds its closest
+//!   match rather than the looser one it shares with the first version.
 //! - **A match refreshes the matched message.** A story still being copied
 //!   stays in the index however old its first message is, and what is
 //!   evicted is what nobody has repeated for longest.
@@ -167,6 +169,7 @@ impl Preparer {
         shingles.extend_from_slice(&scratch.set);
         self.sketcher
             .band_keys(&scratch.set, &mut scratch.signature, band_keys);
+        push_anchor_keys(&scratch.tokens, band_keys);
         set_fingerprint(&scratch.set)
     }
 
@@ -181,6 +184,38 @@ impl Preparer {
         buf.set_fingerprint =
             self.sketch_into(text, urls, scratch, &mut buf.shingles, &mut buf.band_keys);
         buf
+    }
+}
+
+/// Tokens in an anchor: enough that two texts sharing them are about the
+/// same thing, few enough that a truncated retweet still has them.
+pub const ANCHOR_TOKENS: usize = 6;
+
+/// Appends the anchor keys of a token sequence: its first and its last
+/// [`ANCHOR_TOKENS`] tokens, each hashed to a 32-bit key.
+///
+/// MinHash finds pairs by their Jaccard similarity, and a copy with a long
+/// comment added, or a retweet cut to a third of its original, has a low
+/// one even though one text contains the other. Such copies keep the
+/// original's beginning (a truncation, a comment after it) or its end (a
+/// comment before it): the anchors make them candidates, and the measure
+/// decides. They cost two postings per message.
+pub fn push_anchor_keys(tokens: &[u64], out: &mut Vec<u32>) {
+    const PREFIX_TAG: u64 = 0x7072_6566_6978_0001;
+    const SUFFIX_TAG: u64 = 0x7375_6666_6978_0002;
+    if tokens.len() < ANCHOR_TOKENS {
+        return;
+    }
+    let anchor = |tag: u64, run: &[u64]| {
+        let mut h = tag;
+        for &t in run {
+            h = shingle::mix64(h ^ t);
+        }
+        (h >> 32) as u32
+    };
+    out.push(anchor(PREFIX_TAG, &tokens[..ANCHOR_TOKENS]));
+    if tokens.len() > ANCHOR_TOKENS {
+        out.push(anchor(SUFFIX_TAG, &tokens[tokens.len() - ANCHOR_TOKENS..]));
     }
 }
 
@@ -200,16 +235,17 @@ impl Preparer {
     pub fn explain(&self, text: &str, urls: &[(Cow<'_, str>, Cow<'_, str>)]) -> Explained {
         let mut scratch = Scratch::default();
         let normalised = self.normalise(text, urls, &mut scratch).to_string();
-        let mut tokens = self.tokeniser.token_texts(&normalised);
-        if tokens.is_empty() {
-            tokens.push(match normalised.trim() {
+        let mut explained = self.tokeniser.token_texts(&normalised);
+        if explained.is_empty() {
+            let fallback = match normalised.trim() {
                 "" => text.trim().to_string(),
                 n => n.to_string(),
-            });
+            };
+            explained.push((token_hash(&fallback), fallback));
         }
+        let (hashes, tokens): (Vec<u64>, Vec<String>) = explained.into_iter().unzip();
         let mut shingles: Vec<(u32, String)> = match self.shingling {
             Shingling::Words(width) => {
-                let hashes: Vec<u64> = tokens.iter().map(|t| token_hash(t)).collect();
                 let width = width.min(tokens.len());
                 (0..=tokens.len() - width)
                     .map(|i| {
@@ -242,15 +278,14 @@ impl Preparer {
     }
 }
 
-/// The banding for a configuration. Containment is caught through Jaccard:
-/// a text fully contained in one up to twice its length has Jaccard
-/// `t / (2 - t)` at containment `t`, so the bands are cut for that.
+/// The banding for a configuration: bands cut for the threshold as a
+/// Jaccard similarity, whichever the measure. Under containment, a copy
+/// much longer or shorter than its original has a low Jaccard similarity;
+/// such copies (a truncation, a comment added) keep the original's first or
+/// last words, and the anchor keys find them instead (see
+/// [`push_anchor_keys`]).
 pub fn lsh_params(config: &EngineConfig) -> LshParams {
-    let t = config.threshold;
-    LshParams::for_threshold(match config.measure {
-        Measure::Jaccard => t,
-        Measure::Containment => t / (2.0 - t),
-    })
+    LshParams::for_threshold(config.threshold)
 }
 
 /// Counters of the engine's decisions.
@@ -301,7 +336,12 @@ impl Deduper {
         config.validate()?;
         Ok(Deduper {
             preparer: Preparer::new(&config),
-            index: Index::new(config.capacity, config.max_bucket),
+            // Band keys, two anchors and the exact-set key.
+            index: Index::new(
+                config.capacity,
+                config.max_bucket,
+                lsh_params(&config).bands + 3,
+            ),
             config,
             next_seq: 0,
             counts: EngineCounts::default(),
@@ -330,10 +370,11 @@ impl Deduper {
         self.counts
     }
 
-    /// Decides on a message and indexes it if it is new.
+    /// Decides on a message and indexes it unless an identical shingle set
+    /// is indexed already.
     pub fn check(&mut self, id: MessageId, sketch: Sketch<'_>) -> Verdict {
-        let verdict = self.decide(sketch, true);
-        if !verdict.is_duplicate() {
+        let (verdict, identical) = self.decide(sketch, true);
+        if !identical {
             self.index.insert(
                 id,
                 Insert {
@@ -351,7 +392,7 @@ impl Deduper {
     /// Decides on a message without indexing it or refreshing what it
     /// matches: a question that leaves no trace.
     pub fn query(&mut self, sketch: Sketch<'_>) -> Verdict {
-        self.decide(sketch, false)
+        self.decide(sketch, false).0
     }
 
     /// Prepares and checks a text in one call (no URL entities).
@@ -360,19 +401,15 @@ impl Deduper {
         self.check(id, sketch.as_sketch())
     }
 
-    /// Restores an indexed message (from a snapshot) without deciding.
-    pub fn restore(&mut self, id: MessageId, seq: u64, shingles: &[u32]) {
-        let mut band_keys = Vec::new();
-        let mut signature = Vec::new();
-        self.preparer
-            .sketcher
-            .band_keys(shingles, &mut signature, &mut band_keys);
+    /// Restores an indexed message (from a snapshot) without deciding:
+    /// `shingles` and `band_keys` as [`index::Entry`] gave them.
+    pub fn restore(&mut self, id: MessageId, seq: u64, shingles: &[u32], band_keys: &[u32]) {
         self.index.insert(
             id,
             Insert {
                 seq,
                 shingles,
-                band_keys: &band_keys,
+                band_keys,
                 set_fingerprint: set_fingerprint(shingles),
             },
         );
@@ -384,10 +421,17 @@ impl Deduper {
         self.next_seq
     }
 
-    fn decide(&mut self, sketch: Sketch<'_>, refresh: bool) -> Verdict {
+    /// The verdict, and whether an identical shingle set is indexed.
+    fn decide(&mut self, sketch: Sketch<'_>, refresh: bool) -> (Verdict, bool) {
         self.counts.messages += 1;
-        let best = self.best_match(sketch);
-        match best {
+        let exact = self.index.exact(sketch.set_fingerprint, sketch.shingles);
+        let best = match (self.config.measure, exact) {
+            // Under Jaccard only an identical set reaches 1, and the index
+            // holds at most one message per set: nothing can beat or tie it.
+            (Measure::Jaccard, Some(slot)) => Some((slot, 1.0)),
+            _ => self.best_match(sketch, exact),
+        };
+        let verdict = match best {
             Some((slot, similarity)) if similarity >= self.config.threshold => {
                 self.counts.duplicates += 1;
                 if refresh {
@@ -405,23 +449,12 @@ impl Deduper {
                 self.counts.new += 1;
                 Verdict::New
             }
-        }
+        };
+        (verdict, exact.is_some())
     }
 
     /// The most similar indexed message (ties: the earliest), if any.
-    fn best_match(&mut self, sketch: Sketch<'_>) -> Option<(u32, f64)> {
-        let exact = self.index.exact(sketch.set_fingerprint).filter(|&slot| {
-            self.index
-                .peek(slot)
-                .is_some_and(|e| e.shingles() == sketch.shingles)
-        });
-        if self.config.measure == Measure::Jaccard {
-            // Under Jaccard only an identical set reaches 1, and the index
-            // holds at most one message per set: nothing can beat or tie it.
-            if let Some(slot) = exact {
-                return Some((slot, 1.0));
-            }
-        }
+    fn best_match(&mut self, sketch: Sketch<'_>, exact: Option<u32>) -> Option<(u32, f64)> {
         self.candidates.clear();
         self.index
             .candidates(sketch.band_keys, &mut self.candidates);
@@ -480,7 +513,11 @@ mod tests {
                 Verdict::New => panic!("missed: {copy}"),
             }
         }
-        assert_eq!(d.index().len(), 1, "duplicates are not indexed");
+        assert_eq!(
+            d.index().len(),
+            3,
+            "exact copies are not indexed; the truncation and the comment are"
+        );
     }
 
     #[test]

@@ -66,15 +66,29 @@ impl Normaliser {
     ) {
         out.clear();
         scratch.clear();
-        let decoded = if text.contains('&') {
-            html_escape::decode_html_entities(text)
-        } else {
-            Cow::Borrowed(text)
-        };
+        // Feeds escape twice now and then (`&amp;amp;`): decode until stable,
+        // a few rounds at most.
+        let mut decoded = Cow::Borrowed(text);
+        for _ in 0..3 {
+            if !decoded.contains('&') {
+                break;
+            }
+            match html_escape::decode_html_entities(&decoded) {
+                Cow::Borrowed(_) => break,
+                Cow::Owned(once_more) => decoded = Cow::Owned(once_more),
+            }
+        }
 
         // URLs, before case folding: short links are case-sensitive keys.
+        // (Each rule runs only where a cheap test says it can match.)
         let mut last = 0;
-        for found in self.url.find_iter(&decoded) {
+        let may_have_url = memchr::memmem::find(decoded.as_bytes(), b"http").is_some()
+            || memchr::memmem::find(decoded.as_bytes(), b"www.").is_some();
+        for found in may_have_url
+            .then(|| self.url.find_iter(&decoded))
+            .into_iter()
+            .flatten()
+        {
             scratch.push_str(&decoded[last..found.start()]);
             scratch.push(' ');
             if let Some(expanded) = expand(found.as_str(), urls) {
@@ -99,11 +113,17 @@ impl Normaliser {
             }
         }
 
-        replace_in_place(out, scratch, &self.retweet_marker, " ");
+        if out.contains('@') {
+            replace_in_place(out, scratch, &self.retweet_marker, " ");
+        }
         let trimmed = out.trim_end().len();
         out.truncate(trimmed);
-        replace_in_place(out, scratch, &self.trailing_via, "");
-        replace_in_place(out, scratch, &self.truncation, "");
+        if out.contains("via") {
+            replace_in_place(out, scratch, &self.trailing_via, "");
+        }
+        if out.ends_with("...") {
+            replace_in_place(out, scratch, &self.truncation, "");
+        }
     }
 }
 
@@ -212,6 +232,10 @@ mod tests {
     #[test]
     fn entities_case_and_compatibility_forms_fold() {
         assert_eq!(norm("Tom &amp; Jerry"), "tom & jerry");
+        assert_eq!(
+            norm("Tom &amp;amp; Jerry &#8230; &lt;3"),
+            "tom & jerry ... <3"
+        );
         assert_eq!(norm("ＨＥＬＬＯ Ｗｏｒｌｄ"), "hello world");
         assert_eq!(norm("ÉCOLE"), "école");
     }

@@ -65,9 +65,9 @@ pub fn shingle_into(
             char_starts.push(joined.len());
             let chars = char_starts.len() - 1;
             if chars <= width {
-                if chars > 0 {
-                    out.push(char_fingerprint(joined));
-                }
+                // Even an empty text has one shingle, so that identical
+                // texts always match.
+                out.push(char_fingerprint(joined));
             } else {
                 for i in 0..=chars - width {
                     out.push(char_fingerprint(
@@ -133,7 +133,7 @@ mod tests {
     fn char_grams_respect_char_boundaries() {
         assert_eq!(chars("héllo", 3).len(), 3);
         assert_eq!(chars("日本", 3).len(), 1);
-        assert!(chars("", 3).is_empty());
+        assert_eq!(chars("", 3).len(), 1);
         assert_eq!(chars("abcab", 2), chars("abcab", 2));
     }
 

@@ -8,8 +8,9 @@
 //! any band key, which happens with probability `1 - (1 - J^rows)^bands`.
 //!
 //! [`LshParams::for_threshold`] picks `rows` and `bands` so that a pair right
-//! at the threshold is missed at most [`MAX_MISS`] of the time, with as many
-//! rows as [`MAX_BANDS`] allows (more rows, fewer chance candidates). The
+//! at the threshold is missed at most [`MAX_MISS`] of the time, with as few
+//! bands as that allows: every band costs a random memory access on each
+//! lookup, insert and eviction, and an index posting per message. The
 //! signature itself is not kept: only the band keys are.
 
 use super::shingle::mix64;
@@ -20,8 +21,13 @@ pub const MAX_BANDS: usize = 16;
 
 /// Largest chance of missing a pair whose similarity equals the LSH
 /// threshold. Pairs above it are missed far less often (at `J = t + 0.1`,
-/// typically under 0.1%).
+/// typically under 0.1%), and identical sets never (they have their own
+/// exact path).
 pub const MAX_MISS: f64 = 0.02;
+
+/// Fewest rows per band, but for very low thresholds: one-row bands make
+/// every shared shingle minimum a candidate.
+const MIN_ROWS: usize = 2;
 
 /// Most rows per band.
 const MAX_ROWS: usize = 8;
@@ -41,29 +47,31 @@ pub struct LshParams {
 
 impl LshParams {
     /// The banding that finds pairs of Jaccard similarity `jaccard` with
-    /// probability at least `1 - MAX_MISS`, using the most rows that fit in
-    /// `MAX_BANDS` bands.
+    /// probability at least `1 - MAX_MISS`, with the fewest bands (each band
+    /// is a random memory access per lookup, insert and eviction) and, among
+    /// those, the most rows (fewer chance candidates). Bands of one row are
+    /// used only for thresholds so low that two rows need too many bands.
     pub fn for_threshold(jaccard: f64) -> LshParams {
         let t = jaccard.clamp(0.01, 1.0);
-        let mut best = LshParams {
-            bands: MAX_BANDS,
-            rows: 1,
-        };
-        for rows in 1..=MAX_ROWS {
+        let bands_for = |rows: usize| {
             let p = t.powi(rows as i32);
-            let bands = if p >= 1.0 {
+            if p >= 1.0 {
                 1
             } else {
-                (MAX_MISS.ln() / (1.0 - p).ln()).ceil() as usize
-            };
-            if bands <= MAX_BANDS {
-                best = LshParams {
-                    bands: bands.max(1),
-                    rows,
-                };
+                ((MAX_MISS.ln() / (1.0 - p).ln()).ceil() as usize).max(1)
+            }
+        };
+        let mut best: Option<LshParams> = None;
+        for rows in MIN_ROWS..=MAX_ROWS {
+            let bands = bands_for(rows);
+            if bands <= MAX_BANDS && best.is_none_or(|b| bands <= b.bands) {
+                best = Some(LshParams { bands, rows });
             }
         }
-        best
+        best.unwrap_or_else(|| LshParams {
+            bands: bands_for(1).min(MAX_BANDS),
+            rows: 1,
+        })
     }
 
     /// Probability that a pair of Jaccard similarity `j` becomes a candidate.
@@ -111,9 +119,7 @@ impl Sketcher {
             let x = mix64(u64::from(shingle) | 1 << 32);
             for (slot, &(a, b)) in signature.iter_mut().zip(&self.coefficients) {
                 let h = (a.wrapping_mul(x).wrapping_add(b) >> 32) as u32;
-                if h < *slot {
-                    *slot = h;
-                }
+                *slot = (*slot).min(h);
             }
         }
         for (band, rows) in signature.chunks_exact(self.params.rows).enumerate() {
@@ -143,8 +149,12 @@ mod tests {
                 "{t}: {p:?}"
             );
         }
-        // Higher thresholds afford more rows.
-        assert!(LshParams::for_threshold(0.9).rows > LshParams::for_threshold(0.5).rows);
+        // Higher thresholds need fewer bands.
+        assert!(LshParams::for_threshold(0.9).bands < LshParams::for_threshold(0.5).bands);
+        assert_eq!(
+            LshParams::for_threshold(0.8),
+            LshParams { bands: 4, rows: 2 }
+        );
     }
 
     #[test]

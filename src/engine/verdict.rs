@@ -80,15 +80,21 @@ pub fn intersection(a: &[u32], b: &[u32]) -> usize {
     n
 }
 
+/// Fewest shingles a set needs for containment to apply to it: a text of a
+/// word or three ("Happy New Year!") is contained in countless others that
+/// say more, so below this the pair is compared by Jaccard instead.
+pub const MIN_CONTAINED_SHINGLES: usize = 3;
+
 /// Exact similarity of two sorted, deduplicated shingle sets.
 pub fn similarity(measure: Measure, a: &[u32], b: &[u32]) -> f64 {
     if a.is_empty() || b.is_empty() {
         return 0.0;
     }
     let shared = intersection(a, b) as f64;
+    let smaller = a.len().min(b.len());
     match measure {
-        Measure::Jaccard => shared / ((a.len() + b.len()) as f64 - shared),
-        Measure::Containment => shared / a.len().min(b.len()) as f64,
+        Measure::Containment if smaller >= MIN_CONTAINED_SHINGLES => shared / smaller as f64,
+        _ => shared / ((a.len() + b.len()) as f64 - shared),
     }
 }
 
@@ -117,7 +123,9 @@ mod tests {
         let b = [3, 4, 5, 6];
         assert_eq!(similarity(Measure::Jaccard, &a, &b), 2.0 / 6.0);
         assert_eq!(similarity(Measure::Containment, &a, &b), 0.5);
-        assert_eq!(similarity(Measure::Containment, &[3, 4], &b), 1.0);
+        assert_eq!(similarity(Measure::Containment, &[3, 4, 5], &b), 1.0);
+        // Too small to be "contained": Jaccard.
+        assert_eq!(similarity(Measure::Containment, &[3, 4], &b), 0.5);
         assert_eq!(similarity(Measure::Jaccard, &a, &a), 1.0);
         assert_eq!(similarity(Measure::Jaccard, &[], &a), 0.0);
     }

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""End-to-end benchmark of dedup-stream (Python 3 standard library only).
+
+Generates deterministic, realistic tweet streams (examples/gen_stream.rs), then
+measures in one run, on this machine:
+  - throughput of the release binary (messages/s, MB/s) on short
+    {"id_str","text"} lines and on full v1.1 tweet JSON (about 4 KB a line),
+  - the parse-only floor on the same lines (examples/parse_floor.rs: serde_json
+    into a Value, and validation only), and the ratio to it,
+  - peak RSS, bytes per indexed message at --capacity C, and whether RSS stays
+    flat once the index is full (10 x C messages streamed through it).
+
+Usage: scripts/bench.py [--short N] [--full N] [--capacity C] [--skip-memory]
+Figures go to stdout as a markdown report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RELEASE = REPO / "target" / "release"
+BIN = RELEASE / "dedup-stream"
+GEN = RELEASE / "examples" / "gen_stream"
+FLOOR = RELEASE / "examples" / "parse_floor"
+WORK = REPO / "target" / "bench"
+
+
+def build() -> None:
+    subprocess.run(["cargo", "build", "--release", "--quiet", "--bin", "dedup-stream",
+                    "--example", "gen_stream", "--example", "parse_floor"], cwd=REPO, check=True)
+
+
+def stream(count: int, shape: str) -> Path:
+    WORK.mkdir(parents=True, exist_ok=True)
+    path = WORK / f"{shape}-{count}.jsonl"
+    if not path.exists():
+        with open(path.with_suffix(".tmp"), "wb") as out:
+            subprocess.run([GEN, str(count), shape], stdout=out, check=True)
+        path.with_suffix(".tmp").rename(path)
+    return path
+
+
+def timed(cmd: list, stdin_path: Path, stdout=subprocess.DEVNULL) -> tuple[float, int, bytes]:
+    """Runs cmd with a file on stdin; returns (seconds, peak RSS in bytes, stdout)."""
+    with open(stdin_path, "rb") as stdin:
+        started = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdin=stdin, stdout=subprocess.PIPE if stdout is None else stdout,
+                                stderr=subprocess.DEVNULL)
+        out = proc.stdout.read() if stdout is None else b""
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - started
+    if status != 0:
+        sys.exit(f"{cmd[0]} failed with status {status}")
+    return seconds, usage.ru_maxrss * 1024, out
+
+
+def throughput(count: int, shape: str, threads: int | None) -> dict:
+    path = stream(count, shape)
+    size = path.stat().st_size
+    floor_value, _, _ = timed([FLOOR, "value"], path)
+    floor_ignored, _, _ = timed([FLOOR, "ignored"], path)
+    args = [BIN, "--quiet"] + ([f"--threads={threads}"] if threads else [])
+    runs = [timed(args, path) for _ in range(3)]
+    seconds = min(r[0] for r in runs)
+    peak = max(r[1] for r in runs)
+    return {
+        "shape": shape, "messages": count, "bytes": size,
+        "line_bytes": size / count,
+        "msgs_per_s": count / seconds, "mb_per_s": size / seconds / 1e6,
+        "floor_value_msgs_per_s": count / floor_value,
+        "floor_ignored_msgs_per_s": count / floor_ignored,
+        "ratio_value": floor_value / seconds, "ratio_ignored": floor_ignored / seconds,
+        "peak_rss_mb": peak / 1e6,
+    }
+
+
+def rss_of(pid: int) -> int:
+    """Current resident set size of a running process, 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def memory(capacity: int, multiple: int) -> dict:
+    """Streams multiple x capacity messages through --capacity C, sampling RSS
+    as output lines come back."""
+    total = capacity * multiple
+
+    def run(cap: int, messages: int) -> tuple[list, int]:
+        gen = subprocess.Popen([GEN, str(messages), "short", "7"], stdout=subprocess.PIPE)
+        proc = subprocess.Popen([BIN, "--quiet", f"--capacity={cap}"], stdin=gen.stdout,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        gen.stdout.close()
+        lines = [0]
+
+        def count() -> None:
+            while chunk := proc.stdout.read(1 << 20):
+                lines[0] += chunk.count(b"\n")
+
+        counter = threading.Thread(target=count)
+        counter.start()
+        samples, next_mark = [], capacity
+        while counter.is_alive():
+            time.sleep(0.05)
+            rss = rss_of(proc.pid)
+            if rss and lines[0] >= next_mark:
+                samples.append((lines[0], rss))
+                next_mark = (lines[0] // capacity + 1) * capacity
+        counter.join()
+        _, status, usage = os.wait4(proc.pid, 0)
+        gen.wait()
+        if status != 0:
+            sys.exit(f"dedup-stream failed with status {status}")
+        return samples, usage.ru_maxrss * 1024
+
+    small_samples, small_peak = run(1000, 2 * capacity)
+    samples, peak = run(capacity, total)
+    full = [rss for lines, rss in samples if lines >= 2 * capacity]
+    return {
+        "capacity": capacity, "messages": total, "samples": samples,
+        "peak_rss_mb": peak / 1e6, "baseline_peak_rss_mb": small_peak / 1e6,
+        "bytes_per_message": (peak - small_peak) / capacity,
+        "flat_ratio": max(full) / min(full) if full else float("nan"),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--short", type=int, default=2_000_000, help="short-line messages (default 2,000,000)")
+    parser.add_argument("--full", type=int, default=200_000, help="full v1.1 messages (default 200,000)")
+    parser.add_argument("--capacity", type=int, default=1_000_000, help="index capacity for the memory run")
+    parser.add_argument("--threads", type=int, help="--threads for the binary (default: its own)")
+    parser.add_argument("--skip-memory", action="store_true")
+    args = parser.parse_args()
+    build()
+    print(f"# dedup-stream end-to-end benchmark\n\nmachine: {os.cpu_count()} CPUs; best of 3 runs each\n")
+    print("| stream | messages | bytes/line | messages/s | MB/s | floor: Value msgs/s | ratio | floor: validate msgs/s | ratio | peak RSS |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for count, shape in [(args.short, "short"), (args.full, "full")]:
+        r = throughput(count, shape, args.threads)
+        print(f"| {shape} | {count:,} | {r['line_bytes']:.0f} | {r['msgs_per_s']:,.0f} | {r['mb_per_s']:.0f} "
+              f"| {r['floor_value_msgs_per_s']:,.0f} | {r['ratio_value']:.2f} "
+              f"| {r['floor_ignored_msgs_per_s']:,.0f} | {r['ratio_ignored']:.2f} | {r['peak_rss_mb']:.0f} MB |")
+    if not args.skip_memory:
+        m = memory(args.capacity, 10)
+        print(f"\n## Memory at --capacity {m['capacity']:,} ({m['messages']:,} messages streamed)\n")
+        print(f"peak RSS {m['peak_rss_mb']:.0f} MB; baseline (capacity 1,000) {m['baseline_peak_rss_mb']:.0f} MB; "
+              f"**{m['bytes_per_message']:.0f} bytes per indexed message**; "
+              f"RSS max/min once full: {m['flat_ratio']:.3f}\n")
+        print("| messages out | RSS MB |\n|---:|---:|")
+        for lines, rss in m["samples"]:
+            print(f"| {lines:,} | {rss / 1e6:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+//! Invariants, checked on generated input with proptest.
+
+use std::io::Cursor;
+use std::num::NonZeroUsize;
+
+use dedup_stream::pipeline::{self, PipelineConfig};
+use dedup_stream::{Deduper, EngineConfig, Measure, MessageId, Shingling, Verdict};
+use proptest::prelude::*;
+
+fn engine(capacity: usize, measure: Measure, shingling: Shingling) -> Deduper {
+    Deduper::new(EngineConfig {
+        capacity: NonZeroUsize::new(capacity).unwrap(),
+        measure,
+        shingling,
+        ..EngineConfig::default()
+    })
+    .unwrap()
+}
+
+/// Short texts over a small vocabulary, so that near-duplicates, exact
+/// copies and evictions all happen often.
+fn texts() -> impl Strategy<Value = Vec<String>> {
+    let word = prop::sample::select(vec![
+        "rust",
+        "conf",
+        "keynote",
+        "flood",
+        "highway",
+        "closed",
+        "the",
+        "a",
+        "of",
+        "RT",
+        "@bob:",
+        "#news",
+        "東京",
+        "雨",
+        "https://t.co/x",
+        "…",
+        "&amp;",
+        "Ünïcode",
+        "ＷＩＤＥ",
+        "😂",
+    ]);
+    prop::collection::vec(
+        prop::collection::vec(word, 0..12).prop_map(|w| w.join(" ")),
+        1..60,
+    )
+}
+
+fn measures() -> impl Strategy<Value = (Measure, Shingling)> {
+    (
+        prop::sample::select(vec![Measure::Jaccard, Measure::Containment]),
+        prop::sample::select(vec![
+            Shingling::Words(1),
+            Shingling::Words(2),
+            Shingling::Words(3),
+            Shingling::Chars(4),
+        ]),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The index never holds more than its capacity, and a reported
+    /// duplicate always names a message the index held when the decision
+    /// was made, so an evicted message is never reported.
+    #[test]
+    fn capacity_holds_and_evicted_messages_are_never_reported(
+        texts in texts(),
+        capacity in 1usize..8,
+        (measure, shingling) in measures(),
+    ) {
+        let mut d = engine(capacity, measure, shingling);
+        for (i, text) in texts.iter().enumerate() {
+            let indexed: Vec<MessageId> = d.index().iter_lru_first().map(|e| e.id.clone()).collect();
+            let verdict = d.check_text(MessageId::Integer(i as u64), text);
+            prop_assert!(d.index().len() <= capacity);
+            if let Verdict::Duplicate(m) = verdict {
+                prop_assert!(indexed.contains(&m.of), "reported {} was not indexed", m.of);
+                prop_assert!(m.similarity >= d.config().threshold && m.similarity <= 1.0);
+                if let MessageId::Integer(of) = m.of {
+                    prop_assert!(of < i as u64, "a message is a duplicate of an earlier one");
+                }
+            }
+        }
+        let expected_evictions = d.index().evictions() as usize;
+        prop_assert!(expected_evictions + d.index().len() <= texts.len());
+    }
+
+    /// A text seen again while its first copy is indexed is always a
+    /// duplicate of it, with similarity 1.
+    #[test]
+    fn identical_texts_are_always_duplicates(
+        text in "\\PC{0,80}",
+        (measure, shingling) in measures(),
+    ) {
+        let mut d = engine(4, measure, shingling);
+        prop_assert_eq!(d.check_text(MessageId::Integer(1), &text), Verdict::New);
+        match d.check_text(MessageId::Integer(2), &text) {
+            Verdict::Duplicate(m) => {
+                prop_assert_eq!(m.of, MessageId::Integer(1));
+                prop_assert_eq!(m.similarity, 1.0);
+            }
+            Verdict::New => prop_assert!(false, "identical text not caught: {:?}", text),
+        }
+    }
+
+    /// Through the whole pipeline: one output line per valid input line, in
+    /// input order, and the same bytes whatever the thread count, batch size
+    /// or queue size.
+    #[test]
+    fn pipeline_output_is_one_line_per_valid_line_and_independent_of_threading(
+        texts in texts(),
+        invalid_every in 2usize..9,
+    ) {
+        let mut input = Vec::new();
+        let mut valid = 0;
+        for (i, text) in texts.iter().enumerate() {
+            if i % invalid_every == 0 {
+                input.extend_from_slice(b"{\"id_str\":\"no text here\"}\n");
+            } else {
+                valid += 1;
+                let line = serde_json::json!({"id_str": i.to_string(), "text": text});
+                input.extend_from_slice(line.to_string().as_bytes());
+                input.push(b'\n');
+            }
+        }
+        let mut outputs = Vec::new();
+        for (threads, batch_lines, queue_batches) in [(1, 1, 1), (4, 3, 1), (2, 512, 1024)] {
+            outputs.push(run_pipeline(&input, threads, batch_lines, queue_batches));
+        }
+        let first = &outputs[0];
+        prop_assert!(outputs.iter().all(|o| o == first));
+        let lines: Vec<&[u8]> = first.split(|&b| b == b'\n').filter(|l| !l.is_empty()).collect();
+        prop_assert_eq!(lines.len(), valid);
+        let ids: Vec<u64> = lines
+            .iter()
+            .map(|l| serde_json::from_slice::<serde_json::Value>(l).unwrap()["id_str"].as_str().unwrap().parse().unwrap())
+            .collect();
+        prop_assert!(ids.windows(2).all(|w| w[0] < w[1]), "input order");
+    }
+}
+
+fn run_pipeline(input: &[u8], threads: usize, batch_lines: usize, queue_batches: usize) -> Vec<u8> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let output = SharedBuf::default();
+    let config = PipelineConfig {
+        threads: NonZeroUsize::new(threads).unwrap(),
+        batch_lines,
+        queue_batches,
+        ..PipelineConfig::default()
+    };
+    let deduper = Deduper::new(EngineConfig::default()).unwrap();
+    runtime
+        .block_on(pipeline::run(
+            config,
+            deduper,
+            Cursor::new(input.to_vec()),
+            output.clone(),
+            std::future::pending(),
+        ))
+        .unwrap();
+    output.0.lock().unwrap().clone()
+}
+
+/// A `Write` whose bytes the test can read after the pipeline drops it.
+#[derive(Clone, Default)]
+struct SharedBuf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for SharedBuf {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

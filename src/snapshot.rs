@@ -1,7 +1,7 @@
 //! State files: the index saved to disk and loaded back, so that a restart
 //! (or tomorrow's batch) still finds duplicates of what came before.
 //!
-//! # Format (version 1)
+//! # Format (version 2)
 //!
 //! All integers are little-endian.
 //!
@@ -17,12 +17,14 @@
 //!   id           u64       (kinds 0 and 1) the number
 //!                u32 + N   (kind 2) length, then the id's JSON text
 //!   shingles     u32 + 4N  count, then the sorted shingle fingerprints
+//!   anchors      u8 + 4N   count (0 to 2), then the anchor keys
 //! checksum     u32       CRC-32 of every byte before it
 //! ```
 //!
-//! Only shingle sets are stored. Band keys are recomputed on load, so a
-//! state file stays usable when the threshold, the measure, the capacity or
-//! the bucket cap change. What makes stored shingles meaningless is a change
+//! Shingle sets and anchor keys (which come from the tokens, not the
+//! shingles) are stored; LSH band keys are recomputed on load, so a state
+//! file stays usable when the threshold, the measure, the capacity or the
+//! bucket cap change. What makes stored shingles meaningless is a change
 //! in how texts become shingles: the shingling option, or a version of the
 //! engine that normalises or tokenises differently. The fingerprint catches
 //! both: it is a hash of the shingles the running engine computes for a
@@ -60,7 +62,7 @@ use crate::record::MessageId;
 pub const MAGIC: [u8; 8] = *b"\x89DDSTAT\n";
 
 /// The format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Texts whose shingles make up the compatibility fingerprint: cases,
 /// punctuation, mentions, hashtags, links, emoji and CJK, so that a change to
@@ -172,9 +174,12 @@ pub fn fingerprint(config: &EngineConfig) -> u64 {
             Vec::new()
         };
         let sketch = preparer.sketch(probe, &urls, &mut scratch);
-        hasher.update(&(sketch.shingles.len() as u64).to_le_bytes());
-        for shingle in &sketch.shingles {
-            hasher.update(&shingle.to_le_bytes());
+        let anchors = &sketch.band_keys[preparer.lsh_params().bands..];
+        for part in [&sketch.shingles, anchors] {
+            hasher.update(&(part.len() as u64).to_le_bytes());
+            for value in part {
+                hasher.update(&value.to_le_bytes());
+            }
         }
     }
     hasher.digest()
@@ -214,6 +219,12 @@ pub fn encode(deduper: &Deduper) -> Vec<u8> {
         out.extend_from_slice(&(shingles.len() as u32).to_le_bytes());
         for shingle in shingles {
             out.extend_from_slice(&shingle.to_le_bytes());
+        }
+        let anchors = deduper.anchor_keys(entry);
+        // At most two anchors (engine::push_anchor_keys).
+        out.push(anchors.len() as u8);
+        for anchor in anchors {
+            out.extend_from_slice(&anchor.to_le_bytes());
         }
     }
     let checksum = crc32fast::hash(&out);
@@ -303,13 +314,14 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
     }
 
     let count = r.u64()?;
-    // The smallest entry is 21 bytes: a count beyond that is corrupt, and
+    // The smallest entry is 22 bytes: a count beyond that is corrupt, and
     // must not size an allocation.
-    if count > (r.bytes.len() / 21) as u64 {
+    if count > (r.bytes.len() / 22) as u64 {
         return Err(ErrorKind::Malformed("more entries than the file can hold"));
     }
     let mut entries = Vec::with_capacity(count as usize);
     let mut shingles: Vec<u32> = Vec::with_capacity(r.bytes.len() / 4);
+    let mut anchors: Vec<u32> = Vec::new();
     for _ in 0..count {
         let seq = r.u64()?;
         let id = match r.u8()? {
@@ -339,14 +351,25 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
             previous = Some(shingle);
             shingles.push(shingle);
         }
-        entries.push((id, seq, start..shingles.len()));
+        let shingle_range = start..shingles.len();
+        let anchor_count = usize::from(r.u8()?);
+        if anchor_count > 2 {
+            return Err(ErrorKind::Malformed("more than two anchor keys"));
+        }
+        let anchor_start = anchors.len();
+        for chunk in r.take(anchor_count * 4)?.chunks_exact(4) {
+            let mut b = [0; 4];
+            b.copy_from_slice(chunk);
+            anchors.push(u32::from_le_bytes(b));
+        }
+        entries.push((id, seq, shingle_range, anchor_start..anchors.len()));
     }
     if !r.bytes.is_empty() {
         return Err(ErrorKind::Malformed("bytes after the last entry"));
     }
     let restored = entries.len();
-    for (id, seq, range) in entries {
-        deduper.restore(id, seq, &shingles[range]);
+    for (id, seq, shingle_range, anchor_range) in entries {
+        deduper.restore(id, seq, &shingles[shingle_range], &anchors[anchor_range]);
     }
     Ok(restored)
 }
@@ -459,10 +482,18 @@ mod tests {
         d
     }
 
-    fn entries(d: &Deduper) -> Vec<(MessageId, u64, Vec<u32>)> {
+    /// Everything an entry holds, anchor and band keys included.
+    fn entries(d: &Deduper) -> Vec<(MessageId, u64, Vec<u32>, Vec<u32>)> {
         d.index()
             .iter_lru_first()
-            .map(|e| (e.id.clone(), e.seq, e.shingles().to_vec()))
+            .map(|e| {
+                (
+                    e.id.clone(),
+                    e.seq,
+                    e.shingles().to_vec(),
+                    e.band_keys().to_vec(),
+                )
+            })
             .collect()
     }
 
@@ -564,10 +595,10 @@ mod tests {
     #[test]
     fn another_version_is_refused_by_name() {
         let mut bytes = encode(&filled());
-        bytes[8..12].copy_from_slice(&2u32.to_le_bytes());
+        bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
         let err = decode_into(&bytes, &mut deduper(Shingling::Words(2))).unwrap_err();
-        assert!(matches!(err, ErrorKind::Version { found: 2 }), "{err}");
-        assert!(err.to_string().contains("version 2"));
+        assert!(matches!(err, ErrorKind::Version { found: 1 }), "{err}");
+        assert!(err.to_string().contains("version 1"));
     }
 
     #[test]

@@ -401,19 +401,34 @@ impl Deduper {
         self.check(id, sketch.as_sketch())
     }
 
-    /// Restores an indexed message (from a snapshot) without deciding:
-    /// `shingles` and `band_keys` as [`index::Entry`] gave them.
-    pub fn restore(&mut self, id: MessageId, seq: u64, shingles: &[u32], band_keys: &[u32]) {
+    /// Restores an indexed message (from a snapshot) without deciding: its
+    /// shingle set and its anchor keys (see [`Deduper::anchor_keys`]). The
+    /// LSH band keys are recomputed from the shingles, so a state file
+    /// outlives a change of threshold.
+    pub fn restore(&mut self, id: MessageId, seq: u64, shingles: &[u32], anchor_keys: &[u32]) {
+        let mut band_keys =
+            Vec::with_capacity(self.preparer.lsh_params().bands + anchor_keys.len());
+        let mut signature = Vec::new();
+        self.preparer
+            .sketcher
+            .band_keys(shingles, &mut signature, &mut band_keys);
+        band_keys.extend_from_slice(anchor_keys);
         self.index.insert(
             id,
             Insert {
                 seq,
                 shingles,
-                band_keys,
+                band_keys: &band_keys,
                 set_fingerprint: set_fingerprint(shingles),
             },
         );
         self.next_seq = self.next_seq.max(seq + 1);
+    }
+
+    /// The anchor keys of an indexed entry: its keys past the LSH bands.
+    pub fn anchor_keys<'e>(&self, entry: &'e index::Entry) -> &'e [u32] {
+        let keys = entry.band_keys();
+        &keys[self.preparer.lsh_params().bands.min(keys.len())..]
     }
 
     /// The next arrival sequence number.

@@ -1,11 +1,14 @@
 //! Stage 4b, index: the messages remembered so far, bounded by an LRU.
 //!
 //! Three structures, kept consistent by this module alone:
-//! - `entries`, an [`lru::LruCache`] from slot to [`Entry`]: the id, the
-//!   arrival sequence number, the band keys and the shingle set of each
-//!   indexed message. It holds at most `capacity` messages; making room
-//!   evicts the least recently used, and the evicted message's slot is given
-//!   to the newcomer, so slots stay below `capacity` and fit 32 bits.
+//! - `recency`, an [`lru::LruCache`] of slots: which messages are indexed and
+//!   in what order they were last used. It holds at most `capacity` slots;
+//!   making room evicts the least recently used, and the evicted message's
+//!   slot is given to the newcomer, so slots stay below `capacity` and fit
+//!   32 bits.
+//! - `entries`, a vector indexed by slot: the id, the arrival sequence
+//!   number, the band keys and the shingle set of each indexed message. A
+//!   candidate's entry is one array access away, not a hash lookup.
 //! - `postings`, a multimap from 32-bit key to slot, holding for each message
 //!   its LSH band keys (candidates) and the key of its whole shingle set (the
 //!   fast path for exact duplicates: identical normalised texts share a set).
@@ -72,7 +75,8 @@ pub struct Insert<'a> {
 
 /// The LRU-bounded candidate index.
 pub struct Index {
-    entries: LruCache<u32, Entry>,
+    recency: LruCache<u32, ()>,
+    entries: Vec<Entry>,
     postings: HashTable<(u32, u32)>,
     max_bucket: usize,
     evictions: u64,
@@ -81,8 +85,8 @@ pub struct Index {
 impl std::fmt::Debug for Index {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Index")
-            .field("len", &self.entries.len())
-            .field("capacity", &self.entries.cap())
+            .field("len", &self.recency.len())
+            .field("capacity", &self.recency.cap())
             .field("postings", &self.postings.len())
             .field("evictions", &self.evictions)
             .finish()
@@ -116,10 +120,15 @@ impl Index {
     pub fn new(capacity: NonZeroUsize, max_bucket: usize, keys_per_message: usize) -> Index {
         let presize = capacity.get() <= PRESIZE_LIMIT;
         Index {
-            entries: if presize {
+            recency: if presize {
                 LruCache::new(capacity)
             } else {
                 LruCache::sparse(capacity)
+            },
+            entries: if presize {
+                Vec::with_capacity(capacity.get())
+            } else {
+                Vec::new()
             },
             postings: if presize {
                 HashTable::with_capacity(capacity.get() * keys_per_message)
@@ -133,17 +142,17 @@ impl Index {
 
     /// Messages indexed now.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.recency.len()
     }
 
     /// Whether the index is empty.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.recency.is_empty()
     }
 
     /// The most messages the index holds.
     pub fn capacity(&self) -> usize {
-        self.entries.cap().get()
+        self.recency.cap().get()
     }
 
     /// Messages evicted so far.
@@ -182,33 +191,46 @@ impl Index {
 
     /// The entry in `slot`, without touching its recency.
     pub fn peek(&self, slot: u32) -> Option<&Entry> {
-        self.entries.peek(&slot)
+        // Every slot below the length is live: slots are filled in order and
+        // an evicted slot is refilled at once.
+        self.entries.get(slot as usize)
     }
 
     /// Marks the entry in `slot` as just used.
     pub fn touch(&mut self, slot: u32) {
-        self.entries.promote(&slot);
+        self.recency.promote(&slot);
     }
 
     /// Entries from least to most recently used.
     pub fn iter_lru_first(&self) -> impl Iterator<Item = &Entry> {
-        self.entries.iter().rev().map(|(_, e)| e)
+        self.recency
+            .iter()
+            .rev()
+            .map(|(&slot, ())| &self.entries[slot as usize])
     }
 
     /// Indexes a message, evicting the least recently used one if full.
     /// Returns the evicted entry.
     pub fn insert(&mut self, id: MessageId, message: Insert<'_>) -> Option<Entry> {
-        let (slot, evicted) = if self.entries.len() >= self.capacity() {
-            let (slot, entry) = self.entries.pop_lru().expect("a full index has entries");
-            self.forget(slot, &entry);
-            self.evictions += 1;
-            (slot, Some(entry))
-        } else {
-            (self.entries.len() as u32, None)
-        };
         let mut data = Vec::with_capacity(message.band_keys.len() + message.shingles.len());
         data.extend_from_slice(message.band_keys);
         data.extend_from_slice(message.shingles);
+        let entry = Entry {
+            seq: message.seq,
+            id,
+            data: data.into_boxed_slice(),
+            bands: message.band_keys.len() as u32,
+        };
+        let (slot, evicted) = if self.recency.len() >= self.capacity() {
+            let (slot, ()) = self.recency.pop_lru().expect("a full index has entries");
+            let evicted = std::mem::replace(&mut self.entries[slot as usize], entry);
+            forget(&mut self.postings, slot, &evicted);
+            self.evictions += 1;
+            (slot, Some(evicted))
+        } else {
+            self.entries.push(entry);
+            ((self.entries.len() - 1) as u32, None)
+        };
         let keys = message.band_keys.iter().copied();
         for key in keys.chain(std::iter::once(exact_key(message.set_fingerprint))) {
             let hash = posting_hash(key);
@@ -223,28 +245,18 @@ impl Index {
                     .insert_unique(hash, (key, slot), |&(k, _)| posting_hash(k));
             }
         }
-        let entry = Entry {
-            seq: message.seq,
-            id,
-            data: data.into_boxed_slice(),
-            bands: message.band_keys.len() as u32,
-        };
-        self.entries.push(slot, entry);
+        self.recency.push(slot, ());
         evicted
     }
+}
 
-    /// Removes every posting of an evicted entry.
-    fn forget(&mut self, slot: u32, entry: &Entry) {
-        let keys = entry.band_keys().iter().copied();
-        for key in keys.chain(std::iter::once(exact_key(set_fingerprint(
-            entry.shingles(),
-        )))) {
-            if let Ok(found) = self
-                .postings
-                .find_entry(posting_hash(key), |&(k, s)| k == key && s == slot)
-            {
-                found.remove();
-            }
+/// Removes every posting of an evicted entry.
+fn forget(postings: &mut HashTable<(u32, u32)>, slot: u32, entry: &Entry) {
+    let keys = entry.band_keys().iter().copied();
+    let exact = exact_key(set_fingerprint(entry.shingles()));
+    for key in keys.chain(std::iter::once(exact)) {
+        if let Ok(found) = postings.find_entry(posting_hash(key), |&(k, s)| k == key && s == slot) {
+            found.remove();
         }
     }
 }

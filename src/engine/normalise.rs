@@ -20,7 +20,7 @@
 use std::borrow::Cow;
 
 use regex::Regex;
-use unicode_normalization::UnicodeNormalization;
+use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfkc_quick};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Seed of the URL token hash. Fixed: tokens must be the same on every run.
@@ -82,8 +82,7 @@ impl Normaliser {
         // URLs, before case folding: short links are case-sensitive keys.
         // (Each rule runs only where a cheap test says it can match.)
         let mut last = 0;
-        let may_have_url = memchr::memmem::find(decoded.as_bytes(), b"http").is_some()
-            || memchr::memmem::find(decoded.as_bytes(), b"www.").is_some();
+        let may_have_url = decoded.contains("http") || decoded.contains("www.");
         for found in may_have_url
             .then(|| self.url.find_iter(&decoded))
             .into_iter()
@@ -99,17 +98,24 @@ impl Normaliser {
         }
         scratch.push_str(&decoded[last..]);
 
-        // NFKC, then lowercase. ASCII is already in both forms but for case.
+        // NFKC, then lowercase. ASCII is already in both forms but for case,
+        // and most other text is already NFKC: the quick check says so
+        // without building anything.
         if scratch.is_ascii() {
             out.push_str(scratch);
             out.make_ascii_lowercase();
         } else {
-            for c in scratch.nfkc() {
+            let lowercase = |out: &mut String, c: char| {
                 if c.is_lowercase() || !c.is_alphabetic() {
                     out.push(c);
                 } else {
                     out.extend(c.to_lowercase());
                 }
+            };
+            if is_nfkc_quick(scratch.chars()) == IsNormalized::Yes {
+                scratch.chars().for_each(|c| lowercase(out, c));
+            } else {
+                scratch.nfkc().for_each(|c| lowercase(out, c));
             }
         }
 

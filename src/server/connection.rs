@@ -50,10 +50,26 @@ where
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send,
 {
+    let mut reader = reader;
     let (reply_tx, reply_rx) = mpsc::channel(ctx.config.reply_queue.max(1));
-    let read = read_requests(reader, reply_tx, &ctx, shutdown);
+    let read = read_requests(&mut reader, reply_tx, &ctx, shutdown);
     let write = write_replies(writer, reply_rx, ctx.config.idle_timeout);
     let (read_end, write_end) = tokio::join!(read, write);
+    if read_end == End::Stopped && write_end == End::Done {
+        // Closing a socket with unread input makes the kernel send a reset,
+        // and a reset can destroy replies the client has not read yet. The
+        // replies are written and the write side is shut: discard what the
+        // client still sends until it closes, for a moment at most.
+        let mut sink = vec![0; READ_CHUNK];
+        let _ = tokio::time::timeout(LINGER, async {
+            while let Ok(n) = reader.read(&mut sink).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        })
+        .await;
+    }
     if read_end == End::TimedOut || write_end == End::TimedOut {
         ctx.metrics
             .connections_timed_out
@@ -62,11 +78,18 @@ where
     tracing::debug!(?read_end, ?write_end, "connection closed");
 }
 
+/// How long a connection stopped by shutdown keeps discarding input after
+/// its last reply, so that closing it does not reset the client.
+const LINGER: Duration = Duration::from_secs(1);
+
 /// Why one half of a connection ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum End {
-    /// The client closed its side, or shutdown: everything was answered.
+    /// The client closed its side: everything was answered.
     Done,
+    /// Shutdown: every complete line received was answered, but the client
+    /// may still be sending.
+    Stopped,
     /// Idle for the idle timeout, or replies not read for that long.
     TimedOut,
     /// The client went away, or the server is stopping hard.
@@ -83,7 +106,7 @@ async fn within<F: Future>(limit: Option<Duration>, f: F) -> Option<F::Output> {
 
 /// The reading half: lines into batches into the engine.
 async fn read_requests<R: AsyncRead + Unpin>(
-    mut reader: R,
+    reader: &mut R,
     replies: mpsc::Sender<Vec<u8>>,
     ctx: &Context,
     mut shutdown: Shutdown,
@@ -109,7 +132,7 @@ async fn read_requests<R: AsyncRead + Unpin>(
         if shutdown.is_shutdown() {
             // Every complete line received was answered; a partial one is
             // dropped.
-            return End::Done;
+            return End::Stopped;
         }
         lines.reserve();
         let read = tokio::select! {

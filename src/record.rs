@@ -415,11 +415,13 @@ impl Decoder {
             needs_comma: shape.members > 0,
         };
         let found = |path: u16| captures.iter().filter(move |c| c.path == path);
+        // The first path with a non-null value: its position and the value.
         let first_present = |paths: &[u16]| {
-            paths
-                .iter()
-                .find_map(|&p| found(p).find(|c| c.raw.get() != "null"))
-                .map(|c| (p_index(paths, c.path), c.raw))
+            paths.iter().enumerate().find_map(|(index, &p)| {
+                found(p)
+                    .find(|c| c.raw.get() != "null")
+                    .map(|c| (index, c.raw))
+            })
         };
 
         let (id_index, id_raw) = first_present(&self.ids)
@@ -428,8 +430,7 @@ impl Decoder {
             .ok_or_else(|| InvalidReason::BadId(self.spec.id[id_index].to_string()))?;
 
         let text = if self.spec.discover_text {
-            let retweeted = self.retweet_text(&captures)?;
-            match retweeted {
+            match self.retweet_text(&captures) {
                 Some(text) => text,
                 None => {
                     let (index, raw) = first_present(&self.texts).ok_or_else(|| {
@@ -479,17 +480,14 @@ impl Decoder {
 
     /// The retweeted tweet's text, when this record is a native retweet that
     /// carries it.
-    fn retweet_text<'a>(
-        &self,
-        captures: &[Capture<'a>],
-    ) -> Result<Option<Cow<'a, str>>, InvalidReason> {
+    fn retweet_text<'a>(&self, captures: &[Capture<'a>]) -> Option<Cow<'a, str>> {
         for &path in &self.retweet_texts {
             if let Some(text) = captures
                 .iter()
                 .find(|c| c.path == path)
                 .and_then(|c| json_str(c.raw))
             {
-                return Ok(Some(text));
+                return Some(text);
             }
         }
         for kind in captures.iter().filter(|c| c.path == self.referenced_type) {
@@ -499,16 +497,12 @@ impl Decoder {
                     .find(|c| c.path == self.referenced_text && c.element == kind.element)
                     .and_then(|c| json_str(c.raw));
                 if text.is_some() {
-                    return Ok(text);
+                    return text;
                 }
             }
         }
-        Ok(None)
+        None
     }
-}
-
-fn p_index(paths: &[u16], path: u16) -> usize {
-    paths.iter().position(|&p| p == path).unwrap_or(0)
 }
 
 /// A JSON string literal's contents, borrowed when it has no escapes.
@@ -698,5 +692,154 @@ impl<'de, 'n, 'c> Visitor<'de> for NodeSeed<'n, 'c, 'de> {
     }
     fn visit_unit<E: de::Error>(self) -> Result<(), E> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(line: &str) -> Result<Record<'_>, InvalidReason> {
+        Decoder::new(FieldSpec::default()).decode(line.as_bytes())
+    }
+
+    fn tagged(line: &str) -> String {
+        let record = decode(line).unwrap();
+        let mut out = Vec::new();
+        write_tagged(&mut out, line.as_bytes(), record.splice, |o| {
+            o.extend_from_slice(b"{}")
+        });
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn discovery_takes_the_first_present_field() {
+        let r = decode(r#"{"id":1,"id_str":"1","text":"short","full_text":"full"}"#).unwrap();
+        assert_eq!(r.id, MessageId::DigitString(1));
+        assert_eq!(r.text, "full");
+        let r = decode(r#"{"id_str":null,"id":7,"extended_tweet":{"full_text":"ext"},"text":"t"}"#)
+            .unwrap();
+        assert_eq!(r.id, MessageId::Integer(7));
+        assert_eq!(r.text, "ext");
+        let r = decode(r#"{"data":{"id":"55","text":"v2 \u00e9"}}"#).unwrap();
+        assert_eq!(r.id, MessageId::DigitString(55));
+        assert_eq!(r.text, "v2 é");
+    }
+
+    #[test]
+    fn native_retweets_are_read_as_their_original() {
+        let v1 = r#"{"id_str":"2","full_text":"RT @a: cut…","retweeted_status":{"full_text":"the whole original"}}"#;
+        assert_eq!(decode(v1).unwrap().text, "the whole original");
+        let v2 = r#"{"id":"3","text":"RT @a: cut…","referenced_tweets":[{"type":"quoted","id":"8","text":"not this"},{"type":"retweeted","id":"9","text":"the original"}]}"#;
+        assert_eq!(decode(v2).unwrap().text, "the original");
+        // A quote is compared by its own text.
+        let quote = r#"{"id":"4","text":"my take","referenced_tweets":[{"type":"quoted","id":"9","text":"theirs"}]}"#;
+        assert_eq!(decode(quote).unwrap().text, "my take");
+    }
+
+    #[test]
+    fn url_entities_pair_short_and_expanded_links() {
+        let line = r#"{"id_str":"1","text":"x https://t.co/a https://t.co/b","entities":{"urls":[{"url":"https://t.co/a","expanded_url":"https://a.example/1"},{"url":"https://t.co/b","expanded_url":"https://b.example/2"}],"media":[{"url":"https://t.co/m","expanded_url":"https://pic.example/3"}]}}"#;
+        let urls = decode(line).unwrap().urls;
+        let pairs: Vec<(&str, &str)> = urls.iter().map(|(s, l)| (s.as_ref(), l.as_ref())).collect();
+        assert!(pairs.contains(&("https://t.co/a", "https://a.example/1")));
+        assert!(pairs.contains(&("https://t.co/b", "https://b.example/2")));
+        assert!(pairs.contains(&("https://t.co/m", "https://pic.example/3")));
+    }
+
+    #[test]
+    fn the_tag_is_spliced_before_the_closing_brace() {
+        assert_eq!(
+            tagged(r#"{"id":1,"text":"a"}"#),
+            "{\"id\":1,\"text\":\"a\",\"dedup\":{}}\n"
+        );
+        assert_eq!(
+            tagged("{\"id\":1,\"text\":\"a\"}  \t"),
+            "{\"id\":1,\"text\":\"a\",\"dedup\":{}}  \t\n"
+        );
+        assert_eq!(
+            tagged(r#" { "id" : 1 , "text" : "a" } "#),
+            " { \"id\" : 1 , \"text\" : \"a\" ,\"dedup\":{}} \n"
+        );
+    }
+
+    #[test]
+    fn bad_records_say_what_is_wrong() {
+        assert_eq!(decode("[1]").unwrap_err(), InvalidReason::NotObject);
+        assert_eq!(decode("\"text\"").unwrap_err(), InvalidReason::NotObject);
+        assert!(matches!(
+            decode("{\"id\":1,").unwrap_err(),
+            InvalidReason::Json(_)
+        ));
+        assert!(matches!(
+            decode("{\"id\":1} x").unwrap_err(),
+            InvalidReason::Json(_)
+        ));
+        assert!(matches!(
+            decode(r#"{"text":"a"}"#).unwrap_err(),
+            InvalidReason::NoId(_)
+        ));
+        assert!(matches!(
+            decode(r#"{"id":1}"#).unwrap_err(),
+            InvalidReason::NoText(_)
+        ));
+        assert!(matches!(
+            decode(r#"{"id":1.5,"text":"a"}"#).unwrap_err(),
+            InvalidReason::BadId(_)
+        ));
+        assert!(matches!(
+            decode(r#"{"id":[1],"text":"a"}"#).unwrap_err(),
+            InvalidReason::BadId(_)
+        ));
+        assert!(matches!(
+            decode(r#"{"id":1,"text":5}"#).unwrap_err(),
+            InvalidReason::TextNotString(_)
+        ));
+        assert_eq!(
+            Decoder::new(FieldSpec::default())
+                .decode(b"{\"id\":1,\"text\":\"\xff\"}")
+                .unwrap_err(),
+            InvalidReason::Utf8(16)
+        );
+    }
+
+    #[test]
+    fn ids_keep_their_json_text() {
+        for raw in [
+            "\"1234567890123456789\"",
+            "18446744073709551615",
+            "\"007\"",
+            "-5",
+            "\"a\\u00e9\"",
+            "99999999999999999999999",
+        ] {
+            let id = MessageId::from_json(raw).unwrap();
+            assert_eq!(id.to_json(), raw);
+        }
+        assert_eq!(
+            MessageId::from_json("\"42\""),
+            Some(MessageId::DigitString(42))
+        );
+        assert_eq!(MessageId::from_json("42"), Some(MessageId::Integer(42)));
+        assert!(MessageId::from_json("1e3").is_none());
+        assert!(MessageId::from_json("true").is_none());
+    }
+
+    #[test]
+    fn chosen_fields_are_joined_and_may_overlap() {
+        let spec = FieldSpec::new(Some("guid"), vec!["title".into(), "summary".into()]).unwrap();
+        let decoder = Decoder::new(spec);
+        let r = decoder
+            .decode(br#"{"guid":"g1","title":"Bridge closes","summary":"for repairs"}"#)
+            .unwrap();
+        assert_eq!(r.text, "Bridge closes for repairs");
+        assert_eq!(r.id.to_json(), "\"g1\"");
+        // A path that ends where another goes on: `data` and `data.id`.
+        let spec = FieldSpec::new(Some("data.id"), vec!["data".into()]).unwrap();
+        let err = Decoder::new(spec)
+            .decode(br#"{"data":{"id":"1"}}"#)
+            .unwrap_err();
+        assert_eq!(err, InvalidReason::TextNotString("data".into()));
+        assert!(FieldSpec::new(None, vec!["a..b".into()]).is_err());
     }
 }

@@ -15,7 +15,7 @@ use cli::{Cli, Command, CompareArgs, FilterArgs, ServeArgs, StateArgs};
 use dedup_stream::engine::{Explained, Preparer};
 use dedup_stream::server::{self, Listeners};
 use dedup_stream::snapshot::{self, Loaded};
-use dedup_stream::{Decoder, Deduper, Error, FieldSpec, pipeline};
+use dedup_stream::{ConfigError, Decoder, Deduper, EngineConfig, Error, FieldSpec, pipeline};
 
 /// How the process ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,29 +70,12 @@ fn main() -> ExitCode {
 }
 
 fn filter(args: &FilterArgs) -> Exit {
-    let configs = args
-        .engine_config()
-        .and_then(|engine| Ok((engine, args.pipeline_config()?)));
-    let (engine, pipeline_config) = match configs {
-        Ok(configs) => configs,
-        Err(e) => {
-            eprintln!("dedup-stream: {e}");
-            return Exit::Usage;
-        }
+    let pipeline_config = match args.pipeline_config() {
+        Ok(config) => config,
+        Err(e) => return usage(e),
     };
-    let deduper = match Deduper::new(engine) {
-        Ok(deduper) => deduper,
-        Err(e) => {
-            eprintln!("dedup-stream: {e}");
-            return Exit::Usage;
-        }
-    };
-    let deduper = match load_state(&args.state, deduper) {
-        Ok(deduper) => deduper,
-        Err(exit) => return exit,
-    };
-    let runtime = match runtime() {
-        Ok(runtime) => runtime,
+    let (deduper, runtime) = match start(args.engine_config(), &args.state) {
+        Ok(started) => started,
         Err(exit) => return exit,
     };
     let signal = Arc::new(AtomicU8::new(0));
@@ -137,6 +120,23 @@ fn filter(args: &FilterArgs) -> Exit {
 
 /// The tokio runtime both modes run on: two workers (the engine and the
 /// readers/writers have threads of their own).
+/// Reports a bad option value: exit status 2.
+fn usage(error: impl std::fmt::Display) -> Exit {
+    eprintln!("dedup-stream: {error}");
+    Exit::Usage
+}
+
+/// What the filter and the server both need first: the engine, with its
+/// state file loaded, and a runtime.
+fn start(
+    engine: Result<EngineConfig, ConfigError>,
+    state: &StateArgs,
+) -> Result<(Deduper, tokio::runtime::Runtime), Exit> {
+    let deduper = engine.and_then(Deduper::new).map_err(usage)?;
+    let deduper = load_state(state, deduper)?;
+    Ok((deduper, runtime()?))
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime, Exit> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -180,29 +180,12 @@ fn load_state(args: &StateArgs, mut deduper: Deduper) -> Result<Deduper, Exit> {
 
 /// `dedup-stream serve`: bind, serve until SIGTERM or SIGINT, drain, save.
 fn serve(args: &ServeArgs) -> Exit {
-    let configs = args
-        .engine_config()
-        .and_then(|engine| Ok((engine, args.server_config()?)));
-    let (engine, config) = match configs {
-        Ok(configs) => configs,
-        Err(e) => {
-            eprintln!("dedup-stream: {e}");
-            return Exit::Usage;
-        }
+    let config = match args.server_config() {
+        Ok(config) => config,
+        Err(e) => return usage(e),
     };
-    let deduper = match Deduper::new(engine) {
-        Ok(deduper) => deduper,
-        Err(e) => {
-            eprintln!("dedup-stream: {e}");
-            return Exit::Usage;
-        }
-    };
-    let deduper = match load_state(&args.state, deduper) {
-        Ok(deduper) => deduper,
-        Err(exit) => return exit,
-    };
-    let runtime = match runtime() {
-        Ok(runtime) => runtime,
+    let (deduper, runtime) = match start(args.engine_config(), &args.state) {
+        Ok(started) => started,
         Err(exit) => return exit,
     };
     let signal = Arc::new(AtomicU8::new(0));
@@ -268,10 +251,7 @@ async fn shutdown_signal(which: Arc<AtomicU8>) {
 fn compare(args: &CompareArgs) -> Exit {
     let config = match args.engine.engine_config(std::num::NonZeroUsize::MIN, 1) {
         Ok(config) => config,
-        Err(e) => {
-            eprintln!("dedup-stream: {e}");
-            return Exit::Usage;
-        }
+        Err(e) => return usage(e),
     };
     let preparer = Preparer::new(&config);
     let decoder = Decoder::new(FieldSpec::default());

@@ -207,8 +207,10 @@ fn serve(args: &ServeArgs) -> Exit {
         server::run(config, deduper, listeners, shutdown).await
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    // A service stopped by either signal has drained and saved: that is a
+    // clean stop for its supervisor, so both exit 0 (the filter, run by
+    // hand, reports Ctrl-C as 130 instead).
     match result {
-        Ok(_) if signal.load(Ordering::Relaxed) == SIGINT => Exit::Interrupted,
         Ok(_) => Exit::Success,
         Err(e) => {
             eprintln!("dedup-stream: {e}");

@@ -185,12 +185,17 @@ where
             tokio::task::spawn_blocking(move || batch::prepare(&preparer, &decoder, raw, None))
         })
         .buffered(config.threads.get());
+    // Whether the reader ended the stream itself (end of input or a read
+    // error) rather than the engine stopping or a shutdown.
+    let mut reader_ended = true;
     while let Some(batch) = prepared.next().await {
         let batch = batch.map_err(|e| Error::Internal(format!("a preparing task failed: {e}")))?;
         if prepared_tx.send(batch).await.is_err() {
-            break; // The engine stopped (fatal invalid line or closed output).
+            reader_ended = false; // The engine stopped (fatal invalid line or closed output).
+            break;
         }
     }
+    let reader_ended = reader_ended && !stop_reading.load(Ordering::Relaxed);
     drop(prepared_tx);
     // Dropping the stream drops the raw receiver: a reader blocked on a full
     // queue wakes up and ends.
@@ -207,9 +212,10 @@ where
         .map_err(|_| Error::Internal("the writer thread panicked".into()));
     let (deduper, mut summary) = decided??;
     written??;
-    // The reader may be blocked on an idle input after a shutdown: it is not
-    // joined then, and ends with the process.
-    if reader.is_finished() {
+    // A reader that ended the stream has returned (perhaps with a read error
+    // to report). Otherwise it may be blocked on an idle input: it is joined
+    // only if it is done, or ends with the process.
+    if reader_ended || reader.is_finished() {
         reader
             .join()
             .map_err(|_| Error::Internal("the reader thread panicked".into()))??;
@@ -314,5 +320,63 @@ fn write_batches<W: Write>(output: W, mut chunks: mpsc::Receiver<Vec<u8>>) -> Re
             Ok(())
         }
         other => other.map_err(Error::Write),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::EngineConfig;
+
+    /// Yields some lines, then fails.
+    struct FailingInput {
+        data: io::Cursor<Vec<u8>>,
+    }
+
+    impl io::Read for FailingInput {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            match self.data.read(buf)? {
+                0 => Err(io::Error::other("the disk went away")),
+                n => Ok(n),
+            }
+        }
+    }
+
+    fn run_on(input: impl BufRead + Send + 'static) -> Result<Finished, Error> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let deduper = Deduper::new(EngineConfig::default()).unwrap();
+        runtime.block_on(run(
+            PipelineConfig::default(),
+            deduper,
+            input,
+            io::sink(),
+            std::future::pending(),
+        ))
+    }
+
+    #[test]
+    fn a_read_error_is_reported_not_taken_for_the_end() {
+        let lines = b"{\"id\":1,\"text\":\"one two three\"}\n".repeat(3);
+        let input = io::BufReader::new(FailingInput {
+            data: io::Cursor::new(lines),
+        });
+        match run_on(input) {
+            Err(Error::Read(e)) => assert_eq!(e.to_string(), "the disk went away"),
+            other => panic!("expected a read error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_end_of_input_finishes_with_a_summary() {
+        let lines = b"{\"id\":1,\"text\":\"one two three\"}\n\n{\"id\":2,\"text\":\"one two three\"}\nnope\n".to_vec();
+        let finished = run_on(io::Cursor::new(lines)).unwrap();
+        assert_eq!(finished.summary.messages, 2);
+        assert_eq!(finished.summary.duplicates, 1);
+        assert_eq!(finished.summary.invalid, 1);
+        assert_eq!(finished.deduper.index().len(), 1);
     }
 }

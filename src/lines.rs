@@ -93,6 +93,14 @@ impl<R: BufRead> LineReader<R> {
     }
 }
 
+impl<R: io::Read> LineReader<io::BufReader<R>> {
+    /// Whether input is buffered already, so that the next line can be read
+    /// without waiting on the source.
+    pub fn has_buffered_input(&self) -> bool {
+        !self.reader.buffer().is_empty()
+    }
+}
+
 /// Whether a line holds only white space (such lines are skipped without a
 /// verdict or a warning).
 pub fn is_blank(line: &[u8]) -> bool {

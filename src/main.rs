@@ -81,8 +81,14 @@ fn filter(args: &FilterArgs) -> Exit {
     let signal = Arc::new(AtomicU8::new(0));
     let result = runtime.block_on(async {
         let shutdown = shutdown_signal(Arc::clone(&signal));
-        let stdin = io::BufReader::with_capacity(1 << 16, io::stdin());
-        pipeline::run(pipeline_config, deduper, stdin, io::stdout(), shutdown).await
+        pipeline::run(
+            pipeline_config,
+            deduper,
+            io::stdin(),
+            io::stdout(),
+            shutdown,
+        )
+        .await
     });
     runtime.shutdown_background();
     match result {

@@ -3,12 +3,14 @@
 //!
 //! ```text
 //!  reader thread        tokio: buffered(threads)         engine thread     writer thread
-//!  BufRead ──lines──▶ [batches] ──spawn_blocking(prepare)──▶ [prepared] ──▶ Deduper ──▶ [bytes] ──▶ Write
+//!  Read ────lines──▶ [batches] ──spawn_blocking(prepare)──▶ [prepared] ──▶ Deduper ──▶ [bytes] ──▶ Write
 //!            (bounded)            (ordered, in parallel)     (bounded)      (in order)  (bounded)
 //! ```
 //!
 //! - The reader is a plain OS thread doing blocking reads: tokio's stdin can
-//!   hold up shutdown, and a blocking thread cannot stall the runtime.
+//!   hold up shutdown, and a blocking thread cannot stall the runtime. It
+//!   sends a batch when it is full or when the input has nothing more
+//!   buffered, so a slow stream (`tail -f`) is answered line by line.
 //! - Preparation (parse, normalise, sketch) is pure; `buffered` runs up to
 //!   `threads` batches at once and yields them in input order, so the output
 //!   is the same byte for byte whatever the thread count.
@@ -25,7 +27,7 @@
 //! are still decided and written, and the run returns normally.
 
 use std::future::Future;
-use std::io::{self, BufRead, Write};
+use std::io::{self, Read, Write};
 use std::num::NonZeroUsize;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -46,6 +48,9 @@ use crate::stats::Summary;
 pub const DEFAULT_MAX_LINE_BYTES: usize = 1 << 20;
 /// Default lines per batch.
 pub const DEFAULT_BATCH_LINES: usize = 512;
+/// Bytes read from the input at a time.
+const INPUT_BUFFER: usize = 1 << 16;
+
 /// Default batches queued between two stages.
 pub const DEFAULT_QUEUE_BATCHES: usize = 4;
 
@@ -135,7 +140,7 @@ pub async fn run<R, W>(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<Finished, Error>
 where
-    R: BufRead + Send + 'static,
+    R: Read + Send + 'static,
     W: Write + Send + 'static,
 {
     let started = Instant::now();
@@ -227,14 +232,17 @@ where
 
 /// The reader thread: lines into batches, until the input ends, the reading
 /// side is told to stop, or nobody takes batches any more.
-fn read_batches<R: BufRead>(
+fn read_batches<R: Read>(
     input: R,
     max_line_bytes: usize,
     batch_lines: usize,
     stop: &AtomicBool,
     batches: &mpsc::Sender<RawBatch>,
 ) -> Result<(), Error> {
-    let mut reader = LineReader::new(input, max_line_bytes);
+    let mut reader = LineReader::new(
+        io::BufReader::with_capacity(INPUT_BUFFER, input),
+        max_line_bytes,
+    );
     let mut batch = RawBatch::default();
     let mut line = Vec::new();
     while !stop.load(Ordering::Relaxed) {
@@ -248,8 +256,14 @@ fn read_batches<R: BufRead>(
             Some(Line::Content) if is_blank(&line) => {}
             Some(Line::Content) => batch.push_line(reader.line_number(), &line),
         }
+        // A batch goes when it is full, and also when the input has nothing
+        // more buffered: the next read may wait for a slow producer (`tail
+        // -f`), and the lines already here must not wait with it.
         let full = batch.len() >= batch_lines || batch.bytes.len() >= max_line_bytes;
-        if full && batches.blocking_send(std::mem::take(&mut batch)).is_err() {
+        let idle = !reader.has_buffered_input();
+        if (full || (idle && !batch.is_empty()))
+            && batches.blocking_send(std::mem::take(&mut batch)).is_err()
+        {
             return Ok(());
         }
     }
@@ -342,7 +356,7 @@ mod tests {
         }
     }
 
-    fn run_on(input: impl BufRead + Send + 'static) -> Result<Finished, Error> {
+    fn run_on(input: impl Read + Send + 'static) -> Result<Finished, Error> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -361,9 +375,9 @@ mod tests {
     #[test]
     fn a_read_error_is_reported_not_taken_for_the_end() {
         let lines = b"{\"id\":1,\"text\":\"one two three\"}\n".repeat(3);
-        let input = io::BufReader::new(FailingInput {
+        let input = FailingInput {
             data: io::Cursor::new(lines),
-        });
+        };
         match run_on(input) {
             Err(Error::Read(e)) => assert_eq!(e.to_string(), "the disk went away"),
             other => panic!("expected a read error, got {other:?}"),

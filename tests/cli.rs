@@ -262,3 +262,49 @@ fn compare_explains_a_verdict() {
     assert!(text.contains("shared ("), "{text}");
     assert!(text.contains("\"coastal highway\""), "{text}");
 }
+
+/// SIGTERM and SIGINT stop the filter at a line boundary: every line already
+/// read is decided and written, and the exit status says which signal.
+#[test]
+fn signals_stop_the_filter_after_answering_what_was_read() {
+    use std::io::BufRead;
+    for (signal, status) in [("TERM", 0), ("INT", 130)] {
+        let mut child = Command::new(bin())
+            .arg("--quiet")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        stdin
+            .write_all(
+                [tweet("1", STORY), tweet("2", &format!("RT @x: {STORY}"))]
+                    .concat()
+                    .as_bytes(),
+            )
+            .unwrap();
+        stdin.flush().unwrap();
+        // Both lines are answered while the input stays open (the writer
+        // flushes when it has nothing queued).
+        let mut lines = Vec::new();
+        for _ in 0..2 {
+            let mut line = String::new();
+            stdout.read_line(&mut line).unwrap();
+            lines.push(line);
+        }
+        assert!(lines[1].contains("\"duplicate_of\":\"1\""), "{lines:?}");
+        let killed = Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let exit = child.wait().unwrap();
+        assert_eq!(exit.code(), Some(status), "SIG{signal}");
+        let mut rest = String::new();
+        stdout.read_to_string(&mut rest).unwrap();
+        assert_eq!(rest, "", "nothing after the lines already answered");
+        drop(stdin);
+    }
+}

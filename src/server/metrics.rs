@@ -95,6 +95,15 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
 }
 
 impl Metrics {
+    /// Copies the index's gauges (size, capacity, evictions so far).
+    pub fn record_index(&self, index: &crate::engine::index::Index) {
+        self.index_entries
+            .store(index.len() as u64, Ordering::Relaxed);
+        self.index_capacity
+            .store(index.capacity() as u64, Ordering::Relaxed);
+        self.evictions.store(index.evictions(), Ordering::Relaxed);
+    }
+
     /// Renders every metric in the Prometheus text exposition format.
     pub fn render(&self) -> String {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);

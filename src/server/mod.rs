@@ -368,13 +368,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<Deduper, Error> {
     let metrics = Arc::new(Metrics::default());
-    let index = deduper.index();
-    metrics
-        .index_capacity
-        .store(index.capacity() as u64, Ordering::Relaxed);
-    metrics
-        .index_entries
-        .store(index.len() as u64, Ordering::Relaxed);
+    metrics.record_index(deduper.index());
     let preparer = Arc::new(deduper.preparer().clone());
     let (engine_tx, engine_rx) = mpsc::channel(config.engine_queue.max(1));
     // The owner gets an OS thread of its own, named so that `top -H` shows

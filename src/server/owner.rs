@@ -63,13 +63,7 @@ pub(crate) fn run(
                     .iter()
                     .filter(|item| matches!(item, Item::Message(m) if m.op == Op::Check))
                     .count() as u64;
-                let index = deduper.index();
-                metrics
-                    .index_entries
-                    .store(index.len() as u64, Ordering::Relaxed);
-                metrics
-                    .evictions
-                    .store(index.evictions(), Ordering::Relaxed);
+                metrics.record_index(deduper.index());
                 metrics
                     .check_latency
                     .observe_n(job.received.elapsed(), job.batch.items.len() as u64);

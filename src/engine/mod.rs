@@ -85,7 +85,7 @@ pub struct Scratch {
     tokens: Vec<u64>,
     char_starts: Vec<usize>,
     set: Vec<u32>,
-    signature: Vec<u32>,
+    mixed: Vec<u64>,
 }
 
 /// The stateless stages: normalise, tokenise, shingle, sketch. Cheap to
@@ -168,7 +168,7 @@ impl Preparer {
         );
         shingles.extend_from_slice(&scratch.set);
         self.sketcher
-            .band_keys(&scratch.set, &mut scratch.signature, band_keys);
+            .band_keys(&scratch.set, &mut scratch.mixed, band_keys);
         push_anchor_keys(&scratch.tokens, band_keys);
         set_fingerprint(&scratch.set)
     }
@@ -408,10 +408,10 @@ impl Deduper {
     pub fn restore(&mut self, id: MessageId, seq: u64, shingles: &[u32], anchor_keys: &[u32]) {
         let mut band_keys =
             Vec::with_capacity(self.preparer.lsh_params().bands + anchor_keys.len());
-        let mut signature = Vec::new();
+        let mut mixed = Vec::new();
         self.preparer
             .sketcher
-            .band_keys(shingles, &mut signature, &mut band_keys);
+            .band_keys(shingles, &mut mixed, &mut band_keys);
         band_keys.extend_from_slice(anchor_keys);
         self.index.insert(
             id,

@@ -100,7 +100,20 @@ impl Normaliser {
 
         // NFKC, then lowercase. ASCII is already in both forms but for case,
         // and most other text is already NFKC: the quick check says so
-        // without building anything.
+        // without building anything. `…`, the one non-ASCII character of
+        // many truncated tweets, is replaced by what NFKC makes of it first,
+        // which often leaves plain ASCII.
+        if !scratch.is_ascii() && scratch.contains('…') {
+            let mut last = 0;
+            for (at, _) in scratch.match_indices('…') {
+                out.push_str(&scratch[last..at]);
+                out.push_str("...");
+                last = at + '…'.len_utf8();
+            }
+            out.push_str(&scratch[last..]);
+            std::mem::swap(out, scratch);
+            out.clear();
+        }
         if scratch.is_ascii() {
             out.push_str(scratch);
             out.make_ascii_lowercase();
@@ -119,7 +132,7 @@ impl Normaliser {
             }
         }
 
-        if out.contains('@') {
+        if may_have_retweet_marker(out) {
             replace_in_place(out, scratch, &self.retweet_marker, " ");
         }
         let trimmed = out.trim_end().len();
@@ -131,6 +144,22 @@ impl Normaliser {
             replace_in_place(out, scratch, &self.truncation, "");
         }
     }
+}
+
+/// Whether a lowercased text may hold a retweet marker: an `@` preceded by
+/// `rt` or `mt` and nothing between but white space and colons. A cheap
+/// superset of what the marker pattern matches (any non-ASCII byte counts as
+/// white space here), so the pattern runs only where it can match.
+fn may_have_retweet_marker(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    text.match_indices('@').any(|(at, _)| {
+        let before = bytes[..at]
+            .iter()
+            .rposition(|&c| !(c.is_ascii_whitespace() || c == b':' || !c.is_ascii()))
+            .map_or(0, |last| last + 1);
+        let marker = &bytes[..before];
+        marker.ends_with(b"rt") || marker.ends_with(b"mt")
+    })
 }
 
 /// The expansion of a short URL found in the text, if the record has one.
@@ -254,5 +283,33 @@ mod tests {
             "the quick brown fox"
         );
         assert_eq!(norm("the quick brown fox ..."), "the quick brown fox");
+        // The ellipsis short cut gives what NFKC gives, beside other
+        // non-ASCII text too.
+        assert_eq!(norm("Ｃafé… au lait…"), "café... au");
+        assert_eq!(norm("e\u{301}…x"), "é...x");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_marker_gate_lets_every_marker_through(
+            text in "(rt|mt|art|@a|@|:| |\u{a0}|é|x){0,12}"
+        ) {
+            let normaliser = Normaliser::new();
+            if normaliser.retweet_marker.is_match(&text) {
+                proptest::prop_assert!(may_have_retweet_marker(&text));
+            }
+        }
+
+        #[test]
+        fn the_ellipsis_short_cut_is_nfkc(text in "[a-zÉé.\u{301}\u{2026}\u{ff21} ]{0,16}") {
+            let mut out = String::new();
+            let mut scratch = String::new();
+            Normaliser::new().normalise_into(&text, &[], &mut out, &mut scratch);
+            let nfkc: String = text.nfkc().collect::<String>().to_lowercase();
+            // Markers, truncation and trailing space aside, the text is its
+            // NFKC lowercase form.
+            proptest::prop_assume!(!nfkc.trim_end().ends_with("..."));
+            proptest::prop_assert_eq!(out, nfkc.trim_end());
+        }
     }
 }

@@ -110,22 +110,25 @@ impl Sketcher {
         self.params
     }
 
-    /// Appends one key per band for `shingles` to `out`. `signature` is a
+    /// Appends one key per band for `shingles` to `out`. `mixed` is a
     /// reusable buffer.
-    pub fn band_keys(&self, shingles: &[u32], signature: &mut Vec<u32>, out: &mut Vec<u32>) {
-        signature.clear();
-        signature.resize(self.coefficients.len(), u32::MAX);
-        for &shingle in shingles {
-            let x = mix64(u64::from(shingle) | 1 << 32);
-            for (slot, &(a, b)) in signature.iter_mut().zip(&self.coefficients) {
-                let h = (a.wrapping_mul(x).wrapping_add(b) >> 32) as u32;
-                *slot = (*slot).min(h);
-            }
-        }
-        for (band, rows) in signature.chunks_exact(self.params.rows).enumerate() {
+    ///
+    /// Band by band, and within a band function by function, the minimum is
+    /// taken over the set: each inner loop is a reduction over a contiguous
+    /// array, which the compiler unrolls, and the signature itself is never
+    /// stored.
+    pub fn band_keys(&self, shingles: &[u32], mixed: &mut Vec<u64>, out: &mut Vec<u32>) {
+        mixed.clear();
+        mixed.extend(shingles.iter().map(|&s| mix64(u64::from(s) | 1 << 32)));
+        for (band, functions) in self.coefficients.chunks_exact(self.params.rows).enumerate() {
             let mut h = (band as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ COEFFICIENT_SEED;
-            for &v in rows {
-                h = mix64(h ^ u64::from(v));
+            for &(a, b) in functions {
+                let min = mixed
+                    .iter()
+                    .map(|&x| (a.wrapping_mul(x).wrapping_add(b) >> 32) as u32)
+                    .min()
+                    .unwrap_or(u32::MAX);
+                h = mix64(h ^ u64::from(min));
             }
             out.push((h >> 32) as u32);
         }
@@ -155,6 +158,44 @@ mod tests {
             LshParams::for_threshold(0.8),
             LshParams { bands: 4, rows: 2 }
         );
+    }
+
+    /// Band keys by the textbook route: the whole signature, then bands.
+    fn reference_band_keys(sketcher: &Sketcher, shingles: &[u32]) -> Vec<u32> {
+        let signature: Vec<u32> = sketcher
+            .coefficients
+            .iter()
+            .map(|&(a, b)| {
+                shingles
+                    .iter()
+                    .map(|&s| {
+                        let x = mix64(u64::from(s) | 1 << 32);
+                        (a.wrapping_mul(x).wrapping_add(b) >> 32) as u32
+                    })
+                    .fold(u32::MAX, u32::min)
+            })
+            .collect();
+        signature
+            .chunks_exact(sketcher.params.rows)
+            .enumerate()
+            .map(|(band, rows)| {
+                let seed = (band as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ COEFFICIENT_SEED;
+                (rows.iter().fold(seed, |h, &v| mix64(h ^ u64::from(v))) >> 32) as u32
+            })
+            .collect()
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn band_keys_are_the_signature_bands(
+            shingles in proptest::collection::vec(proptest::num::u32::ANY, 0..40),
+            threshold in 0.3f64..1.0,
+        ) {
+            let sketcher = Sketcher::new(LshParams::for_threshold(threshold));
+            let (mut keys, mut mixed) = (Vec::new(), Vec::new());
+            sketcher.band_keys(&shingles, &mut mixed, &mut keys);
+            proptest::prop_assert_eq!(keys, reference_band_keys(&sketcher, &shingles));
+        }
     }
 
     #[test]

@@ -76,10 +76,11 @@ impl Tokeniser {
         mut joined: Option<&mut String>,
         mut texts: Option<&mut Vec<String>>,
     ) {
-        // A run of hashtags is held back until it ends: three or more
-        // become one token.
-        let mut block: Vec<(u64, &str)> = Vec::new();
-        self.for_each_token(text, |start, end| {
+        // A run of hashtags is emitted as words as it goes, and folded into
+        // one token when it ends if it had three or more: no buffer.
+        let mut run = HashtagRun::default();
+        let bytes = text.as_bytes();
+        self.for_each_token(text, |start, end, ascii| {
             let token = &text[start..end];
             if let Some(joined) = joined.as_deref_mut() {
                 if !joined.is_empty() {
@@ -87,18 +88,18 @@ impl Tokeniser {
                 }
                 joined.push_str(token);
             }
-            if text[..start].ends_with('#') {
-                block.push((token_hash(token), token));
+            if start > 0 && bytes[start - 1] == b'#' {
+                run.push(token, ascii, out, &mut texts);
             } else {
-                flush_hashtags(&mut block, out, &mut texts);
-                push_token(token, out, &mut texts);
+                run.finish(out, &mut texts);
+                push_token(token, ascii, out, &mut texts);
             }
         });
-        flush_hashtags(&mut block, out, &mut texts);
+        run.finish(out, &mut texts);
     }
 
-    /// Calls `f(start, end)` for every match of the token pattern in
-    /// `text`, in order.
+    /// Calls `f(start, end, ascii)` for every match of the token pattern in
+    /// `text`, in order; `ascii` says the token is all ASCII.
     ///
     /// Tokens never span white space, so the text is cut at ASCII white
     /// space first; a piece that is all ASCII is split at its non-word bytes
@@ -106,36 +107,54 @@ impl Tokeniser {
     /// the regex. The result is the regex's on every input (a property test
     /// checks it) at a fraction of the cost: a regex search per short token
     /// is dominated by its fixed overhead.
-    fn for_each_token(&self, text: &str, mut f: impl FnMut(usize, usize)) {
+    fn for_each_token(&self, text: &str, mut f: impl FnMut(usize, usize, bool)) {
         let bytes = text.as_bytes();
+        let class = |i: usize| BYTE_CLASS[usize::from(bytes[i])];
         let mut i = 0;
+        if text.is_ascii() {
+            // The common case, in one pass: the tokens of ASCII text are its
+            // maximal runs of word bytes.
+            loop {
+                while i < bytes.len() && class(i) != WORD {
+                    i += 1;
+                }
+                if i == bytes.len() {
+                    return;
+                }
+                let start = i;
+                while i < bytes.len() && class(i) == WORD {
+                    i += 1;
+                }
+                f(start, i, true);
+            }
+        }
         while i < bytes.len() {
-            while i < bytes.len() && bytes[i].is_ascii_whitespace() {
+            while i < bytes.len() && class(i) == SPACE {
                 i += 1;
             }
             let start = i;
-            let mut ascii = true;
-            while i < bytes.len() && !bytes[i].is_ascii_whitespace() {
-                ascii &= bytes[i].is_ascii();
+            let mut seen = 0;
+            while i < bytes.len() && class(i) != SPACE {
+                seen |= class(i);
                 i += 1;
             }
-            if ascii {
+            if seen & NON_ASCII == 0 {
                 let mut j = start;
                 while j < i {
-                    while j < i && !is_word_byte(bytes[j]) {
+                    while j < i && class(j) != WORD {
                         j += 1;
                     }
                     let word = j;
-                    while j < i && is_word_byte(bytes[j]) {
+                    while j < i && class(j) == WORD {
                         j += 1;
                     }
                     if word < j {
-                        f(word, j);
+                        f(word, j, true);
                     }
                 }
             } else {
                 for found in self.token.find_iter(&text[start..i]) {
-                    f(start + found.start(), start + found.end());
+                    f(start + found.start(), start + found.end(), false);
                 }
             }
         }
@@ -152,38 +171,99 @@ impl Tokeniser {
     }
 }
 
-fn is_word_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'_'
+/// Byte classes of the tokeniser's fast path: ASCII white space, ASCII word
+/// bytes (`[0-9A-Za-z_]`, ASCII `\w`), other ASCII, and bytes of non-ASCII
+/// characters. A table lookup per byte, no branch on ranges.
+const SPACE: u8 = 1;
+const WORD: u8 = 2;
+const OTHER: u8 = 4;
+const NON_ASCII: u8 = 8;
+
+static BYTE_CLASS: [u8; 256] = {
+    let mut table = [NON_ASCII; 256];
+    let mut b = 0;
+    while b < 128 {
+        let c = b as u8;
+        table[b] = if c.is_ascii_whitespace() {
+            SPACE
+        } else if c.is_ascii_alphanumeric() || c == b'_' {
+            WORD
+        } else {
+            OTHER
+        };
+        b += 1;
+    }
+    table
+};
+
+/// A run of hashtags in the making. Its tokens are emitted as they come; a
+/// run of [`HASHTAG_BLOCK`] or more is then replaced by one token, the hash
+/// of its tokens' hashes in order.
+#[derive(Default)]
+struct HashtagRun<'t> {
+    /// Hashtags in the run so far.
+    len: usize,
+    /// Where the run's tokens start in the output.
+    out_start: usize,
+    /// Where the run's token texts start (when explaining).
+    texts_start: usize,
+    /// The block token, folded as the run grows.
+    hash: u64,
+    /// The run's hashtags, kept only when explaining.
+    words: Vec<&'t str>,
 }
 
-/// Emits a held-back run of hashtags: one token for a block, words for a
-/// shorter run.
-fn flush_hashtags(
-    block: &mut Vec<(u64, &str)>,
-    out: &mut Vec<u64>,
-    texts: &mut Option<&mut Vec<String>>,
-) {
-    if block.len() >= HASHTAG_BLOCK {
-        let mut h = HASHTAG_BLOCK_SEED;
-        for &(t, _) in block.iter() {
-            h = mix64(h ^ t);
+impl<'t> HashtagRun<'t> {
+    fn push(
+        &mut self,
+        token: &'t str,
+        ascii: bool,
+        out: &mut Vec<u64>,
+        texts: &mut Option<&mut Vec<String>>,
+    ) {
+        if self.len == 0 {
+            self.out_start = out.len();
+            self.texts_start = texts.as_deref().map_or(0, Vec::len);
+            self.hash = HASHTAG_BLOCK_SEED;
         }
-        out.push(h);
-        if let Some(texts) = texts.as_deref_mut() {
-            texts.push(
-                block
-                    .iter()
-                    .map(|(_, t)| format!("#{t}"))
-                    .collect::<Vec<_>>()
-                    .join(" "),
-            );
+        self.len += 1;
+        let hash = token_hash(token);
+        self.hash = mix64(self.hash ^ hash);
+        if texts.is_some() {
+            self.words.push(token);
         }
-    } else {
-        for &(_, token) in block.iter() {
-            push_token(token, out, texts);
+        if ascii || !is_cjk(first_char(token)) {
+            out.push(hash);
+            if let Some(texts) = texts.as_deref_mut() {
+                texts.push(token.to_string());
+            }
+        } else {
+            push_token(token, false, out, texts);
         }
     }
-    block.clear();
+
+    /// Ends the run: folds it into one token if it is a block.
+    #[inline]
+    fn finish(&mut self, out: &mut Vec<u64>, texts: &mut Option<&mut Vec<String>>) {
+        if self.len == 0 {
+            return;
+        }
+        if self.len >= HASHTAG_BLOCK {
+            out.truncate(self.out_start);
+            out.push(self.hash);
+            if let Some(texts) = texts.as_deref_mut() {
+                texts.truncate(self.texts_start);
+                let words: Vec<String> = self.words.iter().map(|w| format!("#{w}")).collect();
+                texts.push(words.join(" "));
+            }
+        }
+        self.len = 0;
+        self.words.clear();
+    }
+}
+
+fn first_char(token: &str) -> char {
+    token.chars().next().expect("matches are non-empty")
 }
 
 /// Hashtags in a row that count as one block.
@@ -193,10 +273,10 @@ pub const HASHTAG_BLOCK: usize = 3;
 const HASHTAG_BLOCK_SEED: u64 = 0x6861_7368_7461_6773;
 
 /// Appends one matched token: a word, or the bigrams of a CJK run.
-fn push_token(token: &str, out: &mut Vec<u64>, texts: &mut Option<&mut Vec<String>>) {
-    let first = token.chars().next().expect("matches are non-empty");
+/// `ascii` says the token is all ASCII, so not CJK.
+fn push_token(token: &str, ascii: bool, out: &mut Vec<u64>, texts: &mut Option<&mut Vec<String>>) {
     let start = out.len();
-    if is_cjk(first) {
+    if !ascii && is_cjk(first_char(token)) {
         push_bigrams(token, out);
         if let Some(texts) = texts.as_deref_mut() {
             let chars: Vec<char> = token.chars().collect();
@@ -255,6 +335,38 @@ mod tests {
         out
     }
 
+    /// The tokens by the plain definition: regex matches, CJK runs as
+    /// bigrams, runs of three or more hashtags as one token.
+    fn reference_tokens(text: &str) -> Vec<u64> {
+        let mut out = Vec::new();
+        let mut block: Vec<(u64, &str)> = Vec::new();
+        let flush = |block: &mut Vec<(u64, &str)>, out: &mut Vec<u64>| {
+            if block.len() >= HASHTAG_BLOCK {
+                out.push(
+                    block
+                        .iter()
+                        .fold(HASHTAG_BLOCK_SEED, |h, &(t, _)| mix64(h ^ t)),
+                );
+            } else {
+                for &(_, token) in block.iter() {
+                    push_token(token, false, out, &mut None);
+                }
+            }
+            block.clear();
+        };
+        for (start, end) in Tokeniser::new().regex_spans(text) {
+            let token = &text[start..end];
+            if text[..start].ends_with('#') {
+                block.push((token_hash(token), token));
+            } else {
+                flush(&mut block, &mut out);
+                push_token(token, false, &mut out, &mut None);
+            }
+        }
+        flush(&mut block, &mut out);
+        out
+    }
+
     #[test]
     fn words_lose_their_signs() {
         assert_eq!(tokens("#rustconf @alice, hi!"), tokens("rustconf alice hi"));
@@ -296,8 +408,20 @@ mod tests {
         fn the_ascii_fast_path_finds_what_the_regex_finds(text in "[ a-zA-Z0-9_#@.,!é日本\u{3000}\u{a0}\t\n-]{0,40}") {
             let tokeniser = Tokeniser::new();
             let mut spans = Vec::new();
-            tokeniser.for_each_token(&text, |s, e| spans.push((s, e)));
+            let mut claimed_ascii = Vec::new();
+            tokeniser.for_each_token(&text, |s, e, ascii| {
+                spans.push((s, e));
+                if ascii {
+                    claimed_ascii.push(&text[s..e]);
+                }
+            });
             proptest::prop_assert_eq!(spans, tokeniser.regex_spans(&text));
+            proptest::prop_assert!(claimed_ascii.iter().all(|t| t.is_ascii()));
+        }
+
+        #[test]
+        fn tokens_are_the_reference_tokens(text in "(#?#?@?[a-cé日本_]{1,3}[ ,.#\u{3000}]{0,2}){0,12}") {
+            proptest::prop_assert_eq!(tokens(&text), reference_tokens(&text));
         }
     }
 

@@ -94,7 +94,8 @@ fn main() -> io::Result<()> {
     let mut duplicates = 0u64;
     for batch in &prepared {
         out.clear();
-        for item in &batch.items {
+        for (position, item) in batch.items.iter().enumerate() {
+            batch::prefetch_ahead(&deduper, batch, position);
             if let Item::Message(message) = item {
                 let verdict = batch::decide(&mut deduper, batch, message);
                 duplicates += u64::from(verdict.is_duplicate());

@@ -284,7 +284,8 @@ fn decide_batches(
     let mut summary = Summary::default();
     while let Some(batch) = batches.blocking_recv() {
         let mut out = Vec::with_capacity(batch.raw.bytes.len() + batch.items.len() * 64);
-        for item in &batch.items {
+        for (position, item) in batch.items.iter().enumerate() {
+            batch::prefetch_ahead(&deduper, &batch, position);
             match item {
                 Item::Invalid(invalid) => {
                     summary.invalid += 1;

@@ -12,17 +12,17 @@
 //! - `postings`, a multimap from 32-bit key to slot, holding for each message
 //!   its LSH band keys (candidates) and the key of its whole shingle set (the
 //!   fast path for exact duplicates: identical normalised texts share a set).
-//!   One `(key, slot)` pair is 8 bytes in a flat hash table; a bucket holds at
-//!   most `max_bucket` slots.
+//!   One `(key, slot)` pair is 8 bytes in a flat table (see
+//!   [`super::postings`]); a key holds at most `max_bucket` slots.
 //!
 //! Eviction removes the message from both, so nothing ever points at an
 //! evicted message and memory stays flat on an endless stream.
 
 use std::num::NonZeroUsize;
 
-use hashbrown::HashTable;
 use lru::LruCache;
 
+use super::postings::Postings;
 use super::shingle::mix64;
 use crate::record::MessageId;
 
@@ -33,10 +33,14 @@ pub struct Entry {
     pub seq: u64,
     /// The id reported when a later message duplicates this one.
     pub id: MessageId,
-    /// The band keys, then the sorted shingle set, in one allocation.
-    data: Box<[u32]>,
+    /// The band keys, then the sorted shingle set, in one allocation that
+    /// the slot's next message reuses.
+    data: Vec<u32>,
     /// How many of `data` are band keys.
     bands: u32,
+    /// The posting key of the whole set (see [`exact_key`]), kept so that
+    /// eviction need not hash the set again.
+    exact: u32,
 }
 
 impl Entry {
@@ -77,7 +81,7 @@ pub struct Insert<'a> {
 pub struct Index {
     recency: LruCache<u32, ()>,
     entries: Vec<Entry>,
-    postings: HashTable<(u32, u32)>,
+    postings: Postings,
     max_bucket: usize,
     evictions: u64,
 }
@@ -96,10 +100,6 @@ impl std::fmt::Debug for Index {
 /// Largest capacity whose tables are allocated up front (see
 /// [`Index::new`]); larger indexes grow as they fill.
 pub const PRESIZE_LIMIT: usize = 1 << 25;
-
-fn posting_hash(key: u32) -> u64 {
-    mix64(u64::from(key))
-}
 
 /// The posting key of a whole shingle set: distinct from band keys but for
 /// chance 32-bit collisions, which [`Index::exact`] verifies away.
@@ -130,11 +130,11 @@ impl Index {
             } else {
                 Vec::new()
             },
-            postings: if presize {
-                HashTable::with_capacity(capacity.get() * keys_per_message)
+            postings: Postings::with_capacity(if presize {
+                capacity.get() * keys_per_message
             } else {
-                HashTable::new()
-            },
+                0
+            }),
             max_bucket,
             evictions: 0,
         }
@@ -169,24 +169,31 @@ impl Index {
     /// is `fingerprint`), if any.
     pub fn exact(&self, fingerprint: u64, shingles: &[u32]) -> Option<u32> {
         let key = exact_key(fingerprint);
-        self.postings
-            .iter_hash(posting_hash(key))
-            .filter(|&&(k, _)| k == key)
-            .map(|&(_, slot)| slot)
-            .find(|&slot| self.peek(slot).is_some_and(|e| e.shingles() == shingles))
+        let mut found = None;
+        self.postings.for_each(key, |slot| {
+            if found.is_none() && self.peek(slot).is_some_and(|e| e.shingles() == shingles) {
+                found = Some(slot);
+            }
+        });
+        found
     }
 
     /// Appends to `out` every slot that shares a band key with `band_keys`
     /// (with repeats; callers deduplicate).
     pub fn candidates(&self, band_keys: &[u32], out: &mut Vec<u32>) {
         for &key in band_keys {
-            out.extend(
-                self.postings
-                    .iter_hash(posting_hash(key))
-                    .filter(|&&(k, _)| k == key)
-                    .map(|&(_, slot)| slot),
-            );
+            self.postings.for_each(key, |slot| out.push(slot));
         }
+    }
+
+    /// Starts loading what looking up and inserting a message will read:
+    /// the postings of its keys. A hint, issued a few messages ahead, so
+    /// that the lookups find their cache lines loaded.
+    pub fn prefetch(&self, band_keys: &[u32], set_fingerprint: u64) {
+        for &key in band_keys {
+            self.postings.prefetch(key);
+        }
+        self.postings.prefetch(exact_key(set_fingerprint));
     }
 
     /// The entry in `slot`, without touching its recency.
@@ -210,54 +217,62 @@ impl Index {
     }
 
     /// Indexes a message, evicting the least recently used one if full.
-    /// Returns the evicted entry.
-    pub fn insert(&mut self, id: MessageId, message: Insert<'_>) -> Option<Entry> {
-        let mut data = Vec::with_capacity(message.band_keys.len() + message.shingles.len());
-        data.extend_from_slice(message.band_keys);
-        data.extend_from_slice(message.shingles);
-        let entry = Entry {
-            seq: message.seq,
-            id,
-            data: data.into_boxed_slice(),
-            bands: message.band_keys.len() as u32,
+    /// Returns the evicted message's id.
+    ///
+    /// At capacity the newcomer takes the evicted message's slot, its LRU
+    /// node and its entry's allocation: a full index allocates nothing.
+    pub fn insert(&mut self, id: MessageId, message: Insert<'_>) -> Option<MessageId> {
+        let exact = exact_key(message.set_fingerprint);
+        let fill = |data: &mut Vec<u32>| {
+            data.clear();
+            data.extend_from_slice(message.band_keys);
+            data.extend_from_slice(message.shingles);
+            // A slot that once held a long message should not keep its
+            // memory for good.
+            if data.capacity() > 2 * data.len() + 16 {
+                data.shrink_to_fit();
+            }
         };
         let (slot, evicted) = if self.recency.len() >= self.capacity() {
-            let (slot, ()) = self.recency.pop_lru().expect("a full index has entries");
-            let evicted = std::mem::replace(&mut self.entries[slot as usize], entry);
-            forget(&mut self.postings, slot, &evicted);
+            let (&slot, ()) = self.recency.peek_lru().expect("a full index has entries");
+            self.recency.promote(&slot);
+            let entry = &mut self.entries[slot as usize];
+            forget(&mut self.postings, slot, entry);
+            fill(&mut entry.data);
+            entry.bands = message.band_keys.len() as u32;
+            entry.exact = exact;
+            entry.seq = message.seq;
             self.evictions += 1;
-            (slot, Some(evicted))
+            (slot, Some(std::mem::replace(&mut entry.id, id)))
         } else {
-            self.entries.push(entry);
-            ((self.entries.len() - 1) as u32, None)
+            let mut data = Vec::with_capacity(message.band_keys.len() + message.shingles.len());
+            fill(&mut data);
+            self.entries.push(Entry {
+                seq: message.seq,
+                id,
+                data,
+                bands: message.band_keys.len() as u32,
+                exact,
+            });
+            let slot = (self.entries.len() - 1) as u32;
+            self.recency.push(slot, ());
+            (slot, None)
         };
-        let keys = message.band_keys.iter().copied();
-        for key in keys.chain(std::iter::once(exact_key(message.set_fingerprint))) {
-            let hash = posting_hash(key);
-            let full = self
-                .postings
-                .iter_hash(hash)
-                .filter(|&&(k, _)| k == key)
-                .nth(self.max_bucket - 1)
-                .is_some();
-            if !full {
-                self.postings
-                    .insert_unique(hash, (key, slot), |&(k, _)| posting_hash(k));
-            }
+        for &key in message.band_keys.iter().chain(std::iter::once(&exact)) {
+            self.postings.insert_capped(key, slot, self.max_bucket);
         }
-        self.recency.push(slot, ());
         evicted
     }
 }
 
 /// Removes every posting of an evicted entry.
-fn forget(postings: &mut HashTable<(u32, u32)>, slot: u32, entry: &Entry) {
-    let keys = entry.band_keys().iter().copied();
-    let exact = exact_key(set_fingerprint(entry.shingles()));
-    for key in keys.chain(std::iter::once(exact)) {
-        if let Ok(found) = postings.find_entry(posting_hash(key), |&(k, s)| k == key && s == slot) {
-            found.remove();
-        }
+fn forget(postings: &mut Postings, slot: u32, entry: &Entry) {
+    for &key in entry
+        .band_keys()
+        .iter()
+        .chain(std::iter::once(&entry.exact))
+    {
+        postings.remove(key, slot);
     }
 }
 
@@ -265,7 +280,7 @@ fn forget(postings: &mut HashTable<(u32, u32)>, slot: u32, entry: &Entry) {
 mod tests {
     use super::*;
 
-    fn insert(index: &mut Index, seq: u64, shingles: &[u32], keys: &[u32]) -> Option<Entry> {
+    fn insert(index: &mut Index, seq: u64, shingles: &[u32], keys: &[u32]) -> Option<MessageId> {
         index.insert(
             MessageId::Integer(seq),
             Insert {
@@ -283,7 +298,7 @@ mod tests {
         assert!(insert(&mut index, 1, &[1, 2], &[10, 11]).is_none());
         assert!(insert(&mut index, 2, &[3, 4], &[12, 13]).is_none());
         let evicted = insert(&mut index, 3, &[5, 6], &[14, 15]).expect("full");
-        assert_eq!(evicted.id, MessageId::Integer(1));
+        assert_eq!(evicted, MessageId::Integer(1));
         assert_eq!(index.len(), 2);
         assert_eq!(index.postings(), 6, "two bands and the exact key, twice");
         let mut found = Vec::new();
@@ -302,7 +317,7 @@ mod tests {
         let slot = index.exact(set_fingerprint(&[1]), &[1]).unwrap();
         index.touch(slot);
         let evicted = insert(&mut index, 3, &[3], &[30]).unwrap();
-        assert_eq!(evicted.id, MessageId::Integer(2));
+        assert_eq!(evicted, MessageId::Integer(2));
     }
 
     #[test]

@@ -105,7 +105,8 @@ fn decide(
     });
     // [check new, check duplicate, query new, query duplicate, invalid]
     let mut counts = [0u64; 5];
-    for item in &batch.items {
+    for (position, item) in batch.items.iter().enumerate() {
+        batch::prefetch_ahead(deduper, batch, position);
         match item {
             Item::Invalid(invalid) => {
                 counts[4] += 1;

@@ -33,9 +33,11 @@ pub struct Entry {
     pub seq: u64,
     /// The id reported when a later message duplicates this one.
     pub id: MessageId,
-    /// The band keys, then the sorted shingle set, in one allocation that
-    /// the slot's next message reuses.
-    data: Vec<u32>,
+    /// The band keys, then the sorted shingle set, in one allocation of
+    /// exactly their size. (Reusing the evicted entry's allocation saves a
+    /// malloc and a free, but a slot then keeps the room of the longest
+    /// message it ever held, and memory creeps up over a long stream.)
+    data: Box<[u32]>,
     /// How many of `data` are band keys.
     bands: u32,
     /// The posting key of the whole set (see [`exact_key`]), kept so that
@@ -219,34 +221,28 @@ impl Index {
     /// Indexes a message, evicting the least recently used one if full.
     /// Returns the evicted message's id.
     ///
-    /// At capacity the newcomer takes the evicted message's slot, its LRU
-    /// node and its entry's allocation: a full index allocates nothing.
+    /// At capacity the newcomer takes the evicted message's slot and its
+    /// LRU node.
     pub fn insert(&mut self, id: MessageId, message: Insert<'_>) -> Option<MessageId> {
         let exact = exact_key(message.set_fingerprint);
-        let fill = |data: &mut Vec<u32>| {
-            data.clear();
-            data.extend_from_slice(message.band_keys);
-            data.extend_from_slice(message.shingles);
-            // A slot that once held a long message should not keep its
-            // memory for good.
-            if data.capacity() > 2 * data.len() + 16 {
-                data.shrink_to_fit();
-            }
-        };
+        let data: Box<[u32]> = message
+            .band_keys
+            .iter()
+            .chain(message.shingles)
+            .copied()
+            .collect();
         let (slot, evicted) = if self.recency.len() >= self.capacity() {
             let (&slot, ()) = self.recency.peek_lru().expect("a full index has entries");
             self.recency.promote(&slot);
             let entry = &mut self.entries[slot as usize];
             forget(&mut self.postings, slot, entry);
-            fill(&mut entry.data);
+            entry.data = data;
             entry.bands = message.band_keys.len() as u32;
             entry.exact = exact;
             entry.seq = message.seq;
             self.evictions += 1;
             (slot, Some(std::mem::replace(&mut entry.id, id)))
         } else {
-            let mut data = Vec::with_capacity(message.band_keys.len() + message.shingles.len());
-            fill(&mut data);
             self.entries.push(Entry {
                 seq: message.seq,
                 id,

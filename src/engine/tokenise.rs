@@ -36,6 +36,7 @@ impl Default for Tokeniser {
 }
 
 /// Hashes one token's text.
+#[inline]
 pub fn token_hash(token: &str) -> u64 {
     xxh3_64_with_seed(token.as_bytes(), TOKEN_SEED)
 }
@@ -90,8 +91,15 @@ impl Tokeniser {
             }
             if start > 0 && bytes[start - 1] == b'#' {
                 run.push(token, ascii, out, &mut texts);
-            } else {
+                return;
+            }
+            if run.len > 0 {
                 run.finish(out, &mut texts);
+            }
+            if ascii && texts.is_none() {
+                // The hot path, kept free of calls but the hash.
+                out.push(token_hash(token));
+            } else {
                 push_token(token, ascii, out, &mut texts);
             }
         });
@@ -243,7 +251,6 @@ impl<'t> HashtagRun<'t> {
     }
 
     /// Ends the run: folds it into one token if it is a block.
-    #[inline]
     fn finish(&mut self, out: &mut Vec<u64>, texts: &mut Option<&mut Vec<String>>) {
         if self.len == 0 {
             return;

@@ -65,12 +65,16 @@ def timed(cmd: list, stdin_path: Path, stdout=subprocess.DEVNULL) -> tuple[float
 def throughput(count: int, shape: str, threads: int | None) -> dict:
     path = stream(count, shape)
     size = path.stat().st_size
-    floor_value, _, _ = timed([FLOOR, "value"], path)
-    floor_ignored, _, _ = timed([FLOOR, "ignored"], path)
+    # Best of three for each command, runs interleaved, so that a noisy
+    # neighbour on a shared machine weighs on all of them alike.
     args = [BIN, "--quiet"] + ([f"--threads={threads}"] if threads else [])
-    runs = [timed(args, path) for _ in range(3)]
-    seconds = min(r[0] for r in runs)
-    peak = max(r[1] for r in runs)
+    floor_value = floor_ignored = seconds = float("inf")
+    peak = 0
+    for _ in range(3):
+        floor_value = min(floor_value, timed([FLOOR, "value"], path)[0])
+        floor_ignored = min(floor_ignored, timed([FLOOR, "ignored"], path)[0])
+        run_seconds, run_peak, _ = timed(args, path)
+        seconds, peak = min(seconds, run_seconds), max(peak, run_peak)
     return {
         "shape": shape, "messages": count, "bytes": size,
         "line_bytes": size / count,
@@ -146,7 +150,7 @@ def main() -> None:
     parser.add_argument("--skip-memory", action="store_true")
     args = parser.parse_args()
     build()
-    print(f"# dedup-stream end-to-end benchmark\n\nmachine: {os.cpu_count()} CPUs; best of 3 runs each\n")
+    print(f"# dedup-stream end-to-end benchmark\n\nmachine: {os.cpu_count()} CPUs; best of 3 interleaved runs of each command\n")
     print("| stream | messages | bytes/line | messages/s | MB/s | floor: Value msgs/s | ratio | floor: validate msgs/s | ratio | peak RSS |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for count, shape in [(args.short, "short"), (args.full, "full")]:

@@ -27,6 +27,8 @@ const TARGET_LOAD: f64 = 0.4;
 pub struct Postings {
     cells: Vec<u64>,
     len: usize,
+    /// Postings held when the table must grow: [`MAX_LOAD`] of the cells.
+    grow_at: usize,
 }
 
 impl std::fmt::Debug for Postings {
@@ -36,6 +38,10 @@ impl std::fmt::Debug for Postings {
             .field("cells", &self.cells.len())
             .finish()
     }
+}
+
+fn max_len(cells: usize) -> usize {
+    (cells as f64 * MAX_LOAD) as usize
 }
 
 fn cell(key: u32, slot: u32) -> u64 {
@@ -59,6 +65,7 @@ impl Postings {
         Postings {
             cells: vec![0; cells],
             len: 0,
+            grow_at: max_len(cells),
         }
     }
 
@@ -121,7 +128,7 @@ impl Postings {
     /// Adds `(key, slot)` unless `key` has `max_bucket` postings already.
     /// Returns whether it was added.
     pub fn insert_capped(&mut self, key: u32, slot: u32, max_bucket: usize) -> bool {
-        if self.len + 1 > (self.cells.len() as f64 * MAX_LOAD) as usize {
+        if self.len >= self.grow_at {
             self.grow();
         }
         let mut at = self.home(key);
@@ -189,6 +196,7 @@ impl Postings {
     fn grow(&mut self) {
         let doubled = vec![0; self.cells.len() * 2];
         let old = std::mem::replace(&mut self.cells, doubled);
+        self.grow_at = max_len(self.cells.len());
         self.len = 0;
         for c in old.into_iter().filter(|&c| c != 0) {
             let mut at = self.home(key_of(c));

@@ -235,19 +235,11 @@ impl<'t> HashtagRun<'t> {
             self.hash = HASHTAG_BLOCK_SEED;
         }
         self.len += 1;
-        let hash = token_hash(token);
-        self.hash = mix64(self.hash ^ hash);
+        self.hash = mix64(self.hash ^ token_hash(token));
         if texts.is_some() {
             self.words.push(token);
         }
-        if ascii || !is_cjk(first_char(token)) {
-            out.push(hash);
-            if let Some(texts) = texts.as_deref_mut() {
-                texts.push(token.to_string());
-            }
-        } else {
-            push_token(token, false, out, texts);
-        }
+        push_token(token, ascii, out, texts);
     }
 
     /// Ends the run: folds it into one token if it is a block.
@@ -269,8 +261,9 @@ impl<'t> HashtagRun<'t> {
     }
 }
 
-fn first_char(token: &str) -> char {
-    token.chars().next().expect("matches are non-empty")
+/// Whether a token is a CJK run (to be cut into bigrams).
+fn starts_cjk(token: &str) -> bool {
+    token.chars().next().is_some_and(is_cjk)
 }
 
 /// Hashtags in a row that count as one block.
@@ -283,7 +276,7 @@ const HASHTAG_BLOCK_SEED: u64 = 0x6861_7368_7461_6773;
 /// `ascii` says the token is all ASCII, so not CJK.
 fn push_token(token: &str, ascii: bool, out: &mut Vec<u64>, texts: &mut Option<&mut Vec<String>>) {
     let start = out.len();
-    if !ascii && is_cjk(first_char(token)) {
+    if !ascii && starts_cjk(token) {
         push_bigrams(token, out);
         if let Some(texts) = texts.as_deref_mut() {
             let chars: Vec<char> = token.chars().collect();

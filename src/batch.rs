@@ -8,7 +8,7 @@
 
 use std::ops::Range;
 
-use crate::engine::{Deduper, Preparer, Scratch, Sketch, Verdict};
+use crate::engine::{Deduper, PrefetchStage, Preparer, Scratch, Sketch, Verdict};
 use crate::error::{InvalidLine, InvalidReason};
 use crate::record::{Decoder, MessageId, Splice, write_tagged};
 
@@ -188,18 +188,28 @@ pub fn prepare(
     batch
 }
 
-/// How many items ahead of the one being decided [`prefetch_ahead`] looks.
-/// Far enough that a few hundred nanoseconds of memory latency pass before
-/// the message's turn; near enough that what it loads is still cached.
-pub const PREFETCH_DISTANCE: usize = 4;
+/// The prefetch stages and how many items ahead of the one being decided
+/// [`prefetch_ahead`] runs each. A stage reads what the one before loaded,
+/// so each comes a few messages after it: far enough that a few hundred
+/// nanoseconds of memory latency pass, near enough that what it loaded is
+/// still cached.
+pub const PREFETCH_STAGES: [(usize, PrefetchStage); 3] = [
+    (8, PrefetchStage::Postings),
+    (4, PrefetchStage::Entries),
+    (2, PrefetchStage::Sets),
+];
 
 /// Before deciding item `position` of a batch: asks the engine to start
-/// loading what the message [`PREFETCH_DISTANCE`] items later will read, so
-/// that on a large index its lookups do not wait on memory.
+/// loading, stage by stage, what the messages a few items later will read,
+/// and what the next evictions will, so that on a large index the decision
+/// does not wait on memory.
 pub fn prefetch_ahead(deduper: &Deduper, batch: &PreparedBatch, position: usize) {
-    if let Some(Item::Message(message)) = batch.items.get(position + PREFETCH_DISTANCE) {
-        deduper.prefetch(batch.sketch(message));
+    for (distance, stage) in PREFETCH_STAGES {
+        if let Some(Item::Message(message)) = batch.items.get(position + distance) {
+            deduper.prefetch(batch.sketch(message), stage);
+        }
     }
+    deduper.prefetch_evictions();
 }
 
 /// Runs one prepared message through the engine.

@@ -18,11 +18,13 @@
 //! Eviction removes the message from both, so nothing ever points at an
 //! evicted message and memory stays flat on an endless stream.
 
+use std::hash::{BuildHasherDefault, Hasher};
 use std::num::NonZeroUsize;
 
 use lru::LruCache;
 
 use super::postings::Postings;
+use super::prefetch::prefetch;
 use super::shingle::mix64;
 use crate::record::MessageId;
 
@@ -57,6 +59,20 @@ impl Entry {
     }
 }
 
+/// One link of the chain of memory reads that deciding on a message makes,
+/// each stage reading what the one before it loaded: prefetched in this
+/// order, a few messages apart, a message finds every link in cache when
+/// its turn comes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrefetchStage {
+    /// The postings cells of the message's keys.
+    Postings,
+    /// The entries of the slots those postings name: its candidates.
+    Entries,
+    /// The candidates' band keys and shingle sets.
+    Sets,
+}
+
 /// Fingerprint of a whole shingle set: the key of the exact-duplicate path.
 pub fn set_fingerprint(shingles: &[u32]) -> u64 {
     let mut h = shingles.len() as u64;
@@ -79,9 +95,42 @@ pub struct Insert<'a> {
     pub set_fingerprint: u64,
 }
 
+/// The hash of a slot in the LRU's table: the slot itself in the low bits,
+/// a mix of it in the high ones.
+///
+/// The `lru` crate finds a key's list node through a hash table, and with
+/// a general-purpose hash every eviction costs two cache misses there, for
+/// the victim's control bytes and bucket. Victims come in about the order
+/// their slots were first filled, so a table that lays slots out in slot
+/// order turns those misses into reads of the last eviction's neighbours.
+/// The table (hashbrown) picks a key's bucket from the low bits of its hash,
+/// and slots stay below the capacity, so they never collide; it takes a
+/// one-byte tag to filter the bucket's group from the top seven bits, hence
+/// the mix there.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SlotHasher(u64);
+
+impl Hasher for SlotHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write_u32(&mut self, slot: u32) {
+        let slot = u64::from(slot);
+        self.0 = slot | (mix64(slot) & !0xffff_ffff);
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only slots are hashed; this keeps any other key correct.
+        for &b in bytes {
+            self.0 = mix64(self.0 ^ u64::from(b));
+        }
+    }
+}
+
 /// The LRU-bounded candidate index.
 pub struct Index {
-    recency: LruCache<u32, ()>,
+    recency: LruCache<u32, (), BuildHasherDefault<SlotHasher>>,
     entries: Vec<Entry>,
     postings: Postings,
     max_bucket: usize,
@@ -123,9 +172,11 @@ impl Index {
         let presize = capacity.get() <= PRESIZE_LIMIT;
         Index {
             recency: if presize {
-                LruCache::new(capacity)
+                LruCache::with_hasher(capacity, BuildHasherDefault::default())
             } else {
-                LruCache::sparse(capacity)
+                let mut sparse = LruCache::unbounded_with_hasher(BuildHasherDefault::default());
+                sparse.resize(capacity);
+                sparse
             },
             entries: if presize {
                 Vec::with_capacity(capacity.get())
@@ -188,14 +239,57 @@ impl Index {
         }
     }
 
-    /// Starts loading what looking up and inserting a message will read:
-    /// the postings of its keys. A hint, issued a few messages ahead, so
-    /// that the lookups find their cache lines loaded.
-    pub fn prefetch(&self, band_keys: &[u32], set_fingerprint: u64) {
-        for &key in band_keys {
-            self.postings.prefetch(key);
+    /// Starts loading one stage of what deciding on a message will read
+    /// (see [`PrefetchStage`]). A hint: it changes nothing but timing.
+    pub fn prefetch(&self, band_keys: &[u32], set_fingerprint: u64, stage: PrefetchStage) {
+        let exact = exact_key(set_fingerprint);
+        let keys = band_keys.iter().chain(std::iter::once(&exact));
+        match stage {
+            PrefetchStage::Postings => keys.for_each(|&key| self.postings.prefetch(key)),
+            PrefetchStage::Entries => keys.for_each(|&key| {
+                self.postings.for_each(key, |slot| {
+                    if let Some(entry) = self.peek(slot) {
+                        prefetch_entry(entry);
+                    }
+                })
+            }),
+            PrefetchStage::Sets => keys.for_each(|&key| {
+                self.postings.for_each(key, |slot| {
+                    if let Some(entry) = self.peek(slot) {
+                        prefetch(entry.data.as_ptr());
+                    }
+                })
+            }),
         }
-        self.postings.prefetch(exact_key(set_fingerprint));
+    }
+
+    /// Starts loading what the next evictions will read, one link further
+    /// along the chain per message: the postings of the second least
+    /// recently used message, the keys of the third, the entry of the
+    /// fourth. Called once per message, so that an eviction finds
+    /// everything it touches loaded. A hint: it changes nothing but timing.
+    pub fn prefetch_evictions(&self) {
+        if self.recency.len() < self.capacity() {
+            return;
+        }
+        let mut lru_first = self.recency.iter().rev().map(|(&slot, ())| slot);
+        // The next victim's links were loaded by the calls before this one.
+        let _next = lru_first.next();
+        if let Some(entry) = lru_first.next().and_then(|slot| self.peek(slot)) {
+            for &key in entry
+                .band_keys()
+                .iter()
+                .chain(std::iter::once(&entry.exact))
+            {
+                self.postings.prefetch(key);
+            }
+        }
+        if let Some(entry) = lru_first.next().and_then(|slot| self.peek(slot)) {
+            prefetch(entry.data.as_ptr());
+        }
+        if let Some(entry) = lru_first.next().and_then(|slot| self.peek(slot)) {
+            prefetch_entry(entry);
+        }
     }
 
     /// The entry in `slot`, without touching its recency.
@@ -261,6 +355,13 @@ impl Index {
     }
 }
 
+/// Prefetches both ends of an entry: it may straddle two cache lines.
+fn prefetch_entry(entry: &Entry) {
+    let start: *const Entry = entry;
+    prefetch(start);
+    prefetch(start.cast::<u8>().wrapping_add(size_of::<Entry>() - 1));
+}
+
 /// Removes every posting of an evicted entry.
 fn forget(postings: &mut Postings, slot: u32, entry: &Entry) {
     for &key in entry
@@ -314,6 +415,58 @@ mod tests {
         index.touch(slot);
         let evicted = insert(&mut index, 3, &[3], &[30]).unwrap();
         assert_eq!(evicted, MessageId::Integer(2));
+    }
+
+    #[test]
+    fn slot_hashes_keep_the_slot_in_the_low_bits_and_vary_the_tag() {
+        let hash = |slot: u32| {
+            let mut h = SlotHasher::default();
+            h.write_u32(slot);
+            h.finish()
+        };
+        let mut tags = std::collections::HashSet::new();
+        for slot in [0, 1, 2, 3, 1000, 999_999, u32::MAX] {
+            assert_eq!(hash(slot) as u32, slot);
+            tags.insert(hash(slot) >> 57);
+        }
+        assert!(tags.len() > 4, "top bits vary: {tags:?}");
+    }
+
+    #[test]
+    fn an_index_too_large_to_presize_still_bounds_itself() {
+        let capacity = NonZeroUsize::new(PRESIZE_LIMIT + 1).unwrap();
+        let mut index = Index::new(capacity, 8, 3);
+        assert_eq!(index.capacity(), PRESIZE_LIMIT + 1);
+        for seq in 0..100 {
+            insert(&mut index, seq, &[seq as u32], &[seq as u32 + 1000]);
+        }
+        assert_eq!(index.len(), 100);
+        assert_eq!(index.evictions(), 0);
+    }
+
+    #[test]
+    fn prefetching_changes_nothing() {
+        let mut index = Index::new(NonZeroUsize::new(4).unwrap(), 8, 3);
+        for seq in 0..10 {
+            insert(&mut index, seq, &[seq as u32, 7], &[seq as u32 % 3, 50]);
+            let keys = [1, 2, 50, 99];
+            let mut before = Vec::new();
+            index.candidates(&keys, &mut before);
+            for stage in [
+                PrefetchStage::Postings,
+                PrefetchStage::Entries,
+                PrefetchStage::Sets,
+            ] {
+                index.prefetch(&keys, set_fingerprint(&[1, 7]), stage);
+            }
+            index.prefetch_evictions();
+            let mut after = Vec::new();
+            index.candidates(&keys, &mut after);
+            assert_eq!(before, after);
+            assert!(index.len() <= 4);
+        }
+        let lru: Vec<u64> = index.iter_lru_first().map(|e| e.seq).collect();
+        assert_eq!(lru, [6, 7, 8, 9], "prefetching touches no recency");
     }
 
     #[test]

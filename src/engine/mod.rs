@@ -27,6 +27,7 @@
 pub mod index;
 pub mod normalise;
 pub mod postings;
+pub mod prefetch;
 pub mod shingle;
 pub mod sketch;
 pub mod tokenise;
@@ -37,6 +38,7 @@ use std::borrow::Cow;
 use crate::config::{EngineConfig, Measure, Shingling};
 use crate::error::ConfigError;
 use crate::record::MessageId;
+pub use index::PrefetchStage;
 use index::{Index, Insert, set_fingerprint};
 use normalise::Normaliser;
 use sketch::{LshParams, Sketcher};
@@ -390,13 +392,20 @@ impl Deduper {
         verdict
     }
 
-    /// A hint that `sketch` will be checked soon: starts loading the parts
-    /// of the index it will read. Calling it a few messages ahead of
-    /// [`Deduper::check`] hides memory latency on a large index; it changes
-    /// nothing else.
-    pub fn prefetch(&self, sketch: Sketch<'_>) {
+    /// A hint that `sketch` will be checked soon: starts loading one stage
+    /// of the parts of the index it will read (see [`PrefetchStage`]).
+    /// Called for each stage in order, a few messages apart, ahead of
+    /// [`Deduper::check`], it hides memory latency on a large index; it
+    /// changes nothing else.
+    pub fn prefetch(&self, sketch: Sketch<'_>, stage: PrefetchStage) {
         self.index
-            .prefetch(sketch.band_keys, sketch.set_fingerprint);
+            .prefetch(sketch.band_keys, sketch.set_fingerprint, stage);
+    }
+
+    /// A hint, once per message: starts loading what the next evictions
+    /// will read (see [`Index::prefetch_evictions`]).
+    pub fn prefetch_evictions(&self) {
+        self.index.prefetch_evictions();
     }
 
     /// Decides on a message without indexing it or refreshing what it

@@ -15,6 +15,8 @@
 //! algorithm R), so there are no tombstones and lookups never slow down on
 //! an endless stream.
 
+use super::prefetch::prefetch;
+
 /// Most of the cells in use before the table grows: low enough that probe
 /// runs stay short.
 const MAX_LOAD: f64 = 0.8;
@@ -98,16 +100,7 @@ impl Postings {
     /// Asks the processor to start loading a key's home cell, so that a
     /// lookup soon after finds it in cache. Only a hint.
     pub fn prefetch(&self, key: u32) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-            let address = self.cells.as_ptr().wrapping_add(self.home(key));
-            // SAFETY: a prefetch is a hint that never faults and reads
-            // nothing into the program; the address is inside the table.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(address.cast()) };
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = key;
+        prefetch(self.cells.as_ptr().wrapping_add(self.home(key)));
     }
 
     /// Calls `f` with every slot posted under `key`.

@@ -23,8 +23,8 @@ use std::num::NonZeroUsize;
 
 use lru::LruCache;
 
+use super::hint::{huge_pages, prefetch};
 use super::postings::Postings;
-use super::prefetch::prefetch;
 use super::shingle::mix64;
 use crate::record::MessageId;
 
@@ -179,7 +179,9 @@ impl Index {
                 sparse
             },
             entries: if presize {
-                Vec::with_capacity(capacity.get())
+                let mut entries = Vec::with_capacity(capacity.get());
+                huge_pages(entries.spare_capacity_mut());
+                entries
             } else {
                 Vec::new()
             },

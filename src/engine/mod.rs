@@ -27,7 +27,7 @@
 pub mod index;
 pub mod normalise;
 pub mod postings;
-pub mod prefetch;
+pub mod hint;
 pub mod shingle;
 pub mod sketch;
 pub mod tokenise;

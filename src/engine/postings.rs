@@ -15,7 +15,7 @@
 //! algorithm R), so there are no tombstones and lookups never slow down on
 //! an endless stream.
 
-use super::prefetch::prefetch;
+use super::hint::{huge_pages, prefetch};
 
 /// Most of the cells in use before the table grows: low enough that probe
 /// runs stay short.
@@ -63,11 +63,12 @@ impl Postings {
     /// memory, so sizing for a full index up front is cheap, and it never
     /// has to grow (and hold two copies) while it fills.
     pub fn with_capacity(expected: usize) -> Postings {
-        let cells = ((expected as f64 / TARGET_LOAD) as usize).max(16);
+        let cells = vec![0; ((expected as f64 / TARGET_LOAD) as usize).max(16)];
+        huge_pages(&cells);
         Postings {
-            cells: vec![0; cells],
+            grow_at: max_len(cells.len()),
+            cells,
             len: 0,
-            grow_at: max_len(cells),
         }
     }
 
@@ -188,6 +189,7 @@ impl Postings {
     /// Doubles the table (only indexes too large to size up front grow).
     fn grow(&mut self) {
         let doubled = vec![0; self.cells.len() * 2];
+        huge_pages(&doubled);
         let old = std::mem::replace(&mut self.cells, doubled);
         self.grow_at = max_len(self.cells.len());
         self.len = 0;

@@ -1,0 +1,62 @@
+//! Hints to the hardware about the engine's big tables: software prefetch,
+//! and huge pages. Neither changes what the program computes, only how long
+//! its memory reads take.
+//!
+//! On an index of a million messages nearly every lookup misses the cache,
+//! and a message makes a dozen of them, most depending on the one before (a
+//! posting names a slot, the slot's entry points at its shingle set). The
+//! engine hides that latency by walking the same chain for the messages a
+//! few places ahead, one link per message, so that each message finds the
+//! links it needs loaded (see [`crate::batch::prefetch_ahead`]).
+//!
+//! Each of those reads lands on a random page of tables hundreds of
+//! megabytes large, so with ordinary 4 KiB pages each also misses the TLB
+//! and waits for a page-table walk. Backed by 2 MiB pages, the same tables
+//! fit the TLB's reach many times better.
+
+/// Asks the processor to start loading the cache line holding `address`.
+/// Only a hint: it never faults, whatever the address, and changes nothing
+/// the program can observe but timing.
+#[inline]
+pub fn prefetch<T>(address: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: a prefetch instruction reads nothing into the program and
+        // never faults, even on an invalid address; it only warms a cache.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(address.cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = address;
+}
+
+/// Asks the kernel to back `table` with huge pages where it can (Linux's
+/// transparent huge pages, when set to `madvise` or `always`). Call it on a
+/// large allocation before its pages are first touched. Only a hint:
+/// elsewhere, or when the kernel declines, nothing changes.
+pub fn huge_pages<T>(table: &[T]) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE_PAGE: usize = 2 << 20;
+        let start = table.as_ptr() as usize;
+        let end = start + std::mem::size_of_val(table);
+        // madvise wants a page-aligned start; only whole huge pages inside
+        // the table can be huge anyway.
+        let aligned = start.next_multiple_of(HUGE_PAGE);
+        if end.saturating_sub(aligned) < HUGE_PAGE {
+            return;
+        }
+        // SAFETY: the range lies inside `table`'s live allocation, and
+        // MADV_HUGEPAGE only changes how the kernel backs it, never its
+        // contents. An error (a kernel without huge pages) changes nothing.
+        unsafe {
+            libc::madvise(
+                aligned as *mut libc::c_void,
+                end - aligned,
+                libc::MADV_HUGEPAGE,
+            )
+        };
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = table;
+}

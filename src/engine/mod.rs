@@ -24,10 +24,10 @@
 //!   stays in the index however old its first message is, and what is
 //!   evicted is what nobody has repeated for longest.
 
+pub mod hint;
 pub mod index;
 pub mod normalise;
 pub mod postings;
-pub mod hint;
 pub mod shingle;
 pub mod sketch;
 pub mod tokenise;
@@ -487,7 +487,8 @@ impl Deduper {
         (verdict, exact.is_some())
     }
 
-    /// The most similar indexed message (ties: the earliest), if any.
+    /// The most similar indexed message (ties: the earliest), if any is at
+    /// least as similar as the threshold.
     fn best_match(&mut self, sketch: Sketch<'_>, exact: Option<u32>) -> Option<(u32, f64)> {
         self.candidates.clear();
         self.index
@@ -500,7 +501,17 @@ impl Deduper {
             let Some(entry) = self.index.peek(slot) else {
                 continue;
             };
-            let s = verdict::similarity(self.config.measure, sketch.shingles, entry.shingles());
+            // Only a candidate that reaches the best so far (or the
+            // threshold) matters, so the comparison may give up early.
+            let floor = best.map_or(self.config.threshold, |(_, s, _)| s);
+            let Some(s) = verdict::similarity_at_least(
+                self.config.measure,
+                sketch.shingles,
+                entry.shingles(),
+                floor,
+            ) else {
+                continue;
+            };
             let better = match best {
                 None => true,
                 Some((_, best_s, best_seq)) => s > best_s || (s == best_s && entry.seq < best_seq),

@@ -65,19 +65,28 @@ pub fn write_similarity(similarity: f64, out: &mut Vec<u8>) {
 
 /// Size of the intersection of two sorted, deduplicated sets.
 pub fn intersection(a: &[u32], b: &[u32]) -> usize {
-    let (mut i, mut j, mut n) = (0, 0, 0);
+    intersection_at_least(a, b, 0).unwrap_or(0)
+}
+
+/// Size of the intersection of two sorted, deduplicated sets, or `None` as
+/// soon as it is sure to be below `need`.
+///
+/// The merge is branch-free: which side advances is data, not a jump, so
+/// two unrelated sets (most candidates) cost no mispredicted branches, and
+/// a candidate that can no longer reach `need` is dropped after a few
+/// steps instead of at the end of both sets.
+pub fn intersection_at_least(a: &[u32], b: &[u32], need: usize) -> Option<usize> {
+    let (mut i, mut j, mut shared) = (0, 0, 0);
     while i < a.len() && j < b.len() {
-        match a[i].cmp(&b[j]) {
-            std::cmp::Ordering::Less => i += 1,
-            std::cmp::Ordering::Greater => j += 1,
-            std::cmp::Ordering::Equal => {
-                n += 1;
-                i += 1;
-                j += 1;
-            }
+        if shared + (a.len() - i).min(b.len() - j) < need {
+            return None;
         }
+        let (x, y) = (a[i], b[j]);
+        shared += usize::from(x == y);
+        i += usize::from(x <= y);
+        j += usize::from(x >= y);
     }
-    n
+    (shared >= need).then_some(shared)
 }
 
 /// Fewest shingles a set needs for containment to apply to it: a text of a
@@ -87,15 +96,35 @@ pub const MIN_CONTAINED_SHINGLES: usize = 3;
 
 /// Exact similarity of two sorted, deduplicated shingle sets.
 pub fn similarity(measure: Measure, a: &[u32], b: &[u32]) -> f64 {
+    similarity_at_least(measure, a, b, 0.0).unwrap_or(0.0)
+}
+
+/// Exact similarity of two sorted, deduplicated shingle sets if it is at
+/// least `floor`; `None`, often early, if it is below.
+pub fn similarity_at_least(measure: Measure, a: &[u32], b: &[u32], floor: f64) -> Option<f64> {
     if a.is_empty() || b.is_empty() {
-        return 0.0;
+        return (floor <= 0.0).then_some(0.0);
     }
-    let shared = intersection(a, b) as f64;
     let smaller = a.len().min(b.len());
-    match measure {
-        Measure::Containment if smaller >= MIN_CONTAINED_SHINGLES => shared / smaller as f64,
-        _ => shared / ((a.len() + b.len()) as f64 - shared),
-    }
+    let containment = measure == Measure::Containment && smaller >= MIN_CONTAINED_SHINGLES;
+    // The fewest shared shingles that could reach `floor`, rounded down
+    // (and a hair lower against rounding), so that no pair at the floor is
+    // ever cut off; the exact test is on the exact similarity below.
+    let need = if containment {
+        floor * smaller as f64
+    } else {
+        // shared / (|a| + |b| - shared) >= floor  <=>
+        // shared >= floor (|a| + |b|) / (1 + floor)
+        floor * (a.len() + b.len()) as f64 / (1.0 + floor)
+    };
+    let need = (need - 1e-9).floor().max(0.0) as usize;
+    let shared = intersection_at_least(a, b, need)? as f64;
+    let s = if containment {
+        shared / smaller as f64
+    } else {
+        shared / ((a.len() + b.len()) as f64 - shared)
+    };
+    (s >= floor).then_some(s)
 }
 
 #[cfg(test)]
@@ -128,6 +157,49 @@ mod tests {
         assert_eq!(similarity(Measure::Containment, &[3, 4], &b), 0.5);
         assert_eq!(similarity(Measure::Jaccard, &a, &a), 1.0);
         assert_eq!(similarity(Measure::Jaccard, &[], &a), 0.0);
+    }
+
+    /// Similarity by the textbook definitions, over hash sets.
+    fn reference_similarity(measure: Measure, a: &[u32], b: &[u32]) -> f64 {
+        use std::collections::HashSet;
+        let (sa, sb): (HashSet<_>, HashSet<_>) = (a.iter().collect(), b.iter().collect());
+        if sa.is_empty() || sb.is_empty() {
+            return 0.0;
+        }
+        let shared = sa.intersection(&sb).count() as f64;
+        let smaller = sa.len().min(sb.len());
+        if measure == Measure::Containment && smaller >= MIN_CONTAINED_SHINGLES {
+            shared / smaller as f64
+        } else {
+            shared / sa.union(&sb).count() as f64
+        }
+    }
+
+    fn sorted_set() -> impl proptest::strategy::Strategy<Value = Vec<u32>> {
+        // A small alphabet, so that sets overlap.
+        proptest::collection::btree_set(0u32..40, 0..30).prop_map(|s| s.into_iter().collect())
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn similarity_at_least_is_the_exact_similarity_cut_at_the_floor(
+            a in sorted_set(),
+            b in sorted_set(),
+            floor in 0.0f64..=1.0,
+            jaccard in any::<bool>(),
+        ) {
+            let measure = if jaccard { Measure::Jaccard } else { Measure::Containment };
+            let exact = reference_similarity(measure, &a, &b);
+            prop_assert_eq!(similarity(measure, &a, &b), exact);
+            prop_assert_eq!(
+                similarity_at_least(measure, &a, &b, floor),
+                (exact >= floor).then_some(exact)
+            );
+            // A tie with the floor is kept: the earliest of equals wins.
+            prop_assert_eq!(similarity_at_least(measure, &a, &b, exact), Some(exact));
+        }
     }
 
     #[test]

@@ -509,8 +509,13 @@ impl Decoder {
 fn json_str(raw: &RawValue) -> Option<Cow<'_, str>> {
     #[derive(Deserialize)]
     struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
-    if !raw.get().starts_with('"') {
-        return None;
+    let quoted = raw.get().strip_prefix('"')?;
+    // The parser has checked the string already: without a backslash, its
+    // text is what lies between the quotes, and no second parse is needed.
+    if let Some(text) = quoted.strip_suffix('"')
+        && memchr::memchr(b'\\', text.as_bytes()).is_none()
+    {
+        return Some(Cow::Borrowed(text));
     }
     serde_json::from_str::<Text<'_>>(raw.get())
         .ok()
@@ -724,6 +729,21 @@ mod tests {
         let r = decode(r#"{"data":{"id":"55","text":"v2 \u00e9"}}"#).unwrap();
         assert_eq!(r.id, MessageId::DigitString(55));
         assert_eq!(r.text, "v2 é");
+    }
+
+    #[test]
+    fn strings_are_borrowed_unless_they_hold_escapes() {
+        let raw = |json: &str| serde_json::from_str::<Box<RawValue>>(json).unwrap();
+        let plain = raw(r#""plain text, 日本語""#);
+        assert!(matches!(
+            json_str(&plain),
+            Some(Cow::Borrowed("plain text, 日本語"))
+        ));
+        let escaped = raw(r#""say \"hi\" \u00e9\\""#);
+        assert_eq!(json_str(&escaped).as_deref(), Some(r#"say "hi" é\"#));
+        assert!(matches!(json_str(&raw(r#""""#)), Some(Cow::Borrowed(""))));
+        assert_eq!(json_str(&raw("12")), None);
+        assert_eq!(json_str(&raw("null")), None);
     }
 
     #[test]

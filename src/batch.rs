@@ -51,6 +51,24 @@ pub enum RawLine {
 }
 
 impl RawBatch {
+    /// An empty batch with room for `lines` lines and `bytes` bytes, so
+    /// that filling it does not grow (and copy) its buffers.
+    pub fn with_capacity(lines: usize, bytes: usize) -> RawBatch {
+        RawBatch {
+            bytes: Vec::with_capacity(bytes),
+            lines: Vec::with_capacity(lines),
+        }
+    }
+
+    /// Records as a line the bytes appended to [`RawBatch::bytes`] since
+    /// `start` (a reader may append a line there directly, without a copy).
+    pub fn push_appended(&mut self, number: u64, start: usize) {
+        self.lines.push(RawLine::Content {
+            number,
+            range: start..self.bytes.len(),
+        });
+    }
+
     /// Appends a complete line.
     pub fn push_line(&mut self, number: u64, line: &[u8]) {
         let start = self.bytes.len();
@@ -142,7 +160,8 @@ pub fn prepare(
     let mut batch = PreparedBatch {
         items: Vec::with_capacity(raw.lines.len()),
         shingles: Vec::with_capacity(raw.lines.len() * 24),
-        band_keys: Vec::with_capacity(raw.lines.len() * preparer.lsh_params().bands),
+        // The LSH bands and two anchors per message.
+        band_keys: Vec::with_capacity(raw.lines.len() * (preparer.lsh_params().bands + 2)),
         raw: RawBatch::default(),
     };
     for line in &raw.lines {

@@ -243,28 +243,33 @@ fn read_batches<R: Read>(
         io::BufReader::with_capacity(INPUT_BUFFER, input),
         max_line_bytes,
     );
-    let mut batch = RawBatch::default();
-    let mut line = Vec::new();
+    // Lines are read straight into the batch; each batch starts with room
+    // for as many bytes as the last one held, so it seldom grows.
+    let mut batch = RawBatch::with_capacity(batch_lines, 0);
     while !stop.load(Ordering::Relaxed) {
-        line.clear();
-        match reader.next_line(&mut line).map_err(Error::Read)? {
+        let start = batch.bytes.len();
+        match reader.next_line(&mut batch.bytes).map_err(Error::Read)? {
             None => break,
             Some(Line::TooLong) => batch.lines.push(RawLine::TooLong {
                 number: reader.line_number(),
                 max: max_line_bytes,
             }),
-            Some(Line::Content) if is_blank(&line) => {}
-            Some(Line::Content) => batch.push_line(reader.line_number(), &line),
+            Some(Line::Content) if is_blank(&batch.bytes[start..]) => batch.bytes.truncate(start),
+            Some(Line::Content) => batch.push_appended(reader.line_number(), start),
         }
         // A batch goes when it is full, and also when the input has nothing
         // more buffered: the next read may wait for a slow producer (`tail
         // -f`), and the lines already here must not wait with it.
         let full = batch.len() >= batch_lines || batch.bytes.len() >= max_line_bytes;
         let idle = !reader.has_buffered_input();
-        if (full || (idle && !batch.is_empty()))
-            && batches.blocking_send(std::mem::take(&mut batch)).is_err()
-        {
-            return Ok(());
+        if full || (idle && !batch.is_empty()) {
+            let next = RawBatch::with_capacity(batch_lines, batch.bytes.len().min(max_line_bytes));
+            if batches
+                .blocking_send(std::mem::replace(&mut batch, next))
+                .is_err()
+            {
+                return Ok(());
+            }
         }
     }
     if !batch.is_empty() {

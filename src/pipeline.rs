@@ -149,25 +149,33 @@ where
     let (raw_tx, mut raw_rx) = mpsc::channel::<RawBatch>(queue);
     let (prepared_tx, prepared_rx) = mpsc::channel::<PreparedBatch>(queue);
     let (bytes_tx, bytes_rx) = mpsc::channel::<Vec<u8>>(queue);
+    // Buffers flow back upstream once used: the engine returns each batch's
+    // line buffer to the reader, the writer each output buffer to the engine.
+    let (spare_lines_tx, spare_lines_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    let (spare_out_tx, spare_out_rx) = std::sync::mpsc::channel::<Vec<u8>>();
 
     let reader = {
         let stop = Arc::clone(&stop_reading);
         let (max, batch_lines) = (config.max_line_bytes, config.batch_lines.max(1));
         std::thread::Builder::new()
             .name("dedup-reader".into())
-            .spawn(move || read_batches(input, max, batch_lines, &stop, &raw_tx))
+            .spawn(move || read_batches(input, max, batch_lines, &stop, &raw_tx, &spare_lines_rx))
             .map_err(|e| Error::Internal(format!("cannot start the reader thread: {e}")))?
     };
     let writer = std::thread::Builder::new()
         .name("dedup-writer".into())
-        .spawn(move || write_batches(output, bytes_rx))
+        .spawn(move || write_batches(output, bytes_rx, &spare_out_tx))
         .map_err(|e| Error::Internal(format!("cannot start the writer thread: {e}")))?;
     let preparer = Arc::new(deduper.preparer().clone());
     let decoder = Arc::new(Decoder::new(config.fields.clone()));
     let engine = {
         let (emit, on_invalid) = (config.emit, config.on_invalid);
         tokio::task::spawn_blocking(move || {
-            decide_batches(deduper, prepared_rx, bytes_tx, emit, on_invalid)
+            let spares = Spares {
+                lines: spare_lines_tx,
+                out: spare_out_rx,
+            };
+            decide_batches(deduper, prepared_rx, bytes_tx, &spares, emit, on_invalid)
         })
     };
 
@@ -230,6 +238,36 @@ where
     Ok(Finished { summary, deduper })
 }
 
+/// Largest buffer handed back for reuse: a batch of very long lines keeps
+/// its memory only until it is written.
+const RECYCLE_MAX_BYTES: usize = 8 << 20;
+
+/// Hands a used buffer back upstream, emptied, unless it grew too large.
+fn give_back(spare: &std::sync::mpsc::Sender<Vec<u8>>, mut buffer: Vec<u8>) {
+    if buffer.capacity() <= RECYCLE_MAX_BYTES {
+        buffer.clear();
+        let _ = spare.send(buffer);
+    }
+}
+
+/// An empty buffer with room for `bytes`: a used one handed back if there
+/// is one, so its pages are mapped already (a fresh megabyte costs page
+/// faults and the kernel's zeroing), else a new one. Buffers are only made
+/// when none is spare, so there are never more than the pipeline holds.
+fn reuse(spare: &std::sync::mpsc::Receiver<Vec<u8>>, bytes: usize) -> Vec<u8> {
+    let mut buffer = spare.try_recv().unwrap_or_default();
+    buffer.reserve(bytes);
+    buffer
+}
+
+/// The engine's ends of the buffer-recycling channels.
+struct Spares {
+    /// Where batches' line buffers go back to the reader.
+    lines: std::sync::mpsc::Sender<Vec<u8>>,
+    /// Where output buffers come back from the writer.
+    out: std::sync::mpsc::Receiver<Vec<u8>>,
+}
+
 /// The reader thread: lines into batches, until the input ends, the reading
 /// side is told to stop, or nobody takes batches any more.
 fn read_batches<R: Read>(
@@ -238,6 +276,7 @@ fn read_batches<R: Read>(
     batch_lines: usize,
     stop: &AtomicBool,
     batches: &mpsc::Sender<RawBatch>,
+    spare: &std::sync::mpsc::Receiver<Vec<u8>>,
 ) -> Result<(), Error> {
     let mut reader = LineReader::new(
         io::BufReader::with_capacity(INPUT_BUFFER, input),
@@ -263,7 +302,10 @@ fn read_batches<R: Read>(
         let full = batch.len() >= batch_lines || batch.bytes.len() >= max_line_bytes;
         let idle = !reader.has_buffered_input();
         if full || (idle && !batch.is_empty()) {
-            let next = RawBatch::with_capacity(batch_lines, batch.bytes.len().min(max_line_bytes));
+            let next = RawBatch {
+                bytes: reuse(spare, batch.bytes.len().min(max_line_bytes)),
+                lines: Vec::with_capacity(batch_lines),
+            };
             if batches
                 .blocking_send(std::mem::replace(&mut batch, next))
                 .is_err()
@@ -283,12 +325,13 @@ fn decide_batches(
     mut deduper: Deduper,
     mut batches: mpsc::Receiver<PreparedBatch>,
     output: mpsc::Sender<Vec<u8>>,
+    spares: &Spares,
     emit: Emit,
     on_invalid: OnInvalid,
 ) -> Result<(Deduper, Summary), Error> {
     let mut summary = Summary::default();
     while let Some(batch) = batches.blocking_recv() {
-        let mut out = Vec::with_capacity(batch.raw.bytes.len() + batch.items.len() * 64);
+        let mut out = reuse(&spares.out, batch.raw.bytes.len() + batch.items.len() * 64);
         for (position, item) in batch.items.iter().enumerate() {
             batch::prefetch_ahead(&deduper, &batch, position);
             match item {
@@ -314,6 +357,7 @@ fn decide_batches(
                 }
             }
         }
+        give_back(&spares.lines, batch.raw.bytes);
         if !out.is_empty() && output.blocking_send(out).is_err() {
             break; // The output is closed: stop quietly.
         }
@@ -323,11 +367,16 @@ fn decide_batches(
 
 /// The writer thread: owns the output, flushes when idle, treats a closed
 /// pipe as a quiet end.
-fn write_batches<W: Write>(output: W, mut chunks: mpsc::Receiver<Vec<u8>>) -> Result<(), Error> {
+fn write_batches<W: Write>(
+    output: W,
+    mut chunks: mpsc::Receiver<Vec<u8>>,
+    spare: &std::sync::mpsc::Sender<Vec<u8>>,
+) -> Result<(), Error> {
     let mut output = io::BufWriter::with_capacity(1 << 16, output);
     let result = (|| {
         while let Some(chunk) = chunks.blocking_recv() {
             output.write_all(&chunk)?;
+            give_back(spare, chunk);
             if chunks.is_empty() {
                 output.flush()?;
             }

@@ -144,8 +144,8 @@ impl Normaliser {
 
 /// The pattern of a URL in a text, as a regex: `https?` then anything up to
 /// white space (`http…` alone is a URL cut by truncation), or `www.` and a
-/// host. [`UrlSpans`] finds exactly its matches, faster; the tests check
-/// one against the other.
+/// host. The normaliser finds exactly its matches, faster, by a scan of its
+/// own (`UrlSpans`); the tests check one against the other.
 pub const URL_PATTERN: &str = r"(?i)\bhttps?(?::\S*|…)|\bwww\.[^\s.]+\.\S+";
 
 /// The URLs of a text: the spans [`URL_PATTERN`] matches, leftmost first,

@@ -51,15 +51,6 @@ pub enum RawLine {
 }
 
 impl RawBatch {
-    /// An empty batch with room for `lines` lines and `bytes` bytes, so
-    /// that filling it does not grow (and copy) its buffers.
-    pub fn with_capacity(lines: usize, bytes: usize) -> RawBatch {
-        RawBatch {
-            bytes: Vec::with_capacity(bytes),
-            lines: Vec::with_capacity(lines),
-        }
-    }
-
     /// Records as a line the bytes appended to [`RawBatch::bytes`] since
     /// `start` (a reader may append a line there directly, without a copy).
     pub fn push_appended(&mut self, number: u64, start: usize) {

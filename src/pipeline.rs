@@ -284,7 +284,11 @@ fn read_batches<R: Read>(
     );
     // Lines are read straight into the batch; each batch starts with room
     // for as many bytes as the last one held, so it seldom grows.
-    let mut batch = RawBatch::with_capacity(batch_lines, 0);
+    let batch_with_room = |bytes: usize| RawBatch {
+        bytes: reuse(spare, bytes),
+        lines: Vec::with_capacity(batch_lines),
+    };
+    let mut batch = batch_with_room(0);
     while !stop.load(Ordering::Relaxed) {
         let start = batch.bytes.len();
         match reader.next_line(&mut batch.bytes).map_err(Error::Read)? {
@@ -302,10 +306,7 @@ fn read_batches<R: Read>(
         let full = batch.len() >= batch_lines || batch.bytes.len() >= max_line_bytes;
         let idle = !reader.has_buffered_input();
         if full || (idle && !batch.is_empty()) {
-            let next = RawBatch {
-                bytes: reuse(spare, batch.bytes.len().min(max_line_bytes)),
-                lines: Vec::with_capacity(batch_lines),
-            };
+            let next = batch_with_room(batch.bytes.len().min(max_line_bytes));
             if batches
                 .blocking_send(std::mem::replace(&mut batch, next))
                 .is_err()

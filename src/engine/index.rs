@@ -57,6 +57,15 @@ impl Entry {
     pub fn band_keys(&self) -> &[u32] {
         &self.data[..self.bands as usize]
     }
+
+    /// Every key the message is posted under: its band keys, then its
+    /// exact-set key.
+    fn posting_keys(&self) -> impl Iterator<Item = u32> + '_ {
+        self.band_keys()
+            .iter()
+            .copied()
+            .chain(std::iter::once(self.exact))
+    }
 }
 
 /// One link of the chain of memory reads that deciding on a message makes,
@@ -245,23 +254,17 @@ impl Index {
     /// (see [`PrefetchStage`]). A hint: it changes nothing but timing.
     pub fn prefetch(&self, band_keys: &[u32], set_fingerprint: u64, stage: PrefetchStage) {
         let exact = exact_key(set_fingerprint);
-        let keys = band_keys.iter().chain(std::iter::once(&exact));
-        match stage {
-            PrefetchStage::Postings => keys.for_each(|&key| self.postings.prefetch(key)),
-            PrefetchStage::Entries => keys.for_each(|&key| {
-                self.postings.for_each(key, |slot| {
-                    if let Some(entry) = self.peek(slot) {
-                        prefetch_entry(entry);
-                    }
-                })
-            }),
-            PrefetchStage::Sets => keys.for_each(|&key| {
-                self.postings.for_each(key, |slot| {
-                    if let Some(entry) = self.peek(slot) {
-                        prefetch(entry.data.as_ptr());
-                    }
-                })
-            }),
+        for &key in band_keys.iter().chain(std::iter::once(&exact)) {
+            match stage {
+                PrefetchStage::Postings => self.postings.prefetch(key),
+                PrefetchStage::Entries | PrefetchStage::Sets => {
+                    self.postings.for_each(key, |slot| match self.peek(slot) {
+                        Some(entry) if stage == PrefetchStage::Entries => prefetch_entry(entry),
+                        Some(entry) => prefetch(entry.data.as_ptr()),
+                        None => {}
+                    })
+                }
+            }
         }
     }
 
@@ -274,22 +277,22 @@ impl Index {
         if self.recency.len() < self.capacity() {
             return;
         }
-        let mut lru_first = self.recency.iter().rev().map(|(&slot, ())| slot);
+        let mut lru_first = self
+            .recency
+            .iter()
+            .rev()
+            .map(|(&slot, ())| &self.entries[slot as usize]);
         // The next victim's links were loaded by the calls before this one.
         let _next = lru_first.next();
-        if let Some(entry) = lru_first.next().and_then(|slot| self.peek(slot)) {
-            for &key in entry
-                .band_keys()
-                .iter()
-                .chain(std::iter::once(&entry.exact))
-            {
-                self.postings.prefetch(key);
-            }
+        if let Some(entry) = lru_first.next() {
+            entry
+                .posting_keys()
+                .for_each(|key| self.postings.prefetch(key));
         }
-        if let Some(entry) = lru_first.next().and_then(|slot| self.peek(slot)) {
+        if let Some(entry) = lru_first.next() {
             prefetch(entry.data.as_ptr());
         }
-        if let Some(entry) = lru_first.next().and_then(|slot| self.peek(slot)) {
+        if let Some(entry) = lru_first.next() {
             prefetch_entry(entry);
         }
     }
@@ -366,13 +369,9 @@ fn prefetch_entry(entry: &Entry) {
 
 /// Removes every posting of an evicted entry.
 fn forget(postings: &mut Postings, slot: u32, entry: &Entry) {
-    for &key in entry
-        .band_keys()
-        .iter()
-        .chain(std::iter::once(&entry.exact))
-    {
-        postings.remove(key, slot);
-    }
+    entry
+        .posting_keys()
+        .for_each(|key| postings.remove(key, slot));
 }
 
 #[cfg(test)]

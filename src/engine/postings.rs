@@ -4,12 +4,13 @@
 //! A posting is one 64-bit cell, `key << 32 | (slot + 1)`; zero is an empty
 //! cell. A key's postings sit from its home cell on (linear probing), so a
 //! lookup reads the cells from the home to the next empty one: at the load
-//! this table keeps, usually within one cache line. That is the point of
+//! this table keeps, usually within one cache line (a key shared by many
+//! messages, up to `max_bucket`, runs longer). That is the point of
 //! this type over a general hash table, which reads a control line and then
 //! a bucket line per lookup: on an index of a million messages every lookup
 //! is a cache miss, and a message costs a dozen lookups. And because a key's
 //! cells are known before they are read, [`Postings::prefetch`] can ask for
-//! them ahead of time, while the engine works on the message before.
+//! them ahead of time, while the engine works on the messages before.
 //!
 //! Removal shifts later cells of the run back into the hole (Knuth's
 //! algorithm R), so there are no tombstones and lookups never slow down on

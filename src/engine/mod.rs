@@ -24,6 +24,7 @@
 //!   stays in the index however old its first message is, and what is
 //!   evicted is what nobody has repeated for longest.
 
+pub mod bitmap;
 pub mod hint;
 pub mod index;
 pub mod normalise;

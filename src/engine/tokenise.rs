@@ -17,6 +17,7 @@
 
 use regex::Regex;
 
+use super::bitmap::{BLOCK, Block};
 use super::shingle::mix64;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -159,18 +160,19 @@ impl Tokeniser {
 /// Calls `f(offset + start, offset + end, true)` for every maximal run of
 /// ASCII word bytes (`[0-9A-Za-z_]`) in `bytes`, in order.
 ///
-/// Runs are found 64 bytes at a time from a bitmap of word bytes: its bits
-/// where a run starts or ends are computed at once, and visited with
-/// `trailing_zeros`. A byte-by-byte scan takes a hard-to-predict branch at
-/// every token edge, which cost more than all the rest of tokenising.
+/// Runs are found 64 bytes at a time from a bitmap of word bytes
+/// ([`Block::word`]): its bits where a run starts or ends are computed at
+/// once, and visited with `trailing_zeros`. A byte-by-byte scan takes a
+/// hard-to-predict branch at every token edge, which cost more than all the
+/// rest of tokenising.
 #[inline]
 fn for_each_ascii_word(bytes: &[u8], offset: usize, f: &mut impl FnMut(usize, usize, bool)) {
     // Whether the byte before the current block is a word byte.
     let mut carry = 0u64;
     let mut start = 0;
-    for (block, chunk) in bytes.chunks(64).enumerate() {
-        let base = offset + block * 64;
-        let words = word_bitmap(chunk);
+    for (block, chunk) in bytes.chunks(BLOCK).enumerate() {
+        let base = offset + block * BLOCK;
+        let words = Block::new(chunk).word();
         let before = (words << 1) | carry;
         // Bit i of `edges`: byte i starts a run, or ends one (is the first
         // byte after it). Starts and ends alternate.
@@ -189,66 +191,6 @@ fn for_each_ascii_word(bytes: &[u8], offset: usize, f: &mut impl FnMut(usize, us
     if carry != 0 {
         f(start, offset + bytes.len(), true);
     }
-}
-
-/// Bit `i` set when `chunk[i]` (of at most 64 bytes) is an ASCII word byte.
-#[inline]
-fn word_bitmap(chunk: &[u8]) -> u64 {
-    let mut block = [0u8; 64];
-    let block = match <&[u8; 64]>::try_from(chunk) {
-        Ok(full) => full,
-        Err(_) => {
-            // Zero is not a word byte: padding adds no bits.
-            block[..chunk.len()].copy_from_slice(chunk);
-            &block
-        }
-    };
-    let mut bits = 0;
-    for (i, lane) in block.chunks_exact(16).enumerate() {
-        let lane: &[u8; 16] = lane.try_into().expect("16-byte lane");
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: SSE2 is part of the x86-64 baseline: every processor
-        // this code can run on has it.
-        let lane_bits = unsafe { word_bits_16(lane) };
-        #[cfg(not(target_arch = "x86_64"))]
-        let lane_bits = word_bits_16(lane);
-        bits |= u64::from(lane_bits) << (16 * i);
-    }
-    bits
-}
-
-/// [`word_bitmap`] of 16 bytes: three compares and a movemask in SSE2, which
-/// every x86-64 processor has.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "sse2")]
-fn word_bits_16(lane: &[u8; 16]) -> u16 {
-    use std::arch::x86_64::*;
-    let lo = i64::from_le_bytes(lane[..8].try_into().expect("8 bytes"));
-    let hi = i64::from_le_bytes(lane[8..].try_into().expect("8 bytes"));
-    let b = _mm_set_epi64x(hi, lo);
-    // Unsigned `x - base < n` as a signed compare: shift the range to
-    // start at i8::MIN.
-    let below = |x: __m128i, base: u8, n: u8| {
-        let shifted = _mm_add_epi8(x, _mm_set1_epi8(0x80u8.wrapping_sub(base) as i8));
-        _mm_cmplt_epi8(shifted, _mm_set1_epi8((0x80u8 + n) as i8))
-    };
-    let letter = below(_mm_or_si128(b, _mm_set1_epi8(0x20)), b'a', 26);
-    let digit = below(b, b'0', 10);
-    let underscore = _mm_cmpeq_epi8(b, _mm_set1_epi8(b'_' as i8));
-    let word = _mm_or_si128(_mm_or_si128(letter, digit), underscore);
-    _mm_movemask_epi8(word) as u16
-}
-
-/// [`word_bitmap`] of 16 bytes, portably.
-#[cfg(not(target_arch = "x86_64"))]
-#[inline]
-fn word_bits_16(lane: &[u8; 16]) -> u16 {
-    let mut bits = 0;
-    for (i, &b) in lane.iter().enumerate() {
-        let word = (b | 0x20).wrapping_sub(b'a') < 26 || b.wrapping_sub(b'0') < 10 || b == b'_';
-        bits |= u16::from(word) << i;
-    }
-    bits
 }
 
 /// Byte classes of the tokeniser's fast path: ASCII white space, ASCII word
@@ -494,23 +436,6 @@ mod tests {
         #[test]
         fn tokens_are_the_reference_tokens(text in "(#?#?@?[a-cé日本_]{1,3}[ ,.#\u{3000}]{0,2}){0,12}") {
             proptest::prop_assert_eq!(tokens(&text), reference_tokens(&text));
-        }
-    }
-
-    #[test]
-    fn word_bitmap_agrees_with_the_byte_classes() {
-        let bytes: Vec<u8> = (0..=255).collect();
-        for chunk in bytes.chunks(64).chain(bytes[3..50].chunks(64)) {
-            let bits = word_bitmap(chunk);
-            for (i, &b) in chunk.iter().enumerate() {
-                let expected = BYTE_CLASS[usize::from(b)] == WORD;
-                assert_eq!(bits >> i & 1 == 1, expected, "byte {b:#04x}");
-            }
-            assert_eq!(
-                bits >> chunk.len().min(63) >> 1,
-                0,
-                "no bits past the chunk"
-            );
         }
     }
 

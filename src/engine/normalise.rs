@@ -20,6 +20,8 @@
 use std::borrow::Cow;
 
 use regex::Regex;
+
+use super::bitmap::{BLOCK, Block};
 use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfkc_quick};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -78,8 +80,7 @@ impl Normaliser {
         // URLs, before case folding: short links are case-sensitive keys.
         // (Each rule runs only where a cheap test says it can match.)
         let mut last = 0;
-        let may_have_url = decoded.contains("http") || decoded.contains("www.");
-        for found in may_have_url
+        for found in may_hold_url(&decoded)
             .then(|| UrlSpans::new(&decoded))
             .into_iter()
             .flatten()
@@ -113,19 +114,9 @@ impl Normaliser {
         if scratch.is_ascii() {
             out.push_str(scratch);
             out.make_ascii_lowercase();
-        } else {
-            let lowercase = |out: &mut String, c: char| {
-                if c.is_lowercase() || !c.is_alphabetic() {
-                    out.push(c);
-                } else {
-                    out.extend(c.to_lowercase());
-                }
-            };
-            if is_nfkc_quick(scratch.chars()) == IsNormalized::Yes {
-                scratch.chars().for_each(|c| lowercase(out, c));
-            } else {
-                scratch.nfkc().for_each(|c| lowercase(out, c));
-            }
+        } else if !fold_if_nfkc(scratch, out) {
+            out.clear();
+            scratch.nfkc().for_each(|c| push_lowercase(out, c));
         }
 
         if may_have_retweet_marker(out) {
@@ -147,6 +138,37 @@ impl Normaliser {
 /// host. The normaliser finds exactly its matches, faster, by a scan of its
 /// own (`UrlSpans`); the tests check one against the other.
 pub const URL_PATTERN: &str = r"(?i)\bhttps?(?::\S*|…)|\bwww\.[^\s.]+\.\S+";
+
+/// Whether `text` holds `http` or `www.`, in any case: a test every text
+/// with a URL passes, and most texts without one fail. A scan for the URLs
+/// themselves stops at every `h` and `w`, which ordinary words are full of.
+///
+/// The text is read in blocks of 64 bytes that overlap by 3, so that every
+/// four bytes in a row lie whole in some block; in each, the masks of the
+/// letters are shifted onto the start of the word they would spell.
+fn may_hold_url(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let mut at = 0;
+    while at + 3 < bytes.len() {
+        let block = Block::new(&bytes[at..]);
+        let (h, t, w) = (
+            block.eq_ignoring_case(b'h'),
+            block.eq_ignoring_case(b't'),
+            block.eq_ignoring_case(b'w'),
+        );
+        // `htt` and `ww` are rare in words: most blocks end here.
+        let htt = h & t >> 1 & t >> 2;
+        let ww = w & w >> 1 & w >> 2;
+        if htt != 0 && htt & block.eq_ignoring_case(b'p') >> 3 != 0 {
+            return true;
+        }
+        if ww != 0 && ww & block.eq(b'.') >> 3 != 0 {
+            return true;
+        }
+        at += BLOCK - 3;
+    }
+    false
+}
 
 /// The URLs of a text: the spans [`URL_PATTERN`] matches, leftmost first,
 /// without overlaps, as `regex::Regex::find_iter` would give them.
@@ -267,6 +289,69 @@ fn is_word_char(c: char) -> bool {
     }
 }
 
+/// Appends `text` lowercased to `out` and returns true if `text` is already
+/// NFKC; returns false, with `out` partly written, if it may not be.
+///
+/// Most text is ASCII, or mostly ASCII with a few accented letters or emoji:
+/// ASCII runs are copied and lowercased in bulk, and only the runs of other
+/// characters go through the Unicode tables, one character at a time. An
+/// ASCII character is a starter that NFKC leaves alone, so the quick check
+/// of the whole text is that of its non-ASCII runs taken one by one.
+fn fold_if_nfkc(text: &str, out: &mut String) -> bool {
+    let mut rest = text;
+    while !rest.is_empty() {
+        let ascii = ascii_prefix_len(rest.as_bytes());
+        let start = out.len();
+        out.push_str(&rest[..ascii]);
+        out[start..].make_ascii_lowercase();
+        rest = &rest[ascii..];
+        // Every byte of a non-ASCII character is non-ASCII: the run ends on
+        // a character boundary.
+        let other = rest
+            .bytes()
+            .position(|b| b.is_ascii())
+            .unwrap_or(rest.len());
+        let run = &rest[..other];
+        if is_nfkc_quick(run.chars()) != IsNormalized::Yes {
+            return false;
+        }
+        run.chars().for_each(|c| push_lowercase(out, c));
+        rest = &rest[other..];
+    }
+    true
+}
+
+/// The length of the longest all-ASCII prefix of `bytes`, found 16 bytes
+/// at a time.
+fn ascii_prefix_len(bytes: &[u8]) -> usize {
+    const HIGH_BITS: u128 = u128::from_ne_bytes([0x80; 16]);
+    let mut chunks = bytes.chunks_exact(16);
+    let mut len = 0;
+    for chunk in chunks.by_ref() {
+        let word = u128::from_ne_bytes(chunk.try_into().expect("16-byte chunks"));
+        if word & HIGH_BITS != 0 {
+            break;
+        }
+        len += 16;
+    }
+    len + bytes[len..]
+        .iter()
+        .position(|b| !b.is_ascii())
+        .unwrap_or(bytes.len() - len)
+}
+
+/// Appends `c` lowercased (Unicode lowercase; ASCII without a table).
+#[inline]
+fn push_lowercase(out: &mut String, c: char) {
+    if c.is_ascii() {
+        out.push(c.to_ascii_lowercase());
+    } else if c.is_lowercase() || !c.is_alphabetic() {
+        out.push(c);
+    } else {
+        out.extend(c.to_lowercase());
+    }
+}
+
 /// Whether a lowercased text may hold a retweet marker: an `@` preceded by
 /// `rt` or `mt` and nothing between but white space and colons. A cheap
 /// superset of what the marker pattern matches (any non-ASCII byte counts as
@@ -383,6 +468,11 @@ mod tests {
         assert_eq!(norm("read this https://t.co/xyz"), "read this");
         assert_eq!(norm("read this http://t.co/x…"), "read this");
         assert_eq!(norm("read this http…"), "read this");
+        // The pattern ignores case, and so must the test for whether a text
+        // may hold a URL at all.
+        assert_eq!(norm("READ THIS HTTPS://T.CO/XYZ"), "read this");
+        assert_eq!(norm("Read this Http://t.co/xyz"), "read this");
+        assert_eq!(norm("visit WWW.EXAMPLE.COM today"), "visit today");
     }
 
     #[test]
@@ -446,6 +536,17 @@ mod tests {
             text in "(http|HTTP|hTtP|https|httpſ|s|www|WWW|\\.|:|…|/| |\u{3000}|\u{a0}|é|_|a|x|h|w|ſ|\u{301}){0,16}"
         ) {
             proptest::prop_assert_eq!(UrlSpans::new(&text).collect::<Vec<_>>(), regex_url_spans(&text));
+        }
+
+        #[test]
+        fn the_url_gate_is_a_case_blind_substring_test(
+            text in "(http|HTTP|hTtP|www\\.|WwW\\.|htt|ww|h|t|p|w|\\.| |é|x){0,60}"
+        ) {
+            let lower = text.to_ascii_lowercase();
+            proptest::prop_assert_eq!(
+                may_hold_url(&text),
+                lower.contains("http") || lower.contains("www.")
+            );
         }
 
         #[test]

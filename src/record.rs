@@ -247,11 +247,18 @@ impl fmt::Display for MessageId {
 /// Parses `s` as a decimal `u64` only if printing it back gives `s` again (no
 /// sign, no leading zero), so the compact form always round-trips.
 fn canonical_u64(s: &str) -> Option<u64> {
-    if s.is_empty() || (s.len() > 1 && s.starts_with('0')) || !s.bytes().all(|b| b.is_ascii_digit())
-    {
+    if s.is_empty() || (s.len() > 1 && s.starts_with('0')) {
         return None;
     }
-    s.parse().ok()
+    // One pass, digits checked as they are added: every message's id goes
+    // through here.
+    s.bytes().try_fold(0u64, |n, b| {
+        let digit = b.wrapping_sub(b'0');
+        if digit > 9 {
+            return None;
+        }
+        n.checked_mul(10)?.checked_add(u64::from(digit))
+    })
 }
 
 /// A decoded line: what the engine needs, borrowed from the line.
@@ -843,6 +850,14 @@ mod tests {
         assert_eq!(MessageId::from_json("42"), Some(MessageId::Integer(42)));
         assert!(MessageId::from_json("1e3").is_none());
         assert!(MessageId::from_json("true").is_none());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn canonical_ids_are_those_that_print_back(s in "[+0-9a]{0,21}|1844674407370955161[0-9]") {
+            let reference = s.parse::<u64>().ok().filter(|n| n.to_string() == s);
+            proptest::prop_assert_eq!(canonical_u64(&s), reference);
+        }
     }
 
     #[test]

@@ -126,6 +126,10 @@ impl Sketcher {
 /// and chosen when first called: with AVX-512 each 64-bit multiply-add runs
 /// on eight shingles at once, which the baseline x86-64 target cannot
 /// express. Every version computes the same keys; only the speed differs.
+///
+/// `multiversion` picks the AVX-512 version only on processors with the
+/// whole Ice Lake / Zen 4 set of AVX-512 extensions (it checks each at run
+/// time), since older ones slow their clock down for it; they get AVX2.
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl", "x86_64+avx2"))]
 fn min_hash_bands(
     coefficients: &[(u64, u64)],

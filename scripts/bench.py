@@ -10,7 +10,9 @@ measures in one run, on this machine:
   - peak RSS, bytes per indexed message at --capacity C, and whether RSS stays
     flat once the index is full (10 x C messages streamed through it).
 
-Usage: scripts/bench.py [--short N] [--full N] [--capacity C] [--skip-memory]
+Usage: scripts/bench.py [--short N] [--full N] [--file PATH ...] [--capacity C] [--skip-memory]
+  --file PATH   also measure a JSON-lines file of your own (repeatable), next to
+                the same floors; --short 0 --full 0 skip the generated streams
 Figures go to stdout as a markdown report.
 """
 
@@ -62,9 +64,13 @@ def timed(cmd: list, stdin_path: Path, stdout=subprocess.DEVNULL) -> tuple[float
     return seconds, usage.ru_maxrss * 1024, out
 
 
-def throughput(count: int, shape: str, threads: int | None) -> dict:
-    path = stream(count, shape)
+def throughput(path: Path, threads: int | None) -> dict:
     size = path.stat().st_size
+    count, last = 0, b"\n"
+    with open(path, "rb") as lines:
+        for chunk in iter(lambda: lines.read(1 << 20), b""):
+            count, last = count + chunk.count(b"\n"), chunk[-1:]
+    count += last != b"\n"  # a last line without its newline
     # Best of three for each command, runs interleaved, so that a noisy
     # neighbour on a shared machine weighs on all of them alike.
     args = [BIN, "--quiet"] + ([f"--threads={threads}"] if threads else [])
@@ -76,7 +82,7 @@ def throughput(count: int, shape: str, threads: int | None) -> dict:
         run_seconds, run_peak, _ = timed(args, path)
         seconds, peak = min(seconds, run_seconds), max(peak, run_peak)
     return {
-        "shape": shape, "messages": count, "bytes": size,
+        "messages": count, "bytes": size,
         "line_bytes": size / count,
         "msgs_per_s": count / seconds, "mb_per_s": size / seconds / 1e6,
         "floor_value_msgs_per_s": count / floor_value,
@@ -146,6 +152,8 @@ def main() -> None:
     parser.add_argument("--short", type=int, default=2_000_000, help="short-line messages (default 2,000,000)")
     parser.add_argument("--full", type=int, default=200_000, help="full v1.1 messages (default 200,000)")
     parser.add_argument("--capacity", type=int, default=1_000_000, help="index capacity for the memory run")
+    parser.add_argument("--file", type=Path, action="append", default=[],
+                        help="a JSON-lines file to measure too (repeatable)")
     parser.add_argument("--threads", type=int, help="--threads for the binary (default: its own)")
     parser.add_argument("--skip-memory", action="store_true")
     args = parser.parse_args()
@@ -153,9 +161,11 @@ def main() -> None:
     print(f"# dedup-stream end-to-end benchmark\n\nmachine: {os.cpu_count()} CPUs; best of 3 interleaved runs of each command\n")
     print("| stream | messages | bytes/line | messages/s | MB/s | floor: Value msgs/s | ratio | floor: validate msgs/s | ratio | peak RSS |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for count, shape in [(args.short, "short"), (args.full, "full")]:
-        r = throughput(count, shape, args.threads)
-        print(f"| {shape} | {count:,} | {r['line_bytes']:.0f} | {r['msgs_per_s']:,.0f} | {r['mb_per_s']:.0f} "
+    runs = [(shape, stream(count, shape)) for count, shape in [(args.short, "short"), (args.full, "full")] if count > 0]
+    runs += [(path.name, path) for path in args.file]
+    for name, path in runs:
+        r = throughput(path, args.threads)
+        print(f"| {name} | {r['messages']:,} | {r['line_bytes']:.0f} | {r['msgs_per_s']:,.0f} | {r['mb_per_s']:.0f} "
               f"| {r['floor_value_msgs_per_s']:,.0f} | {r['ratio_value']:.2f} "
               f"| {r['floor_ignored_msgs_per_s']:,.0f} | {r['ratio_ignored']:.2f} | {r['peak_rss_mb']:.0f} MB |")
     if not args.skip_memory:

@@ -19,7 +19,6 @@ pub const BLOCK: usize = 64;
 #[derive(Clone, Copy)]
 pub struct Block {
     bytes: [u8; BLOCK],
-    len: usize,
 }
 
 impl Block {
@@ -35,19 +34,7 @@ impl Block {
                 bytes
             }
         };
-        Block { bytes, len }
-    }
-
-    /// The number of text bytes in the block.
-    #[inline]
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the block holds no text.
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
+        Block { bytes }
     }
 
     /// Bit `i` set when byte `i` equals `b`.
@@ -73,8 +60,8 @@ impl Block {
     #[inline]
     fn mask(&self, test: Test) -> u64 {
         let mut bits = 0;
-        for (i, lane) in self.bytes.chunks_exact(16).enumerate() {
-            let lane: &[u8; 16] = lane.try_into().expect("16-byte lanes");
+        let (lanes, _) = self.bytes.as_chunks::<16>();
+        for (i, lane) in lanes.iter().enumerate() {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: SSE2 is part of the x86-64 baseline: every processor
             // this code can run on has it.
@@ -104,9 +91,8 @@ mod sse2 {
     #[inline]
     #[target_feature(enable = "sse2")]
     pub(super) fn mask(lane: &[u8; 16], test: Test) -> u16 {
-        let lo = i64::from_le_bytes(lane[..8].try_into().expect("8 bytes"));
-        let hi = i64::from_le_bytes(lane[8..].try_into().expect("8 bytes"));
-        let b = _mm_set_epi64x(hi, lo);
+        let word = u128::from_le_bytes(*lane);
+        let b = _mm_set_epi64x((word >> 64) as i64, word as i64);
         let eq = |x: __m128i, c: u8| _mm_cmpeq_epi8(x, _mm_set1_epi8(c as i8));
         let folded = _mm_or_si128(b, _mm_set1_epi8(0x20));
         let passed = match test {
@@ -195,8 +181,7 @@ mod tests {
     fn portable_masks_are_the_sse2_masks() {
         for chunk in blocks() {
             let block = Block::new(&chunk);
-            for (i, lane) in block.bytes.chunks_exact(16).enumerate() {
-                let lane: &[u8; 16] = lane.try_into().unwrap();
+            for (i, lane) in block.bytes.as_chunks::<16>().0.iter().enumerate() {
                 for test in [Test::Word, Test::Eq(b'.'), Test::EqFolded(b't')] {
                     let expected = portable::mask(lane, test);
                     let bits = match test {

@@ -325,15 +325,12 @@ fn fold_if_nfkc(text: &str, out: &mut String) -> bool {
 /// at a time.
 fn ascii_prefix_len(bytes: &[u8]) -> usize {
     const HIGH_BITS: u128 = u128::from_ne_bytes([0x80; 16]);
-    let mut chunks = bytes.chunks_exact(16);
-    let mut len = 0;
-    for chunk in chunks.by_ref() {
-        let word = u128::from_ne_bytes(chunk.try_into().expect("16-byte chunks"));
-        if word & HIGH_BITS != 0 {
-            break;
-        }
-        len += 16;
-    }
+    let (chunks, _) = bytes.as_chunks::<16>();
+    let len = 16
+        * chunks
+            .iter()
+            .take_while(|&&chunk| u128::from_ne_bytes(chunk) & HIGH_BITS == 0)
+            .count();
     len + bytes[len..]
         .iter()
         .position(|b| !b.is_ascii())

@@ -16,7 +16,7 @@ use std::num::NonZeroUsize;
 use std::time::Instant;
 
 use dedup_stream::batch::{self, Item, RawBatch, RawLine};
-use dedup_stream::engine::Scratch;
+use dedup_stream::engine::{IndexStore, Scratch};
 use dedup_stream::pipeline::DEFAULT_BATCH_LINES;
 use dedup_stream::record::{Decoder, FieldSpec};
 use dedup_stream::{Deduper, EngineConfig};
@@ -92,15 +92,20 @@ fn main() -> io::Result<()> {
     let started = Instant::now();
     let mut out = Vec::new();
     let mut duplicates = 0u64;
+    let mut verdicts = Vec::new();
     for batch in &prepared {
         out.clear();
-        for (position, item) in batch.items.iter().enumerate() {
-            batch::prefetch_ahead(&deduper, batch, position);
-            if let Item::Message(message) = item {
-                let verdict = batch::decide(&mut deduper, batch, message);
-                duplicates += u64::from(verdict.is_duplicate());
-                batch::write_message(&mut out, batch, message, &verdict);
-            }
+        verdicts.clear();
+        deduper
+            .decide(&batch::asks(batch, usize::MAX), &mut verdicts)
+            .map_err(io::Error::other)?;
+        let messages = batch.items.iter().filter_map(|item| match item {
+            Item::Message(message) => Some(message),
+            Item::Invalid(_) => None,
+        });
+        for (message, verdict) in messages.zip(&verdicts) {
+            duplicates += u64::from(verdict.is_duplicate());
+            batch::write_message(&mut out, batch, message, verdict);
         }
     }
     let engine = started.elapsed().as_secs_f64();

@@ -3,24 +3,17 @@
 //! Lines travel in batches (a few hundred at a time) so that channels,
 //! thread hand-offs and allocations are paid per batch, not per message. A
 //! [`RawBatch`] holds the lines' bytes in one buffer; [`prepare`] decodes and
-//! sketches every line of it (pure work, any thread); [`decide`] runs the
-//! verdicts in order on the engine's owner and writes the tagged lines.
+//! sketches every line of it (pure work, any thread); [`asks`] hands its
+//! messages to the index store (one call per batch: one round trip when the
+//! index is in Redis), and [`write_message`] splices each verdict in.
 
 use std::ops::Range;
 
-use crate::engine::{Deduper, PrefetchStage, Preparer, Scratch, Sketch, Verdict};
+use crate::engine::{Ask, Preparer, Scratch, Sketch, Verdict};
 use crate::error::{InvalidLine, InvalidReason};
 use crate::record::{Decoder, MessageId, Splice, write_tagged};
 
-/// What a message asks of the index.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Op {
-    /// Decide, and index the message if it is new.
-    #[default]
-    Check,
-    /// Decide without indexing anything (the server's `"dedup_op":"query"`).
-    Query,
-}
+pub use crate::engine::Op;
 
 /// Lines read but not yet prepared.
 #[derive(Debug, Default)]
@@ -198,37 +191,21 @@ pub fn prepare(
     batch
 }
 
-/// The prefetch stages and how many items ahead of the one being decided
-/// [`prefetch_ahead`] runs each. A stage reads what the one before loaded,
-/// so each comes a few messages after it: far enough that a few hundred
-/// nanoseconds of memory latency pass, near enough that what it loaded is
-/// still cached.
-pub const PREFETCH_STAGES: [(usize, PrefetchStage); 3] = [
-    (8, PrefetchStage::Postings),
-    (4, PrefetchStage::Entries),
-    (2, PrefetchStage::Sets),
-];
-
-/// Before deciding item `position` of a batch: asks the engine to start
-/// loading, stage by stage, what the messages a few items later will read,
-/// and what the next evictions will, so that on a large index the decision
-/// does not wait on memory.
-pub fn prefetch_ahead(deduper: &Deduper, batch: &PreparedBatch, position: usize) {
-    for (distance, stage) in PREFETCH_STAGES {
-        if let Some(Item::Message(message)) = batch.items.get(position + distance) {
-            deduper.prefetch(batch.sketch(message), stage);
-        }
-    }
-    deduper.prefetch_evictions();
-}
-
-/// Runs one prepared message through the engine.
-pub fn decide(deduper: &mut Deduper, batch: &PreparedBatch, message: &PreparedMessage) -> Verdict {
-    let sketch = batch.sketch(message);
-    match message.op {
-        Op::Check => deduper.check(message.id.clone(), sketch),
-        Op::Query => deduper.query(sketch),
-    }
+/// The messages of a batch (its valid lines, in order, up to `limit`
+/// items), as the index is asked them.
+pub fn asks(batch: &PreparedBatch, limit: usize) -> Vec<Ask<'_>> {
+    batch.items[..limit.min(batch.items.len())]
+        .iter()
+        .filter_map(|item| match item {
+            Item::Message(message) => Some(Ask {
+                id: &message.id,
+                sketch: batch.sketch(message),
+                op: message.op,
+                token: None,
+            }),
+            Item::Invalid(_) => None,
+        })
+        .collect()
 }
 
 /// Writes a message's line with its verdict spliced in.

@@ -106,7 +106,48 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// The index store failed (Redis unreachable past the point of
+    /// retrying, or an index made with other settings).
+    #[error(transparent)]
+    Store(#[from] StoreError),
     /// A worker thread died (a bug: please report it).
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// Why an index store could not decide.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The index location is not `memory` nor a Redis URL.
+    #[error("bad index location {given:?}: {reason}")]
+    Location {
+        /// The location as given.
+        given: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The index name cannot make Redis keys of one hash slot.
+    #[error("bad index name {0:?}: use 1 to 200 characters other than '{{' and '}}'")]
+    Name(String),
+    /// The index in Redis was made with other settings than this worker's.
+    #[error(
+        "index {name:?} was created with other settings: it has [{stored}], this worker has [{ours}]; \
+         start with the same settings, use another --index-name, or drop it (dedup-stream index drop)"
+    )]
+    Mismatch {
+        /// The index name.
+        name: String,
+        /// The settings stored with the index.
+        stored: String,
+        /// This worker's settings.
+        ours: String,
+    },
+    /// Redis could not be reached, and the worker was told to stop while
+    /// it waited.
+    #[error("Redis is unreachable ({0}); stopped while waiting for it")]
+    Unavailable(String),
+    /// Redis answered with an error that retrying will not cure.
+    #[error("Redis refused: {0}")]
+    Refused(String),
 }

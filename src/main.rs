@@ -83,6 +83,7 @@ fn filter(args: &FilterArgs) -> Exit {
         let shutdown = shutdown_signal(Arc::clone(&signal));
         pipeline::run(
             pipeline_config,
+            deduper.preparer().clone(),
             deduper,
             io::stdin(),
             io::stdout(),
@@ -97,20 +98,20 @@ fn filter(args: &FilterArgs) -> Exit {
                 eprintln!("dedup-stream: {}", finished.summary);
             }
             if let Some(path) = &args.state.state {
-                if let Err(e) = snapshot::save(path, &finished.deduper) {
+                if let Err(e) = snapshot::save(path, &finished.store) {
                     eprintln!("dedup-stream: {e}");
                     return Exit::Failure;
                 }
                 tracing::info!(
                     path = %path.display(),
-                    entries = finished.deduper.index().len(),
+                    entries = finished.store.index().len(),
                     "state saved"
                 );
             }
             // The process is about to exit and the system takes its memory
             // back at once: freeing a million index entries one by one first
             // would only delay the exit (by a tenth of a second or more).
-            std::mem::forget(finished.deduper);
+            std::mem::forget(finished.store);
             if signal.load(Ordering::Relaxed) == SIGINT {
                 Exit::Interrupted
             } else {
@@ -214,7 +215,14 @@ fn serve(args: &ServeArgs) -> Exit {
             listeners.admin = Some(bound);
         }
         let shutdown = shutdown_signal(Arc::clone(&signal));
-        server::run(config, deduper, listeners, shutdown).await
+        server::run(
+            config,
+            deduper.preparer().clone(),
+            deduper,
+            listeners,
+            shutdown,
+        )
+        .await
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     // A service stopped by either signal has drained and saved: that is a

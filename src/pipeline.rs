@@ -38,7 +38,7 @@ use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc;
 
 use crate::batch::{self, Item, PreparedBatch, RawBatch, RawLine};
-use crate::engine::{Deduper, Verdict};
+use crate::engine::{Deduper, IndexStore, Preparer, Verdict};
 use crate::error::Error;
 use crate::lines::{Line, LineReader, is_blank};
 use crate::record::{Decoder, FieldSpec};
@@ -86,7 +86,8 @@ pub enum OnInvalid {
     Fail,
 }
 
-/// How the flow runs (the engine's own settings are in the [`Deduper`]).
+/// How the flow runs (the engine's own settings are in the [`Preparer`] and
+/// the index store).
 #[derive(Clone, Debug)]
 pub struct PipelineConfig {
     /// Where the id and text are.
@@ -119,27 +120,29 @@ impl Default for PipelineConfig {
     }
 }
 
-/// The outcome of a run: its summary and the engine, whose index may be
-/// saved.
+/// The outcome of a run: its summary and the index store, whose index may
+/// be saved.
 #[derive(Debug)]
-pub struct Finished {
+pub struct Finished<S = Deduper> {
     /// What the run did.
     pub summary: Summary,
-    /// The engine, with everything it indexed.
-    pub deduper: Deduper,
+    /// The index store, with everything it indexed.
+    pub store: S,
 }
 
 /// Runs the filter from `input` to `output` until the input ends or
-/// `shutdown` completes. Must be called within a multi-threaded tokio
-/// runtime.
-pub async fn run<R, W>(
+/// `shutdown` completes: `preparer` sketches, `store` decides. Must be
+/// called within a multi-threaded tokio runtime.
+pub async fn run<S, R, W>(
     config: PipelineConfig,
-    deduper: Deduper,
+    preparer: Preparer,
+    store: S,
     input: R,
     output: W,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<Finished, Error>
+) -> Result<Finished<S>, Error>
 where
+    S: IndexStore + Send + 'static,
     R: Read + Send + 'static,
     W: Write + Send + 'static,
 {
@@ -166,7 +169,7 @@ where
         .name("dedup-writer".into())
         .spawn(move || write_batches(output, bytes_rx, &spare_out_tx))
         .map_err(|e| Error::Internal(format!("cannot start the writer thread: {e}")))?;
-    let preparer = Arc::new(deduper.preparer().clone());
+    let preparer = Arc::new(preparer);
     let decoder = Arc::new(Decoder::new(config.fields.clone()));
     let engine = {
         let (emit, on_invalid) = (config.emit, config.on_invalid);
@@ -175,7 +178,7 @@ where
                 lines: spare_lines_tx,
                 out: spare_out_rx,
             };
-            decide_batches(deduper, prepared_rx, bytes_tx, &spares, emit, on_invalid)
+            decide_batches(store, prepared_rx, bytes_tx, &spares, emit, on_invalid)
         })
     };
 
@@ -223,7 +226,7 @@ where
     let written = writer
         .join()
         .map_err(|_| Error::Internal("the writer thread panicked".into()));
-    let (deduper, mut summary) = decided??;
+    let (store, mut summary) = decided??;
     written??;
     // A reader that ended the stream has returned (perhaps with a read error
     // to report). Otherwise it may be blocked on an idle input: it is joined
@@ -233,9 +236,9 @@ where
             .join()
             .map_err(|_| Error::Internal("the reader thread panicked".into()))??;
     }
-    summary.evicted = deduper.index().evictions();
+    summary.evicted = store.stats().evictions;
     summary.elapsed = started.elapsed();
-    Ok(Finished { summary, deduper })
+    Ok(Finished { summary, store })
 }
 
 /// Largest buffer handed back for reuse: a batch of very long lines keeps
@@ -322,19 +325,33 @@ fn read_batches<R: Read>(
 }
 
 /// The engine's owner: verdicts in input order, tagged lines out.
-fn decide_batches(
-    mut deduper: Deduper,
+fn decide_batches<S: IndexStore>(
+    mut store: S,
     mut batches: mpsc::Receiver<PreparedBatch>,
     output: mpsc::Sender<Vec<u8>>,
     spares: &Spares,
     emit: Emit,
     on_invalid: OnInvalid,
-) -> Result<(Deduper, Summary), Error> {
+) -> Result<(S, Summary), Error> {
     let mut summary = Summary::default();
+    let mut verdicts = Vec::new();
     while let Some(batch) = batches.blocking_recv() {
+        // With invalid lines fatal, nothing past the first one is decided.
+        let first_invalid = match on_invalid {
+            OnInvalid::Fail => batch
+                .items
+                .iter()
+                .position(|item| matches!(item, Item::Invalid(_))),
+            OnInvalid::Skip => None,
+        };
+        verdicts.clear();
+        store.decide(
+            &batch::asks(&batch, first_invalid.unwrap_or(usize::MAX)),
+            &mut verdicts,
+        )?;
+        let mut verdicts = verdicts.iter();
         let mut out = reuse(&spares.out, batch.raw.bytes.len() + batch.items.len() * 64);
-        for (position, item) in batch.items.iter().enumerate() {
-            batch::prefetch_ahead(&deduper, &batch, position);
+        for item in &batch.items {
             match item {
                 Item::Invalid(invalid) => {
                     summary.invalid += 1;
@@ -345,15 +362,17 @@ fn decide_batches(
                     tracing::warn!("{invalid}: skipped");
                 }
                 Item::Message(message) => {
-                    let verdict = batch::decide(&mut deduper, &batch, message);
+                    let verdict = verdicts
+                        .next()
+                        .ok_or_else(|| Error::Internal("the store lost a verdict".into()))?;
                     summary.messages += 1;
                     if verdict.is_duplicate() {
                         summary.duplicates += 1;
                     } else {
                         summary.new += 1;
                     }
-                    if emit.wants(&verdict) {
-                        batch::write_message(&mut out, &batch, message, &verdict);
+                    if emit.wants(verdict) {
+                        batch::write_message(&mut out, &batch, message, verdict);
                     }
                 }
             }
@@ -363,7 +382,7 @@ fn decide_batches(
             break; // The output is closed: stop quietly.
         }
     }
-    Ok((deduper, summary))
+    Ok((store, summary))
 }
 
 /// The writer thread: owns the output, flushes when idle, treats a closed
@@ -421,6 +440,7 @@ mod tests {
         let deduper = Deduper::new(EngineConfig::default()).unwrap();
         runtime.block_on(run(
             PipelineConfig::default(),
+            deduper.preparer().clone(),
             deduper,
             input,
             io::sink(),
@@ -447,6 +467,6 @@ mod tests {
         assert_eq!(finished.summary.messages, 2);
         assert_eq!(finished.summary.duplicates, 1);
         assert_eq!(finished.summary.invalid, 1);
-        assert_eq!(finished.deduper.index().len(), 1);
+        assert_eq!(finished.store.index().len(), 1);
     }
 }

@@ -399,6 +399,20 @@ pub fn save(path: &Path, deduper: &Deduper) -> Result<(), SnapshotError> {
     })
 }
 
+/// An index store that can be written to a state file: the in-memory one.
+/// A store that keeps its index elsewhere (Redis, with its own persistence)
+/// has nothing to write.
+pub trait Saveable {
+    /// The state file's bytes, or `None` when the index is not kept here.
+    fn encode_snapshot(&self) -> Option<Vec<u8>>;
+}
+
+impl Saveable for Deduper {
+    fn encode_snapshot(&self) -> Option<Vec<u8>> {
+        Some(encode(self))
+    }
+}
+
 /// Distinguishes the temporary files of saves made by one process.
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 

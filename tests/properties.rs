@@ -160,6 +160,7 @@ fn run_pipeline(input: &[u8], threads: usize, batch_lines: usize, queue_batches:
     runtime
         .block_on(pipeline::run(
             config,
+            deduper.preparer().clone(),
             deduper,
             Cursor::new(input.to_vec()),
             output.clone(),

@@ -51,9 +51,15 @@ impl TestServer {
             data: vec![tcp, unix],
             admin: Some(admin),
         };
-        let handle = tokio::spawn(server::run(config, deduper, listeners, async {
-            let _ = stopped.await;
-        }));
+        let handle = tokio::spawn(server::run(
+            config,
+            deduper.preparer().clone(),
+            deduper,
+            listeners,
+            async {
+                let _ = stopped.await;
+            },
+        ));
         TestServer {
             tcp: tcp_addr,
             unix: unix_addr,

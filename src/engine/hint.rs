@@ -7,7 +7,7 @@
 //! posting names a slot, the slot's entry points at its shingle set). The
 //! engine hides that latency by walking the same chain for the messages a
 //! few places ahead, one link per message, so that each message finds the
-//! links it needs loaded (see [`crate::batch::prefetch_ahead`]).
+//! links it needs loaded (see [`crate::engine::PREFETCH_STAGES`]).
 //!
 //! Each of those reads lands on a random page of tables hundreds of
 //! megabytes large, so with ordinary 4 KiB pages each also misses the TLB

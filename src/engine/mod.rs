@@ -31,18 +31,20 @@ pub mod normalise;
 pub mod postings;
 pub mod shingle;
 pub mod sketch;
+pub mod store;
 pub mod tokenise;
 pub mod verdict;
 
 use std::borrow::Cow;
 
 use crate::config::{EngineConfig, Measure, Shingling};
-use crate::error::ConfigError;
+use crate::error::{ConfigError, StoreError};
 use crate::record::MessageId;
 pub use index::PrefetchStage;
 use index::{Index, Insert, set_fingerprint};
 use normalise::Normaliser;
 use sketch::{LshParams, Sketcher};
+pub use store::{Ask, IndexStats, IndexStore, Op};
 use tokenise::{Tokeniser, token_hash};
 pub use verdict::{Match, Verdict, similarity};
 
@@ -522,6 +524,48 @@ impl Deduper {
             }
         }
         best.map(|(slot, s, _)| (slot, s))
+    }
+}
+
+/// The prefetch stages and how many messages ahead of the one being decided
+/// [`Deduper`]'s [`IndexStore::decide`] runs each. A stage reads what the
+/// one before loaded, so each comes a few messages after it: far enough that
+/// a few hundred nanoseconds of memory latency pass, near enough that what
+/// it loaded is still cached.
+pub const PREFETCH_STAGES: [(usize, PrefetchStage); 3] = [
+    (8, PrefetchStage::Postings),
+    (4, PrefetchStage::Entries),
+    (2, PrefetchStage::Sets),
+];
+
+impl IndexStore for Deduper {
+    /// Decides in order, and before each message asks the memory to start
+    /// loading, stage by stage, what the messages a few places later will
+    /// read, and what the next evictions will: on a large index the
+    /// decision then does not wait on memory. Never fails.
+    fn decide(&mut self, asks: &[Ask<'_>], verdicts: &mut Vec<Verdict>) -> Result<(), StoreError> {
+        verdicts.reserve(asks.len());
+        for (position, ask) in asks.iter().enumerate() {
+            for (distance, stage) in PREFETCH_STAGES {
+                if let Some(ahead) = asks.get(position + distance) {
+                    self.prefetch(ahead.sketch, stage);
+                }
+            }
+            self.prefetch_evictions();
+            verdicts.push(match ask.op {
+                Op::Check => self.check(ask.id.clone(), ask.sketch),
+                Op::Query => self.query(ask.sketch),
+            });
+        }
+        Ok(())
+    }
+
+    fn stats(&self) -> IndexStats {
+        IndexStats {
+            len: self.index.len() as u64,
+            capacity: self.index.capacity() as u64,
+            evictions: self.index.evictions(),
+        }
     }
 }
 

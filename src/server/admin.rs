@@ -54,7 +54,11 @@ pub fn route(method: &str, target: &str, metrics: &Metrics) -> Response {
     }
     let path = target.split(['?', '#']).next().unwrap_or(target);
     match path {
-        "/healthz" => Response::text("200 OK", "ok\n"),
+        "/healthz" if metrics.healthy() => Response::text("200 OK", "ok\n"),
+        "/healthz" => Response::text(
+            "503 Service Unavailable",
+            "unhealthy: the index store (Redis) cannot be reached\n",
+        ),
         "/metrics" => Response {
             status: "200 OK",
             content_type: "text/plain; version=0.0.4; charset=utf-8",

@@ -86,6 +86,20 @@ pub struct Metrics {
     /// Time from reading a message off its connection to its reply being
     /// ready to write.
     pub check_latency: Histogram,
+    /// 1 while the index store (Redis) cannot be reached, else 0.
+    pub store_unreachable: AtomicU64,
+    /// Failed calls to the index store (each retry counts).
+    pub store_errors: AtomicU64,
+    /// Calls to the index store (round trips to Redis).
+    pub store_calls: AtomicU64,
+    /// Queue entries read (`consume`), claimed ones included.
+    pub queue_read: AtomicU64,
+    /// Queue entries claimed from other consumers that went quiet.
+    pub queue_claimed: AtomicU64,
+    /// Queue entries acknowledged.
+    pub queue_acked: AtomicU64,
+    /// Malformed queue entries sent to the dead-letter stream.
+    pub queue_dead_lettered: AtomicU64,
 }
 
 /// Appends one metric family header.
@@ -96,12 +110,16 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
 
 impl Metrics {
     /// Copies the index's gauges (size, capacity, evictions so far).
-    pub fn record_index(&self, index: &crate::engine::index::Index) {
-        self.index_entries
-            .store(index.len() as u64, Ordering::Relaxed);
-        self.index_capacity
-            .store(index.capacity() as u64, Ordering::Relaxed);
-        self.evictions.store(index.evictions(), Ordering::Relaxed);
+    pub fn record_index(&self, stats: crate::engine::IndexStats) {
+        self.index_entries.store(stats.len, Ordering::Relaxed);
+        self.index_capacity.store(stats.capacity, Ordering::Relaxed);
+        self.evictions.store(stats.evictions, Ordering::Relaxed);
+    }
+
+    /// Whether the index store is reachable (always, for an index in
+    /// memory): what `/healthz` answers.
+    pub fn healthy(&self) -> bool {
+        self.store_unreachable.load(Ordering::Relaxed) == 0
     }
 
     /// Renders every metric in the Prometheus text exposition format.
@@ -126,7 +144,50 @@ impl Metrics {
                 get(value)
             );
         }
-        let simple: [(&str, &str, &str, &AtomicU64); 10] = [
+        header(
+            &mut out,
+            "dedup_index_store_up",
+            "gauge",
+            "1 while the index store is reachable (always for an index in memory), 0 while Redis is not.",
+        );
+        let _ = writeln!(out, "dedup_index_store_up {}", u8::from(self.healthy()));
+        let simple: [(&str, &str, &str, &AtomicU64); 16] = [
+            (
+                "dedup_index_store_errors_total",
+                "counter",
+                "Failed calls to the index store (Redis), each retry counted.",
+                &self.store_errors,
+            ),
+            (
+                "dedup_index_store_calls_total",
+                "counter",
+                "Calls to the index store: round trips to Redis.",
+                &self.store_calls,
+            ),
+            (
+                "dedup_queue_entries_read_total",
+                "counter",
+                "Queue entries read by consume, claimed ones included.",
+                &self.queue_read,
+            ),
+            (
+                "dedup_queue_entries_claimed_total",
+                "counter",
+                "Queue entries claimed from consumers idle past --claim-idle.",
+                &self.queue_claimed,
+            ),
+            (
+                "dedup_queue_entries_acked_total",
+                "counter",
+                "Queue entries acknowledged.",
+                &self.queue_acked,
+            ),
+            (
+                "dedup_queue_entries_dead_lettered_total",
+                "counter",
+                "Malformed queue entries sent to the dead-letter stream.",
+                &self.queue_dead_lettered,
+            ),
             (
                 "dedup_invalid_lines_total",
                 "counter",

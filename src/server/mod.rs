@@ -53,10 +53,10 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, broadcast, mpsc, oneshot};
 
-use crate::engine::{Deduper, Preparer};
+use crate::engine::{IndexStore, Preparer};
 use crate::error::Error;
 use crate::record::{Decoder, FieldSpec};
-use crate::snapshot;
+use crate::snapshot::{self, Saveable};
 use metrics::Metrics;
 use owner::Request;
 
@@ -91,7 +91,8 @@ pub enum Reply {
     Verdict,
 }
 
-/// How the server runs (the engine's own settings are in the [`Deduper`]).
+/// How the server runs (the engine's own settings are in the [`Preparer`]
+/// and the index store).
 #[derive(Clone, Debug)]
 pub struct ServerConfig {
     /// Where the id and text are in a message.
@@ -361,15 +362,42 @@ impl Shutdown {
 ///
 /// The engine is used as given: load a state file into it first (see
 /// [`snapshot::load`]). Must be called within a multi-threaded tokio runtime.
-pub async fn run(
+pub async fn run<S>(
     config: ServerConfig,
-    deduper: Deduper,
+    preparer: Preparer,
+    store: S,
     listeners: Listeners,
     shutdown: impl Future<Output = ()>,
-) -> Result<Deduper, Error> {
-    let metrics = Arc::new(Metrics::default());
-    metrics.record_index(deduper.index());
-    let preparer = Arc::new(deduper.preparer().clone());
+) -> Result<S, Error>
+where
+    S: IndexStore + Saveable + Send + 'static,
+{
+    run_with_metrics(
+        config,
+        preparer,
+        store,
+        listeners,
+        shutdown,
+        Arc::new(Metrics::default()),
+    )
+    .await
+}
+
+/// [`run`], counting into `metrics` (which a Redis index store shares to
+/// report its connection's health).
+pub async fn run_with_metrics<S>(
+    config: ServerConfig,
+    preparer: Preparer,
+    store: S,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()>,
+    metrics: Arc<Metrics>,
+) -> Result<S, Error>
+where
+    S: IndexStore + Saveable + Send + 'static,
+{
+    metrics.record_index(store.stats());
+    let preparer = Arc::new(preparer);
     let (engine_tx, engine_rx) = mpsc::channel(config.engine_queue.max(1));
     // The owner gets an OS thread of its own, named so that `top -H` shows
     // it; it gives the engine back through a oneshot channel (dropped
@@ -380,7 +408,7 @@ pub async fn run(
         std::thread::Builder::new()
             .name("dedup-engine".into())
             .spawn(move || {
-                let _ = owner_done.send(owner::run(deduper, engine_rx, metrics, reply));
+                let _ = owner_done.send(owner::run(store, engine_rx, metrics, reply));
             })
             .map_err(|e| Error::Internal(format!("cannot start the engine thread: {e}")))?;
     }
@@ -432,7 +460,7 @@ pub async fn run(
         let _ = admin.await;
     }
     // The owner ends once every connection is done with the engine queue.
-    let deduper = owner
+    let store = owner
         .await
         .map_err(|_| Error::Internal("the engine thread panicked".into()))?;
     let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
@@ -441,12 +469,12 @@ pub async fn run(
         duplicates = get(&metrics.checks_duplicate),
         queries = get(&metrics.queries_new) + get(&metrics.queries_duplicate),
         invalid = get(&metrics.invalid_lines),
-        indexed = deduper.index().len(),
+        indexed = store.stats().len,
         "stopped"
     );
     match state {
-        Some(path) => save_final(path, deduper, &metrics).await,
-        None => Ok(deduper),
+        Some(path) => save_final(path, store, &metrics).await,
+        None => Ok(store),
     }
 }
 
@@ -585,20 +613,31 @@ async fn save_periodically(
 }
 
 /// Saves the state file one last time, off the reactor.
-async fn save_final(path: PathBuf, deduper: Deduper, metrics: &Metrics) -> Result<Deduper, Error> {
+async fn save_final<S>(path: PathBuf, store: S, metrics: &Metrics) -> Result<S, Error>
+where
+    S: IndexStore + Saveable + Send + 'static,
+{
     let saved = tokio::task::spawn_blocking(move || {
-        let result = snapshot::save(&path, &deduper);
+        let result = match store.encode_snapshot() {
+            Some(bytes) => {
+                snapshot::write_atomic(&path, &bytes).map_err(|e| snapshot::SnapshotError {
+                    path: path.clone(),
+                    kind: snapshot::ErrorKind::Io(e),
+                })
+            }
+            None => Ok(()),
+        };
         if result.is_ok() {
-            tracing::info!(path = %path.display(), entries = deduper.index().len(), "state saved");
+            tracing::info!(path = %path.display(), entries = store.stats().len, "state saved");
         }
-        (deduper, result)
+        (store, result)
     })
     .await
     .map_err(|e| Error::Internal(format!("saving the state failed: {e}")))?;
     match saved {
-        (deduper, Ok(())) => {
+        (store, Ok(())) => {
             metrics.snapshots_saved.fetch_add(1, Ordering::Relaxed);
-            Ok(deduper)
+            Ok(store)
         }
         (_, Err(e)) => Err(e.into()),
     }

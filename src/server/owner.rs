@@ -18,8 +18,8 @@ use tokio::sync::mpsc::{self, OwnedPermit};
 use tokio::sync::oneshot;
 
 use crate::batch::{self, Item, Op, PreparedBatch};
-use crate::engine::{Deduper, Verdict};
-use crate::snapshot;
+use crate::engine::{IndexStore, Verdict};
+use crate::snapshot::Saveable;
 
 use super::Reply;
 use super::metrics::Metrics;
@@ -44,26 +44,27 @@ pub(crate) struct Job {
     pub received: Instant,
 }
 
-/// Runs until every sender is gone, then gives the engine back.
-pub(crate) fn run(
-    mut deduper: Deduper,
+/// Runs until every sender is gone, then gives the index store back.
+pub(crate) fn run<S: IndexStore + Saveable>(
+    mut store: S,
     mut requests: mpsc::Receiver<Request>,
     metrics: Arc<Metrics>,
     reply: Reply,
-) -> Deduper {
+) -> S {
     // Checks decided since the last snapshot (queries change nothing).
     let mut checks_since_snapshot = 0u64;
+    let mut verdicts = Vec::new();
     while let Some(request) = requests.blocking_recv() {
         match request {
             Request::Batch(job) => {
-                let out = decide(&mut deduper, &job.batch, reply, &metrics);
+                let out = decide(&mut store, &job.batch, reply, &metrics, &mut verdicts);
                 checks_since_snapshot += job
                     .batch
                     .items
                     .iter()
                     .filter(|item| matches!(item, Item::Message(m) if m.op == Op::Check))
                     .count() as u64;
-                metrics.record_index(deduper.index());
+                metrics.record_index(store.stats());
                 metrics
                     .check_latency
                     .observe_n(job.received.elapsed(), job.batch.items.len() as u64);
@@ -77,36 +78,54 @@ pub(crate) fn run(
             Request::Snapshot(done) => {
                 checks_since_snapshot = 0;
                 let started = Instant::now();
-                let bytes = snapshot::encode(&deduper);
-                tracing::debug!(
-                    entries = deduper.index().len(),
-                    bytes = bytes.len(),
-                    millis = started.elapsed().as_millis() as u64,
-                    "index encoded for a snapshot"
-                );
-                let _ = done.send(Some(bytes));
+                let bytes = store.encode_snapshot();
+                if let Some(bytes) = &bytes {
+                    tracing::debug!(
+                        entries = store.stats().len,
+                        bytes = bytes.len(),
+                        millis = started.elapsed().as_millis() as u64,
+                        "index encoded for a snapshot"
+                    );
+                }
+                let _ = done.send(bytes);
             }
         }
     }
-    deduper
+    store
 }
 
 /// Decides every message of a batch, in order, and writes one reply line
 /// per line.
-fn decide(
-    deduper: &mut Deduper,
+fn decide<S: IndexStore>(
+    store: &mut S,
     batch: &PreparedBatch,
     reply: Reply,
     metrics: &Metrics,
+    verdicts: &mut Vec<Verdict>,
 ) -> Vec<u8> {
     let mut out = Vec::with_capacity(match reply {
         Reply::Tagged => batch.raw.bytes.len() + batch.items.len() * 64,
         Reply::Verdict => batch.items.len() * 96,
     });
+    verdicts.clear();
+    if let Err(e) = store.decide(&batch::asks(batch, usize::MAX), verdicts) {
+        // Only a store that gave up waiting for Redis gets here (at
+        // shutdown): every line is answered with the reason, none with a
+        // verdict.
+        tracing::warn!(error = %e, "a batch could not be decided");
+        for item in &batch.items {
+            let line = match item {
+                Item::Invalid(invalid) => invalid.line,
+                Item::Message(message) => message.number,
+            };
+            write_error(&mut out, &e.to_string(), line);
+        }
+        return out;
+    }
+    let mut verdicts = verdicts.iter();
     // [check new, check duplicate, query new, query duplicate, invalid]
     let mut counts = [0u64; 5];
-    for (position, item) in batch.items.iter().enumerate() {
-        batch::prefetch_ahead(deduper, batch, position);
+    for item in &batch.items {
         match item {
             Item::Invalid(invalid) => {
                 counts[4] += 1;
@@ -114,15 +133,18 @@ fn decide(
                 write_error(&mut out, &invalid.reason.to_string(), invalid.line);
             }
             Item::Message(message) => {
-                let verdict = batch::decide(deduper, batch, message);
+                let Some(verdict) = verdicts.next() else {
+                    write_error(&mut out, "internal error: no verdict", message.number);
+                    continue;
+                };
                 let slot = match message.op {
                     Op::Check => 0,
                     Op::Query => 2,
                 } + usize::from(verdict.is_duplicate());
                 counts[slot] += 1;
                 match reply {
-                    Reply::Tagged => batch::write_message(&mut out, batch, message, &verdict),
-                    Reply::Verdict => write_verdict(&mut out, &message.id, &verdict),
+                    Reply::Tagged => batch::write_message(&mut out, batch, message, verdict),
+                    Reply::Verdict => write_verdict(&mut out, &message.id, verdict),
                 }
             }
         }

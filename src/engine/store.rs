@@ -1,0 +1,76 @@
+//! Where the index lives: the one trait through which messages reach it.
+//!
+//! Deciding on a message reads the index (its exact copy, its candidates,
+//! their shingle sets) and changes it (the match is refreshed, the message
+//! is inserted, the least recently used one is evicted). For one process
+//! those are memory accesses, and [`Deduper`](super::Deduper) makes them
+//! one message at a time. For an index shared by a fleet of workers (in
+//! Redis, see [`crate::redis_index`]) every one of them is a network round
+//! trip, and two workers interleaving them could both call two copies
+//! "new". So the trait is cut where an index shared over a network must be
+//! cut: a whole decision per message, atomic, and many messages per call.
+//! The verdict of each message is the one the in-memory engine gives had it
+//! seen the messages in the order the store applied them.
+
+use super::{Sketch, Verdict};
+use crate::error::StoreError;
+use crate::record::MessageId;
+
+/// What a message asks of the index.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Op {
+    /// Decide, and index the message if it is new.
+    #[default]
+    Check,
+    /// Decide without indexing anything or refreshing what it matches (the
+    /// sidecar's `"dedup_op":"query"`).
+    Query,
+}
+
+/// One message for the index to decide on.
+#[derive(Clone, Copy, Debug)]
+pub struct Ask<'a> {
+    /// The id reported when a later message duplicates this one.
+    pub id: &'a MessageId,
+    /// Its sketch.
+    pub sketch: Sketch<'a>,
+    /// Whether it is indexed.
+    pub op: Op,
+    /// A name for this message that outlives the process asking (a queue
+    /// entry's id), so that a store shared over a network answers a message
+    /// asked again, after a worker died or a reply was lost, with the
+    /// verdict it gave the first time instead of deciding it twice. `None`:
+    /// the store needs none (the in-memory index) or makes its own.
+    pub token: Option<&'a [u8]>,
+}
+
+/// How full an index is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IndexStats {
+    /// Messages indexed now.
+    pub len: u64,
+    /// The most messages it holds.
+    pub capacity: u64,
+    /// Messages evicted since it was created.
+    pub evictions: u64,
+}
+
+/// An index that decides messages: in memory ([`Deduper`](super::Deduper))
+/// or shared in Redis ([`crate::redis_index::RedisIndex`]).
+pub trait IndexStore {
+    /// Decides `asks` in order, appending one verdict per ask to
+    /// `verdicts`. Each decision is atomic, and sees every decision before
+    /// it. On error no verdict is appended; a store that can retry (a lost
+    /// connection) does so before it returns an error.
+    fn decide(&mut self, asks: &[Ask<'_>], verdicts: &mut Vec<Verdict>) -> Result<(), StoreError>;
+
+    /// How full the index is, as of the last call.
+    fn stats(&self) -> IndexStats;
+
+    /// Says that the messages named by `tokens` (see [`Ask::token`]) have
+    /// been answered for good: their remembered verdicts may go. The
+    /// in-memory index remembers none.
+    fn forget(&mut self, tokens: &[&[u8]]) {
+        let _ = tokens;
+    }
+}

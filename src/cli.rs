@@ -12,9 +12,11 @@ use dedup_stream::config::{
     DEFAULT_CAPACITY, DEFAULT_MAX_BUCKET, DEFAULT_MEASURE, DEFAULT_SHINGLE, DEFAULT_THRESHOLD,
     EngineConfig, Measure, Shingling,
 };
+use dedup_stream::consume::{self, ConsumeConfig, Output};
 use dedup_stream::pipeline::{self, Emit, OnInvalid, PipelineConfig};
+use dedup_stream::redis_index::{DEFAULT_INDEX_NAME, IndexLocation};
 use dedup_stream::server::{self, ListenAddr, Reply, ServerConfig};
-use dedup_stream::{ConfigError, FieldSpec};
+use dedup_stream::{ConfigError, FieldSpec, StoreError};
 
 /// Tags every JSON line on stdin as new or as a near-duplicate of an earlier
 /// message, and writes it to stdout in input order.
@@ -38,6 +40,133 @@ pub enum Command {
     /// several consumers ask per message (JSON lines in, one reply line per
     /// line out).
     Serve(ServeArgs),
+    /// Read a Redis Streams consumer group, tag every entry's message, and
+    /// append it to an output stream, exactly once: a worker of a fleet
+    /// that shares one index in Redis.
+    Consume(ConsumeArgs),
+    /// Look after an index kept in Redis: what it holds, or remove it.
+    Index(IndexAdminArgs),
+}
+
+/// Where the index lives.
+#[derive(Debug, Args)]
+pub struct IndexArgs {
+    /// Where the index lives: memory (this process), or a Redis that
+    /// several workers share: redis://HOST:PORT[/DB], rediss://…,
+    /// redis+unix:///PATH, or redis+cluster://HOST:PORT[,HOST:PORT…].
+    #[arg(long, value_name = "URL", default_value = "memory", value_parser = parse_location)]
+    pub index: IndexLocation,
+
+    /// Name of the index in Redis: the prefix and hash tag of its keys, so
+    /// that several indexes share one Redis.
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_INDEX_NAME)]
+    pub index_name: String,
+}
+
+/// `consume`'s options.
+#[derive(Debug, Args)]
+pub struct ConsumeArgs {
+    #[command(flatten)]
+    pub engine: EngineArgs,
+
+    #[command(flatten)]
+    pub message: MessageArgs,
+
+    /// The Redis that holds the streams: redis://HOST:PORT[/DB],
+    /// rediss://… or redis+unix:///PATH.
+    #[arg(long, value_name = "URL", env = "DEDUP_STREAM_REDIS")]
+    pub redis: String,
+
+    /// The stream to read.
+    #[arg(long, value_name = "KEY", env = "DEDUP_STREAM_STREAM")]
+    pub stream: String,
+
+    /// The consumer group (created at the start of the stream if missing).
+    #[arg(long, value_name = "NAME", env = "DEDUP_STREAM_GROUP")]
+    pub group: String,
+
+    /// This worker's name in the group (default: HOSTNAME-PID). A worker
+    /// restarted under the same name first finishes its own pending
+    /// entries.
+    #[arg(long, value_name = "NAME", env = "DEDUP_STREAM_CONSUMER")]
+    pub consumer: Option<String>,
+
+    /// The stream tagged messages are appended to, or - to write them as
+    /// lines to stdout (then at least once rather than exactly once).
+    #[arg(long, value_name = "KEY", env = "DEDUP_STREAM_OUTPUT")]
+    pub output: String,
+
+    /// The entry field that holds the message's JSON (in and out).
+    #[arg(long, value_name = "NAME", default_value = consume::DEFAULT_FIELD, env = "DEDUP_STREAM_FIELD")]
+    pub field: String,
+
+    /// The stream malformed entries are sent to (default: OUTPUT:invalid,
+    /// or STREAM:invalid with --output -).
+    #[arg(long, value_name = "KEY", env = "DEDUP_STREAM_INVALID_STREAM")]
+    pub invalid_stream: Option<String>,
+
+    /// Which messages to append: all (tagged), new or duplicates. Every
+    /// entry is acknowledged either way.
+    #[arg(long, value_enum, default_value_t = EmitArg::All, env = "DEDUP_STREAM_EMIT")]
+    pub emit: EmitArg,
+
+    /// Entries pending this long on another consumer (one that died) are
+    /// claimed and finished here. Units: ms, s, m, h.
+    #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration, env = "DEDUP_STREAM_CLAIM_IDLE")]
+    pub claim_idle: Duration,
+
+    /// Entries read at a time.
+    #[arg(long, default_value_t = consume::DEFAULT_BATCH, value_name = "N", env = "DEDUP_STREAM_BATCH")]
+    pub batch: usize,
+
+    /// Where the index lives (default: on the --redis server).
+    #[arg(long, value_name = "URL", value_parser = parse_location, env = "DEDUP_STREAM_INDEX")]
+    pub index: Option<IndexLocation>,
+
+    /// Name of the index in Redis.
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_INDEX_NAME, env = "DEDUP_STREAM_INDEX_NAME")]
+    pub index_name: String,
+
+    /// Serve GET /healthz and GET /metrics (Prometheus) over HTTP on
+    /// IP:PORT.
+    #[arg(long, value_name = "ADDR", env = "DEDUP_STREAM_ADMIN")]
+    pub admin: Option<SocketAddr>,
+
+    /// No summary at the end.
+    #[arg(short, long)]
+    pub quiet: bool,
+
+    /// More logging on stderr (-v: claims and progress, -vv: debugging).
+    #[arg(short, long, action = clap::ArgAction::Count, conflicts_with = "quiet")]
+    pub verbose: u8,
+}
+
+/// `index`'s actions.
+#[derive(Debug, Args)]
+pub struct IndexAdminArgs {
+    #[command(subcommand)]
+    pub action: IndexAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum IndexAction {
+    /// Print an index's settings, size, evictions and Redis memory.
+    Info(IndexTarget),
+    /// Remove every key of an index.
+    Drop(IndexTarget),
+}
+
+/// Which index in Redis.
+#[derive(Debug, Args)]
+pub struct IndexTarget {
+    /// Where it lives: redis://HOST:PORT[/DB], rediss://…,
+    /// redis+unix:///PATH or redis+cluster://HOST:PORT[,HOST:PORT…].
+    #[arg(long, value_name = "URL", value_parser = parse_location)]
+    pub index: IndexLocation,
+
+    /// Its name.
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_INDEX_NAME)]
+    pub index_name: String,
 }
 
 /// How messages are compared.
@@ -114,6 +243,9 @@ pub struct FilterArgs {
     pub message: MessageArgs,
 
     #[command(flatten)]
+    pub index: IndexArgs,
+
+    #[command(flatten)]
     pub state: StateArgs,
 
     /// Which lines to write: all (tagged), new (the deduplicated stream) or
@@ -148,6 +280,9 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub message: MessageArgs,
+
+    #[command(flatten)]
+    pub index: IndexArgs,
 
     #[command(flatten)]
     pub state: StateArgs,
@@ -237,6 +372,10 @@ fn parse_measure(s: &str) -> Result<Measure, ConfigError> {
     s.parse()
 }
 
+fn parse_location(s: &str) -> Result<IndexLocation, StoreError> {
+    s.parse()
+}
+
 /// A duration: a number with an optional unit (ms, s, m, h; seconds when
 /// none).
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -303,16 +442,57 @@ impl FilterArgs {
             fields: self.message.fields()?,
             max_line_bytes: self.message.max_line_bytes.max(1),
             threads: self.threads.unwrap_or(defaults.threads),
-            emit: match self.emit {
-                EmitArg::All => Emit::All,
-                EmitArg::New => Emit::New,
-                EmitArg::Duplicates => Emit::Duplicates,
-            },
+            emit: self.emit.emit(),
             on_invalid: match self.on_invalid {
                 OnInvalidArg::Skip => OnInvalid::Skip,
                 OnInvalidArg::Fail => OnInvalid::Fail,
             },
             ..defaults
+        })
+    }
+}
+
+impl EmitArg {
+    /// The library's value.
+    pub fn emit(self) -> Emit {
+        match self {
+            EmitArg::All => Emit::All,
+            EmitArg::New => Emit::New,
+            EmitArg::Duplicates => Emit::Duplicates,
+        }
+    }
+}
+
+impl ConsumeArgs {
+    /// The engine config.
+    pub fn engine_config(&self) -> Result<EngineConfig, ConfigError> {
+        self.message.engine_config(&self.engine)
+    }
+
+    /// The worker's config; `consumer` names it when --consumer does not.
+    pub fn consume_config(&self, consumer: String) -> Result<ConsumeConfig, ConfigError> {
+        let output = match self.output.as_str() {
+            "-" => Output::Lines,
+            name => Output::Stream(name.to_string()),
+        };
+        let invalid_stream = self
+            .invalid_stream
+            .clone()
+            .unwrap_or_else(|| match &output {
+                Output::Stream(name) => format!("{name}:invalid"),
+                Output::Lines => format!("{}:invalid", self.stream),
+            });
+        Ok(ConsumeConfig {
+            stream: self.stream.clone(),
+            group: self.group.clone(),
+            consumer: self.consumer.clone().unwrap_or(consumer),
+            output,
+            invalid_stream,
+            field: self.field.clone(),
+            emit: self.emit.emit(),
+            fields: self.message.fields()?,
+            claim_idle: self.claim_idle,
+            batch: self.batch.max(1),
         })
     }
 }

@@ -38,6 +38,9 @@
 //!   so an index survives restarts.
 //! - [`stream`]: the engine as an async `Stream` adapter, for Rust
 //!   consumers that embed it.
+//! - [`redis_index`]: the index kept in Redis, shared by a fleet of
+//!   workers, behind the same [`engine::IndexStore`] trait as the in-memory
+//!   one; [`consume`]: a worker that reads a Redis Streams consumer group.
 //!
 //! The binary (`src/main.rs`) parses the command line, sets up logging and
 //! signals, and calls into this library.
@@ -46,11 +49,13 @@
 
 pub mod batch;
 pub mod config;
+pub mod consume;
 pub mod engine;
 pub mod error;
 pub mod lines;
 pub mod pipeline;
 pub mod record;
+pub mod redis_index;
 pub mod server;
 pub mod snapshot;
 pub mod stats;
@@ -58,6 +63,6 @@ pub mod stream;
 
 pub use config::{EngineConfig, Measure, Shingling};
 pub use engine::{Deduper, Match, Preparer, Sketch, SketchBuf, Verdict};
-pub use error::{ConfigError, Error, InvalidLine, InvalidReason};
+pub use error::{ConfigError, Error, InvalidLine, InvalidReason, StoreError};
 pub use record::{Decoder, FieldSpec, MessageId};
 pub use stats::Summary;

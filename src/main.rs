@@ -2,19 +2,22 @@
 //! out. All the logic lives in the library.
 
 mod cli;
+mod scale;
 
 use std::io::{self, IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use clap::Parser;
 use tracing_subscriber::filter::LevelFilter;
 
 use cli::{Cli, Command, CompareArgs, FilterArgs, ServeArgs, StateArgs};
-use dedup_stream::engine::{Explained, Preparer};
+use dedup_stream::engine::{Explained, IndexStore, Preparer};
+use dedup_stream::redis_index::IndexLocation;
+use dedup_stream::server::metrics::Metrics;
 use dedup_stream::server::{self, Listeners};
-use dedup_stream::snapshot::{self, Loaded};
+use dedup_stream::snapshot::{self, Loaded, Saveable};
 use dedup_stream::{ConfigError, Decoder, Deduper, EngineConfig, Error, FieldSpec, pipeline};
 
 /// How the process ends.
@@ -46,6 +49,11 @@ fn main() -> ExitCode {
             0 => LevelFilter::INFO,
             _ => LevelFilter::DEBUG,
         },
+        Some(Command::Consume(args)) if args.quiet => LevelFilter::WARN,
+        Some(Command::Consume(args)) => match args.verbose {
+            0 => LevelFilter::INFO,
+            _ => LevelFilter::DEBUG,
+        },
         Some(_) => LevelFilter::WARN,
         None if cli.filter.quiet => LevelFilter::WARN,
         None => match cli.filter.verbose {
@@ -64,6 +72,8 @@ fn main() -> ExitCode {
     let exit = match cli.command {
         Some(Command::Compare(args)) => compare(&args),
         Some(Command::Serve(args)) => serve(&args),
+        Some(Command::Consume(args)) => scale::consume(&args),
+        Some(Command::Index(args)) => scale::index(&args),
         None => filter(&cli.filter),
     };
     ExitCode::from(exit)
@@ -74,17 +84,62 @@ fn filter(args: &FilterArgs) -> Exit {
         Ok(config) => config,
         Err(e) => return usage(e),
     };
-    let (deduper, runtime) = match start(args.engine_config(), &args.state) {
-        Ok(started) => started,
-        Err(exit) => return exit,
+    let config = match args.engine_config() {
+        Ok(config) => config,
+        Err(e) => return usage(e),
     };
+    if let Err(e) = scale::refuse_state(&args.index, &args.state) {
+        return usage(e);
+    }
+    let preparer = Preparer::new(&config);
+    let stop = Arc::new(AtomicBool::new(false));
+    match &args.index.index {
+        IndexLocation::Memory => match start(Ok(config), &args.state) {
+            Ok((deduper, runtime)) => {
+                run_filter(args, pipeline_config, preparer, deduper, runtime, stop)
+            }
+            Err(exit) => exit,
+        },
+        location => {
+            let store = match scale::open_index(
+                location,
+                &args.index.index_name,
+                &config,
+                &stop,
+                None,
+                None,
+            ) {
+                Ok(store) => store,
+                Err(exit) => return exit,
+            };
+            match runtime() {
+                Ok(runtime) => run_filter(args, pipeline_config, preparer, store, runtime, stop),
+                Err(exit) => exit,
+            }
+        }
+    }
+}
+
+/// Runs the filter over stdin and stdout with the index in `store`, saves
+/// the state file if asked, and says how it went.
+fn run_filter<S>(
+    args: &FilterArgs,
+    pipeline_config: pipeline::PipelineConfig,
+    preparer: Preparer,
+    store: S,
+    runtime: tokio::runtime::Runtime,
+    stop: Arc<AtomicBool>,
+) -> Exit
+where
+    S: IndexStore + Saveable + Send + 'static,
+{
     let signal = Arc::new(AtomicU8::new(0));
     let result = runtime.block_on(async {
-        let shutdown = shutdown_signal(Arc::clone(&signal));
+        let shutdown = stop_on_signal(Arc::clone(&signal), stop);
         pipeline::run(
             pipeline_config,
-            deduper.preparer().clone(),
-            deduper,
+            preparer,
+            store,
             io::stdin(),
             io::stdout(),
             shutdown,
@@ -97,14 +152,16 @@ fn filter(args: &FilterArgs) -> Exit {
             if !args.quiet {
                 eprintln!("dedup-stream: {}", finished.summary);
             }
-            if let Some(path) = &args.state.state {
-                if let Err(e) = snapshot::save(path, &finished.store) {
-                    eprintln!("dedup-stream: {e}");
+            if let Some(path) = &args.state.state
+                && let Some(bytes) = finished.store.encode_snapshot()
+            {
+                if let Err(e) = snapshot::write_atomic(path, &bytes) {
+                    eprintln!("dedup-stream: saving the state to {}: {e}", path.display());
                     return Exit::Failure;
                 }
                 tracing::info!(
                     path = %path.display(),
-                    entries = finished.store.index().len(),
+                    entries = finished.store.stats().len,
                     "state saved"
                 );
             }
@@ -129,6 +186,13 @@ fn filter(args: &FilterArgs) -> Exit {
     }
 }
 
+/// Completes on SIGINT or SIGTERM, and tells a store waiting for Redis to
+/// give up.
+async fn stop_on_signal(which: Arc<AtomicU8>, stop: Arc<AtomicBool>) {
+    shutdown_signal(which).await;
+    stop.store(true, Ordering::Relaxed);
+}
+
 /// The tokio runtime both modes run on: two workers (the engine and the
 /// readers/writers have threads of their own).
 /// Reports a bad option value: exit status 2.
@@ -137,7 +201,8 @@ fn usage(error: impl std::fmt::Display) -> Exit {
     Exit::Usage
 }
 
-/// What the filter and the server both need first: the engine, with its
+/// What the filter and the server both need first (with the index in
+/// memory): the engine, with its
 /// state file loaded, and a runtime.
 fn start(
     engine: Result<EngineConfig, ConfigError>,
@@ -195,10 +260,55 @@ fn serve(args: &ServeArgs) -> Exit {
         Ok(config) => config,
         Err(e) => return usage(e),
     };
-    let (deduper, runtime) = match start(args.engine_config(), &args.state) {
-        Ok(started) => started,
-        Err(exit) => return exit,
+    let engine = match args.engine_config() {
+        Ok(engine) => engine,
+        Err(e) => return usage(e),
     };
+    if let Err(e) = scale::refuse_state(&args.index, &args.state) {
+        return usage(e);
+    }
+    let preparer = Preparer::new(&engine);
+    let metrics = Arc::new(Metrics::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    match &args.index.index {
+        IndexLocation::Memory => match start(Ok(engine), &args.state) {
+            Ok((deduper, runtime)) => {
+                run_server(args, config, preparer, deduper, runtime, metrics, stop)
+            }
+            Err(exit) => exit,
+        },
+        location => {
+            let store = match scale::open_index(
+                location,
+                &args.index.index_name,
+                &engine,
+                &stop,
+                Some(Arc::clone(&metrics)),
+                None,
+            ) {
+                Ok(store) => store,
+                Err(exit) => return exit,
+            };
+            match runtime() {
+                Ok(runtime) => run_server(args, config, preparer, store, runtime, metrics, stop),
+                Err(exit) => exit,
+            }
+        }
+    }
+}
+
+fn run_server<S>(
+    args: &ServeArgs,
+    config: server::ServerConfig,
+    preparer: Preparer,
+    store: S,
+    runtime: tokio::runtime::Runtime,
+    metrics: Arc<Metrics>,
+    stop: Arc<AtomicBool>,
+) -> Exit
+where
+    S: IndexStore + Saveable + Send + 'static,
+{
     let signal = Arc::new(AtomicU8::new(0));
     let result = runtime.block_on(async {
         let mut listeners = Listeners::default();
@@ -214,15 +324,8 @@ fn serve(args: &ServeArgs) -> Exit {
                 })?;
             listeners.admin = Some(bound);
         }
-        let shutdown = shutdown_signal(Arc::clone(&signal));
-        server::run(
-            config,
-            deduper.preparer().clone(),
-            deduper,
-            listeners,
-            shutdown,
-        )
-        .await
+        let shutdown = stop_on_signal(Arc::clone(&signal), stop);
+        server::run_with_metrics(config, preparer, store, listeners, shutdown, metrics).await
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     // A service stopped by either signal has drained and saved: that is a

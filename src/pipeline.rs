@@ -67,7 +67,8 @@ pub enum Emit {
 }
 
 impl Emit {
-    fn wants(self, verdict: &Verdict) -> bool {
+    /// Whether a message with this verdict is written.
+    pub fn wants(self, verdict: &Verdict) -> bool {
         match self {
             Emit::All => true,
             Emit::New => !verdict.is_duplicate(),

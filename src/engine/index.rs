@@ -163,7 +163,7 @@ pub const PRESIZE_LIMIT: usize = 1 << 25;
 
 /// The posting key of a whole shingle set: distinct from band keys but for
 /// chance 32-bit collisions, which [`Index::exact`] verifies away.
-fn exact_key(fingerprint: u64) -> u32 {
+pub fn exact_key(fingerprint: u64) -> u32 {
     (mix64(fingerprint ^ 0x6578_6163_745f_6b65) >> 32) as u32
 }
 

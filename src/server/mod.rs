@@ -478,6 +478,22 @@ where
     }
 }
 
+/// Serves the admin endpoint (`GET /healthz`, `GET /metrics`) for
+/// `metrics` on its own, until `shutdown` completes: for workers that have
+/// no data listeners (`consume`).
+pub async fn serve_admin(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let (notify, _) = broadcast::channel::<()>(1);
+    let admin = admin::serve(listener, metrics, Shutdown::new(notify.subscribe()));
+    tokio::select! {
+        () = admin => {}
+        () = shutdown => {}
+    }
+}
+
 /// Accepts connections on every listener until dropped.
 async fn accept_loop(
     listeners: &[Listener],

@@ -1,0 +1,545 @@
+//! `dedup-stream consume`: a worker of a Redis Streams consumer group.
+//!
+//! ```text
+//!  IN ──XREADGROUP / XAUTOCLAIM──▶ prepare ──▶ index store ──▶ one script: XACK + XADD ──▶ OUT
+//!       (a batch of entries)      (sketch)    (one call,       (only what is still         (or OUT:invalid)
+//!                                              atomic)          pending is written)
+//! ```
+//!
+//! - Each entry's message is the JSON in one of its fields (`--field`,
+//!   default `json`), tagged exactly as the filter tags a line, and
+//!   appended to the output stream under the same field.
+//! - **Exactly once in the output.** The tagged message is written and the
+//!   entry acknowledged in one Lua script, and only if the entry was still
+//!   pending: when two workers finish the same entry (one was slow, and the
+//!   other claimed it), the first writes and the second writes nothing. An
+//!   entry whose worker died before that script is read again (by its
+//!   consumer on restart, or claimed by another after `--claim-idle`), and
+//!   the index answers it from its memo: the verdict it got the first time,
+//!   never "a duplicate of itself".
+//! - Malformed entries (no such field, not a JSON object with an id and a
+//!   text) are acknowledged, counted, reported on stderr, and appended to
+//!   the dead-letter stream with the reason: never retried forever.
+//! - With `--output -` the tagged lines go to a writer (stdout) and are
+//!   flushed before the entries are acknowledged: at least once, since a
+//!   line can be written and its worker die before the acknowledgement.
+//! - A stop request (SIGTERM) finishes the batch in hand, acknowledges it
+//!   and returns.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use redis::{ConnectionLike, RedisResult, Script, Value};
+
+use crate::batch::{self, Item, RawBatch};
+use crate::engine::{Ask, IndexStore, Preparer, Verdict};
+use crate::error::{Error, StoreError};
+use crate::pipeline::Emit;
+use crate::record::{Decoder, FieldSpec};
+use crate::redis_index::{Link, RetryError};
+use crate::server::metrics::Metrics;
+
+/// Default field of an entry that holds the message.
+pub const DEFAULT_FIELD: &str = "json";
+/// Default time an entry may stay pending on a consumer before another
+/// claims it.
+pub const DEFAULT_CLAIM_IDLE: Duration = Duration::from_secs(60);
+/// Default entries read at a time.
+pub const DEFAULT_BATCH: usize = 256;
+/// Longest wait for new entries before looking around (stop requests,
+/// entries to claim).
+const BLOCK: Duration = Duration::from_millis(1000);
+
+/// Where tagged messages go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// Appended to this stream, atomically with the acknowledgement.
+    Stream(String),
+    /// Written as lines to the writer given to [`run`].
+    Lines,
+}
+
+/// How the worker runs (the engine's settings are in the [`Preparer`] and
+/// the index store).
+#[derive(Clone, Debug)]
+pub struct ConsumeConfig {
+    /// The stream read.
+    pub stream: String,
+    /// The consumer group (created at `0` if missing).
+    pub group: String,
+    /// This worker's name in the group.
+    pub consumer: String,
+    /// Where tagged messages go.
+    pub output: Output,
+    /// Where malformed entries go.
+    pub invalid_stream: String,
+    /// The entry field that holds the message's JSON.
+    pub field: String,
+    /// Which verdicts are written.
+    pub emit: Emit,
+    /// Where the id and text are in a message.
+    pub fields: FieldSpec,
+    /// Entries pending longer than this on another consumer are claimed.
+    pub claim_idle: Duration,
+    /// Entries read at a time.
+    pub batch: usize,
+}
+
+/// What a run did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConsumeSummary {
+    /// Entries read (claimed ones included).
+    pub read: u64,
+    /// Of those, claimed from consumers that went quiet.
+    pub claimed: u64,
+    /// Messages tagged new.
+    pub new: u64,
+    /// Messages tagged duplicate.
+    pub duplicates: u64,
+    /// Entries sent to the dead-letter stream.
+    pub invalid: u64,
+    /// Entries acknowledged.
+    pub acked: u64,
+}
+
+impl std::fmt::Display for ConsumeSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} entries read ({} claimed): {} new, {} duplicates, {} invalid; {} acknowledged",
+            self.read, self.claimed, self.new, self.duplicates, self.invalid, self.acked
+        )
+    }
+}
+
+/// One entry read from the stream.
+#[derive(Debug)]
+struct Entry {
+    id: String,
+    /// The message field's value, if the entry has one.
+    message: Option<Vec<u8>>,
+    /// Deleted from the stream while it was pending: there is nothing to
+    /// decide, only to acknowledge.
+    deleted: bool,
+}
+
+/// What becomes of an entry once decided.
+enum Outcome {
+    /// Acknowledge it and append this to the output stream.
+    Output(Vec<u8>),
+    /// Acknowledge it only (not emitted, or written as a line already).
+    Ack,
+    /// Acknowledge it and send it to the dead-letter stream.
+    Dead { reason: String, message: Vec<u8> },
+}
+
+/// Acknowledges a batch and writes its output, entry by entry, only for
+/// entries still pending: see the module documentation.
+const ACK_SCRIPT: &str = r"
+local acked = 0
+for i = 3, #ARGV, 4 do
+  local id, kind = ARGV[i], ARGV[i + 1]
+  if redis.call('XACK', KEYS[1], ARGV[1], id) == 1 then
+    acked = acked + 1
+    if kind == 'o' then
+      redis.call('XADD', KEYS[2], '*', ARGV[2], ARGV[i + 2])
+    elseif kind == 'd' then
+      redis.call('XADD', KEYS[3], '*', 'source', id, 'error', ARGV[i + 3], ARGV[2], ARGV[i + 2])
+    end
+  end
+end
+return acked
+";
+
+/// The worker's state between batches.
+struct Worker<'a, S> {
+    config: &'a ConsumeConfig,
+    preparer: &'a Preparer,
+    decoder: Decoder,
+    store: &'a mut S,
+    link: &'a mut Link,
+    lines: Option<Box<dyn Write>>,
+    metrics: &'a Metrics,
+    ack: Script,
+    summary: ConsumeSummary,
+    verdicts: Vec<Verdict>,
+}
+
+/// Runs the worker until `stop` is set (or a fatal error): reads its own
+/// pending entries first, then new ones, claiming entries idle on other
+/// consumers every `claim_idle / 2`.
+pub fn run<S: IndexStore>(
+    config: &ConsumeConfig,
+    preparer: &Preparer,
+    store: &mut S,
+    link: &mut Link,
+    lines: Option<Box<dyn Write>>,
+    stop: &AtomicBool,
+    metrics: &Arc<Metrics>,
+) -> Result<ConsumeSummary, Error> {
+    let mut worker = Worker {
+        config,
+        preparer,
+        decoder: Decoder::new(config.fields.clone()),
+        store,
+        link,
+        lines,
+        metrics: metrics.as_ref(),
+        ack: Script::new(ACK_SCRIPT),
+        summary: ConsumeSummary::default(),
+        verdicts: Vec::new(),
+    };
+    worker.create_group()?;
+    let claim_every = (config.claim_idle / 2).max(Duration::from_millis(100));
+    let mut last_claim: Option<Instant> = None;
+    let mut claim_cursor = "0-0".to_string();
+    let mut own_pending = true;
+    while !stop.load(Ordering::Relaxed) {
+        if last_claim.is_none_or(|at| at.elapsed() >= claim_every) {
+            let (next, entries, deleted) = worker.claim(&claim_cursor)?;
+            if next == "0-0" {
+                last_claim = Some(Instant::now());
+            }
+            claim_cursor = next;
+            worker.summary.claimed += (entries.len() + deleted.len()) as u64;
+            metrics
+                .queue_claimed
+                .fetch_add((entries.len() + deleted.len()) as u64, Ordering::Relaxed);
+            if !entries.is_empty() || !deleted.is_empty() {
+                tracing::info!(
+                    entries = entries.len() + deleted.len(),
+                    "claimed entries left pending by a consumer that went quiet"
+                );
+                worker.process(entries, deleted)?;
+                continue;
+            }
+        }
+        let entries = worker.read(if own_pending { "0" } else { ">" })?;
+        if entries.is_empty() {
+            own_pending = false;
+            continue;
+        }
+        worker.process(entries, Vec::new())?;
+    }
+    Ok(worker.summary)
+}
+
+fn store_error(e: RetryError) -> Error {
+    Error::Store(StoreError::from(e))
+}
+
+impl<S: IndexStore> Worker<'_, S> {
+    fn create_group(&mut self) -> Result<(), Error> {
+        let (stream, group) = (&self.config.stream, &self.config.group);
+        self.link
+            .retry("creating the consumer group", |c, _| {
+                let created: RedisResult<()> = redis::cmd("XGROUP")
+                    .arg("CREATE")
+                    .arg(stream)
+                    .arg(group)
+                    .arg("0")
+                    .arg("MKSTREAM")
+                    .query(c);
+                match created {
+                    Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
+                    other => other,
+                }
+            })
+            .map_err(store_error)
+    }
+
+    /// Reads a batch: `0` for this consumer's own pending entries, `>` for
+    /// new ones (waiting a little when there are none).
+    fn read(&mut self, from: &str) -> Result<Vec<Entry>, Error> {
+        let config = self.config;
+        let reply: Value = self
+            .link
+            .retry("reading the stream", |c, _| {
+                let mut cmd = redis::cmd("XREADGROUP");
+                cmd.arg("GROUP")
+                    .arg(&config.group)
+                    .arg(&config.consumer)
+                    .arg("COUNT")
+                    .arg(config.batch);
+                if from == ">" {
+                    cmd.arg("BLOCK").arg(BLOCK.as_millis() as u64);
+                }
+                cmd.arg("STREAMS").arg(&config.stream).arg(from).query(c)
+            })
+            .map_err(store_error)?;
+        let mut entries = Vec::new();
+        if let Value::Array(streams) = reply {
+            for stream in streams {
+                if let Value::Array(parts) = stream
+                    && let Some(Value::Array(items)) = parts.into_iter().nth(1)
+                {
+                    entries.extend(
+                        items
+                            .into_iter()
+                            .filter_map(|item| parse_entry(item, &config.field)),
+                    );
+                }
+            }
+        }
+        let n = entries.len() as u64;
+        self.summary.read += n;
+        self.metrics.queue_read.fetch_add(n, Ordering::Relaxed);
+        Ok(entries)
+    }
+
+    /// Claims a page of entries idle on other consumers: the next cursor,
+    /// the entries, and the ids of pending entries deleted from the stream.
+    fn claim(&mut self, cursor: &str) -> Result<(String, Vec<Entry>, Vec<String>), Error> {
+        let config = self.config;
+        let reply: Value = self
+            .link
+            .retry("claiming idle entries", |c, _| {
+                redis::cmd("XAUTOCLAIM")
+                    .arg(&config.stream)
+                    .arg(&config.group)
+                    .arg(&config.consumer)
+                    .arg(config.claim_idle.as_millis() as u64)
+                    .arg(cursor)
+                    .arg("COUNT")
+                    .arg(config.batch)
+                    .query(c)
+            })
+            .map_err(store_error)?;
+        let Value::Array(parts) = reply else {
+            return Ok(("0-0".into(), Vec::new(), Vec::new()));
+        };
+        let mut parts = parts.into_iter();
+        let next = parts.next().and_then(text).unwrap_or_else(|| "0-0".into());
+        let entries: Vec<Entry> = match parts.next() {
+            Some(Value::Array(items)) => items
+                .into_iter()
+                .filter_map(|item| parse_entry(item, &config.field))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let deleted = match parts.next() {
+            Some(Value::Array(ids)) => ids.into_iter().filter_map(text).collect(),
+            _ => Vec::new(),
+        };
+        let n = entries.len() as u64;
+        self.summary.read += n;
+        self.metrics.queue_read.fetch_add(n, Ordering::Relaxed);
+        Ok((next, entries, deleted))
+    }
+
+    /// Decides a batch, writes its output and acknowledges it.
+    fn process(&mut self, entries: Vec<Entry>, deleted: Vec<String>) -> Result<(), Error> {
+        let mut raw = RawBatch::default();
+        // Which raw line each entry became, if it has a message.
+        let mut line_of = Vec::with_capacity(entries.len());
+        for entry in &entries {
+            line_of.push(entry.message.as_ref().map(|message| {
+                raw.push_line(raw.len() as u64 + 1, message);
+                raw.len() - 1
+            }));
+        }
+        let prepared = batch::prepare(self.preparer, &self.decoder, raw, None);
+        let mut asks = Vec::with_capacity(entries.len());
+        for (entry, line) in entries.iter().zip(&line_of) {
+            if let Some(Item::Message(message)) = line.map(|l| &prepared.items[l]) {
+                asks.push(Ask {
+                    id: &message.id,
+                    sketch: prepared.sketch(message),
+                    op: message.op,
+                    token: Some(entry.id.as_bytes()),
+                });
+            }
+        }
+        self.verdicts.clear();
+        self.store.decide(&asks, &mut self.verdicts)?;
+        drop(asks);
+
+        let mut verdicts = self.verdicts.iter();
+        let mut outcomes = Vec::with_capacity(entries.len() + deleted.len());
+        let mut text = Vec::new();
+        for (entry, line) in entries.iter().zip(&line_of) {
+            let outcome = match line.map(|l| &prepared.items[l]) {
+                None if entry.deleted => Outcome::Ack,
+                None => Outcome::Dead {
+                    reason: format!("no field {:?}", self.config.field),
+                    message: Vec::new(),
+                },
+                Some(Item::Invalid(invalid)) => Outcome::Dead {
+                    reason: invalid.reason.to_string(),
+                    message: entry.message.clone().unwrap_or_default(),
+                },
+                Some(Item::Message(message)) => {
+                    let verdict = verdicts
+                        .next()
+                        .ok_or_else(|| Error::Internal("the store lost a verdict".into()))?;
+                    if verdict.is_duplicate() {
+                        self.summary.duplicates += 1;
+                        self.metrics
+                            .checks_duplicate
+                            .fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        self.summary.new += 1;
+                        self.metrics.checks_new.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if !self.config.emit.wants(verdict) {
+                        Outcome::Ack
+                    } else {
+                        let mut tagged = Vec::with_capacity(message.line.len() + 80);
+                        batch::write_message(&mut tagged, &prepared, message, verdict);
+                        match self.config.output {
+                            Output::Stream(_) => {
+                                tagged.pop(); // the newline: an entry is not a line
+                                Outcome::Output(tagged)
+                            }
+                            Output::Lines => {
+                                text.extend_from_slice(&tagged);
+                                Outcome::Ack
+                            }
+                        }
+                    }
+                }
+            };
+            if let Outcome::Dead { reason, .. } = &outcome {
+                self.summary.invalid += 1;
+                self.metrics.invalid_lines.fetch_add(1, Ordering::Relaxed);
+                self.metrics
+                    .queue_dead_lettered
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    entry = %entry.id,
+                    stream = %self.config.stream,
+                    "{reason}: sent to {}",
+                    self.config.invalid_stream
+                );
+            }
+            outcomes.push((entry.id.as_str(), outcome));
+        }
+        outcomes.extend(deleted.iter().map(|id| (id.as_str(), Outcome::Ack)));
+        self.metrics.record_index(self.store.stats());
+
+        // Lines are out before anything is acknowledged.
+        if let Some(lines) = self.lines.as_mut()
+            && !text.is_empty()
+        {
+            lines
+                .write_all(&text)
+                .and_then(|()| lines.flush())
+                .map_err(Error::Write)?;
+        }
+        let acked = self.acknowledge(&outcomes)?;
+        self.summary.acked += acked;
+        self.metrics.queue_acked.fetch_add(acked, Ordering::Relaxed);
+        let tokens: Vec<&[u8]> = entries.iter().map(|e| e.id.as_bytes()).collect();
+        self.store.forget(&tokens);
+        Ok(())
+    }
+
+    /// The acknowledgement script over a batch's outcomes; returns how many
+    /// entries it acknowledged (those not acknowledged by someone else
+    /// first).
+    fn acknowledge(&mut self, outcomes: &[(&str, Outcome)]) -> Result<u64, Error> {
+        let config = self.config;
+        let out_stream = match &config.output {
+            Output::Stream(name) => name.as_str(),
+            Output::Lines => config.invalid_stream.as_str(),
+        };
+        let script = &self.ack;
+        self.link
+            .retry("acknowledging", |c: &mut dyn ConnectionLike, _| {
+                let mut invocation = script.key(&config.stream);
+                invocation
+                    .key(out_stream)
+                    .key(&config.invalid_stream)
+                    .arg(&config.group)
+                    .arg(&config.field);
+                for (id, outcome) in outcomes {
+                    invocation.arg(*id);
+                    match outcome {
+                        Outcome::Output(bytes) => invocation.arg("o").arg(bytes.as_slice()).arg(""),
+                        Outcome::Ack => invocation.arg("a").arg("").arg(""),
+                        Outcome::Dead { reason, message } => invocation
+                            .arg("d")
+                            .arg(message.as_slice())
+                            .arg(reason.as_str()),
+                    };
+                }
+                invocation.invoke::<u64>(c)
+            })
+            .map_err(store_error)
+    }
+}
+
+/// Text of a reply element.
+fn text(value: Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => String::from_utf8(bytes).ok(),
+        Value::SimpleString(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// An entry of a read or claim reply: `[id, [field, value, …]]`; the
+/// fields are nil for an entry deleted from the stream while pending.
+fn parse_entry(item: Value, field: &str) -> Option<Entry> {
+    let Value::Array(parts) = item else {
+        return None;
+    };
+    let mut parts = parts.into_iter();
+    let id = parts.next().and_then(text)?;
+    let mut message = None;
+    let fields = parts.next();
+    let deleted = matches!(fields, None | Some(Value::Nil));
+    if let Some(Value::Array(fields)) = fields {
+        let mut fields = fields.into_iter();
+        while let (Some(name), Some(value)) = (fields.next(), fields.next()) {
+            if let (Value::BulkString(name), Value::BulkString(value)) = (name, value)
+                && name == field.as_bytes()
+            {
+                // The last one wins, as with duplicate JSON keys.
+                message = Some(value);
+            }
+        }
+    }
+    Some(Entry {
+        id,
+        message,
+        deleted,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn entries_are_read_from_replies() {
+        let item = Value::Array(vec![
+            bulk("1-0"),
+            Value::Array(vec![
+                bulk("other"),
+                bulk("x"),
+                bulk("json"),
+                bulk("{\"id\":1}"),
+            ]),
+        ]);
+        let entry = parse_entry(item, "json").unwrap();
+        assert_eq!(entry.id, "1-0");
+        assert_eq!(entry.message.as_deref(), Some(&b"{\"id\":1}"[..]));
+
+        let missing = Value::Array(vec![
+            bulk("2-0"),
+            Value::Array(vec![bulk("body"), bulk("x")]),
+        ]);
+        assert_eq!(parse_entry(missing, "json").unwrap().message, None);
+
+        let deleted = parse_entry(Value::Array(vec![bulk("3-0"), Value::Nil]), "json").unwrap();
+        assert!(deleted.deleted && deleted.message.is_none());
+        assert!(parse_entry(Value::Nil, "json").is_none());
+    }
+}

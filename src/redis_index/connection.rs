@@ -1,0 +1,399 @@
+//! Where an index lives (`--index`), and a connection to Redis that waits
+//! out an outage: it reconnects with backoff, reports on stderr and in the
+//! metrics, and never turns an error into an answer.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use redis::{ConnectionLike, ErrorKind, RedisError, RedisResult, ServerErrorKind};
+
+use crate::error::StoreError;
+use crate::server::metrics::Metrics;
+
+/// Where an index lives, as `--index` gives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IndexLocation {
+    /// In this process (`memory`, the default).
+    Memory,
+    /// On one Redis server: `redis://`, `rediss://` (TLS), `redis+unix://`
+    /// or `unix://` URLs, as the `redis` crate reads them.
+    Redis(String),
+    /// On a Redis Cluster: `redis+cluster://HOST:PORT[,HOST:PORT…]` names
+    /// some of its nodes.
+    Cluster(Vec<String>),
+}
+
+impl FromStr for IndexLocation {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = |reason: String| StoreError::Location {
+            given: s.to_string(),
+            reason,
+        };
+        if s == "memory" {
+            return Ok(IndexLocation::Memory);
+        }
+        if let Some(nodes) = s.strip_prefix("redis+cluster://") {
+            let (auth, hosts) = match nodes.rsplit_once('@') {
+                Some((auth, hosts)) => (format!("{auth}@"), hosts),
+                None => (String::new(), nodes),
+            };
+            let urls: Vec<String> = hosts
+                .split(',')
+                .map(|node| format!("redis://{auth}{}", node.trim()))
+                .collect();
+            if hosts.is_empty() || hosts.split(',').any(|node| node.trim().is_empty()) {
+                return Err(bad(
+                    "name at least one node, as HOST:PORT[,HOST:PORT…]".into()
+                ));
+            }
+            for url in &urls {
+                redis::Client::open(url.as_str()).map_err(|e| bad(e.to_string()))?;
+            }
+            return Ok(IndexLocation::Cluster(urls));
+        }
+        if ["redis://", "rediss://", "redis+unix://", "unix://"]
+            .iter()
+            .any(|scheme| s.starts_with(scheme))
+        {
+            redis::Client::open(s).map_err(|e| bad(e.to_string()))?;
+            return Ok(IndexLocation::Redis(s.to_string()));
+        }
+        Err(bad(
+            "expected memory, redis://HOST:PORT[/DB], rediss://…, redis+unix:///PATH or \
+             redis+cluster://HOST:PORT[,HOST:PORT…]"
+                .into(),
+        ))
+    }
+}
+
+impl fmt::Display for IndexLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IndexLocation::Memory => f.write_str("memory"),
+            IndexLocation::Redis(url) => f.write_str(url),
+            IndexLocation::Cluster(urls) => {
+                let hosts: Vec<&str> = urls
+                    .iter()
+                    .map(|u| u.strip_prefix("redis://").unwrap_or(u))
+                    .collect();
+                write!(f, "redis+cluster://{}", hosts.join(","))
+            }
+        }
+    }
+}
+
+/// Time to establish a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time Redis has to answer one call (a script over a few hundred messages
+/// takes milliseconds; a blocked read waits a second at most).
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
+/// First and longest wait between two attempts.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
+/// How often a continuing outage is reported.
+const REPORT_EVERY: Duration = Duration::from_secs(10);
+
+enum Client {
+    Single(redis::Client),
+    Cluster(redis::cluster::ClusterClient),
+}
+
+enum Connection {
+    Single(redis::Connection),
+    Cluster(Box<redis::cluster::ClusterConnection>),
+}
+
+impl Connection {
+    fn as_dyn(&mut self) -> &mut dyn ConnectionLike {
+        match self {
+            Connection::Single(c) => c,
+            Connection::Cluster(c) => c.as_mut(),
+        }
+    }
+}
+
+/// A connection to the Redis behind a location, made on first use and
+/// made again after an error.
+pub struct Link {
+    client: Client,
+    connection: Option<Connection>,
+    /// What it reaches, for messages.
+    location: String,
+    /// Where reachability is reported.
+    metrics: Option<Arc<Metrics>>,
+    /// Set when the worker should stop waiting for Redis.
+    stop: Option<Arc<AtomicBool>>,
+}
+
+impl fmt::Debug for Link {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Link")
+            .field("location", &self.location)
+            .field("connected", &self.connection.is_some())
+            .finish()
+    }
+}
+
+impl Link {
+    /// A link to `location`'s Redis (not yet connected).
+    pub fn new(location: &IndexLocation) -> Result<Link, StoreError> {
+        let bad = |e: RedisError| StoreError::Location {
+            given: location.to_string(),
+            reason: e.to_string(),
+        };
+        let client = match location {
+            IndexLocation::Memory => {
+                return Err(StoreError::Location {
+                    given: location.to_string(),
+                    reason: "not a Redis location".into(),
+                });
+            }
+            IndexLocation::Redis(url) => {
+                Client::Single(redis::Client::open(url.as_str()).map_err(bad)?)
+            }
+            IndexLocation::Cluster(urls) => Client::Cluster(
+                redis::cluster::ClusterClient::builder(urls.iter().map(String::as_str))
+                    .connection_timeout(CONNECT_TIMEOUT)
+                    .response_timeout(RESPONSE_TIMEOUT)
+                    .build()
+                    .map_err(bad)?,
+            ),
+        };
+        Ok(Link {
+            client,
+            connection: None,
+            location: location.to_string(),
+            metrics: None,
+            stop: None,
+        })
+    }
+
+    /// Reports reachability and errors to `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Link {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Stops waiting out an outage once `stop` is set.
+    pub fn with_stop(mut self, stop: Arc<AtomicBool>) -> Link {
+        self.stop = Some(stop);
+        self
+    }
+
+    /// What the link reaches.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    fn connect(&mut self) -> RedisResult<&mut Connection> {
+        if self.connection.is_none() {
+            let connection = match &self.client {
+                Client::Single(client) => {
+                    let c = client.get_connection_with_timeout(CONNECT_TIMEOUT)?;
+                    c.set_read_timeout(Some(RESPONSE_TIMEOUT))?;
+                    c.set_write_timeout(Some(RESPONSE_TIMEOUT))?;
+                    Connection::Single(c)
+                }
+                Client::Cluster(client) => Connection::Cluster(Box::new(client.get_connection()?)),
+            };
+            self.connection = Some(connection);
+        }
+        Ok(self.connection.as_mut().expect("connected just above"))
+    }
+
+    /// Runs `call` once on the connection (connecting first if need be);
+    /// an error drops the connection so the next call makes a new one.
+    pub fn once<T>(
+        &mut self,
+        call: impl FnOnce(&mut dyn ConnectionLike) -> RedisResult<T>,
+    ) -> RedisResult<T> {
+        if let Some(metrics) = &self.metrics {
+            metrics.store_calls.fetch_add(1, Ordering::Relaxed);
+        }
+        let result = self.connect().and_then(|c| call(c.as_dyn()));
+        if result.as_ref().is_err_and(is_transient) {
+            self.connection = None;
+        }
+        result
+    }
+
+    /// Runs `call` until it succeeds or fails for a reason waiting will not
+    /// cure. While Redis cannot be reached it waits with growing pauses,
+    /// says so on stderr (at once, then every ten seconds) and in the
+    /// metrics, and tells `call` it is a retry (`true`), so that what it
+    /// sends can be made safe to repeat. Gives up only when told to stop.
+    pub fn retry<T>(
+        &mut self,
+        what: &str,
+        mut call: impl FnMut(&mut dyn ConnectionLike, bool) -> RedisResult<T>,
+    ) -> Result<T, RetryError> {
+        let mut wait = BACKOFF.0;
+        let mut down_since: Option<Instant> = None;
+        let mut last_report = Instant::now();
+        let mut attempts = 0u64;
+        loop {
+            let retry = attempts > 0;
+            attempts += 1;
+            match self.once(|c| call(c, retry)) {
+                Ok(value) => {
+                    if let Some(since) = down_since {
+                        tracing::warn!(
+                            redis = %self.location,
+                            seconds = since.elapsed().as_secs_f64(),
+                            "Redis is reachable again; {what} resumes"
+                        );
+                        self.set_unreachable(false);
+                    }
+                    return Ok(value);
+                }
+                Err(e) if is_transient(&e) => {
+                    if let Some(metrics) = &self.metrics {
+                        metrics.store_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    match down_since {
+                        None => {
+                            down_since = Some(Instant::now());
+                            last_report = Instant::now();
+                            self.set_unreachable(true);
+                            tracing::warn!(
+                                redis = %self.location,
+                                error = %e,
+                                "Redis cannot be reached; {what} waits and retries"
+                            );
+                        }
+                        Some(since) if last_report.elapsed() >= REPORT_EVERY => {
+                            last_report = Instant::now();
+                            tracing::warn!(
+                                redis = %self.location,
+                                error = %e,
+                                seconds = since.elapsed().as_secs(),
+                                attempts,
+                                "Redis still cannot be reached; {what} is waiting"
+                            );
+                        }
+                        Some(_) => {}
+                    }
+                    if self
+                        .stop
+                        .as_ref()
+                        .is_some_and(|s| s.load(Ordering::Relaxed))
+                    {
+                        return Err(RetryError::Stopped(e));
+                    }
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(BACKOFF.1);
+                }
+                Err(e) => {
+                    if let Some(metrics) = &self.metrics {
+                        metrics.store_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Err(RetryError::Failed(e));
+                }
+            }
+        }
+    }
+
+    fn set_unreachable(&self, unreachable: bool) {
+        if let Some(metrics) = &self.metrics {
+            metrics
+                .store_unreachable
+                .store(u64::from(unreachable), Ordering::Relaxed);
+        }
+    }
+}
+
+/// Why [`Link::retry`] gave up.
+#[derive(Debug)]
+pub enum RetryError {
+    /// Redis answered with an error that waiting will not cure.
+    Failed(RedisError),
+    /// Redis could not be reached, and the worker was told to stop.
+    Stopped(RedisError),
+}
+
+impl From<RetryError> for StoreError {
+    fn from(e: RetryError) -> StoreError {
+        match e {
+            RetryError::Failed(e) => StoreError::Refused(e.to_string()),
+            RetryError::Stopped(e) => StoreError::Unavailable(e.to_string()),
+        }
+    }
+}
+
+/// Whether an error is one that waiting and reconnecting cures: the
+/// connection failed or timed out, or Redis is loading its data, failing
+/// over or resharding.
+pub fn is_transient(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || matches!(
+            e.kind(),
+            ErrorKind::ClusterConnectionNotFound
+                | ErrorKind::Server(
+                    ServerErrorKind::BusyLoading
+                        | ServerErrorKind::TryAgain
+                        | ServerErrorKind::ClusterDown
+                        | ServerErrorKind::MasterDown
+                        | ServerErrorKind::ReadOnly
+                        | ServerErrorKind::Moved
+                        | ServerErrorKind::Ask
+                )
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_parse() {
+        assert_eq!(
+            "memory".parse::<IndexLocation>().unwrap(),
+            IndexLocation::Memory
+        );
+        assert_eq!(
+            "redis://127.0.0.1:6379/2".parse::<IndexLocation>().unwrap(),
+            IndexLocation::Redis("redis://127.0.0.1:6379/2".into())
+        );
+        assert_eq!(
+            "redis+cluster://10.0.0.1:7000, 10.0.0.2:7001"
+                .parse::<IndexLocation>()
+                .unwrap(),
+            IndexLocation::Cluster(vec![
+                "redis://10.0.0.1:7000".into(),
+                "redis://10.0.0.2:7001".into()
+            ])
+        );
+        assert!(
+            "redis+unix:///run/redis.sock"
+                .parse::<IndexLocation>()
+                .is_ok()
+        );
+        for bad in [
+            "",
+            "mem",
+            "http://x",
+            "redis+cluster://",
+            "redis+cluster://a:1,,b:2",
+        ] {
+            assert!(bad.parse::<IndexLocation>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_location_prints_as_given() {
+        for given in [
+            "memory",
+            "redis://127.0.0.1:6379",
+            "redis+cluster://h:1,h:2",
+        ] {
+            assert_eq!(given.parse::<IndexLocation>().unwrap().to_string(), given);
+        }
+    }
+}

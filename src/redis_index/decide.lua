@@ -1,0 +1,317 @@
+-- dedup-stream: decide a batch of messages against an index kept in Redis.
+--
+-- One call decides many messages, in order; Redis runs a script alone, so
+-- each decision (exact lookup, candidates, exact verification, refresh,
+-- insert, eviction) is atomic and sees every decision before it. It is the
+-- in-memory engine's decision (src/engine/mod.rs, index.rs, postings.rs,
+-- verdict.rs) step for step; tests hold the two outputs byte for byte.
+--
+-- Keys, all under the prefix '{NAME}:' (one hash slot):
+--   meta            hash: seq (next arrival number), len (slots in use),
+--                   stamp (last recency stamp), evictions
+--   cfg             hash: settings (the text every worker must match)
+--   lru             sorted set: slot -> recency stamp (lowest: evicted next)
+--   e:<slot>        string: one indexed message (slot: 4 bytes, big-endian)
+--                   seq (2 x u32) | n keys (u8) | n shingles (u32) |
+--                   keys (7 bytes each) | shingles (u32 each) | id (JSON)
+--   p:<bucket>      hash: posting key (4 bytes) -> slots (4 bytes each), in
+--                   order of insertion; a key's bucket is its top bits, so
+--                   buckets stay small hashes Redis keeps compact
+--   memo:<scope>    hash: message token -> the verdict it got, so that a
+--                   message asked again (a lost reply, a redelivered queue
+--                   entry) gets the same verdict instead of a second one
+--
+-- KEYS[1]: '{NAME}:meta'.
+-- ARGV: settings, capacity, max_bucket, threshold, measure ('j' or 'c'),
+--   fewest shingles for containment, memo scope ('' for none), flags ('r':
+--   look tokens up in the memo first; 'c': empty the memo first), number
+--   of memo tokens to forget, those tokens, then four per message:
+--   op ('c' check, 'q' query) followed by the token, the posting records
+--   (bucket 3 bytes + key 4 bytes; band and anchor keys, then the exact-set
+--   key), the sorted shingle set (u32 each), the id's JSON.
+-- Reply: one verdict per message ('n', or 'd' .. shared u32 .. of u32 ..
+--   matched id), then the number of messages indexed and of evictions.
+
+local P = string.sub(KEYS[1], 1, -5)
+local stored = redis.call('HGET', P .. 'cfg', 'settings')
+if not stored then
+  return redis.error_reply('DEDUP_NOINDEX the index does not exist')
+end
+if stored ~= ARGV[1] then
+  return redis.error_reply('DEDUP_MISMATCH ' .. stored)
+end
+
+local capacity = tonumber(ARGV[2])
+local max_bucket = tonumber(ARGV[3])
+local threshold = tonumber(ARGV[4])
+local jaccard = ARGV[5] == 'j'
+local min_contained = tonumber(ARGV[6])
+local memo_key = P .. 'memo:' .. ARGV[7]
+local has_memo = ARGV[7] ~= ''
+local look_up_memo = has_memo and string.find(ARGV[8], 'r', 1, true) ~= nil
+local nforget = tonumber(ARGV[9])
+local first = 10 + nforget
+
+if has_memo and string.find(ARGV[8], 'c', 1, true) then
+  redis.call('DEL', memo_key)
+end
+local i = 10
+while i < first do
+  local j = math.min(i + 199, first - 1)
+  redis.call('HDEL', memo_key, unpack(ARGV, i, j))
+  i = j + 1
+end
+
+local meta = redis.call('HMGET', KEYS[1], 'seq', 'len', 'stamp', 'evictions')
+local seq = tonumber(meta[1]) or 0
+local len = tonumber(meta[2]) or 0
+local stamp = tonumber(meta[3]) or 0
+local evictions = tonumber(meta[4]) or 0
+
+local LRU = P .. 'lru'
+local ENTRY = P .. 'e:'
+local POSTINGS = P .. 'p:'
+local TWO32 = 4294967296
+
+-- Integers as Redis reads them (Lua would print large ones with an exponent).
+local function int(n)
+  return string.format('%.0f', n)
+end
+
+-- Every posting list and entry read or written by this call, so each is
+-- read from Redis at most once and later messages see earlier changes.
+local posting_cache = {}
+local entry_cache = {}
+local parsed_cache = {}
+
+local function postings(rec)
+  local v = posting_cache[rec]
+  if v == nil then
+    v = redis.call('HGET', POSTINGS .. string.sub(rec, 1, 3), string.sub(rec, 4, 7)) or ''
+    posting_cache[rec] = v
+  end
+  return v
+end
+
+local function set_postings(rec, v)
+  posting_cache[rec] = v
+  local bucket, key = POSTINGS .. string.sub(rec, 1, 3), string.sub(rec, 4, 7)
+  if v == '' then
+    redis.call('HDEL', bucket, key)
+  else
+    redis.call('HSET', bucket, key, v)
+  end
+end
+
+local function entry(slot)
+  local e = entry_cache[slot]
+  if e == nil then
+    e = redis.call('GET', ENTRY .. slot)
+    entry_cache[slot] = e
+  end
+  return e
+end
+
+-- seq, number of keys, number of shingles
+local function header(e)
+  local hi, lo, nk, ns = struct.unpack('>I4I4BI4', e)
+  return hi * TWO32 + lo, nk, ns
+end
+
+local formats = {}
+local function numbers(s, pos, n)
+  local out, k = {}, 0
+  while n > 0 do
+    local c = n > 128 and 128 or n
+    local f = formats[c]
+    if not f then
+      f = '>' .. string.rep('I4', c)
+      formats[c] = f
+    end
+    local values = {struct.unpack(f, s, pos)}
+    for v = 1, c do
+      out[k + v] = values[v]
+    end
+    k, n, pos = k + c, n - c, pos + 4 * c
+  end
+  return out
+end
+
+-- The candidate in `slot`: its arrival number and sorted shingle set.
+local function parsed(slot)
+  local c = parsed_cache[slot]
+  if c == nil then
+    local e = entry(slot)
+    if not e then
+      return nil
+    end
+    local s, nk, ns = header(e)
+    c = {seq = s, set = numbers(e, 14 + 7 * nk, ns)}
+    parsed_cache[slot] = c
+  end
+  return c
+end
+
+local function shared_count(a, b)
+  local x, y, na, nb, shared = 1, 1, #a, #b, 0
+  while x <= na and y <= nb do
+    local u, v = a[x], b[y]
+    if u == v then
+      shared, x, y = shared + 1, x + 1, y + 1
+    elseif u < v then
+      x = x + 1
+    else
+      y = y + 1
+    end
+  end
+  return shared
+end
+
+local function insert(recs, shingles, ns, id)
+  local slot
+  if len >= capacity then
+    -- The least recently used message gives up its slot and every posting.
+    slot = redis.call('ZRANGE', LRU, 0, 0)[1]
+    local e = entry(slot)
+    local _, nk = header(e)
+    for r = 0, nk - 1 do
+      local rec = string.sub(e, 14 + 7 * r, 20 + 7 * r)
+      local v = postings(rec)
+      for at = 1, #v, 4 do
+        if string.sub(v, at, at + 3) == slot then
+          set_postings(rec, string.sub(v, 1, at - 1) .. string.sub(v, at + 4))
+          break
+        end
+      end
+    end
+    evictions = evictions + 1
+  else
+    slot = struct.pack('>I4', len)
+    len = len + 1
+  end
+  stamp = stamp + 1
+  redis.call('ZADD', LRU, int(stamp), slot)
+  local nk = #recs / 7
+  local e = struct.pack('>I4I4BI4', math.floor(seq / TWO32), seq % TWO32, nk, ns)
+    .. recs .. shingles .. id
+  redis.call('SET', ENTRY .. slot, e)
+  entry_cache[slot] = e
+  parsed_cache[slot] = nil
+  for r = 0, nk - 1 do
+    local rec = string.sub(recs, 7 * r + 1, 7 * r + 7)
+    local v = postings(rec)
+    if #v < 4 * max_bucket then
+      set_postings(rec, v .. slot)
+    end
+  end
+end
+
+local function decide(op, recs, shingles, id)
+  local ns = #shingles / 4
+  if ns == 0 then
+    -- Nothing to compare: new, and never a candidate.
+    return 'n'
+  end
+  local nrec = #recs / 7
+  -- The exact path: an indexed message with this very shingle set.
+  local exact
+  local v = postings(string.sub(recs, 7 * nrec - 6, 7 * nrec))
+  for at = 1, #v, 4 do
+    local slot = string.sub(v, at, at + 3)
+    local e = entry(slot)
+    if e then
+      local _, nk, ens = header(e)
+      local from = 14 + 7 * nk
+      if ens == ns and string.sub(e, from, from + 4 * ns - 1) == shingles then
+        exact = slot
+        break
+      end
+    end
+  end
+  local best, best_s, best_seq, best_num, best_den
+  if jaccard and exact then
+    -- Under Jaccard only an identical set reaches 1: nothing can beat it.
+    best, best_s, best_num, best_den = exact, 1, 1, 1
+  else
+    local mine = numbers(shingles, 1, ns)
+    local seen = {}
+    local function consider(slot)
+      if seen[slot] then
+        return
+      end
+      seen[slot] = true
+      local c = parsed(slot)
+      if not c then
+        return
+      end
+      local nc = #c.set
+      local shared = shared_count(mine, c.set)
+      local smaller = ns < nc and ns or nc
+      local num, den
+      if not jaccard and smaller >= min_contained then
+        num, den = shared, smaller
+      else
+        num, den = shared, ns + nc - shared
+      end
+      local s = num / den
+      if s >= (best_s or threshold)
+        and (best_s == nil or s > best_s or c.seq < best_seq) then
+        best, best_s, best_seq, best_num, best_den = slot, s, c.seq, num, den
+      end
+    end
+    for r = 0, nrec - 2 do
+      local list = postings(string.sub(recs, 7 * r + 1, 7 * r + 7))
+      for at = 1, #list, 4 do
+        consider(string.sub(list, at, at + 3))
+      end
+    end
+    if exact then
+      consider(exact)
+    end
+  end
+  local verdict = 'n'
+  if best then
+    if op == 'c' then
+      stamp = stamp + 1
+      redis.call('ZADD', LRU, int(stamp), best)
+    end
+    local e = entry(best)
+    local _, nk, ens = header(e)
+    verdict = 'd' .. struct.pack('>I4I4', best_num, best_den)
+      .. string.sub(e, 14 + 7 * nk + 4 * ens)
+  end
+  if op == 'c' then
+    if not exact then
+      insert(recs, shingles, ns, id)
+    end
+    seq = seq + 1
+  end
+  return verdict
+end
+
+local reply = {}
+local memo_written = false
+for m = first, #ARGV, 4 do
+  local op, token = string.sub(ARGV[m], 1, 1), string.sub(ARGV[m], 2)
+  local verdict
+  if look_up_memo and token ~= '' then
+    verdict = redis.call('HGET', memo_key, token) or nil
+  end
+  if not verdict then
+    verdict = decide(op, ARGV[m + 1], ARGV[m + 2], ARGV[m + 3])
+    if has_memo and token ~= '' and op == 'c' then
+      redis.call('HSET', memo_key, token, verdict)
+      memo_written = true
+    end
+  end
+  reply[#reply + 1] = verdict
+end
+redis.call('HSET', KEYS[1], 'seq', int(seq), 'len', int(len), 'stamp', int(stamp),
+  'evictions', int(evictions))
+if memo_written then
+  -- Tokens of a worker that died before forgetting them go in a day.
+  redis.call('PEXPIRE', memo_key, 86400000)
+end
+reply[#reply + 1] = len
+reply[#reply + 1] = evictions
+return reply

@@ -1,0 +1,227 @@
+//! The scale-out commands' wiring: opening an index in Redis for the
+//! filter and the sidecar, `dedup-stream consume` and `dedup-stream index`.
+//! The logic lives in the library (`redis_index`, `consume`).
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+
+use dedup_stream::consume;
+use dedup_stream::engine::Preparer;
+use dedup_stream::redis_index::{IndexLocation, Link, RedisIndex, RedisOptions, admin};
+use dedup_stream::server::{self, metrics::Metrics};
+use dedup_stream::{Deduper, EngineConfig, Error, StoreError};
+
+use crate::cli::{ConsumeArgs, IndexAction, IndexAdminArgs, IndexArgs, StateArgs};
+use crate::{Exit, runtime, stop_on_signal, usage};
+
+/// A state file is for an index in memory: with Redis, its persistence
+/// keeps the index.
+pub fn refuse_state(index: &IndexArgs, state: &StateArgs) -> Result<(), String> {
+    if index.index != IndexLocation::Memory && state.state.is_some() {
+        return Err(format!(
+            "--state keeps an index in memory; with --index {} Redis keeps the index, so use \
+             Redis persistence (appendonly yes, or RDB snapshots) instead (README: Scaling out)",
+            index.index
+        ));
+    }
+    Ok(())
+}
+
+/// Opens (creating if need be) the index `name` in Redis; reports a failure
+/// on stderr.
+pub fn open_index(
+    location: &IndexLocation,
+    name: &str,
+    config: &EngineConfig,
+    stop: &Arc<AtomicBool>,
+    metrics: Option<Arc<Metrics>>,
+    token_scope: Option<String>,
+) -> Result<RedisIndex, Exit> {
+    let options = RedisOptions {
+        metrics,
+        stop: Some(Arc::clone(stop)),
+        token_scope,
+    };
+    match RedisIndex::open(location, name, config, options) {
+        Ok(index) => {
+            tracing::info!(index = name, redis = %location, settings = index.settings(), "index opened");
+            Ok(index)
+        }
+        Err(e @ (StoreError::Name(_) | StoreError::Location { .. })) => Err(usage(e)),
+        Err(e) => {
+            eprintln!("dedup-stream: {e}");
+            Err(Exit::Failure)
+        }
+    }
+}
+
+/// This machine's name, for the default consumer name.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "dedup-stream".into())
+}
+
+/// `dedup-stream consume`.
+pub fn consume(args: &ConsumeArgs) -> Exit {
+    let engine = match args.engine_config() {
+        Ok(engine) => engine,
+        Err(e) => return usage(e),
+    };
+    let config = match args.consume_config(format!("{}-{}", hostname(), std::process::id())) {
+        Ok(config) => config,
+        Err(e) => return usage(e),
+    };
+    let streams = match args.redis.parse::<IndexLocation>() {
+        Ok(location @ IndexLocation::Redis(_)) => location,
+        Ok(_) => {
+            return usage(format!(
+                "--redis {}: the streams' Redis must be one server (redis://HOST:PORT[/DB], \
+                 rediss://… or redis+unix:///PATH)",
+                args.redis
+            ));
+        }
+        Err(e) => return usage(e),
+    };
+    let index_location = args.index.clone().unwrap_or_else(|| streams.clone());
+    let preparer = Preparer::new(&engine);
+    let metrics = Arc::new(Metrics::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let runtime = match runtime() {
+        Ok(runtime) => runtime,
+        Err(exit) => return exit,
+    };
+    let signal = Arc::new(AtomicU8::new(0));
+    runtime.spawn(stop_on_signal(Arc::clone(&signal), Arc::clone(&stop)));
+    if let Some(address) = args.admin {
+        let listener = match runtime.block_on(tokio::net::TcpListener::bind(address)) {
+            Ok(listener) => listener,
+            Err(source) => {
+                let e = Error::Listen {
+                    address: address.to_string(),
+                    source,
+                };
+                eprintln!("dedup-stream: {e}");
+                return Exit::Failure;
+            }
+        };
+        tracing::info!(address = %address, "admin endpoint listening");
+        let stopped = Arc::clone(&stop);
+        runtime.spawn(server::serve_admin(
+            listener,
+            Arc::clone(&metrics),
+            async move {
+                while !stopped.load(Ordering::Relaxed) {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            },
+        ));
+    }
+    let mut link = match Link::new(&streams) {
+        Ok(link) => link
+            .with_metrics(Arc::clone(&metrics))
+            .with_stop(Arc::clone(&stop)),
+        Err(e) => return usage(e),
+    };
+    let lines: Option<Box<dyn io::Write>> = match config.output {
+        consume::Output::Lines => Some(Box::new(io::stdout())),
+        consume::Output::Stream(_) => None,
+    };
+    tracing::info!(
+        stream = %config.stream,
+        group = %config.group,
+        consumer = %config.consumer,
+        index = %index_location,
+        "consuming"
+    );
+    let result = match &index_location {
+        IndexLocation::Memory => {
+            Deduper::new(engine)
+                .map_err(Error::Config)
+                .and_then(|mut deduper| {
+                    consume::run(
+                        &config,
+                        &preparer,
+                        &mut deduper,
+                        &mut link,
+                        lines,
+                        &stop,
+                        &metrics,
+                    )
+                })
+        }
+        location => {
+            let scope = format!("q:{}:{}", config.stream, config.group);
+            let mut store = match open_index(
+                location,
+                &args.index_name,
+                &engine,
+                &stop,
+                Some(Arc::clone(&metrics)),
+                Some(scope),
+            ) {
+                Ok(store) => store,
+                Err(exit) => return exit,
+            };
+            consume::run(
+                &config, &preparer, &mut store, &mut link, lines, &stop, &metrics,
+            )
+        }
+    };
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
+        Ok(summary) => {
+            if !args.quiet {
+                eprintln!("dedup-stream: {summary}");
+            }
+            Exit::Success
+        }
+        Err(Error::Store(e @ StoreError::Unavailable(_))) if stop.load(Ordering::Relaxed) => {
+            // Nothing is lost: what was not acknowledged stays pending, and
+            // is read again by this consumer or claimed by another.
+            eprintln!("dedup-stream: {e}; unacknowledged entries stay pending");
+            Exit::Success
+        }
+        Err(e) => {
+            eprintln!("dedup-stream: {e}");
+            Exit::Failure
+        }
+    }
+}
+
+/// `dedup-stream index info|drop`.
+pub fn index(args: &IndexAdminArgs) -> Exit {
+    let result = match &args.action {
+        IndexAction::Info(target) => {
+            admin::info(&target.index, &target.index_name).map(|info| print!("{info}"))
+        }
+        IndexAction::Drop(target) => admin::drop(&target.index, &target.index_name).map(|keys| {
+            println!(
+                "dropped index {:?} at {}: {keys} keys removed",
+                target.index_name, target.index
+            )
+        }),
+    };
+    match result {
+        Ok(()) => Exit::Success,
+        Err(e @ (StoreError::Name(_) | StoreError::Location { .. })) => usage(e),
+        Err(e) => {
+            eprintln!("dedup-stream: {e}");
+            Exit::Failure
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_host_name_is_never_empty() {
+        assert!(!hostname().is_empty());
+    }
+}

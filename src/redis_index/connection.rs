@@ -240,14 +240,7 @@ impl Link {
             attempts += 1;
             match self.once(|c| call(c, retry)) {
                 Ok(value) => {
-                    if let Some(since) = down_since {
-                        tracing::warn!(
-                            redis = %self.location,
-                            seconds = since.elapsed().as_secs_f64(),
-                            "Redis is reachable again; {what} resumes"
-                        );
-                        self.set_unreachable(false);
-                    }
+                    self.recovered(down_since, what);
                     return Ok(value);
                 }
                 Err(e) if is_transient(&e) => {
@@ -288,12 +281,26 @@ impl Link {
                     wait = (wait * 2).min(BACKOFF.1);
                 }
                 Err(e) => {
+                    // Redis answered: it is reachable, whatever it said.
+                    self.recovered(down_since, what);
                     if let Some(metrics) = &self.metrics {
                         metrics.store_errors.fetch_add(1, Ordering::Relaxed);
                     }
                     return Err(RetryError::Failed(e));
                 }
             }
+        }
+    }
+
+    /// Says so when Redis answers again after an outage.
+    fn recovered(&self, down_since: Option<Instant>, what: &str) {
+        if let Some(since) = down_since {
+            tracing::warn!(
+                redis = %self.location,
+                seconds = since.elapsed().as_secs_f64(),
+                "Redis is reachable again; {what} resumes"
+            );
+            self.set_unreachable(false);
         }
     }
 

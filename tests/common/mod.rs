@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod redis;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

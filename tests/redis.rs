@@ -1,0 +1,772 @@
+//! The index in Redis, through the real binary and a real `redis-server`:
+//! the same output as the index in memory, byte for byte; several workers
+//! sharing one index; the Redis Streams worker surviving SIGKILL of a
+//! worker and of Redis; a Redis Cluster; memory that stays flat; settings,
+//! `index info` and `index drop`.
+//!
+//! Each test starts its own `redis-server` on a free loopback port (see
+//! `common/redis.rs`) and is skipped, saying so, when there is none, unless
+//! `DEDUP_REQUIRE_REDIS=1`.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::redis::{RedisCluster, RedisServer, available};
+use common::{bin, fixture, run};
+
+/// The fixture feeds and their options (as `tests/fixtures.rs` runs them).
+const FEEDS: &[(&str, &[&str])] = &[
+    ("retweet_storm.jsonl", &[]),
+    ("v2_tweets.jsonl", &[]),
+    ("cjk.jsonl", &[]),
+    ("bad_lines.jsonl", &[]),
+    (
+        "news_items.jsonl",
+        &[
+            "--id-field",
+            "id",
+            "--text-field",
+            "title",
+            "--text-field",
+            "summary",
+        ],
+    ),
+    ("eval/crisislex.jsonl", &[]),
+    ("eval/retweets.jsonl", &[]),
+];
+
+/// The 10,000-message synthetic stream.
+fn synthetic() -> Vec<u8> {
+    let file = std::fs::File::open(fixture("synthetic/dev.jsonl.gz")).unwrap();
+    let mut bytes = Vec::new();
+    flate2::read::GzDecoder::new(file)
+        .read_to_end(&mut bytes)
+        .unwrap();
+    bytes
+}
+
+fn lines(bytes: &[u8]) -> Vec<&[u8]> {
+    bytes
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+fn json(line: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(line).expect("output lines are JSON")
+}
+
+/// `(id, duplicate_of)` of every output line (ids as their JSON text).
+fn tags(output: &[u8]) -> Vec<(String, Option<String>)> {
+    lines(output)
+        .into_iter()
+        .map(|line| {
+            let v = json(line);
+            let id = v.get("id_str").or_else(|| v.get("id")).unwrap().to_string();
+            let of = v["dedup"].get("duplicate_of").map(|d| d.to_string());
+            (id, of)
+        })
+        .collect()
+}
+
+fn duplicates(output: &[u8]) -> usize {
+    tags(output).iter().filter(|(_, of)| of.is_some()).count()
+}
+
+#[test]
+fn the_redis_index_writes_what_the_memory_index_writes() {
+    if !available("the_redis_index_writes_what_the_memory_index_writes") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let synthetic = synthetic();
+    let mut feeds: Vec<(String, Vec<u8>, Vec<&str>)> = FEEDS
+        .iter()
+        .map(|(name, args)| {
+            (
+                name.to_string(),
+                std::fs::read(fixture(name)).unwrap(),
+                args.to_vec(),
+            )
+        })
+        .collect();
+    feeds.push((
+        "synthetic".into(),
+        synthetic.clone(),
+        vec!["--id-field", "id_str", "--text-field", "text"],
+    ));
+    for (n, (name, input, args)) in feeds.iter().enumerate() {
+        // At the default capacity, and small enough that most messages are
+        // evicted again.
+        for capacity in ["1000000", "40"] {
+            let mut memory_args = vec!["--quiet", "--capacity", capacity];
+            memory_args.extend(args);
+            let memory = run(&memory_args, input);
+            assert!(memory.status.success(), "{name}");
+            let index_name = format!("identical-{n}-{capacity}");
+            let mut redis_args = memory_args.clone();
+            redis_args.extend(["--index", &url, "--index-name", &index_name]);
+            let in_redis = run(&redis_args, input);
+            assert!(
+                in_redis.status.success(),
+                "{name}: {}",
+                String::from_utf8_lossy(&in_redis.stderr)
+            );
+            assert!(!memory.stdout.is_empty(), "{name}");
+            assert!(
+                memory.stdout == in_redis.stdout,
+                "{name} at capacity {capacity}: the outputs differ"
+            );
+            assert_eq!(memory.stderr, in_redis.stderr, "{name}: the same warnings");
+        }
+    }
+    // The small index did evict, and reports it.
+    let info = Command::new(bin())
+        .args([
+            "index",
+            "info",
+            "--index",
+            &url,
+            "--index-name",
+            "identical-7-40",
+        ])
+        .output()
+        .unwrap();
+    let info = String::from_utf8(info.stdout).unwrap();
+    assert!(info.contains("messages:  40 indexed"), "{info}");
+    assert!(info.contains("capacity=40"), "{info}");
+}
+
+/// Runs the filter on `input` with the index in Redis, in the background.
+fn spawn_filter(input: Vec<u8>, args: &[&str]) -> std::thread::JoinHandle<std::process::Output> {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    std::thread::spawn(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run(&args, &input)
+    })
+}
+
+#[test]
+fn four_workers_share_one_index() {
+    if !available("four_workers_share_one_index") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let input = synthetic();
+    let all = lines(&input);
+    let fields = ["--quiet", "--id-field", "id_str", "--text-field", "text"];
+    let alone = run(&fields, &input);
+    let expected = duplicates(&alone.stdout);
+
+    // The stream split four ways, in runs of 100 lines, all at once.
+    let mut parts = vec![Vec::new(); 4];
+    for (i, chunk) in all.chunks(100).enumerate() {
+        for line in chunk {
+            parts[i % 4].extend_from_slice(line);
+            parts[i % 4].push(b'\n');
+        }
+    }
+    let mut args = fields.to_vec();
+    args.extend(["--index", &url, "--index-name", "four"]);
+    let workers: Vec<_> = parts
+        .into_iter()
+        .map(|part| spawn_filter(part, &args))
+        .collect();
+    let mut tagged = Vec::new();
+    for worker in workers {
+        let output = worker.join().unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        tagged.extend(tags(&output.stdout));
+    }
+    // Every message exactly one verdict.
+    assert_eq!(tagged.len(), all.len());
+    let ids: HashSet<&String> = tagged.iter().map(|(id, _)| id).collect();
+    assert_eq!(ids.len(), all.len());
+    // Never two messages each a duplicate of the other, nor of itself.
+    let of: HashMap<&String, &String> = tagged
+        .iter()
+        .filter_map(|(id, of)| of.as_ref().map(|of| (id, of)))
+        .collect();
+    for (id, target) in &of {
+        assert_ne!(id, target, "a duplicate of itself");
+        assert_ne!(
+            of.get(target),
+            Some(id),
+            "{id} and {target} each a duplicate of the other"
+        );
+    }
+    let found = of.len();
+    let tolerance = expected / 200; // 0.5%
+    assert!(
+        found.abs_diff(expected) <= tolerance,
+        "four workers found {found} duplicates, one process {expected}"
+    );
+}
+
+#[test]
+fn a_worker_of_other_settings_is_refused_and_state_files_are_for_memory() {
+    if !available("a_worker_of_other_settings_is_refused_and_state_files_are_for_memory") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let input = b"{\"id\":1,\"text\":\"one two three four five six seven\"}\n";
+    let first = run(&["--quiet", "--index", &url], input);
+    assert!(first.status.success());
+    let other = run(&["--quiet", "--index", &url, "--threshold", "0.7"], input);
+    assert_eq!(other.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&other.stderr);
+    assert!(
+        stderr.contains("threshold=0.8") && stderr.contains("threshold=0.7"),
+        "{stderr}"
+    );
+    assert!(other.stdout.is_empty(), "nothing is tagged");
+
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("x.state");
+    let refused = run(
+        &["--index", &url, "--state", state.to_str().unwrap()],
+        input,
+    );
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("Redis persistence"));
+
+    let bad = run(
+        &["--index", "redis://127.0.0.1:1", "--index-name", "a{b}"],
+        input,
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    let bad = run(&["--index", "http://example"], input);
+    assert_eq!(bad.status.code(), Some(2));
+}
+
+#[test]
+fn redis_memory_stays_flat_past_capacity_and_drop_leaves_nothing() {
+    if !available("redis_memory_stays_flat_past_capacity_and_drop_leaves_nothing") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let url = redis.url();
+    // Distinct messages of 12 to 30 pseudo-random words.
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut word = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        format!("w{}", seed % 50_000)
+    };
+    let mut batch = |from: usize, n: usize| {
+        let mut out = Vec::new();
+        for id in from..from + n {
+            let words: Vec<String> = (0..12 + id % 19).map(|_| word()).collect();
+            out.extend(format!("{{\"id\":{id},\"text\":\"{}\"}}\n", words.join(" ")).bytes());
+        }
+        out
+    };
+    let args = [
+        "--quiet",
+        "--capacity",
+        "2000",
+        "--index",
+        &url,
+        "--index-name",
+        "flat",
+    ];
+    assert!(run(&args, &batch(0, 2000)).status.success());
+    let full = redis.used_memory();
+    for round in 1..=3 {
+        assert!(run(&args, &batch(round * 2000, 2000)).status.success());
+    }
+    let later = redis.used_memory();
+    assert!(
+        (later as f64) < full as f64 * 1.10,
+        "used_memory {full} when full, {later} after three times as many messages"
+    );
+    let info = Command::new(bin())
+        .args(["index", "info", "--index", &url, "--index-name", "flat"])
+        .output()
+        .unwrap();
+    let info = String::from_utf8(info.stdout).unwrap();
+    assert!(
+        info.contains("2000 indexed, 8000 checked, 6000 evicted"),
+        "{info}"
+    );
+    let per_message: u64 = info
+        .split(", ")
+        .find_map(|p| p.strip_suffix(" bytes per indexed message\n"))
+        .and_then(|n| n.parse().ok())
+        .expect("bytes per message");
+    assert!(
+        per_message <= 1024,
+        "{per_message} bytes per indexed message"
+    );
+
+    // Another index beside it is left alone by the drop.
+    assert!(
+        run(
+            &["--quiet", "--index", &url, "--index-name", "other"],
+            &batch(0, 10)
+        )
+        .status
+        .success()
+    );
+    assert!(!redis.keys_with_prefix("{flat}:").is_empty());
+    let dropped = Command::new(bin())
+        .args(["index", "drop", "--index", &url, "--index-name", "flat"])
+        .output()
+        .unwrap();
+    assert!(dropped.status.success());
+    assert!(String::from_utf8_lossy(&dropped.stdout).contains("keys removed"));
+    assert!(
+        redis.keys_with_prefix("{flat}:").is_empty(),
+        "no key of the index is left"
+    );
+    assert!(!redis.keys_with_prefix("{other}:").is_empty());
+    let gone = Command::new(bin())
+        .args(["index", "info", "--index", &url, "--index-name", "flat"])
+        .output()
+        .unwrap();
+    assert_eq!(gone.status.code(), Some(1));
+}
+
+#[test]
+fn a_redis_cluster_holds_indexes_on_several_nodes() {
+    if !available("a_redis_cluster_holds_indexes_on_several_nodes") {
+        return;
+    }
+    let cluster = RedisCluster::start();
+    let url = cluster.url();
+    // Two index names whose slots two different nodes serve.
+    let first = "alpha";
+    let first_owner = cluster.owner_of("{alpha}:meta");
+    let second = (0..100)
+        .map(|i| format!("index-{i}"))
+        .find(|name| cluster.owner_of(&format!("{{{name}}}:meta")) != first_owner)
+        .expect("some name lands on another node");
+    let input = std::fs::read(fixture("retweet_storm.jsonl")).unwrap();
+    let memory = run(&["--quiet", "--capacity", "12"], &input);
+    for name in [first, second.as_str()] {
+        let clustered = run(
+            &[
+                "--quiet",
+                "--capacity",
+                "12",
+                "--index",
+                &url,
+                "--index-name",
+                name,
+            ],
+            &input,
+        );
+        assert!(
+            clustered.status.success(),
+            "{}",
+            String::from_utf8_lossy(&clustered.stderr)
+        );
+        assert!(
+            memory.stdout == clustered.stdout,
+            "index {name}: the outputs differ"
+        );
+        let info = Command::new(bin())
+            .args(["index", "info", "--index", &url, "--index-name", name])
+            .output()
+            .unwrap();
+        assert!(String::from_utf8_lossy(&info.stdout).contains("messages:  12 indexed"));
+        let dropped = Command::new(bin())
+            .args(["index", "drop", "--index", &url, "--index-name", name])
+            .output()
+            .unwrap();
+        assert!(
+            dropped.status.success(),
+            "{}",
+            String::from_utf8_lossy(&dropped.stderr)
+        );
+    }
+    for node in &cluster.nodes {
+        assert!(node.keys_with_prefix("{alpha}:").is_empty());
+        assert!(node.keys_with_prefix(&format!("{{{second}}}:")).is_empty());
+    }
+}
+
+#[test]
+fn the_filter_waits_for_redis_and_loses_nothing() {
+    if !available("the_filter_waits_for_redis_and_loses_nothing") {
+        return;
+    }
+    // Redis is not up yet: the filter waits and retries, then finishes.
+    let port = common::redis::free_port(false);
+    let url = format!("redis://127.0.0.1:{port}");
+    let input = std::fs::read(fixture("retweet_storm.jsonl")).unwrap();
+    let expected = run(&["--quiet"], &input).stdout;
+    let waiting = spawn_filter(input, &["--quiet", "--index", &url]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let redis = RedisServer::start_on(port, &["--save", ""]);
+    let output = waiting.join().unwrap();
+    drop(redis);
+    assert!(output.status.success());
+    assert!(
+        output.stdout == expected,
+        "the same output once Redis is up"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("cannot be reached"), "{stderr}");
+    assert!(stderr.contains("reachable again"), "{stderr}");
+}
+
+// ---- dedup-stream consume ----
+
+/// Appends every line of `input` to `stream` as an entry's `json` field.
+fn load_stream(redis: &RedisServer, stream: &str, input: &[u8]) -> usize {
+    let mut con = redis.connection();
+    let all = lines(input);
+    for chunk in all.chunks(1000) {
+        let mut pipe = redis::pipe();
+        for line in chunk {
+            pipe.cmd("XADD")
+                .arg(stream)
+                .arg("*")
+                .arg("json")
+                .arg(*line)
+                .ignore();
+        }
+        pipe.query::<()>(&mut con).unwrap();
+    }
+    all.len()
+}
+
+fn xlen(redis: &RedisServer, stream: &str) -> usize {
+    redis::cmd("XLEN")
+        .arg(stream)
+        .query(&mut redis.connection())
+        .unwrap_or(0)
+}
+
+fn pending(redis: &RedisServer, stream: &str, group: &str) -> usize {
+    let summary: redis::Value = redis::cmd("XPENDING")
+        .arg(stream)
+        .arg(group)
+        .query(&mut redis.connection())
+        .unwrap();
+    match summary {
+        redis::Value::Array(parts) => match parts.first() {
+            Some(redis::Value::Int(n)) => *n as usize,
+            _ => 0,
+        },
+        _ => 0,
+    }
+}
+
+/// The `json` field of every entry of `stream`.
+fn stream_messages(redis: &RedisServer, stream: &str) -> Vec<Vec<u8>> {
+    let entries: redis::Value = redis::cmd("XRANGE")
+        .arg(stream)
+        .arg("-")
+        .arg("+")
+        .query(&mut redis.connection())
+        .unwrap();
+    let redis::Value::Array(entries) = entries else {
+        return Vec::new();
+    };
+    entries
+        .into_iter()
+        .filter_map(|entry| {
+            let redis::Value::Array(mut parts) = entry else {
+                return None;
+            };
+            let redis::Value::Array(fields) = parts.pop()? else {
+                return None;
+            };
+            fields.chunks(2).find_map(|pair| match pair {
+                [redis::Value::BulkString(k), redis::Value::BulkString(v)] if k == b"json" => {
+                    Some(v.clone())
+                }
+                _ => None,
+            })
+        })
+        .collect()
+}
+
+fn consumer(redis: &RedisServer, name: &str, extra: &[&str]) -> Child {
+    Command::new(bin())
+        .args([
+            "consume",
+            "--redis",
+            &redis.url(),
+            "--stream",
+            "in",
+            "--group",
+            "g",
+            "--consumer",
+            name,
+            "--output",
+            "out",
+            "--claim-idle",
+            "1s",
+            "--batch",
+            "64",
+            "--id-field",
+            "id_str",
+            "--text-field",
+            "text",
+            "--quiet",
+        ])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// SIGTERM, then the exit status and stderr.
+fn terminate(mut child: Child) -> (Option<i32>, String) {
+    unsafe_free_sigterm(&child);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the worker did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    (child.wait().unwrap().code(), stderr)
+}
+
+fn unsafe_free_sigterm(child: &Child) {
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+}
+
+fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Checks the output stream of a run over `input`: one entry per input
+/// entry, nothing pending, nobody a duplicate of itself, and as many
+/// duplicates as one process finds, within 0.5%.
+fn check_exactly_once(redis: &RedisServer, input: &[u8]) {
+    let fields = ["--quiet", "--id-field", "id_str", "--text-field", "text"];
+    let expected = duplicates(&run(&fields, input).stdout);
+    let out = stream_messages(redis, "out");
+    let mut joined = Vec::new();
+    for message in &out {
+        joined.extend_from_slice(message);
+        joined.push(b'\n');
+    }
+    let tagged = tags(&joined);
+    let n = lines(input).len();
+    assert_eq!(tagged.len(), n, "one output entry per input entry");
+    let ids: HashSet<&String> = tagged.iter().map(|(id, _)| id).collect();
+    assert_eq!(ids.len(), n, "no entry twice");
+    assert!(
+        tagged.iter().all(|(id, of)| of.as_ref() != Some(id)),
+        "a duplicate of itself"
+    );
+    assert_eq!(pending(redis, "in", "g"), 0, "nothing left pending");
+    let found = tagged.iter().filter(|(_, of)| of.is_some()).count();
+    assert!(
+        found.abs_diff(expected) <= expected / 200,
+        "the workers found {found} duplicates, one process {expected}"
+    );
+}
+
+#[test]
+fn consume_survives_a_worker_killed_midway() {
+    if !available("consume_survives_a_worker_killed_midway") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let input = synthetic();
+    let n = load_stream(&redis, "in", &input);
+    let a = consumer(&redis, "a", &[]);
+    let b = consumer(&redis, "b", &[]);
+    wait_until("a third of the output", Duration::from_secs(120), || {
+        xlen(&redis, "out") >= n / 3
+    });
+    let mut a = a;
+    a.kill().unwrap(); // SIGKILL, mid-batch most likely
+    a.wait().unwrap();
+    let a = consumer(&redis, "a", &[]);
+    wait_until("all the output", Duration::from_secs(180), || {
+        xlen(&redis, "out") >= n && pending(&redis, "in", "g") == 0
+    });
+    for worker in [a, b] {
+        let (code, stderr) = terminate(worker);
+        assert_eq!(code, Some(0), "{stderr}");
+    }
+    check_exactly_once(&redis, &input);
+}
+
+#[test]
+fn consume_survives_redis_killed_and_restarted() {
+    if !available("consume_survives_redis_killed_and_restarted") {
+        return;
+    }
+    let mut redis = RedisServer::start_with_aof();
+    let input = synthetic();
+    let n = load_stream(&redis, "in", &input);
+    let a = consumer(&redis, "a", &[]);
+    let b = consumer(&redis, "b", &[]);
+    wait_until("a third of the output", Duration::from_secs(120), || {
+        xlen(&redis, "out") >= n / 3
+    });
+    redis.restart(); // SIGKILL, then the same port and append-only file
+    wait_until("all the output", Duration::from_secs(180), || {
+        xlen(&redis, "out") >= n && pending(&redis, "in", "g") == 0
+    });
+    for worker in [a, b] {
+        let (code, stderr) = terminate(worker);
+        assert_eq!(code, Some(0), "{stderr}");
+    }
+    check_exactly_once(&redis, &input);
+}
+
+#[test]
+fn consume_dead_letters_malformed_entries_and_emits_by_verdict() {
+    if !available("consume_dead_letters_malformed_entries_and_emits_by_verdict") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let mut con = redis.connection();
+    let text = "Flooding closes the coastal highway north of the city tonight";
+    for (field, value) in [
+        ("json", format!("{{\"id_str\":\"1\",\"text\":\"{text}\"}}")),
+        ("json", "not json".to_string()),
+        ("body", "no json field".to_string()),
+        (
+            "json",
+            format!("{{\"id_str\":\"2\",\"text\":\"RT @news: {text}\"}}"),
+        ),
+        (
+            "json",
+            "{\"id_str\":\"3\",\"text\":\"Something else entirely, said differently\"}".to_string(),
+        ),
+    ] {
+        redis::cmd("XADD")
+            .arg("in")
+            .arg("*")
+            .arg(field)
+            .arg(value)
+            .query::<String>(&mut con)
+            .unwrap();
+    }
+    let worker = consumer(&redis, "solo", &["--emit", "new"]);
+    wait_until("every entry acknowledged", Duration::from_secs(30), || {
+        xlen(&redis, "out:invalid") == 2
+            && pending(&redis, "in", "g") == 0
+            && xlen(&redis, "out") == 2
+    });
+    let (code, stderr) = terminate(worker);
+    assert_eq!(code, Some(0), "{stderr}");
+    let out = stream_messages(&redis, "out");
+    let ids: Vec<String> = out
+        .iter()
+        .map(|m| json(m)["id_str"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids, ["1", "3"], "only the new ones");
+    assert!(out[0].ends_with(b"\"dedup\":{\"status\":\"new\"}}"));
+    let dead: redis::Value = redis::cmd("XRANGE")
+        .arg("out:invalid")
+        .arg("-")
+        .arg("+")
+        .query(&mut con)
+        .unwrap();
+    let dead = format!("{dead:?}");
+    assert!(
+        dead.contains("not valid JSON") && dead.contains("no field"),
+        "{dead}"
+    );
+}
+
+#[test]
+fn serve_with_a_redis_index_reports_its_health() {
+    if !available("serve_with_a_redis_index_reports_its_health") {
+        return;
+    }
+    let mut redis = RedisServer::start();
+    let port = common::redis::free_port(false);
+    let admin = common::redis::free_port(false);
+    let mut server = Command::new(bin())
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--admin",
+            &format!("127.0.0.1:{admin}"),
+            "--index",
+            &redis.url(),
+            "--quiet",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let health = || -> Option<String> {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", admin)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .ok()?;
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).ok()?;
+        reply.lines().next().map(str::to_string)
+    };
+    wait_until("the server is up", Duration::from_secs(20), || {
+        health().is_some()
+    });
+    assert!(health().unwrap().contains("200"));
+    // A message through the sidecar is decided in Redis.
+    let ask = move |line: &str| -> String {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(line.as_bytes()).unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap();
+        reply
+    };
+    let text = "the quick brown fox jumps over the lazy dog again today";
+    assert!(ask(&format!("{{\"id\":1,\"text\":\"{text}\"}}\n")).contains("\"new\""));
+    assert!(
+        ask(&format!("{{\"id\":2,\"text\":\"RT @a: {text}\"}}\n")).contains("\"duplicate_of\":1")
+    );
+    redis.kill();
+    // The next message waits for Redis; health turns bad meanwhile.
+    let waiting = std::thread::spawn(move || ask(&format!("{{\"id\":3,\"text\":\"{text}!\"}}\n")));
+    wait_until("health turns unhealthy", Duration::from_secs(20), || {
+        health().is_some_and(|h| h.contains("503"))
+    });
+    redis.restart();
+    let reply = waiting.join().unwrap();
+    assert!(
+        reply.contains("\"dedup\""),
+        "answered once Redis is back: {reply}"
+    );
+    wait_until("health is good again", Duration::from_secs(20), || {
+        health().is_some_and(|h| h.contains("200"))
+    });
+    unsafe_free_sigterm(&server);
+    assert!(server.wait().unwrap().success());
+}

@@ -61,6 +61,12 @@ pub struct IndexArgs {
     /// that several indexes share one Redis.
     #[arg(long, value_name = "NAME", default_value = DEFAULT_INDEX_NAME)]
     pub index_name: String,
+
+    /// Leave every verification to Redis rather than verifying candidates
+    /// here and sending verdicts for Redis to check (slower; the same
+    /// verdicts). For diagnosis.
+    #[arg(long, hide = true)]
+    pub redis_verifies: bool,
 }
 
 /// `consume`'s options.
@@ -126,6 +132,10 @@ pub struct ConsumeArgs {
     /// Name of the index in Redis.
     #[arg(long, value_name = "NAME", default_value = DEFAULT_INDEX_NAME, env = "DEDUP_STREAM_INDEX_NAME")]
     pub index_name: String,
+
+    /// Leave every verification to Redis (see the filter's option).
+    #[arg(long, hide = true)]
+    pub redis_verifies: bool,
 
     /// Serve GET /healthz and GET /metrics (Prometheus) over HTTP on
     /// IP:PORT.

@@ -101,21 +101,25 @@ fn filter(args: &FilterArgs) -> Exit {
             Err(exit) => exit,
         },
         location => {
+            let metrics = Arc::new(Metrics::default());
             let store = match scale::open_index(
                 location,
                 &args.index.index_name,
                 &config,
                 &stop,
+                Arc::clone(&metrics),
                 None,
-                None,
+                args.index.redis_verifies,
             ) {
                 Ok(store) => store,
                 Err(exit) => return exit,
             };
-            match runtime() {
+            let exit = match runtime() {
                 Ok(runtime) => run_filter(args, pipeline_config, preparer, store, runtime, stop),
                 Err(exit) => exit,
-            }
+            };
+            scale::report_store(&metrics);
+            exit
         }
     }
 }
@@ -283,8 +287,9 @@ fn serve(args: &ServeArgs) -> Exit {
                 &args.index.index_name,
                 &engine,
                 &stop,
-                Some(Arc::clone(&metrics)),
+                Arc::clone(&metrics),
                 None,
+                args.index.redis_verifies,
             ) {
                 Ok(store) => store,
                 Err(exit) => return exit,

@@ -35,13 +35,15 @@ pub fn open_index(
     name: &str,
     config: &EngineConfig,
     stop: &Arc<AtomicBool>,
-    metrics: Option<Arc<Metrics>>,
+    metrics: Arc<Metrics>,
     token_scope: Option<String>,
+    redis_verifies: bool,
 ) -> Result<RedisIndex, Exit> {
     let options = RedisOptions {
-        metrics,
+        metrics: Some(metrics),
         stop: Some(Arc::clone(stop)),
         token_scope,
+        redis_verifies,
     };
     match RedisIndex::open(location, name, config, options) {
         Ok(index) => {
@@ -53,6 +55,21 @@ pub fn open_index(
             eprintln!("dedup-stream: {e}");
             Err(Exit::Failure)
         }
+    }
+}
+
+/// Says on stderr (at `-v`) what the index store's work took.
+pub fn report_store(metrics: &Metrics) {
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let calls = get(&metrics.store_calls);
+    if calls > 0 {
+        tracing::info!(
+            round_trips = calls,
+            errors = get(&metrics.store_errors),
+            verified_here = get(&metrics.store_claims),
+            decided_by_redis = get(&metrics.store_claims_refused),
+            "index in Redis"
+        );
     }
 }
 
@@ -161,8 +178,9 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
                 &args.index_name,
                 &engine,
                 &stop,
-                Some(Arc::clone(&metrics)),
+                Arc::clone(&metrics),
                 Some(scope),
+                args.redis_verifies,
             ) {
                 Ok(store) => store,
                 Err(exit) => return exit,
@@ -173,6 +191,7 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
         }
     };
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    report_store(&metrics);
     match result {
         Ok(summary) => {
             if !args.quiet {

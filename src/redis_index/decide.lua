@@ -14,23 +14,38 @@
 --   e:<slot>        string: one indexed message (slot: 4 bytes, big-endian)
 --                   seq (2 x u32) | n keys (u8) | n shingles (u32) |
 --                   keys (7 bytes each) | shingles (u32 each) | id (JSON)
---   p:<bucket>      hash: posting key (4 bytes) -> slots (4 bytes each), in
---                   order of insertion; a key's bucket is its top bits, so
---                   buckets stay small hashes Redis keeps compact
---   memo:<scope>    hash: message token -> the verdict it got, so that a
---                   message asked again (a lost reply, a redelivered queue
---                   entry) gets the same verdict instead of a second one
+--   p:<bucket>      hash: posting key (4 bytes) -> cells, in order of
+--                   insertion: slot (4 bytes) and the low 32 bits of its
+--                   message's seq, so a cell names one message, not just a
+--                   place; a key's bucket is its top bits, so buckets stay
+--                   small hashes Redis keeps compact
+--   memo:<scope>    hash: message token -> the verdict it got (or call
+--                   token -> the whole reply), so that a message asked again
+--                   (a lost reply, a redelivered queue entry) gets the same
+--                   verdict instead of a second one
+--
+-- A worker may send, with a message, a claim: the verdict it computed from
+-- the posting lists it read just before, and those lists. When the lists
+-- are still what the worker read, the candidates are the same messages, so
+-- the claim is the verdict this script would compute, and it is taken as it
+-- is: the exact verification runs on the workers. When anything changed (a
+-- message earlier in this call, another worker), the script decides itself.
 --
 -- KEYS[1]: '{NAME}:meta'.
 -- ARGV: settings, capacity, max_bucket, threshold, measure ('j' or 'c'),
 --   fewest shingles for containment, memo scope ('' for none), flags ('r':
---   look tokens up in the memo first; 'c': empty the memo first), number
---   of memo tokens to forget, those tokens, then four per message:
---   op ('c' check, 'q' query) followed by the token, the posting records
---   (bucket 3 bytes + key 4 bytes; band and anchor keys, then the exact-set
---   key), the sorted shingle set (u32 each), the id's JSON.
+--   look tokens up in the memo first; 'c': empty the memo first), the call's
+--   token ('' when the messages carry their own), the number of message
+--   tokens to forget, those tokens, then five per message: op ('c' check,
+--   'q' query) followed by the message's token, the posting records (bucket
+--   3 bytes + key 4 bytes; band and anchor keys, then the exact-set key),
+--   the sorted shingle set (u32 each), the id's JSON, the claim ('' for
+--   none): flags byte (1: an exact copy, 2: a match), the exact copy's slot,
+--   the match's cell, shared, of (u32 each), the id's length (u16) and the
+--   matched id, then each record's list as read (length u16, cells).
 -- Reply: one verdict per message ('n', or 'd' .. shared u32 .. of u32 ..
---   matched id), then the number of messages indexed and of evictions.
+--   matched id), then the number of messages indexed, of evictions, and of
+--   claims not taken.
 
 local P = string.sub(KEYS[1], 1, -5)
 local stored = redis.call('HGET', P .. 'cfg', 'settings')
@@ -49,13 +64,20 @@ local min_contained = tonumber(ARGV[6])
 local memo_key = P .. 'memo:' .. ARGV[7]
 local has_memo = ARGV[7] ~= ''
 local look_up_memo = has_memo and string.find(ARGV[8], 'r', 1, true) ~= nil
-local nforget = tonumber(ARGV[9])
-local first = 10 + nforget
+local call_token = ARGV[9]
+local nforget = tonumber(ARGV[10])
+local first = 11 + nforget
 
 if has_memo and string.find(ARGV[8], 'c', 1, true) then
   redis.call('DEL', memo_key)
 end
-local i = 10
+if look_up_memo and call_token ~= '' then
+  local answered = redis.call('HGET', memo_key, call_token)
+  if answered then
+    return cmsgpack.unpack(answered)
+  end
+end
+local i = 11
 while i < first do
   local j = math.min(i + 199, first - 1)
   redis.call('HDEL', memo_key, unpack(ARGV, i, j))
@@ -81,6 +103,7 @@ end
 -- Every posting list and entry read or written by this call, so each is
 -- read from Redis at most once and later messages see earlier changes.
 local posting_cache = {}
+local claims_refused = 0
 local entry_cache = {}
 local parsed_cache = {}
 
@@ -174,12 +197,13 @@ local function insert(recs, shingles, ns, id)
     slot = redis.call('ZRANGE', LRU, 0, 0)[1]
     local e = entry(slot)
     local _, nk = header(e)
+    local cell = slot .. string.sub(e, 5, 8)
     for r = 0, nk - 1 do
       local rec = string.sub(e, 14 + 7 * r, 20 + 7 * r)
       local v = postings(rec)
-      for at = 1, #v, 4 do
-        if string.sub(v, at, at + 3) == slot then
-          set_postings(rec, string.sub(v, 1, at - 1) .. string.sub(v, at + 4))
+      for at = 1, #v, 8 do
+        if string.sub(v, at, at + 7) == cell then
+          set_postings(rec, string.sub(v, 1, at - 1) .. string.sub(v, at + 8))
           break
         end
       end
@@ -192,31 +216,74 @@ local function insert(recs, shingles, ns, id)
   stamp = stamp + 1
   redis.call('ZADD', LRU, int(stamp), slot)
   local nk = #recs / 7
-  local e = struct.pack('>I4I4BI4', math.floor(seq / TWO32), seq % TWO32, nk, ns)
+  local lo = seq % TWO32
+  local e = struct.pack('>I4I4BI4', math.floor(seq / TWO32), lo, nk, ns)
     .. recs .. shingles .. id
   redis.call('SET', ENTRY .. slot, e)
   entry_cache[slot] = e
   parsed_cache[slot] = nil
+  local cell = slot .. struct.pack('>I4', lo)
   for r = 0, nk - 1 do
     local rec = string.sub(recs, 7 * r + 1, 7 * r + 7)
     local v = postings(rec)
-    if #v < 4 * max_bucket then
-      set_postings(rec, v .. slot)
+    if #v < 8 * max_bucket then
+      set_postings(rec, v .. cell)
     end
   end
 end
 
-local function decide(op, recs, shingles, id)
+-- The claim's lists are the lists now: then so are its candidates.
+local function claim_holds(recs, nrec, claim, from)
+  local pos = from
+  for r = 0, nrec - 1 do
+    local v = postings(string.sub(recs, 7 * r + 1, 7 * r + 7))
+    local n = struct.unpack('>H', claim, pos)
+    if n ~= #v or string.sub(claim, pos + 2, pos + 1 + n) ~= v then
+      return false
+    end
+    pos = pos + 2 + n
+  end
+  return pos == #claim + 1
+end
+
+local function decide(op, recs, shingles, id, claim)
   local ns = #shingles / 4
   if ns == 0 then
     -- Nothing to compare: new, and never a candidate.
     return 'n'
   end
   local nrec = #recs / 7
+  if claim ~= '' then
+    local flags, exact, best, num, den, idlen = struct.unpack('>Bc4c8I4I4H', claim)
+    if claim_holds(recs, nrec, claim, 24 + idlen) then
+      if flags < 2 then
+        best = nil
+      end
+      if flags % 2 == 0 then
+        exact = nil
+      end
+      local verdict = 'n'
+      if best then
+        if op == 'c' then
+          stamp = stamp + 1
+          redis.call('ZADD', LRU, int(stamp), string.sub(best, 1, 4))
+        end
+        verdict = 'd' .. struct.pack('>I4I4', num, den) .. string.sub(claim, 24, 23 + idlen)
+      end
+      if op == 'c' then
+        if not exact then
+          insert(recs, shingles, ns, id)
+        end
+        seq = seq + 1
+      end
+      return verdict
+    end
+    claims_refused = claims_refused + 1
+  end
   -- The exact path: an indexed message with this very shingle set.
   local exact
   local v = postings(string.sub(recs, 7 * nrec - 6, 7 * nrec))
-  for at = 1, #v, 4 do
+  for at = 1, #v, 8 do
     local slot = string.sub(v, at, at + 3)
     local e = entry(slot)
     if e then
@@ -261,7 +328,7 @@ local function decide(op, recs, shingles, id)
     end
     for r = 0, nrec - 2 do
       local list = postings(string.sub(recs, 7 * r + 1, 7 * r + 7))
-      for at = 1, #list, 4 do
+      for at = 1, #list, 8 do
         consider(string.sub(list, at, at + 3))
       end
     end
@@ -291,14 +358,14 @@ end
 
 local reply = {}
 local memo_written = false
-for m = first, #ARGV, 4 do
+for m = first, #ARGV, 5 do
   local op, token = string.sub(ARGV[m], 1, 1), string.sub(ARGV[m], 2)
   local verdict
   if look_up_memo and token ~= '' then
     verdict = redis.call('HGET', memo_key, token) or nil
   end
   if not verdict then
-    verdict = decide(op, ARGV[m + 1], ARGV[m + 2], ARGV[m + 3])
+    verdict = decide(op, ARGV[m + 1], ARGV[m + 2], ARGV[m + 3], ARGV[m + 4])
     if has_memo and token ~= '' and op == 'c' then
       redis.call('HSET', memo_key, token, verdict)
       memo_written = true
@@ -308,10 +375,15 @@ for m = first, #ARGV, 4 do
 end
 redis.call('HSET', KEYS[1], 'seq', int(seq), 'len', int(len), 'stamp', int(stamp),
   'evictions', int(evictions))
+reply[#reply + 1] = len
+reply[#reply + 1] = evictions
+reply[#reply + 1] = claims_refused
+if has_memo and call_token ~= '' then
+  redis.call('HSET', memo_key, call_token, cmsgpack.pack(reply))
+  memo_written = true
+end
 if memo_written then
   -- Tokens of a worker that died before forgetting them go in a day.
   redis.call('PEXPIRE', memo_key, 86400000)
 end
-reply[#reply + 1] = len
-reply[#reply + 1] = evictions
 return reply

@@ -24,9 +24,12 @@
 pub mod admin;
 mod connection;
 
+use std::collections::{HashMap, HashSet};
+use std::num::NonZeroUsize;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use lru::LruCache;
 use redis::{ConnectionLike, RedisError, Script, Value};
 
 pub use connection::{IndexLocation, Link, RetryError, is_transient};
@@ -34,7 +37,7 @@ pub use connection::{IndexLocation, Link, RetryError, is_transient};
 use crate::config::{EngineConfig, Measure};
 use crate::engine::index::exact_key;
 use crate::engine::sketch::LshParams;
-use crate::engine::verdict::MIN_CONTAINED_SHINGLES;
+use crate::engine::verdict::{MIN_CONTAINED_SHINGLES, intersection};
 use crate::engine::{ANCHOR_TOKENS, Ask, IndexStats, IndexStore, Match, Op, Verdict, lsh_params};
 use crate::error::StoreError;
 use crate::record::MessageId;
@@ -53,7 +56,60 @@ const CALL_BYTES: usize = 1 << 20;
 
 /// Format of the keys and values; part of the stored settings, so a worker
 /// of another format is refused.
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
+
+/// Most indexed messages a worker keeps in its cache of candidates (each is
+/// immutable: a slot given to another message is another cell).
+const CACHE_ENTRIES: usize = 100_000;
+
+/// An indexed message, as a worker caches it to verify candidates.
+#[derive(Debug)]
+struct Cached {
+    seq: u64,
+    shingles: Box<[u32]>,
+    /// The id's JSON, as the verdict reports it.
+    id: Vec<u8>,
+}
+
+impl Cached {
+    /// Reads an entry as decide.lua writes it: seq (two u32), number of
+    /// keys (u8), of shingles (u32), the keys (7 bytes each), the shingles
+    /// (u32 each), the id's JSON.
+    fn parse(bytes: &[u8]) -> Option<Cached> {
+        let u32_at = |at: usize| -> Option<u32> {
+            Some(u32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+        };
+        let seq = (u64::from(u32_at(0)?) << 32) | u64::from(u32_at(4)?);
+        let keys = usize::from(*bytes.get(8)?);
+        let shingles = u32_at(9)? as usize;
+        let from = 13 + 7 * keys;
+        let to = from.checked_add(shingles.checked_mul(4)?)?;
+        let set = bytes
+            .get(from..to)?
+            .chunks_exact(4)
+            .map(|c| u32::from_be_bytes(c.try_into().expect("4 bytes")))
+            .collect();
+        Some(Cached {
+            seq,
+            shingles: set,
+            id: bytes.get(to..)?.to_vec(),
+        })
+    }
+}
+
+/// Shared shingles and what they are counted against, as the verdict's
+/// similarity is their quotient (see [`crate::engine::verdict`]):
+/// containment counts against the smaller set, unless it is too small to
+/// be contained; Jaccard against the union.
+fn similarity_parts(measure: Measure, a: &[u32], b: &[u32]) -> (usize, usize) {
+    let shared = intersection(a, b);
+    let smaller = a.len().min(b.len());
+    if measure == Measure::Containment && smaller >= MIN_CONTAINED_SHINGLES {
+        (shared, smaller)
+    } else {
+        (shared, a.len() + b.len() - shared)
+    }
+}
 
 /// Checks an index name: it becomes the hash tag `{NAME}` of every key.
 pub fn check_name(name: &str) -> Result<(), StoreError> {
@@ -108,7 +164,22 @@ pub struct RedisIndex {
     /// Right shift from a posting key to its bucket.
     bucket_shift: u32,
     decide_script: Script,
+    lookup_script: Script,
     create_script: Script,
+    /// `{NAME}:`.
+    prefix: String,
+    measure: Measure,
+    threshold: f64,
+    /// Indexed messages read to verify candidates, by cell (slot and low
+    /// seq bits).
+    cache: LruCache<[u8; 8], Arc<Cached>>,
+    /// Messages sent with a claim, and claims the script did not take
+    /// (their lists had changed).
+    claims: u64,
+    claims_refused: u64,
+    /// Whether this worker verifies candidates (or leaves it all to Redis).
+    verify_here: bool,
+    metrics: Option<Arc<Metrics>>,
     /// The memo of this worker's own tokens (messages asked without one).
     worker_scope: String,
     /// The memo of tokens given with the messages (queue entries).
@@ -141,6 +212,10 @@ pub struct RedisOptions {
     /// Memo scope of the tokens given with messages (see [`Ask::token`]):
     /// the queue and group they come from.
     pub token_scope: Option<String>,
+    /// Leave every verification to Redis instead of verifying candidates
+    /// on the worker and sending verdicts for Redis to check: slower, the
+    /// same verdicts; for diagnosis and tests.
+    pub redis_verifies: bool,
 }
 
 impl RedisIndex {
@@ -159,7 +234,7 @@ impl RedisIndex {
             .map_err(|e| StoreError::Refused(e.to_string()))?;
         check_name(name)?;
         let mut link = Link::new(location)?;
-        if let Some(metrics) = options.metrics {
+        if let Some(metrics) = options.metrics.clone() {
             link = link.with_metrics(metrics);
         }
         if let Some(stop) = options.stop {
@@ -193,7 +268,18 @@ impl RedisIndex {
             ],
             bucket_shift: 32 - bucket_bits(config.capacity.get(), lsh.bands + 3),
             decide_script: Script::new(include_str!("decide.lua")),
+            lookup_script: Script::new(include_str!("lookup.lua")),
             create_script: Script::new(include_str!("create.lua")),
+            prefix: prefix.clone(),
+            measure: config.measure,
+            threshold: config.threshold,
+            cache: LruCache::new(
+                NonZeroUsize::new(config.capacity.get().min(CACHE_ENTRIES)).unwrap_or(NonZeroUsize::MIN),
+            ),
+            claims: 0,
+            claims_refused: 0,
+            verify_here: !options.redis_verifies,
+            metrics: options.metrics.clone(),
             worker_scope: worker,
             token_scope: options.token_scope.unwrap_or_else(|| "tokens".into()),
             calls: 0,
@@ -217,6 +303,12 @@ impl RedisIndex {
         &self.settings
     }
 
+    /// Messages sent with a verdict verified here, and of those, how many
+    /// the script decided itself because their candidates had changed.
+    pub fn claims(&self) -> (u64, u64) {
+        (self.claims, self.claims_refused)
+    }
+
     /// Creates the index if it is missing; refuses one of other settings.
     fn create(&mut self) -> Result<(), StoreError> {
         let (script, meta, ours) = (&self.create_script, &self.meta_key, &self.settings);
@@ -233,74 +325,36 @@ impl RedisIndex {
         Ok(())
     }
 
-    /// One call: the script over `asks`, appending their verdicts.
-    fn call(&mut self, asks: &[Ask<'_>], verdicts: &mut Vec<Verdict>) -> Result<(), StoreError> {
-        self.calls += 1;
-        let own_tokens = asks.iter().any(|ask| ask.token.is_none());
-        let mut args: Vec<Vec<u8>> = Vec::with_capacity(9 + self.forget.len() + 4 * asks.len());
-        args.push(self.settings.clone().into_bytes());
-        args.extend(self.params.iter().map(|p| p.clone().into_bytes()));
-        args.push(
-            if own_tokens {
-                &self.worker_scope
-            } else {
-                &self.token_scope
-            }
-            .clone()
-            .into_bytes(),
-        );
-        let flags_at = args.len();
-        args.push(Vec::new());
-        // Given tokens are forgotten from their scope, with the next call
-        // that names it.
-        let forget = if own_tokens { 0 } else { self.forget.len() };
-        args.push(forget.to_string().into_bytes());
-        args.extend(self.forget[..forget].iter().cloned());
-        for (position, ask) in asks.iter().enumerate() {
-            let mut op = vec![match ask.op {
-                Op::Check => b'c',
-                Op::Query => b'q',
-            }];
-            match ask.token {
-                Some(token) => op.extend_from_slice(token),
-                None => {
-                    op.extend_from_slice(&self.calls.to_be_bytes());
-                    op.extend_from_slice(&(position as u32).to_be_bytes());
-                }
-            }
-            args.push(op);
-            let mut records = Vec::with_capacity(7 * (ask.sketch.band_keys.len() + 1));
-            let exact = exact_key(ask.sketch.set_fingerprint);
-            for &key in ask.sketch.band_keys.iter().chain(std::iter::once(&exact)) {
-                let bucket = key >> self.bucket_shift;
-                records.extend_from_slice(&bucket.to_be_bytes()[1..]);
-                records.extend_from_slice(&key.to_be_bytes());
-            }
-            args.push(records);
-            args.push(
-                ask.sketch
-                    .shingles
-                    .iter()
-                    .flat_map(|s| s.to_be_bytes())
-                    .collect(),
-            );
-            let mut id = Vec::with_capacity(24);
-            ask.id.write_json(&mut id);
-            args.push(id);
-        }
+    /// Runs a script of the index until Redis answers: recreates the index
+    /// if Redis lost it, and reports other settings as such. `flags_at`
+    /// names the argument that says whether the call is a repeat.
+    fn run_script(
+        &mut self,
+        decide: bool,
+        args: &mut [Vec<u8>],
+        flags_at: Option<(usize, bool)>,
+    ) -> Result<Value, StoreError> {
         let mut recreated = false;
-        let reply = loop {
-            let (script, meta) = (&self.decide_script, &self.meta_key);
+        loop {
+            let script = if decide {
+                &self.decide_script
+            } else {
+                &self.lookup_script
+            };
+            let meta = &self.meta_key;
             let result = self.link.retry("deciding", |c, retry| {
-                // A repeated call looks its tokens up instead of deciding
-                // them again; a first call of this worker's own tokens
-                // clears the memo of the call before, which has answered.
-                args[flags_at] = if retry || !own_tokens {
-                    b"r".to_vec()
-                } else {
-                    b"c".to_vec()
-                };
-                invoke(script, meta, &args, c)
+                if let Some((at, own_tokens)) = flags_at {
+                    // A repeated call looks its tokens up instead of
+                    // deciding them again; a first call of this worker's
+                    // own tokens clears the memo of the call before, which
+                    // has been answered.
+                    args[at] = if retry || !own_tokens {
+                        b"r".to_vec()
+                    } else {
+                        b"c".to_vec()
+                    };
+                }
+                invoke(script, meta, args, c)
             });
             match result {
                 Err(RetryError::Failed(e)) if e.code() == Some("DEDUP_NOINDEX") && !recreated => {
@@ -323,17 +377,253 @@ impl RedisIndex {
                     });
                 }
                 Err(e) => return Err(e.into()),
-                Ok(reply) => break reply,
+                Ok(reply) => return Ok(reply),
             }
+        }
+    }
+
+    /// The posting records of a message: bucket (3 bytes) and key (4
+    /// bytes) of each band and anchor key, then of its exact-set key.
+    fn records(&self, ask: &Ask<'_>) -> Vec<u8> {
+        let mut records = Vec::with_capacity(7 * (ask.sketch.band_keys.len() + 1));
+        let exact = exact_key(ask.sketch.set_fingerprint);
+        for &key in ask.sketch.band_keys.iter().chain(std::iter::once(&exact)) {
+            let bucket = key >> self.bucket_shift;
+            records.extend_from_slice(&bucket.to_be_bytes()[1..]);
+            records.extend_from_slice(&key.to_be_bytes());
+        }
+        records
+    }
+
+    /// Reads the posting list of every distinct record of the messages.
+    fn read_lists(&mut self, records: &[Vec<u8>]) -> Result<HashMap<[u8; 7], Vec<u8>>, StoreError> {
+        let mut wanted: Vec<[u8; 7]> = Vec::new();
+        let mut seen = HashSet::new();
+        for recs in records {
+            for rec in recs.chunks_exact(7) {
+                let rec: [u8; 7] = rec.try_into().expect("chunks of 7");
+                if seen.insert(rec) {
+                    wanted.push(rec);
+                }
+            }
+        }
+        let mut args = vec![self.settings.clone().into_bytes(), wanted.concat()];
+        let reply = self.run_script(false, &mut args, None)?;
+        let Value::Array(lists) = reply else {
+            return Err(StoreError::Refused("unexpected reply from the lookup script".into()));
         };
+        if lists.len() != wanted.len() {
+            return Err(StoreError::Refused("unexpected reply from the lookup script".into()));
+        }
+        Ok(wanted
+            .into_iter()
+            .zip(lists)
+            .map(|(rec, list)| match list {
+                Value::BulkString(bytes) => (rec, bytes),
+                _ => (rec, Vec::new()),
+            })
+            .collect())
+    }
+
+    /// Loads into the cache every message the lists name that it lacks.
+    fn fetch_entries(&mut self, lists: &HashMap<[u8; 7], Vec<u8>>) -> Result<(), StoreError> {
+        let mut missing: Vec<[u8; 8]> = Vec::new();
+        let mut seen = HashSet::new();
+        for list in lists.values() {
+            for cell in list.chunks_exact(8) {
+                let cell: [u8; 8] = cell.try_into().expect("chunks of 8");
+                if !self.cache.contains(&cell) && seen.insert(cell) {
+                    missing.push(cell);
+                }
+            }
+        }
+        for wanted in missing.chunks(1000) {
+            let keys: Vec<Vec<u8>> = wanted
+                .iter()
+                .map(|cell| {
+                    let mut key = format!("{}e:", self.prefix).into_bytes();
+                    key.extend_from_slice(&cell[..4]);
+                    key
+                })
+                .collect();
+            let entries: Vec<Option<Vec<u8>>> = self
+                .link
+                .retry("reading candidates", |c, _| {
+                    redis::cmd("MGET").arg(&keys).query(c)
+                })
+                .map_err(StoreError::from)?;
+            for (cell, entry) in wanted.iter().zip(entries) {
+                // A slot given to another message since the lists were
+                // read is left out: its claims are not made.
+                if let Some(entry) = entry.as_deref().and_then(Cached::parse)
+                    && entry.seq as u32 == u32::from_be_bytes(cell[4..].try_into().expect("4 bytes"))
+                {
+                    self.cache.put(*cell, Arc::new(entry));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The verdict this message gets if the lists are still as read, with
+    /// those lists (see decide.lua); empty when it cannot be made here.
+    fn claim(&self, ask: &Ask<'_>, records: &[u8], lists: &HashMap<[u8; 7], Vec<u8>>) -> Vec<u8> {
+        if ask.sketch.shingles.is_empty() {
+            return Vec::new();
+        }
+        let list = |rec: &[u8]| -> &[u8] {
+            let rec: [u8; 7] = rec.try_into().expect("7 bytes");
+            lists.get(&rec).map_or(&[], Vec::as_slice)
+        };
+        let recs: Vec<&[u8]> = records.chunks_exact(7).collect();
+        let Some((&exact_rec, band_recs)) = recs.split_last() else {
+            return Vec::new();
+        };
+        let mut exact: Option<[u8; 8]> = None;
+        for cell in list(exact_rec).chunks_exact(8) {
+            let Some(entry) = self.cache.peek(cell) else {
+                return Vec::new();
+            };
+            if *entry.shingles == *ask.sketch.shingles {
+                exact = cell.try_into().ok();
+                break;
+            }
+        }
+        // (cell, shared, of, seq) of the best match so far.
+        let mut best: Option<([u8; 8], usize, usize, u64)> = None;
+        if let (Measure::Jaccard, Some(cell)) = (self.measure, exact) {
+            best = Some((cell, 1, 1, 0));
+        } else {
+            let mut seen = HashSet::new();
+            let cells = band_recs
+                .iter()
+                .flat_map(|rec| list(rec).chunks_exact(8))
+                .chain(exact.as_ref().map(|c| c.as_slice()));
+            for cell in cells {
+                if !seen.insert(&cell[..4]) {
+                    continue;
+                }
+                let Some(entry) = self.cache.peek(cell) else {
+                    return Vec::new();
+                };
+                let (shared, of) = similarity_parts(self.measure, ask.sketch.shingles, &entry.shingles);
+                let s = shared as f64 / of as f64;
+                let floor = best.map_or(self.threshold, |(_, n, d, _)| n as f64 / d as f64);
+                let better = match best {
+                    None => true,
+                    Some((_, n, d, seq)) => {
+                        let best_s = n as f64 / d as f64;
+                        s > best_s || entry.seq < seq
+                    }
+                };
+                if s >= floor && better {
+                    best = Some((cell.try_into().expect("8 bytes"), shared, of, entry.seq));
+                }
+            }
+        }
+        let mut claim = Vec::with_capacity(64);
+        claim.push(u8::from(exact.is_some()) | (u8::from(best.is_some()) << 1));
+        claim.extend_from_slice(exact.as_ref().map_or(&[0; 4], |c| &c[..4]));
+        let id = best.and_then(|(cell, ..)| self.cache.peek(&cell).map(|e| e.id.clone()));
+        match best {
+            Some((cell, shared, of, _)) => {
+                claim.extend_from_slice(&cell);
+                claim.extend_from_slice(&(shared as u32).to_be_bytes());
+                claim.extend_from_slice(&(of as u32).to_be_bytes());
+            }
+            None => claim.extend_from_slice(&[0; 16]),
+        }
+        let id = id.unwrap_or_default();
+        let Ok(id_len) = u16::try_from(id.len()) else {
+            return Vec::new();
+        };
+        claim.extend_from_slice(&id_len.to_be_bytes());
+        claim.extend_from_slice(&id);
+        for rec in &recs {
+            let list = list(rec);
+            let Ok(n) = u16::try_from(list.len()) else {
+                return Vec::new();
+            };
+            claim.extend_from_slice(&n.to_be_bytes());
+            claim.extend_from_slice(list);
+        }
+        claim
+    }
+
+    /// One commit: the decide script over `asks`, appending their verdicts.
+    fn call(&mut self, asks: &[Ask<'_>], verdicts: &mut Vec<Verdict>) -> Result<(), StoreError> {
+        self.calls += 1;
+        let own_tokens = asks.iter().any(|ask| ask.token.is_none());
+        let records: Vec<Vec<u8>> = asks.iter().map(|ask| self.records(ask)).collect();
+        // Read, verify here, and claim; the script checks the claims hold.
+        let lists = if self.verify_here {
+            let lists = self.read_lists(&records)?;
+            self.fetch_entries(&lists)?;
+            lists
+        } else {
+            HashMap::new()
+        };
+        let mut args: Vec<Vec<u8>> = Vec::with_capacity(10 + self.forget.len() + 5 * asks.len());
+        args.push(self.settings.clone().into_bytes());
+        args.extend(self.params.iter().map(|p| p.clone().into_bytes()));
+        args.push(
+            if own_tokens {
+                &self.worker_scope
+            } else {
+                &self.token_scope
+            }
+            .clone()
+            .into_bytes(),
+        );
+        let flags_at = args.len();
+        args.push(Vec::new());
+        args.push(if own_tokens {
+            self.calls.to_be_bytes().to_vec()
+        } else {
+            Vec::new()
+        });
+        // Given tokens are forgotten from their scope, with the next call
+        // that names it.
+        let forget = if own_tokens { 0 } else { self.forget.len() };
+        args.push(forget.to_string().into_bytes());
+        args.extend(self.forget[..forget].iter().cloned());
+        let mut claims = 0;
+        for (ask, recs) in asks.iter().zip(records) {
+            let mut op = vec![match ask.op {
+                Op::Check => b'c',
+                Op::Query => b'q',
+            }];
+            op.extend_from_slice(ask.token.unwrap_or_default());
+            args.push(op);
+            let claim = if self.verify_here {
+                self.claim(ask, &recs, &lists)
+            } else {
+                Vec::new()
+            };
+            claims += u64::from(!claim.is_empty());
+            args.push(recs);
+            args.push(
+                ask.sketch
+                    .shingles
+                    .iter()
+                    .flat_map(|s| s.to_be_bytes())
+                    .collect(),
+            );
+            let mut id = Vec::with_capacity(24);
+            ask.id.write_json(&mut id);
+            args.push(id);
+            args.push(claim);
+        }
+        let reply = self.run_script(true, &mut args, Some((flags_at, own_tokens)))?;
         self.forget.drain(..forget);
-        self.parse_reply(reply, asks.len(), verdicts)
+        self.parse_reply(reply, asks.len(), claims, verdicts)
     }
 
     fn parse_reply(
         &mut self,
         reply: Value,
         asks: usize,
+        claims: u64,
         verdicts: &mut Vec<Verdict>,
     ) -> Result<(), StoreError> {
         let bad =
@@ -341,16 +631,16 @@ impl RedisIndex {
         let Value::Array(items) = reply else {
             return Err(bad("not an array"));
         };
-        if items.len() != asks + 2 {
+        if items.len() != asks + 3 {
             return Err(bad("wrong length"));
         }
         let start = verdicts.len();
         for item in &items[..asks] {
-            let Value::BulkString(bytes) = item else {
-                verdicts.truncate(start);
-                return Err(bad("a verdict is not a string"));
+            let verdict = match item {
+                Value::BulkString(bytes) => decode_verdict(bytes),
+                _ => None,
             };
-            match decode_verdict(bytes) {
+            match verdict {
                 Some(verdict) => verdicts.push(verdict),
                 None => {
                     verdicts.truncate(start);
@@ -364,6 +654,15 @@ impl RedisIndex {
         };
         self.stats.len = int(&items[asks]).ok_or_else(|| bad("length"))?;
         self.stats.evictions = int(&items[asks + 1]).ok_or_else(|| bad("evictions"))?;
+        let refused = int(&items[asks + 2]).ok_or_else(|| bad("claims"))?;
+        self.claims_refused += refused;
+        self.claims += claims;
+        if let Some(metrics) = &self.metrics {
+            metrics.store_claims.fetch_add(claims, Ordering::Relaxed);
+            metrics
+                .store_claims_refused
+                .fetch_add(refused, Ordering::Relaxed);
+        }
         Ok(())
     }
 }

@@ -92,6 +92,11 @@ pub struct Metrics {
     pub store_errors: AtomicU64,
     /// Calls to the index store (round trips to Redis).
     pub store_calls: AtomicU64,
+    /// Messages this worker verified itself and sent with their verdict.
+    pub store_claims: AtomicU64,
+    /// Of those, verdicts Redis did not take because the candidates had
+    /// changed since they were read (it decided those itself).
+    pub store_claims_refused: AtomicU64,
     /// Queue entries read (`consume`), claimed ones included.
     pub queue_read: AtomicU64,
     /// Queue entries claimed from other consumers that went quiet.
@@ -151,7 +156,19 @@ impl Metrics {
             "1 while the index store is reachable (always for an index in memory), 0 while Redis is not.",
         );
         let _ = writeln!(out, "dedup_index_store_up {}", u8::from(self.healthy()));
-        let simple: [(&str, &str, &str, &AtomicU64); 16] = [
+        let simple: [(&str, &str, &str, &AtomicU64); 18] = [
+            (
+                "dedup_index_store_claims_total",
+                "counter",
+                "Messages verified by this worker and sent to Redis with their verdict.",
+                &self.store_claims,
+            ),
+            (
+                "dedup_index_store_claims_refused_total",
+                "counter",
+                "Verdicts Redis decided itself because the candidates changed after this worker read them.",
+                &self.store_claims_refused,
+            ),
             (
                 "dedup_index_store_errors_total",
                 "counter",

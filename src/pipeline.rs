@@ -42,6 +42,7 @@ use crate::engine::{Deduper, Verdict};
 use crate::error::Error;
 use crate::lines::{Line, LineReader, is_blank};
 use crate::record::{Decoder, FieldSpec};
+use crate::report::Report;
 use crate::stats::Summary;
 
 /// Default longest input line, in bytes.
@@ -103,6 +104,9 @@ pub struct PipelineConfig {
     pub emit: Emit,
     /// What an invalid line does.
     pub on_invalid: OnInvalid,
+    /// Live counters and invalid-line warnings (by default: every invalid
+    /// line warned about, by its number).
+    pub report: Arc<Report>,
 }
 
 impl Default for PipelineConfig {
@@ -115,6 +119,7 @@ impl Default for PipelineConfig {
             queue_batches: DEFAULT_QUEUE_BATCHES,
             emit: Emit::All,
             on_invalid: OnInvalid::Skip,
+            report: Arc::default(),
         }
     }
 }
@@ -170,12 +175,21 @@ where
     let decoder = Arc::new(Decoder::new(config.fields.clone()));
     let engine = {
         let (emit, on_invalid) = (config.emit, config.on_invalid);
+        let report = Arc::clone(&config.report);
         tokio::task::spawn_blocking(move || {
             let spares = Spares {
                 lines: spare_lines_tx,
                 out: spare_out_rx,
             };
-            decide_batches(deduper, prepared_rx, bytes_tx, &spares, emit, on_invalid)
+            decide_batches(
+                deduper,
+                prepared_rx,
+                bytes_tx,
+                &spares,
+                emit,
+                on_invalid,
+                &report,
+            )
         })
     };
 
@@ -329,6 +343,7 @@ fn decide_batches(
     spares: &Spares,
     emit: Emit,
     on_invalid: OnInvalid,
+    report: &Report,
 ) -> Result<(Deduper, Summary), Error> {
     let mut summary = Summary::default();
     while let Some(batch) = batches.blocking_recv() {
@@ -342,7 +357,7 @@ fn decide_batches(
                         let _ = output.blocking_send(out);
                         return Err(Error::Invalid(invalid.clone()));
                     }
-                    tracing::warn!("{invalid}: skipped");
+                    report.skipped(invalid);
                 }
                 Item::Message(message) => {
                     let verdict = batch::decide(&mut deduper, &batch, message);
@@ -359,6 +374,7 @@ fn decide_batches(
             }
         }
         give_back(&spares.lines, batch.raw.bytes);
+        report.progress.update(&summary, deduper.index().len());
         if !out.is_empty() && output.blocking_send(out).is_err() {
             break; // The output is closed: stop quietly.
         }

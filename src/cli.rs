@@ -1,12 +1,12 @@
 //! The command line: clap definitions, turned into library configs. Nothing
 //! past this module sees a clap type.
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use dedup_stream::config::{
     DEFAULT_CAPACITY, DEFAULT_MAX_BUCKET, DEFAULT_MEASURE, DEFAULT_SHINGLE, DEFAULT_THRESHOLD,
@@ -16,10 +16,16 @@ use dedup_stream::pipeline::{self, Emit, OnInvalid, PipelineConfig};
 use dedup_stream::server::{self, ListenAddr, Reply, ServerConfig};
 use dedup_stream::{ConfigError, FieldSpec};
 
-/// Tags every JSON line on stdin as new or as a near-duplicate of an earlier
-/// message, and writes it to stdout in input order.
+/// Tags every JSON line of the files (or stdin) as new or as a
+/// near-duplicate of an earlier message, and writes it to stdout in input
+/// order.
 #[derive(Debug, Parser)]
 #[command(name = "dedup-stream", version, about, long_about = None)]
+#[command(after_help = "Examples:\n  \
+    dedup-stream tweets.jsonl > tagged.jsonl\n  \
+    zcat day1.jsonl.gz | dedup-stream --emit new - day2.jsonl\n  \
+    dedup-stream compare 'first text' 'second text'\n  \
+    dedup-stream serve --listen localhost:7878")]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct Cli {
     #[command(subcommand)]
@@ -36,15 +42,40 @@ pub enum Command {
     Compare(CompareArgs),
     /// Serve one shared index over TCP and Unix sockets: a sidecar that
     /// several consumers ask per message (JSON lines in, one reply line per
-    /// line out).
+    /// line out). Every option can also be set by an environment variable
+    /// (DEDUP_STREAM_ and the option's name, as --help shows).
     Serve(ServeArgs),
+    /// Print a shell completion script to stdout (for example
+    /// `dedup-stream completions bash > ~/.local/share/bash-completion/completions/dedup-stream`).
+    Completions(CompletionsArgs),
+    /// Print the manual page (roff) to stdout (for example
+    /// `dedup-stream man > ~/.local/share/man/man1/dedup-stream.1`).
+    Man,
+}
+
+/// `completions`' argument.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: ShellArg,
+}
+
+/// The shells `completions` writes for.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ShellArg {
+    Bash,
+    Zsh,
+    Fish,
+    Elvish,
+    Powershell,
 }
 
 /// How messages are compared.
 #[derive(Debug, Args, Clone)]
 pub struct EngineArgs {
     /// Similarity at or above which a message is a near-duplicate, in (0, 1].
-    #[arg(long, default_value_t = DEFAULT_THRESHOLD, value_name = "F")]
+    #[arg(long, default_value_t = DEFAULT_THRESHOLD, value_name = "F", value_parser = parse_threshold)]
     pub threshold: f64,
 
     /// How texts are cut into shingles: words:N (word N-grams) or chars:N
@@ -64,27 +95,27 @@ pub struct EngineArgs {
 pub struct MessageArgs {
     /// Most messages the index holds; past it the least recently used is
     /// evicted with everything it holds in the index.
-    #[arg(long, default_value_t = NonZeroUsize::new(DEFAULT_CAPACITY).expect("non-zero"), value_name = "N")]
+    #[arg(long, default_value_t = NonZeroUsize::new(DEFAULT_CAPACITY).expect("non-zero"), value_name = "N", value_parser = parse_capacity)]
     pub capacity: NonZeroUsize,
 
     /// Dotted path of the id field (default: the first present of id_str,
     /// id, data.id).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", value_parser = parse_field_path)]
     pub id_field: Option<String>,
 
     /// Dotted path of a text field; repeat to join several with a space
     /// (default: the first present of extended_tweet.full_text, full_text,
     /// text, data.text, following native retweets).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", value_parser = parse_field_path)]
     pub text_field: Vec<String>,
 
     /// Longest input line in bytes; longer lines are skipped as invalid
     /// without being read into memory.
-    #[arg(long, default_value_t = pipeline::DEFAULT_MAX_LINE_BYTES, value_name = "BYTES")]
+    #[arg(long, default_value_t = pipeline::DEFAULT_MAX_LINE_BYTES, value_name = "BYTES", value_parser = at_least_one)]
     pub max_line_bytes: usize,
 
     /// Most indexed messages one LSH bucket holds.
-    #[arg(long, default_value_t = DEFAULT_MAX_BUCKET, value_name = "N", hide_short_help = true)]
+    #[arg(long, default_value_t = DEFAULT_MAX_BUCKET, value_name = "N", hide_short_help = true, value_parser = at_least_one)]
     pub max_bucket: usize,
 }
 
@@ -107,6 +138,17 @@ pub struct StateArgs {
 /// The filter's options.
 #[derive(Debug, Args)]
 pub struct FilterArgs {
+    /// JSON-lines files to read in order, as one stream (`-`: stdin).
+    /// Default: stdin. A file named like a subcommand needs a path: ./serve.
+    #[arg(value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+
+    /// Write the end-of-run summary as JSON to FILE (counts, elapsed
+    /// seconds, messages per second, index size), for scripts and
+    /// pipelines. Checked to be writable before any input is read.
+    #[arg(long, value_name = "FILE")]
+    pub stats: Option<PathBuf>,
+
     #[command(flatten)]
     pub engine: EngineArgs,
 
@@ -131,11 +173,13 @@ pub struct FilterArgs {
     #[arg(long, value_name = "N")]
     pub threads: Option<NonZeroUsize>,
 
-    /// No summary at the end (invalid lines are still reported).
+    /// No summary and no progress line (invalid lines are still reported).
     #[arg(short, long)]
     pub quiet: bool,
 
-    /// More logging on stderr (-v: progress, -vv: debugging).
+    /// More on stderr (-v: every invalid line, not only the first 20, and
+    /// the state file's loading and saving; -vv: debugging). RUST_LOG, when
+    /// set, chooses the log filter instead.
     #[arg(short, long, action = clap::ArgAction::Count, conflicts_with = "quiet")]
     pub verbose: u8,
 }
@@ -152,10 +196,11 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub state: StateArgs,
 
-    /// Address to serve: IP:PORT for TCP or unix:PATH for a Unix domain
-    /// socket; repeat for several. The service has no authentication, so
-    /// the default is loopback only; any other address must be given.
-    #[arg(long, value_name = "ADDR", default_value = server::DEFAULT_LISTEN)]
+    /// Address to serve: HOST:PORT for TCP (an IP or a host name, such as
+    /// localhost:7878) or unix:PATH for a Unix domain socket; repeat for
+    /// several. The service has no authentication, so the default is
+    /// loopback only; any other address must be given.
+    #[arg(long, value_name = "ADDR", default_value = server::DEFAULT_LISTEN, value_parser = parse_listen)]
     pub listen: Vec<ListenAddr>,
 
     /// What each message gets back: tagged (the message with its verdict,
@@ -165,7 +210,7 @@ pub struct ServeArgs {
 
     /// Most client connections open at once; one more gets an error line
     /// and is closed.
-    #[arg(long, default_value_t = server::DEFAULT_MAX_CONNECTIONS, value_name = "N")]
+    #[arg(long, default_value_t = server::DEFAULT_MAX_CONNECTIONS, value_name = "N", value_parser = at_least_one)]
     pub max_connections: usize,
 
     /// Close a connection idle this long: nothing received and no reply
@@ -174,8 +219,8 @@ pub struct ServeArgs {
     pub idle_timeout: Duration,
 
     /// Serve GET /healthz and GET /metrics (Prometheus) over HTTP on
-    /// IP:PORT.
-    #[arg(long, value_name = "ADDR")]
+    /// HOST:PORT.
+    #[arg(long, value_name = "ADDR", value_parser = parse_socket_addr)]
     pub admin: Option<SocketAddr>,
 
     /// With --state: save this often as well as at shutdown. 0: only at
@@ -199,14 +244,24 @@ pub struct ServeArgs {
 
 /// `compare`'s arguments.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "A and B are texts. @PATH reads a file instead (as curl does; @@ \
+    starts a text with a literal @), and so does every argument with --file. A file holds \
+    plain text or one JSON record; a JSON-lines file is refused (tag it with \
+    `dedup-stream FILE`)."
+)]
 pub struct CompareArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
 
-    /// First text, or a file holding it (plain text or one JSON record).
+    /// Read A and B as paths of files holding the texts.
+    #[arg(long)]
+    pub file: bool,
+
+    /// First text (@PATH: the text in a file).
     pub a: String,
 
-    /// Second text, or a file holding it.
+    /// Second text (@PATH: the text in a file).
     pub b: String,
 }
 
@@ -227,6 +282,125 @@ pub enum ReplyArg {
 pub enum OnInvalidArg {
     Skip,
     Fail,
+}
+
+/// The threshold: a number in (0, 1].
+fn parse_threshold(s: &str) -> Result<f64, String> {
+    let t: f64 = s
+        .parse()
+        .map_err(|_| "expected a number in (0, 1], such as 0.8".to_string())?;
+    if t > 0.0 && t <= 1.0 {
+        Ok(t)
+    } else {
+        Err("must be in (0, 1]: above 0, at most 1".into())
+    }
+}
+
+/// The index capacity: 1 to 2^32 - 1 (the index's slots are 32-bit).
+fn parse_capacity(s: &str) -> Result<NonZeroUsize, String> {
+    let range = || format!("must be from 1 to {}", u32::MAX);
+    let n: u64 = s.parse().map_err(|_| range())?;
+    if n == 0 || n > u64::from(u32::MAX) {
+        return Err(range());
+    }
+    usize::try_from(n)
+        .ok()
+        .and_then(NonZeroUsize::new)
+        .ok_or_else(range)
+}
+
+/// A count that must be at least 1.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("must be a whole number from 1 to {}", usize::MAX)),
+    }
+}
+
+/// A dotted field path such as `data.text`.
+fn parse_field_path(s: &str) -> Result<String, ConfigError> {
+    FieldSpec::new(Some(s), Vec::new())?;
+    Ok(s.to_string())
+}
+
+/// A TCP address: an IP and a port, or a host name and a port (resolved
+/// now; the first address it resolves to is used).
+fn parse_socket_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = s.parse() {
+        return Ok(addr);
+    }
+    if !s.contains(':') {
+        return Err("expected HOST:PORT, such as 127.0.0.1:7878 or localhost:7878".into());
+    }
+    match s.to_socket_addrs() {
+        Ok(mut addrs) => addrs
+            .next()
+            .ok_or_else(|| format!("host name {s:?} resolves to no address")),
+        Err(e) => Err(format!("cannot resolve {s:?}: {e}")),
+    }
+}
+
+/// A `--listen` address: `unix:PATH`, or a TCP address as
+/// [`parse_socket_addr`] reads it.
+fn parse_listen(s: &str) -> Result<ListenAddr, String> {
+    if s.starts_with("unix:") {
+        return s.parse().map_err(|e: server::BadListenAddr| e.to_string());
+    }
+    parse_socket_addr(s).map(ListenAddr::Tcp)
+}
+
+/// Prefix of the environment variables that set `serve`'s options.
+pub const ENV_PREFIX: &str = "DEDUP_STREAM_";
+
+/// The command line definition, with every option of `serve` (and of any
+/// other service subcommand listed in [`ENV_SUBCOMMANDS`]) also read from
+/// an environment variable: `DEDUP_STREAM_` and the option's long name in
+/// capitals, dashes as underscores (`--idle-timeout`:
+/// `DEDUP_STREAM_IDLE_TIMEOUT`). `--help` shows each variable.
+pub fn command() -> clap::Command {
+    let mut command = Cli::command();
+    for name in ENV_SUBCOMMANDS {
+        if command.find_subcommand(name).is_some() {
+            command = command.mut_subcommand(name, |sub| {
+                sub.mut_args(|arg| {
+                    let Some(long) = arg.get_long() else {
+                        return arg;
+                    };
+                    // Counted flags (-v) have no value to read from the
+                    // environment.
+                    use clap::ArgAction::{Count, Help, HelpLong, HelpShort, Version};
+                    if matches!(
+                        arg.get_action(),
+                        Count | Help | HelpLong | HelpShort | Version
+                    ) {
+                        return arg;
+                    }
+                    let var = format!("{ENV_PREFIX}{}", long.to_uppercase().replace('-', "_"));
+                    arg.env(var)
+                })
+            });
+        }
+    }
+    command
+}
+
+/// The subcommands whose options environment variables can set: services
+/// configured as sidecars in containers.
+pub const ENV_SUBCOMMANDS: &[&str] = &["serve", "consume"];
+
+/// Parses the process's arguments (and, for the services, environment),
+/// exiting with clap's message and status 2 on a usage error.
+pub fn parse() -> Cli {
+    let matches = command().get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.format(&mut command()).exit())
+}
+
+/// Prints a usage error in clap's style (`error: ...`, the usage line, a
+/// pointer to --help) and returns exit status 2.
+pub fn usage_error(message: impl std::fmt::Display) -> u8 {
+    let error = command().error(clap::error::ErrorKind::ValueValidation, message);
+    let _ = error.print();
+    2
 }
 
 fn parse_shingling(s: &str) -> Result<Shingling, ConfigError> {
@@ -301,7 +475,7 @@ impl FilterArgs {
         let defaults = PipelineConfig::default();
         Ok(PipelineConfig {
             fields: self.message.fields()?,
-            max_line_bytes: self.message.max_line_bytes.max(1),
+            max_line_bytes: self.message.max_line_bytes,
             threads: self.threads.unwrap_or(defaults.threads),
             emit: match self.emit {
                 EmitArg::All => Emit::All,

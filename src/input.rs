@@ -163,6 +163,10 @@ pub struct Inputs {
     /// Bytes read ahead from the current source (to look for a BOM), served
     /// before reading it further.
     pending: Vec<u8>,
+    /// Whether the current source has ended already (while looking for a
+    /// BOM): it is not read again, since a terminal's end of input (Ctrl-D)
+    /// is not repeated.
+    current_ended: bool,
     /// Newlines passed on so far: the stream line the next line starts.
     newlines: u64,
     /// Whether the last byte passed on ended a line (or nothing was passed).
@@ -194,6 +198,7 @@ impl Inputs {
             next: 0,
             current: None,
             pending: Vec::new(),
+            current_ended: false,
             newlines: 0,
             at_line_start: true,
             current_has_bytes: false,
@@ -219,11 +224,15 @@ impl Inputs {
         };
         // Read enough to see a byte-order mark.
         let mut head = Vec::with_capacity(BOM.len());
+        let mut ended = false;
         while head.len() < BOM.len() {
             let mut byte = [0u8; 3];
             let want = BOM.len() - head.len();
             match reader.read(&mut byte[..want]) {
-                Ok(0) => break,
+                Ok(0) => {
+                    ended = true;
+                    break;
+                }
                 Ok(n) => head.extend_from_slice(&byte[..n]),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(in_source(&source, e)),
@@ -236,6 +245,7 @@ impl Inputs {
             head.clear();
         }
         self.pending = head;
+        self.current_ended = ended;
         self.current = Some(reader);
         self.current_has_bytes = false;
         self.map.state().starts.push((self.newlines + 1, index));
@@ -286,7 +296,11 @@ impl Read for Inputs {
                 return Ok(n);
             }
             let reader = self.current.as_mut().expect("a source is open");
-            let n = match reader.read(buf) {
+            let n = match if self.current_ended {
+                Ok(0)
+            } else {
+                reader.read(buf)
+            } {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {

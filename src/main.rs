@@ -298,6 +298,14 @@ fn serve(args: &ServeArgs) -> Exit {
         Ok(config) => config,
         Err(e) => return usage(e),
     };
+    if let Some(path) = &args.state.state
+        && let Err(e) = input::check_writable(path)
+    {
+        return usage(format!(
+            "--state {}: cannot write there: {e}",
+            path.display()
+        ));
+    }
     let (deduper, runtime) = match start(args.engine_config(), &args.state) {
         Ok(started) => started,
         Err(exit) => return exit,

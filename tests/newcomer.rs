@@ -151,6 +151,14 @@ fn an_unwritable_output_path_stops_the_run_before_any_input_is_read() {
             "{err}"
         );
     }
+    // The server checks its state file before it binds.
+    let output = run_env(&["serve", "--state", missing.to_str().unwrap()], &[]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("does not exist"),
+        "{}",
+        stderr(&output)
+    );
     let output = run(&["--stats", dir.path().to_str().unwrap()], b"");
     assert_eq!(output.status.code(), Some(2));
     assert!(

@@ -37,14 +37,55 @@ const SYLLABLES: &[&str] = &[
     "sen", "tur", "vo",
 ];
 
+const USAGE: &str = "\
+Writes a deterministic tweet stream (JSON lines) to stdout, for benchmarks.
+
+Usage: gen_stream [COUNT] [short|full] [SEED]
+
+  COUNT   messages to write (default 1000000)
+  short   {\"id_str\":..,\"text\":..} lines of about 150 bytes (the default)
+  full    the text in a real v1.1 tweet's envelope, about 4 KB a line
+  SEED    the random seed (default 42): the same seed writes the same stream
+";
+
+/// The arguments, or the reason they are wrong.
+fn parse_args(args: &[String]) -> Result<(u64, bool, u64), String> {
+    if args.len() > 3 {
+        return Err(format!("at most three arguments, got {}", args.len()));
+    }
+    let count = match args.first() {
+        Some(a) => a
+            .parse()
+            .map_err(|_| format!("COUNT must be a whole number, got {a:?}"))?,
+        None => 1_000_000,
+    };
+    let full = match args.get(1).map(String::as_str) {
+        None | Some("short") => false,
+        Some("full") => true,
+        Some(other) => return Err(format!("expected short or full, got {other:?}")),
+    };
+    let seed = match args.get(2) {
+        Some(a) => a
+            .parse()
+            .map_err(|_| format!("SEED must be a whole number, got {a:?}"))?,
+        None => 42,
+    };
+    Ok((count, full, seed))
+}
+
 fn main() -> io::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let count: u64 = args
-        .get(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(1_000_000);
-    let full = args.get(2).is_some_and(|a| a == "full");
-    let seed: u64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(42);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        print!("{USAGE}");
+        return Ok(());
+    }
+    let (count, full, seed) = match parse_args(&args) {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            eprintln!("gen_stream: {e}\n\n{USAGE}");
+            std::process::exit(2);
+        }
+    };
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
 
     let vocabulary: Vec<String> = (0..20_000)

@@ -1,12 +1,12 @@
 //! The command line: clap definitions, turned into library configs. Nothing
 //! past this module sees a clap type.
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use dedup_stream::config::{
     DEFAULT_CAPACITY, DEFAULT_MAX_BUCKET, DEFAULT_MEASURE, DEFAULT_SHINGLE, DEFAULT_THRESHOLD,
@@ -18,10 +18,16 @@ use dedup_stream::redis_index::{DEFAULT_INDEX_NAME, IndexLocation};
 use dedup_stream::server::{self, ListenAddr, Reply, ServerConfig};
 use dedup_stream::{ConfigError, FieldSpec, StoreError};
 
-/// Tags every JSON line on stdin as new or as a near-duplicate of an earlier
-/// message, and writes it to stdout in input order.
+/// Tags every JSON line of the files (or stdin) as new or as a
+/// near-duplicate of an earlier message, and writes it to stdout in input
+/// order.
 #[derive(Debug, Parser)]
 #[command(name = "dedup-stream", version, about, long_about = None)]
+#[command(after_help = "Examples:\n  \
+    dedup-stream tweets.jsonl > tagged.jsonl\n  \
+    zcat day1.jsonl.gz | dedup-stream --emit new - day2.jsonl\n  \
+    dedup-stream compare 'first text' 'second text'\n  \
+    dedup-stream serve --listen localhost:7878")]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct Cli {
     #[command(subcommand)]
@@ -38,7 +44,8 @@ pub enum Command {
     Compare(CompareArgs),
     /// Serve one shared index over TCP and Unix sockets: a sidecar that
     /// several consumers ask per message (JSON lines in, one reply line per
-    /// line out).
+    /// line out). Every option can also be set by an environment variable
+    /// (DEDUP_STREAM_ and the option's name, as --help shows).
     Serve(ServeArgs),
     /// Read a Redis Streams consumer group, tag every entry's message, and
     /// append it to an output stream, exactly once: a worker of a fleet
@@ -46,6 +53,30 @@ pub enum Command {
     Consume(ConsumeArgs),
     /// Look after an index kept in Redis: what it holds, or remove it.
     Index(IndexAdminArgs),
+    /// Print a shell completion script to stdout (for example
+    /// `dedup-stream completions bash > ~/.local/share/bash-completion/completions/dedup-stream`).
+    Completions(CompletionsArgs),
+    /// Print the manual page (roff) to stdout (for example
+    /// `dedup-stream man > ~/.local/share/man/man1/dedup-stream.1`).
+    Man,
+}
+
+/// `completions`' argument.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: ShellArg,
+}
+
+/// The shells `completions` writes for.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ShellArg {
+    Bash,
+    Zsh,
+    Fish,
+    Elvish,
+    Powershell,
 }
 
 /// Where the index lives.
@@ -80,57 +111,57 @@ pub struct ConsumeArgs {
 
     /// The Redis that holds the streams: redis://HOST:PORT[/DB],
     /// rediss://… or redis+unix:///PATH.
-    #[arg(long, value_name = "URL", env = "DEDUP_STREAM_REDIS")]
+    #[arg(long, value_name = "URL")]
     pub redis: String,
 
     /// The stream to read.
-    #[arg(long, value_name = "KEY", env = "DEDUP_STREAM_STREAM")]
+    #[arg(long, value_name = "KEY")]
     pub stream: String,
 
     /// The consumer group (created at the start of the stream if missing).
-    #[arg(long, value_name = "NAME", env = "DEDUP_STREAM_GROUP")]
+    #[arg(long, value_name = "NAME")]
     pub group: String,
 
     /// This worker's name in the group (default: HOSTNAME-PID). A worker
     /// restarted under the same name first finishes its own pending
     /// entries.
-    #[arg(long, value_name = "NAME", env = "DEDUP_STREAM_CONSUMER")]
+    #[arg(long, value_name = "NAME")]
     pub consumer: Option<String>,
 
     /// The stream tagged messages are appended to, or - to write them as
     /// lines to stdout (then at least once rather than exactly once).
-    #[arg(long, value_name = "KEY", env = "DEDUP_STREAM_OUTPUT")]
+    #[arg(long, value_name = "KEY")]
     pub output: String,
 
     /// The entry field that holds the message's JSON (in and out).
-    #[arg(long, value_name = "NAME", default_value = consume::DEFAULT_FIELD, env = "DEDUP_STREAM_FIELD")]
+    #[arg(long, value_name = "NAME", default_value = consume::DEFAULT_FIELD)]
     pub field: String,
 
     /// The stream malformed entries are sent to (default: OUTPUT:invalid,
     /// or STREAM:invalid with --output -).
-    #[arg(long, value_name = "KEY", env = "DEDUP_STREAM_INVALID_STREAM")]
+    #[arg(long, value_name = "KEY")]
     pub invalid_stream: Option<String>,
 
     /// Which messages to append: all (tagged), new or duplicates. Every
     /// entry is acknowledged either way.
-    #[arg(long, value_enum, default_value_t = EmitArg::All, env = "DEDUP_STREAM_EMIT")]
+    #[arg(long, value_enum, default_value_t = EmitArg::All)]
     pub emit: EmitArg,
 
     /// Entries pending this long on another consumer (one that died) are
     /// claimed and finished here. Units: ms, s, m, h.
-    #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration, env = "DEDUP_STREAM_CLAIM_IDLE")]
+    #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
     pub claim_idle: Duration,
 
     /// Entries read at a time.
-    #[arg(long, default_value_t = consume::DEFAULT_BATCH, value_name = "N", env = "DEDUP_STREAM_BATCH")]
+    #[arg(long, default_value_t = consume::DEFAULT_BATCH, value_name = "N")]
     pub batch: usize,
 
     /// Where the index lives (default: on the --redis server).
-    #[arg(long, value_name = "URL", value_parser = parse_location, env = "DEDUP_STREAM_INDEX")]
+    #[arg(long, value_name = "URL", value_parser = parse_location)]
     pub index: Option<IndexLocation>,
 
     /// Name of the index in Redis.
-    #[arg(long, value_name = "NAME", default_value = DEFAULT_INDEX_NAME, env = "DEDUP_STREAM_INDEX_NAME")]
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_INDEX_NAME)]
     pub index_name: String,
 
     /// Leave every verification to Redis (see the filter's option).
@@ -139,7 +170,7 @@ pub struct ConsumeArgs {
 
     /// Serve GET /healthz and GET /metrics (Prometheus) over HTTP on
     /// IP:PORT.
-    #[arg(long, value_name = "ADDR", env = "DEDUP_STREAM_ADMIN")]
+    #[arg(long, value_name = "ADDR")]
     pub admin: Option<SocketAddr>,
 
     /// No summary at the end.
@@ -183,7 +214,7 @@ pub struct IndexTarget {
 #[derive(Debug, Args, Clone)]
 pub struct EngineArgs {
     /// Similarity at or above which a message is a near-duplicate, in (0, 1].
-    #[arg(long, default_value_t = DEFAULT_THRESHOLD, value_name = "F")]
+    #[arg(long, default_value_t = DEFAULT_THRESHOLD, value_name = "F", value_parser = parse_threshold)]
     pub threshold: f64,
 
     /// How texts are cut into shingles: words:N (word N-grams) or chars:N
@@ -203,27 +234,27 @@ pub struct EngineArgs {
 pub struct MessageArgs {
     /// Most messages the index holds; past it the least recently used is
     /// evicted with everything it holds in the index.
-    #[arg(long, default_value_t = NonZeroUsize::new(DEFAULT_CAPACITY).expect("non-zero"), value_name = "N")]
+    #[arg(long, default_value_t = NonZeroUsize::new(DEFAULT_CAPACITY).expect("non-zero"), value_name = "N", value_parser = parse_capacity)]
     pub capacity: NonZeroUsize,
 
     /// Dotted path of the id field (default: the first present of id_str,
     /// id, data.id).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", value_parser = parse_field_path)]
     pub id_field: Option<String>,
 
     /// Dotted path of a text field; repeat to join several with a space
     /// (default: the first present of extended_tweet.full_text, full_text,
     /// text, data.text, following native retweets).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", value_parser = parse_field_path)]
     pub text_field: Vec<String>,
 
     /// Longest input line in bytes; longer lines are skipped as invalid
     /// without being read into memory.
-    #[arg(long, default_value_t = pipeline::DEFAULT_MAX_LINE_BYTES, value_name = "BYTES")]
+    #[arg(long, default_value_t = pipeline::DEFAULT_MAX_LINE_BYTES, value_name = "BYTES", value_parser = at_least_one)]
     pub max_line_bytes: usize,
 
     /// Most indexed messages one LSH bucket holds.
-    #[arg(long, default_value_t = DEFAULT_MAX_BUCKET, value_name = "N", hide_short_help = true)]
+    #[arg(long, default_value_t = DEFAULT_MAX_BUCKET, value_name = "N", hide_short_help = true, value_parser = at_least_one)]
     pub max_bucket: usize,
 }
 
@@ -246,6 +277,17 @@ pub struct StateArgs {
 /// The filter's options.
 #[derive(Debug, Args)]
 pub struct FilterArgs {
+    /// JSON-lines files to read in order, as one stream (`-`: stdin).
+    /// Default: stdin. A file named like a subcommand needs a path: ./serve.
+    #[arg(value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+
+    /// Write the end-of-run summary as JSON to FILE (counts, elapsed
+    /// seconds, messages per second, index size), for scripts and
+    /// pipelines. Checked to be writable before any input is read.
+    #[arg(long, value_name = "FILE")]
+    pub stats: Option<PathBuf>,
+
     #[command(flatten)]
     pub engine: EngineArgs,
 
@@ -273,11 +315,13 @@ pub struct FilterArgs {
     #[arg(long, value_name = "N")]
     pub threads: Option<NonZeroUsize>,
 
-    /// No summary at the end (invalid lines are still reported).
+    /// No summary and no progress line (invalid lines are still reported).
     #[arg(short, long)]
     pub quiet: bool,
 
-    /// More logging on stderr (-v: progress, -vv: debugging).
+    /// More on stderr (-v: every invalid line, not only the first 20, and
+    /// the state file's loading and saving; -vv: debugging). RUST_LOG, when
+    /// set, chooses the log filter instead.
     #[arg(short, long, action = clap::ArgAction::Count, conflicts_with = "quiet")]
     pub verbose: u8,
 }
@@ -297,10 +341,11 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub state: StateArgs,
 
-    /// Address to serve: IP:PORT for TCP or unix:PATH for a Unix domain
-    /// socket; repeat for several. The service has no authentication, so
-    /// the default is loopback only; any other address must be given.
-    #[arg(long, value_name = "ADDR", default_value = server::DEFAULT_LISTEN)]
+    /// Address to serve: HOST:PORT for TCP (an IP or a host name, such as
+    /// localhost:7878) or unix:PATH for a Unix domain socket; repeat for
+    /// several. The service has no authentication, so the default is
+    /// loopback only; any other address must be given.
+    #[arg(long, value_name = "ADDR", default_value = server::DEFAULT_LISTEN, value_parser = parse_listen)]
     pub listen: Vec<ListenAddr>,
 
     /// What each message gets back: tagged (the message with its verdict,
@@ -310,7 +355,7 @@ pub struct ServeArgs {
 
     /// Most client connections open at once; one more gets an error line
     /// and is closed.
-    #[arg(long, default_value_t = server::DEFAULT_MAX_CONNECTIONS, value_name = "N")]
+    #[arg(long, default_value_t = server::DEFAULT_MAX_CONNECTIONS, value_name = "N", value_parser = at_least_one)]
     pub max_connections: usize,
 
     /// Close a connection idle this long: nothing received and no reply
@@ -319,8 +364,8 @@ pub struct ServeArgs {
     pub idle_timeout: Duration,
 
     /// Serve GET /healthz and GET /metrics (Prometheus) over HTTP on
-    /// IP:PORT.
-    #[arg(long, value_name = "ADDR")]
+    /// HOST:PORT.
+    #[arg(long, value_name = "ADDR", value_parser = parse_socket_addr)]
     pub admin: Option<SocketAddr>,
 
     /// With --state: save this often as well as at shutdown. 0: only at
@@ -344,14 +389,24 @@ pub struct ServeArgs {
 
 /// `compare`'s arguments.
 #[derive(Debug, Args)]
+#[command(
+    after_help = "A and B are texts. @PATH reads a file instead (as curl does; @@ \
+    starts a text with a literal @), and so does every argument with --file. A file holds \
+    plain text or one JSON record; a JSON-lines file is refused (tag it with \
+    `dedup-stream FILE`)."
+)]
 pub struct CompareArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
 
-    /// First text, or a file holding it (plain text or one JSON record).
+    /// Read A and B as paths of files holding the texts.
+    #[arg(long)]
+    pub file: bool,
+
+    /// First text (@PATH: the text in a file).
     pub a: String,
 
-    /// Second text, or a file holding it.
+    /// Second text (@PATH: the text in a file).
     pub b: String,
 }
 
@@ -372,6 +427,125 @@ pub enum ReplyArg {
 pub enum OnInvalidArg {
     Skip,
     Fail,
+}
+
+/// The threshold: a number in (0, 1].
+fn parse_threshold(s: &str) -> Result<f64, String> {
+    let t: f64 = s
+        .parse()
+        .map_err(|_| "expected a number in (0, 1], such as 0.8".to_string())?;
+    if t > 0.0 && t <= 1.0 {
+        Ok(t)
+    } else {
+        Err("must be in (0, 1]: above 0, at most 1".into())
+    }
+}
+
+/// The index capacity: 1 to 2^32 - 1 (the index's slots are 32-bit).
+fn parse_capacity(s: &str) -> Result<NonZeroUsize, String> {
+    let range = || format!("must be from 1 to {}", u32::MAX);
+    let n: u64 = s.parse().map_err(|_| range())?;
+    if n == 0 || n > u64::from(u32::MAX) {
+        return Err(range());
+    }
+    usize::try_from(n)
+        .ok()
+        .and_then(NonZeroUsize::new)
+        .ok_or_else(range)
+}
+
+/// A count that must be at least 1.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("must be a whole number from 1 to {}", usize::MAX)),
+    }
+}
+
+/// A dotted field path such as `data.text`.
+fn parse_field_path(s: &str) -> Result<String, ConfigError> {
+    FieldSpec::new(Some(s), Vec::new())?;
+    Ok(s.to_string())
+}
+
+/// A TCP address: an IP and a port, or a host name and a port (resolved
+/// now; the first address it resolves to is used).
+fn parse_socket_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = s.parse() {
+        return Ok(addr);
+    }
+    if !s.contains(':') {
+        return Err("expected HOST:PORT, such as 127.0.0.1:7878 or localhost:7878".into());
+    }
+    match s.to_socket_addrs() {
+        Ok(mut addrs) => addrs
+            .next()
+            .ok_or_else(|| format!("host name {s:?} resolves to no address")),
+        Err(e) => Err(format!("cannot resolve {s:?}: {e}")),
+    }
+}
+
+/// A `--listen` address: `unix:PATH`, or a TCP address as
+/// [`parse_socket_addr`] reads it.
+fn parse_listen(s: &str) -> Result<ListenAddr, String> {
+    if s.starts_with("unix:") {
+        return s.parse().map_err(|e: server::BadListenAddr| e.to_string());
+    }
+    parse_socket_addr(s).map(ListenAddr::Tcp)
+}
+
+/// Prefix of the environment variables that set `serve`'s options.
+pub const ENV_PREFIX: &str = "DEDUP_STREAM_";
+
+/// The command line definition, with every option of `serve` (and of any
+/// other service subcommand listed in [`ENV_SUBCOMMANDS`]) also read from
+/// an environment variable: `DEDUP_STREAM_` and the option's long name in
+/// capitals, dashes as underscores (`--idle-timeout`:
+/// `DEDUP_STREAM_IDLE_TIMEOUT`). `--help` shows each variable.
+pub fn command() -> clap::Command {
+    let mut command = Cli::command();
+    for name in ENV_SUBCOMMANDS {
+        if command.find_subcommand(name).is_some() {
+            command = command.mut_subcommand(name, |sub| {
+                sub.mut_args(|arg| {
+                    let Some(long) = arg.get_long() else {
+                        return arg;
+                    };
+                    // Counted flags (-v) have no value to read from the
+                    // environment.
+                    use clap::ArgAction::{Count, Help, HelpLong, HelpShort, Version};
+                    if matches!(
+                        arg.get_action(),
+                        Count | Help | HelpLong | HelpShort | Version
+                    ) {
+                        return arg;
+                    }
+                    let var = format!("{ENV_PREFIX}{}", long.to_uppercase().replace('-', "_"));
+                    arg.env(var)
+                })
+            });
+        }
+    }
+    command
+}
+
+/// The subcommands whose options environment variables can set: services
+/// configured as sidecars in containers.
+pub const ENV_SUBCOMMANDS: &[&str] = &["serve", "consume"];
+
+/// Parses the process's arguments (and, for the services, environment),
+/// exiting with clap's message and status 2 on a usage error.
+pub fn parse() -> Cli {
+    let matches = command().get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.format(&mut command()).exit())
+}
+
+/// Prints a usage error in clap's style (`error: ...`, the usage line, a
+/// pointer to --help) and returns exit status 2.
+pub fn usage_error(message: impl std::fmt::Display) -> u8 {
+    let error = command().error(clap::error::ErrorKind::ValueValidation, message);
+    let _ = error.print();
+    2
 }
 
 fn parse_shingling(s: &str) -> Result<Shingling, ConfigError> {
@@ -450,7 +624,7 @@ impl FilterArgs {
         let defaults = PipelineConfig::default();
         Ok(PipelineConfig {
             fields: self.message.fields()?,
-            max_line_bytes: self.message.max_line_bytes.max(1),
+            max_line_bytes: self.message.max_line_bytes,
             threads: self.threads.unwrap_or(defaults.threads),
             emit: self.emit.emit(),
             on_invalid: match self.on_invalid {

@@ -3,7 +3,7 @@
 //!
 //! A [`EngineConfig`] is plain data. [`EngineConfig::validate`] checks it once,
 //! and everything downstream trusts it. The defaults were chosen on real data
-//! (see the README's "How to tune it" section and `scripts/eval.py`).
+//! (see "How to tune it" in `docs/how-it-works.md` and `scripts/eval.py`).
 
 use std::fmt;
 use std::num::NonZeroUsize;
@@ -13,7 +13,7 @@ use crate::error::ConfigError;
 
 /// Default similarity threshold: a message is a near-duplicate of an earlier
 /// one when their similarity is at least this. Chosen on the threshold curve
-/// of `scripts/eval.py` (README, "How to tune it").
+/// of `scripts/eval.py` (`docs/how-it-works.md`, "How to tune it").
 pub const DEFAULT_THRESHOLD: f64 = 0.8;
 
 /// Default number of messages the index holds before it evicts the least

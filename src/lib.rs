@@ -19,6 +19,9 @@
 //!
 //! Data flows one way, top to bottom:
 //!
+//! - [`input`]: files and stdin chained into one stream (byte-order marks
+//!   skipped), each line traceable to `file:line`; output paths checked
+//!   before a run.
 //! - [`lines`]: bounded line reading (a huge line never sits in memory).
 //! - [`record`]: the wire format: a JSON line decoded once into id, text and
 //!   URL entities, borrowing the line; the tag spliced back into its bytes.
@@ -31,6 +34,9 @@
 //!   bounded channels; the only module that knows about tasks.
 //! - [`config`], [`error`], [`stats`]: settings with their defaults, typed
 //!   errors, counters.
+//! - [`report`]: what a run tells as it goes: live counters (updated per
+//!   batch) for a progress line, invalid lines warned about up to a limit,
+//!   and the hint when no line was usable.
 //! - [`server`]: the sidecar (`dedup-stream serve`): one shared engine behind
 //!   TCP and Unix sockets, the `dedup_op` query form, limits, an admin HTTP
 //!   endpoint with Prometheus metrics, graceful shutdown.
@@ -52,10 +58,12 @@ pub mod config;
 pub mod consume;
 pub mod engine;
 pub mod error;
+pub mod input;
 pub mod lines;
 pub mod pipeline;
 pub mod record;
 pub mod redis_index;
+pub mod report;
 pub mod server;
 pub mod snapshot;
 pub mod stats;

@@ -3,18 +3,22 @@
 
 mod cli;
 mod scale;
+mod status;
 
 use std::io::{self, IsTerminal, Write};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-use clap::Parser;
+use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
 
-use cli::{Cli, Command, CompareArgs, FilterArgs, ServeArgs, StateArgs};
+use cli::{Command, CompareArgs, CompletionsArgs, FilterArgs, ServeArgs, ShellArg, StateArgs};
 use dedup_stream::engine::{Explained, IndexStore, Preparer};
+use dedup_stream::input::{self, Inputs, Source};
 use dedup_stream::redis_index::IndexLocation;
+use dedup_stream::report::{DEFAULT_WARNING_LIMIT, Report};
 use dedup_stream::server::metrics::Metrics;
 use dedup_stream::server::{self, Listeners};
 use dedup_stream::snapshot::{self, Loaded, Saveable};
@@ -42,7 +46,7 @@ impl From<Exit> for ExitCode {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = cli::parse();
     let level = match &cli.command {
         Some(Command::Serve(args)) if args.quiet => LevelFilter::WARN,
         Some(Command::Serve(args)) => match args.verbose {
@@ -62,42 +66,91 @@ fn main() -> ExitCode {
             _ => LevelFilter::DEBUG,
         },
     };
-    tracing_subscriber::fmt()
-        .with_writer(io::stderr)
-        .with_max_level(level)
-        .with_ansi(io::stderr().is_terminal())
-        .without_time()
-        .with_target(false)
-        .init();
+    init_logging(level);
     let exit = match cli.command {
         Some(Command::Compare(args)) => compare(&args),
         Some(Command::Serve(args)) => serve(&args),
         Some(Command::Consume(args)) => scale::consume(&args),
         Some(Command::Index(args)) => scale::index(&args),
+        Some(Command::Completions(args)) => completions(&args),
+        Some(Command::Man) => man(),
         None => filter(&cli.filter),
     };
     ExitCode::from(exit)
 }
 
+/// Logs go to stderr at `level`, or as `RUST_LOG` says when it is set;
+/// in colour only on a terminal and when `NO_COLOR` is not set.
+fn init_logging(level: LevelFilter) {
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(spec) if !spec.trim().is_empty() => EnvFilter::try_new(&spec).unwrap_or_else(|e| {
+            eprintln!("dedup-stream: ignoring RUST_LOG={spec:?}: {e}");
+            EnvFilter::new(level.to_string())
+        }),
+        _ => EnvFilter::new(level.to_string()),
+    };
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    tracing_subscriber::fmt()
+        .with_writer(status::Stderr::new)
+        .with_env_filter(filter)
+        .with_ansi(io::stderr().is_terminal() && !no_color)
+        .without_time()
+        .with_target(false)
+        .init();
+}
+
 fn filter(args: &FilterArgs) -> Exit {
-    let pipeline_config = match args.pipeline_config() {
+    let mut pipeline_config = match args.pipeline_config() {
         Ok(config) => config,
         Err(e) => return usage(e),
     };
+    // Everything that can be checked is checked before any input is read: a
+    // typo in a path must not cost the run.
+    let sources: Vec<Source> = args.files.iter().map(|p| Source::from_arg(p)).collect();
+    if let Err(e) = input::check_readable(&sources) {
+        return usage(format!("cannot read the input {e}"));
+    }
+    let outputs = [("--state", &args.state.state), ("--stats", &args.stats)];
+    for (option, path) in outputs {
+        if let Some(path) = path
+            && let Err(e) = input::check_writable(path)
+        {
+            return usage(format!(
+                "{option} {}: cannot write there: {e}",
+                path.display()
+            ));
+        }
+    }
+    if sources.is_empty() && io::stdin().is_terminal() && !args.quiet {
+        eprintln!(
+            "dedup-stream: reading JSON lines from stdin (end with Ctrl-D), or pass files: \
+             dedup-stream FILE..."
+        );
+    }
+    if let Err(e) = scale::refuse_state(&args.index, &args.state) {
+        return usage(e);
+    }
     let config = match args.engine_config() {
         Ok(config) => config,
         Err(e) => return usage(e),
     };
-    if let Err(e) = scale::refuse_state(&args.index, &args.state) {
-        return usage(e);
-    }
+    let inputs = Inputs::new(sources);
+    let limit = (args.verbose == 0).then_some(DEFAULT_WARNING_LIMIT);
+    let report = Arc::new(Report::new(inputs.line_map(), limit));
+    pipeline_config.report = Arc::clone(&report);
     let preparer = Preparer::new(&config);
     let stop = Arc::new(AtomicBool::new(false));
+    let run = Run {
+        args,
+        pipeline_config,
+        preparer,
+        inputs,
+        report,
+        stop,
+    };
     match &args.index.index {
         IndexLocation::Memory => match start(Ok(config), &args.state) {
-            Ok((deduper, runtime)) => {
-                run_filter(args, pipeline_config, preparer, deduper, runtime, stop)
-            }
+            Ok((deduper, runtime)) => run.filter(deduper, runtime),
             Err(exit) => exit,
         },
         location => {
@@ -106,7 +159,7 @@ fn filter(args: &FilterArgs) -> Exit {
                 location,
                 &args.index.index_name,
                 &config,
-                &stop,
+                &run.stop,
                 Arc::clone(&metrics),
                 None,
                 args.index.redis_verifies,
@@ -115,7 +168,7 @@ fn filter(args: &FilterArgs) -> Exit {
                 Err(exit) => return exit,
             };
             let exit = match runtime() {
-                Ok(runtime) => run_filter(args, pipeline_config, preparer, store, runtime, stop),
+                Ok(runtime) => run.filter(store, runtime),
                 Err(exit) => exit,
             };
             scale::report_store(&metrics);
@@ -124,68 +177,103 @@ fn filter(args: &FilterArgs) -> Exit {
     }
 }
 
-/// Runs the filter over stdin and stdout with the index in `store`, saves
-/// the state file if asked, and says how it went.
-fn run_filter<S>(
-    args: &FilterArgs,
+/// A filter run, ready but for its index store.
+struct Run<'a> {
+    args: &'a FilterArgs,
     pipeline_config: pipeline::PipelineConfig,
     preparer: Preparer,
-    store: S,
-    runtime: tokio::runtime::Runtime,
+    inputs: Inputs,
+    report: Arc<Report>,
+    /// Tells a store waiting for Redis to give up (set on a signal).
     stop: Arc<AtomicBool>,
-) -> Exit
-where
-    S: IndexStore + Saveable + Send + 'static,
-{
-    let signal = Arc::new(AtomicU8::new(0));
-    let result = runtime.block_on(async {
-        let shutdown = stop_on_signal(Arc::clone(&signal), stop);
-        pipeline::run(
+}
+
+impl Run<'_> {
+    /// Runs the filter over the inputs with the index in `store`, saves the
+    /// state file and the stats if asked, and says how it went.
+    fn filter<S>(self, store: S, runtime: tokio::runtime::Runtime) -> Exit
+    where
+        S: IndexStore + Saveable + Send + 'static,
+    {
+        let Run {
+            args,
             pipeline_config,
             preparer,
-            store,
-            io::stdin(),
-            io::stdout(),
-            shutdown,
-        )
-        .await
-    });
-    runtime.shutdown_background();
-    match result {
-        Ok(finished) => {
-            if !args.quiet {
-                eprintln!("dedup-stream: {}", finished.summary);
-            }
-            if let Some(path) = &args.state.state
-                && let Some(bytes) = finished.store.encode_snapshot()
-            {
-                if let Err(e) = snapshot::write_atomic(path, &bytes) {
-                    eprintln!("dedup-stream: saving the state to {}: {e}", path.display());
+            inputs,
+            report,
+            stop,
+        } = self;
+        let status = (!args.quiet && io::stderr().is_terminal())
+            .then(|| status::StatusLine::start(Arc::clone(&report), args.message.capacity.get()));
+        let signal = Arc::new(AtomicU8::new(0));
+        let result = runtime.block_on(async {
+            let shutdown = stop_on_signal(Arc::clone(&signal), stop);
+            pipeline::run(
+                pipeline_config,
+                preparer,
+                store,
+                inputs,
+                io::stdout(),
+                shutdown,
+            )
+            .await
+        });
+        runtime.shutdown_background();
+        drop(status); // Clears the status line before anything else is said.
+        let hidden = report.hidden();
+        if hidden > 0 {
+            eprintln!(
+                "dedup-stream: {} not shown (-v shows every one)",
+                dedup_stream::stats::counted(hidden, "more invalid line", "more invalid lines")
+            );
+        }
+        match result {
+            Ok(finished) => {
+                if !args.quiet {
+                    eprintln!("dedup-stream: {}", finished.summary);
+                }
+                if let Some(path) = &args.stats
+                    && let Err(e) = write_stats(path, &finished)
+                {
+                    eprintln!("dedup-stream: --stats {}: {e}", path.display());
                     return Exit::Failure;
                 }
-                tracing::info!(
-                    path = %path.display(),
-                    entries = finished.store.stats().len,
-                    "state saved"
-                );
+                if let Some(path) = &args.state.state
+                    && let Some(bytes) = finished.store.encode_snapshot()
+                {
+                    if let Err(e) = snapshot::write_atomic(path, &bytes) {
+                        eprintln!("dedup-stream: saving the state to {}: {e}", path.display());
+                        return Exit::Failure;
+                    }
+                    tracing::info!(
+                        path = %path.display(),
+                        entries = finished.store.stats().len,
+                        "state saved"
+                    );
+                }
+                // The process is about to exit and the system takes its
+                // memory back at once: freeing a million index entries one
+                // by one first would only delay the exit (by a tenth of a
+                // second or more).
+                let summary = finished.summary;
+                std::mem::forget(finished.store);
+                if signal.load(Ordering::Relaxed) == SIGINT {
+                    Exit::Interrupted
+                } else if let Some(hint) = report.no_usable_line(&summary) {
+                    eprintln!("dedup-stream: no usable line: {hint}");
+                    Exit::DataError
+                } else {
+                    Exit::Success
+                }
             }
-            // The process is about to exit and the system takes its memory
-            // back at once: freeing a million index entries one by one first
-            // would only delay the exit (by a tenth of a second or more).
-            std::mem::forget(finished.store);
-            if signal.load(Ordering::Relaxed) == SIGINT {
-                Exit::Interrupted
-            } else {
-                Exit::Success
+            Err(Error::Invalid(invalid)) => {
+                eprintln!("dedup-stream: invalid input: {}", report.describe(&invalid));
+                Exit::DataError
             }
-        }
-        Err(e @ Error::Invalid(_)) => {
-            eprintln!("dedup-stream: {e}");
-            Exit::DataError
-        }
-        Err(e) => {
-            eprintln!("dedup-stream: {e}");
-            Exit::Failure
+            Err(e) => {
+                eprintln!("dedup-stream: {e}");
+                Exit::Failure
+            }
         }
     }
 }
@@ -197,12 +285,58 @@ async fn stop_on_signal(which: Arc<AtomicU8>, stop: Arc<AtomicBool>) {
     stop.store(true, Ordering::Relaxed);
 }
 
-/// The tokio runtime both modes run on: two workers (the engine and the
-/// readers/writers have threads of their own).
-/// Reports a bad option value: exit status 2.
+/// Writes `--stats`: the summary as one JSON object and a newline.
+fn write_stats<S: IndexStore>(path: &Path, finished: &pipeline::Finished<S>) -> io::Result<()> {
+    let json = finished
+        .summary
+        .to_json(finished.store.stats().len as usize);
+    std::fs::write(path, format!("{json}\n"))
+}
+
+/// Reports a bad option value in clap's style: exit status 2.
 fn usage(error: impl std::fmt::Display) -> Exit {
-    eprintln!("dedup-stream: {error}");
+    cli::usage_error(error);
     Exit::Usage
+}
+
+/// `dedup-stream completions SHELL`.
+fn completions(args: &CompletionsArgs) -> Exit {
+    use clap_complete::Shell;
+    let shell = match args.shell {
+        ShellArg::Bash => Shell::Bash,
+        ShellArg::Zsh => Shell::Zsh,
+        ShellArg::Fish => Shell::Fish,
+        ShellArg::Elvish => Shell::Elvish,
+        ShellArg::Powershell => Shell::PowerShell,
+    };
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut cli::command(), "dedup-stream", &mut out);
+    write_stdout(&out)
+}
+
+/// `dedup-stream man`: the manual page, in roff.
+fn man() -> Exit {
+    let mut out = Vec::new();
+    match clap_mangen::Man::new(cli::command()).render(&mut out) {
+        Ok(()) => write_stdout(&out),
+        Err(e) => {
+            eprintln!("dedup-stream: cannot render the manual page: {e}");
+            Exit::Failure
+        }
+    }
+}
+
+/// Writes all of `bytes` to stdout; a closed pipe is a quiet success.
+fn write_stdout(bytes: &[u8]) -> Exit {
+    let mut out = io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Ok(()) => Exit::Success,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Exit::Success,
+        Err(e) => {
+            eprintln!("dedup-stream: writing output: {e}");
+            Exit::Failure
+        }
+    }
 }
 
 /// What the filter and the server both need first (with the index in
@@ -264,13 +398,21 @@ fn serve(args: &ServeArgs) -> Exit {
         Ok(config) => config,
         Err(e) => return usage(e),
     };
+    if let Some(path) = &args.state.state
+        && let Err(e) = input::check_writable(path)
+    {
+        return usage(format!(
+            "--state {}: cannot write there: {e}",
+            path.display()
+        ));
+    }
+    if let Err(e) = scale::refuse_state(&args.index, &args.state) {
+        return usage(e);
+    }
     let engine = match args.engine_config() {
         Ok(engine) => engine,
         Err(e) => return usage(e),
     };
-    if let Err(e) = scale::refuse_state(&args.index, &args.state) {
-        return usage(e);
-    }
     let preparer = Preparer::new(&engine);
     let metrics = Arc::new(Metrics::default());
     let stop = Arc::new(AtomicBool::new(false));
@@ -385,11 +527,13 @@ fn compare(args: &CompareArgs) -> Exit {
     let decoder = Decoder::new(FieldSpec::default());
     let mut explained = Vec::new();
     for input in [&args.a, &args.b] {
-        let text = match std::fs::read(input) {
-            Ok(bytes) => bytes,
-            Err(_) => input.clone().into_bytes(),
+        let text = match compare_input(input, args.file) {
+            Ok(text) => text,
+            Err(e) => {
+                eprintln!("dedup-stream: compare: {e}");
+                return Exit::Usage;
+            }
         };
-        let text = String::from_utf8_lossy(&text).trim_end().to_string();
         // A file (or argument) holding one JSON record is read as a record.
         let e = match decoder.decode(text.as_bytes()) {
             Ok(record) => preparer.explain(&record.text, &record.urls),
@@ -460,4 +604,43 @@ fn compare(args: &CompareArgs) -> Exit {
             Exit::Failure
         }
     }
+}
+
+/// One of `compare`'s texts: the argument itself, or with `@PATH` (or
+/// `--file`) the file's content. `@@` starts a text with a literal `@`. A
+/// file holding several JSON lines is refused: it is the filter's input.
+fn compare_input(arg: &str, from_file: bool) -> Result<String, String> {
+    let path = if from_file {
+        arg
+    } else if let Some(literal) = arg.strip_prefix("@@") {
+        return Ok(format!("@{literal}"));
+    } else if let Some(path) = arg.strip_prefix('@') {
+        path
+    } else {
+        return Ok(arg.to_string());
+    };
+    let bytes = std::fs::read(path).map_err(|e| {
+        let mut message = format!("cannot read {path}: {e}");
+        if !from_file {
+            message.push_str(" (to compare a text starting with @, write @@)");
+        }
+        message
+    })?;
+    let bytes = bytes.strip_prefix(input::BOM).unwrap_or(&bytes);
+    let text = String::from_utf8_lossy(bytes).trim().to_string();
+    let json_lines = text
+        .lines()
+        .filter(|line| {
+            let line = line.trim();
+            line.starts_with('{') && serde_json::from_str::<serde_json::Value>(line).is_ok()
+        })
+        .count();
+    if json_lines > 1 {
+        return Err(format!(
+            "{path} holds {json_lines} JSON lines, not one text: compare takes two texts \
+             (or files of one text or one JSON record each); to tag a JSON-lines file, run \
+             `dedup-stream {path}`"
+        ));
+    }
+    Ok(text)
 }

@@ -42,6 +42,7 @@ use crate::engine::{Deduper, IndexStore, Preparer, Verdict};
 use crate::error::Error;
 use crate::lines::{Line, LineReader, is_blank};
 use crate::record::{Decoder, FieldSpec};
+use crate::report::Report;
 use crate::stats::Summary;
 
 /// Default longest input line, in bytes.
@@ -105,6 +106,9 @@ pub struct PipelineConfig {
     pub emit: Emit,
     /// What an invalid line does.
     pub on_invalid: OnInvalid,
+    /// Live counters and invalid-line warnings (by default: every invalid
+    /// line warned about, by its number).
+    pub report: Arc<Report>,
 }
 
 impl Default for PipelineConfig {
@@ -117,6 +121,7 @@ impl Default for PipelineConfig {
             queue_batches: DEFAULT_QUEUE_BATCHES,
             emit: Emit::All,
             on_invalid: OnInvalid::Skip,
+            report: Arc::default(),
         }
     }
 }
@@ -174,12 +179,21 @@ where
     let decoder = Arc::new(Decoder::new(config.fields.clone()));
     let engine = {
         let (emit, on_invalid) = (config.emit, config.on_invalid);
+        let report = Arc::clone(&config.report);
         tokio::task::spawn_blocking(move || {
             let spares = Spares {
                 lines: spare_lines_tx,
                 out: spare_out_rx,
             };
-            decide_batches(store, prepared_rx, bytes_tx, &spares, emit, on_invalid)
+            decide_batches(
+                store,
+                prepared_rx,
+                bytes_tx,
+                &spares,
+                emit,
+                on_invalid,
+                &report,
+            )
         })
     };
 
@@ -333,6 +347,7 @@ fn decide_batches<S: IndexStore>(
     spares: &Spares,
     emit: Emit,
     on_invalid: OnInvalid,
+    report: &Report,
 ) -> Result<(S, Summary), Error> {
     let mut summary = Summary::default();
     let mut verdicts = Vec::new();
@@ -360,7 +375,7 @@ fn decide_batches<S: IndexStore>(
                         let _ = output.blocking_send(out);
                         return Err(Error::Invalid(invalid.clone()));
                     }
-                    tracing::warn!("{invalid}: skipped");
+                    report.skipped(invalid);
                 }
                 Item::Message(message) => {
                     let verdict = verdicts
@@ -379,6 +394,7 @@ fn decide_batches<S: IndexStore>(
             }
         }
         give_back(&spares.lines, batch.raw.bytes);
+        report.progress.update(&summary, store.stats().len as usize);
         if !out.is_empty() && output.blocking_send(out).is_err() {
             break; // The output is closed: stop quietly.
         }

@@ -1,4 +1,5 @@
-//! Run counters and the end-of-run summary.
+//! Run counters and the end-of-run summary, as a line for people (its
+//! `Display`) and as JSON for programs ([`Summary::to_json`]).
 
 use std::fmt;
 use std::time::Duration;
@@ -32,18 +33,71 @@ impl Summary {
     }
 }
 
+impl Summary {
+    /// The summary as one JSON object, for scripts and pipelines
+    /// (`--stats FILE`): every count, the elapsed seconds, messages per
+    /// second, and `index_size`, the messages held in the index at the end.
+    pub fn to_json(&self, index_size: usize) -> serde_json::Value {
+        serde_json::json!({
+            "messages": self.messages,
+            "new": self.new,
+            "duplicates": self.duplicates,
+            "invalid": self.invalid,
+            "evicted": self.evicted,
+            "index_size": index_size,
+            "elapsed_seconds": self.elapsed.as_secs_f64(),
+            "messages_per_second": self.messages_per_second(),
+        })
+    }
+}
+
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} messages: {} new, {} duplicates, {} invalid lines, {} evicted; {:.3} s, {:.0} messages/s",
-            self.messages,
+            "{}: {} new, {}, {}, {} evicted; {:.3} s, {:.0} messages/s",
+            counted(self.messages, "message", "messages"),
             self.new,
-            self.duplicates,
-            self.invalid,
+            counted(self.duplicates, "duplicate", "duplicates"),
+            counted(self.invalid, "invalid line", "invalid lines"),
             self.evicted,
             self.elapsed.as_secs_f64(),
             self.messages_per_second()
         )
+    }
+}
+
+/// `n` with the noun in the right number: "1 duplicate", "2 duplicates".
+pub fn counted(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_says_one_in_the_singular() {
+        let one = Summary {
+            messages: 1,
+            new: 0,
+            duplicates: 1,
+            invalid: 1,
+            ..Summary::default()
+        };
+        let text = one.to_string();
+        assert!(
+            text.starts_with("1 message: 0 new, 1 duplicate, 1 invalid line, 0 evicted"),
+            "{text}"
+        );
+        let two = Summary {
+            messages: 2,
+            duplicates: 2,
+            ..Summary::default()
+        };
+        assert!(
+            two.to_string()
+                .starts_with("2 messages: 0 new, 2 duplicates, 0 invalid lines")
+        );
     }
 }

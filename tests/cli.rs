@@ -64,7 +64,7 @@ fn summary_goes_to_stderr_unless_quiet() {
     let output = run(&[], input.as_bytes());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("1 messages: 1 new, 0 duplicates, 0 invalid lines, 0 evicted"),
+        stderr.contains("1 message: 1 new, 0 duplicates, 0 invalid lines, 0 evicted"),
         "{stderr}"
     );
     let quiet = run(&["--quiet"], input.as_bytes());

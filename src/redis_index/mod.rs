@@ -274,7 +274,8 @@ impl RedisIndex {
             measure: config.measure,
             threshold: config.threshold,
             cache: LruCache::new(
-                NonZeroUsize::new(config.capacity.get().min(CACHE_ENTRIES)).unwrap_or(NonZeroUsize::MIN),
+                NonZeroUsize::new(config.capacity.get().min(CACHE_ENTRIES))
+                    .unwrap_or(NonZeroUsize::MIN),
             ),
             claims: 0,
             claims_refused: 0,
@@ -410,10 +411,14 @@ impl RedisIndex {
         let mut args = vec![self.settings.clone().into_bytes(), wanted.concat()];
         let reply = self.run_script(false, &mut args, None)?;
         let Value::Array(lists) = reply else {
-            return Err(StoreError::Refused("unexpected reply from the lookup script".into()));
+            return Err(StoreError::Refused(
+                "unexpected reply from the lookup script".into(),
+            ));
         };
         if lists.len() != wanted.len() {
-            return Err(StoreError::Refused("unexpected reply from the lookup script".into()));
+            return Err(StoreError::Refused(
+                "unexpected reply from the lookup script".into(),
+            ));
         }
         Ok(wanted
             .into_iter()
@@ -456,7 +461,8 @@ impl RedisIndex {
                 // A slot given to another message since the lists were
                 // read is left out: its claims are not made.
                 if let Some(entry) = entry.as_deref().and_then(Cached::parse)
-                    && entry.seq as u32 == u32::from_be_bytes(cell[4..].try_into().expect("4 bytes"))
+                    && entry.seq as u32
+                        == u32::from_be_bytes(cell[4..].try_into().expect("4 bytes"))
                 {
                     self.cache.put(*cell, Arc::new(entry));
                 }
@@ -506,7 +512,8 @@ impl RedisIndex {
                 let Some(entry) = self.cache.peek(cell) else {
                     return Vec::new();
                 };
-                let (shared, of) = similarity_parts(self.measure, ask.sketch.shingles, &entry.shingles);
+                let (shared, of) =
+                    similarity_parts(self.measure, ask.sketch.shingles, &entry.shingles);
                 let s = shared as f64 / of as f64;
                 let floor = best.map_or(self.threshold, |(_, n, d, _)| n as f64 / d as f64);
                 let better = match best {

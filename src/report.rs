@@ -1,0 +1,279 @@
+//! What a run tells as it goes: live counters for a progress line, and
+//! invalid lines reported humanely.
+//!
+//! [`Report`] is shared between the engine's thread, which updates it, and
+//! whoever watches the run. The counters are atomics written once per batch
+//! (never per message), so watching costs the engine nothing. Invalid lines
+//! are warned about by their location (`file:line`, see
+//! [`LineMap`]), up to a limit; past it they are only counted, by reason, so
+//! that a flood of identical warnings cannot hide the first one, and so that
+//! a run in which no line was usable can say why ([`Report::no_usable_line`]).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::error::{InvalidLine, InvalidReason};
+use crate::input::LineMap;
+use crate::stats::Summary;
+
+/// How many invalid lines are warned about one by one by default; the rest
+/// are counted.
+pub const DEFAULT_WARNING_LIMIT: u64 = 20;
+
+/// Counters of a run in progress, updated per batch.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Valid messages decided so far.
+    pub messages: AtomicU64,
+    /// Of those, near-duplicates.
+    pub duplicates: AtomicU64,
+    /// Invalid lines so far.
+    pub invalid: AtomicU64,
+    /// Messages in the index now.
+    pub indexed: AtomicU64,
+}
+
+/// A copy of the [`Progress`] counters at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Valid messages decided.
+    pub messages: u64,
+    /// Of those, near-duplicates.
+    pub duplicates: u64,
+    /// Invalid lines.
+    pub invalid: u64,
+    /// Messages in the index.
+    pub indexed: u64,
+}
+
+impl Progress {
+    /// Publishes the run's counters so far (the engine's thread calls this
+    /// once per batch).
+    pub fn update(&self, summary: &Summary, indexed: usize) {
+        self.messages.store(summary.messages, Ordering::Relaxed);
+        self.duplicates.store(summary.duplicates, Ordering::Relaxed);
+        self.invalid.store(summary.invalid, Ordering::Relaxed);
+        self.indexed.store(indexed as u64, Ordering::Relaxed);
+    }
+
+    /// The counters now.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            messages: self.messages.load(Ordering::Relaxed),
+            duplicates: self.duplicates.load(Ordering::Relaxed),
+            invalid: self.invalid.load(Ordering::Relaxed),
+            indexed: self.indexed.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The live view of a run: progress counters and invalid lines.
+#[derive(Debug)]
+pub struct Report {
+    /// The counters, for a progress line.
+    pub progress: Progress,
+    /// Where each line came from.
+    lines: Arc<LineMap>,
+    /// Invalid lines warned about one by one; `None`: all of them.
+    limit: Option<u64>,
+    /// Invalid lines seen, by reason.
+    invalid: Mutex<InvalidCounts>,
+}
+
+#[derive(Debug, Default)]
+struct InvalidCounts {
+    /// Invalid lines seen.
+    total: u64,
+    /// Of those, warned about.
+    shown: u64,
+    /// Per kind of reason: how many, and the first such reason.
+    by_kind: BTreeMap<&'static str, (u64, InvalidReason)>,
+}
+
+impl Default for Report {
+    /// Stdin alone, every invalid line warned about.
+    fn default() -> Self {
+        Report::new(Arc::new(LineMap::stdin()), None)
+    }
+}
+
+impl Report {
+    /// A report naming lines by `lines`, warning about at most `limit`
+    /// invalid lines one by one (`None`: every one).
+    pub fn new(lines: Arc<LineMap>, limit: Option<u64>) -> Report {
+        Report {
+            progress: Progress::default(),
+            lines,
+            limit,
+            invalid: Mutex::default(),
+        }
+    }
+
+    /// Where each line came from.
+    pub fn lines(&self) -> &LineMap {
+        &self.lines
+    }
+
+    /// Notes an invalid line that was skipped, with a warning if the limit
+    /// allows.
+    pub fn skipped(&self, invalid: &InvalidLine) {
+        let mut counts = self.invalid.lock().unwrap_or_else(PoisonError::into_inner);
+        counts.total += 1;
+        counts
+            .by_kind
+            .entry(kind(&invalid.reason))
+            .or_insert_with(|| (0, invalid.reason.clone()))
+            .0 += 1;
+        if self.limit.is_none_or(|limit| counts.shown < limit) {
+            counts.shown += 1;
+            drop(counts);
+            tracing::warn!(
+                "{}: {}: skipped",
+                self.lines.locate(invalid.line),
+                invalid.reason
+            );
+        }
+    }
+
+    /// Invalid lines counted but not warned about (past the limit).
+    pub fn hidden(&self) -> u64 {
+        let counts = self.invalid.lock().unwrap_or_else(PoisonError::into_inner);
+        counts.total - counts.shown
+    }
+
+    /// An invalid line located in its source: `file:line: reason`.
+    pub fn describe(&self, invalid: &InvalidLine) -> String {
+        format!("{}: {}", self.lines.locate(invalid.line), invalid.reason)
+    }
+
+    /// Why no line was usable, when that is so: the most common reason, put
+    /// so that the user can fix it (for a missing field, the fields the
+    /// first line has). `None` when some message was decided or no line was
+    /// invalid.
+    pub fn no_usable_line(&self, summary: &Summary) -> Option<String> {
+        if summary.messages > 0 || summary.invalid == 0 {
+            return None;
+        }
+        let counts = self.invalid.lock().unwrap_or_else(PoisonError::into_inner);
+        let (n, reason) = counts.by_kind.values().max_by_key(|(n, _)| *n).cloned()?;
+        let all = n == counts.total;
+        drop(counts);
+        let fields = || match self
+            .lines
+            .first_line()
+            .as_deref()
+            .and_then(top_level_fields)
+        {
+            Some(fields) => format!("; fields seen on line 1: {fields}"),
+            None => String::new(),
+        };
+        let most = if all { "no line" } else { "most lines" };
+        Some(match reason {
+            InvalidReason::NoText(looked) => format!(
+                "{most} had a text field at `{looked}`{}; name the text with --text-field PATH",
+                fields()
+            ),
+            InvalidReason::NoId(looked) => format!(
+                "{most} had an id field at `{looked}`{}; name the id with --id-field PATH",
+                fields()
+            ),
+            InvalidReason::TextNotString(path) => {
+                format!("{most} had a string at the text field `{path}`{}", fields())
+            }
+            InvalidReason::Utf8(_) => {
+                format!("{most} were UTF-8 text: is the input a binary or compressed file?")
+            }
+            InvalidReason::Json(first) => format!(
+                "{most} were valid JSON (the first: {first}): the input must hold one JSON object per line"
+            ),
+            InvalidReason::NotObject => {
+                format!("{most} were JSON objects: each line must be one {{...}} object")
+            }
+            InvalidReason::TooLong { max } => format!(
+                "{most} were longer than --max-line-bytes {max}: raise it, or check that the input has line breaks"
+            ),
+            other => format!("{most}: {other}"),
+        })
+    }
+}
+
+/// A name for each kind of reason, to count them by.
+fn kind(reason: &InvalidReason) -> &'static str {
+    match reason {
+        InvalidReason::TooLong { .. } => "too long",
+        InvalidReason::Utf8(_) => "utf-8",
+        InvalidReason::Json(_) => "json",
+        InvalidReason::NotObject => "not an object",
+        InvalidReason::NoText(_) => "no text",
+        InvalidReason::TextNotString(_) => "text not a string",
+        InvalidReason::NoId(_) => "no id",
+        InvalidReason::BadId(_) => "bad id",
+        InvalidReason::BadOp(_) => "bad op",
+    }
+}
+
+/// The names of a JSON object's members, as a short list (`a, b, c, …`).
+fn top_level_fields(line: &[u8]) -> Option<String> {
+    const SHOWN: usize = 8;
+    let value: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(line).ok()?;
+    let mut names: Vec<&str> = value.keys().map(String::as_str).take(SHOWN).collect();
+    if value.len() > SHOWN {
+        names.push("…");
+    }
+    Some(names.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn invalid(line: u64, reason: InvalidReason) -> InvalidLine {
+        InvalidLine { line, reason }
+    }
+
+    #[test]
+    fn past_the_limit_invalid_lines_are_counted_not_shown() {
+        let report = Report::new(Arc::new(LineMap::stdin()), Some(2));
+        for line in 1..=5 {
+            report.skipped(&invalid(line, InvalidReason::NotObject));
+        }
+        assert_eq!(report.hidden(), 3);
+        let unlimited = Report::default();
+        unlimited.skipped(&invalid(1, InvalidReason::NotObject));
+        assert_eq!(unlimited.hidden(), 0);
+    }
+
+    #[test]
+    fn the_hint_names_the_most_common_reason() {
+        let report = Report::default();
+        report.skipped(&invalid(1, InvalidReason::Utf8(3)));
+        report.skipped(&invalid(2, InvalidReason::NoText("nope".into())));
+        report.skipped(&invalid(3, InvalidReason::NoText("nope".into())));
+        let summary = Summary {
+            invalid: 3,
+            ..Summary::default()
+        };
+        let hint = report.no_usable_line(&summary).unwrap();
+        assert!(
+            hint.starts_with("most lines had a text field at `nope`"),
+            "{hint}"
+        );
+        let fine = Summary {
+            messages: 1,
+            ..summary
+        };
+        assert_eq!(report.no_usable_line(&fine), None);
+    }
+
+    #[test]
+    fn fields_are_listed_and_cut_short() {
+        assert_eq!(
+            top_level_fields(br#"{"id_str":"1","text":"x","user":{}}"#).as_deref(),
+            Some("id_str, text, user")
+        );
+        let many = br#"{"a":1,"b":1,"c":1,"d":1,"e":1,"f":1,"g":1,"h":1,"i":1}"#;
+        assert!(top_level_fields(many).unwrap().ends_with("h, …"));
+        assert_eq!(top_level_fields(b"[1]"), None);
+    }
+}

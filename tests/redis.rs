@@ -123,6 +123,22 @@ fn the_redis_index_writes_what_the_memory_index_writes() {
                 "{name} at capacity {capacity}: the outputs differ"
             );
             assert_eq!(memory.stderr, in_redis.stderr, "{name}: the same warnings");
+            // And with every verification left to Redis (the path taken
+            // when a worker's claim cannot stand).
+            let mut all_in_redis = memory_args.clone();
+            let index_name = format!("{index_name}-redis-verifies");
+            all_in_redis.extend(["--index", &url, "--index-name", &index_name]);
+            all_in_redis.push("--redis-verifies");
+            let in_redis = run(&all_in_redis, input);
+            assert!(
+                in_redis.status.success(),
+                "{}",
+                String::from_utf8_lossy(&in_redis.stderr)
+            );
+            assert!(
+                memory.stdout == in_redis.stdout,
+                "{name} at capacity {capacity}, verified in Redis: the outputs differ"
+            );
         }
     }
     // The small index did evict, and reports it.

@@ -25,11 +25,13 @@
 --                   verdict instead of a second one
 --
 -- A worker may send, with a message, a claim: the verdict it computed from
--- the posting lists it read just before, and those lists. When the lists
--- are still what the worker read, the candidates are the same messages, so
--- the claim is the verdict this script would compute, and it is taken as it
--- is: the exact verification runs on the workers. When anything changed (a
--- message earlier in this call, another worker), the script decides itself.
+-- the posting lists it read just before, and what those lists were. When
+-- the lists are still what the worker read, the candidates are the same
+-- messages, so the claim is the verdict this script would compute, and it
+-- is taken as it is: the exact verification runs on the workers. Messages
+-- added to the lists since (earlier in this call, or by another worker) are
+-- verified here; only when the claimed match itself is gone, or a list
+-- cannot be matched with what was read, does the script decide it all.
 --
 -- KEYS[1]: '{NAME}:meta'.
 -- ARGV: settings, capacity, max_bucket, threshold, measure ('j' or 'c'),
@@ -40,9 +42,10 @@
 --   'q' query) followed by the message's token, the posting records (bucket
 --   3 bytes + key 4 bytes; band and anchor keys, then the exact-set key),
 --   the sorted shingle set (u32 each), the id's JSON, the claim ('' for
---   none): flags byte (1: an exact copy, 2: a match), the exact copy's slot,
+--   none): flags byte (1: an exact copy, 2: a match), the exact copy's cell,
 --   the match's cell, shared, of (u32 each), the id's length (u16) and the
---   matched id, then each record's list as read (length u16, cells).
+--   matched id, then each record's list as read: its length in bytes (u16)
+--   and its last cell (8 bytes, zeros when empty).
 -- Reply: one verdict per message ('n', or 'd' .. shared u32 .. of u32 ..
 --   matched id), then the number of messages indexed, of evictions, and of
 --   claims not taken.
@@ -114,6 +117,15 @@ local function postings(rec)
     posting_cache[rec] = v
   end
   return v
+end
+
+-- Where `cell` is in list `v` (a multiple of 8 bytes), or nil.
+local function find_cell(v, cell)
+  local at = string.find(v, cell, 1, true)
+  while at and at % 8 ~= 1 do
+    at = string.find(v, cell, at + 1, true)
+  end
+  return at
 end
 
 local function set_postings(rec, v)
@@ -195,17 +207,17 @@ local function insert(recs, shingles, ns, id)
   if len >= capacity then
     -- The least recently used message gives up its slot and every posting.
     slot = redis.call('ZRANGE', LRU, 0, 0)[1]
-    local e = entry(slot)
+    -- Only its head: seq, counts and posting records (at most 16 bands,
+    -- 2 anchors and the exact-set key).
+    local e = entry_cache[slot] or redis.call('GETRANGE', ENTRY .. slot, 0, 12 + 7 * 19)
     local _, nk = header(e)
     local cell = slot .. string.sub(e, 5, 8)
     for r = 0, nk - 1 do
       local rec = string.sub(e, 14 + 7 * r, 20 + 7 * r)
       local v = postings(rec)
-      for at = 1, #v, 8 do
-        if string.sub(v, at, at + 7) == cell then
-          set_postings(rec, string.sub(v, 1, at - 1) .. string.sub(v, at + 8))
-          break
-        end
+      local at = find_cell(v, cell)
+      if at then
+        set_postings(rec, string.sub(v, 1, at - 1) .. string.sub(v, at + 8))
       end
     end
     evictions = evictions + 1
@@ -232,18 +244,124 @@ local function insert(recs, shingles, ns, id)
   end
 end
 
--- The claim's lists are the lists now: then so are its candidates.
-local function claim_holds(recs, nrec, claim, from)
-  local pos = from
+-- Whether the message a cell names (slot, low seq bits) is still indexed.
+local function indexed(cell)
+  local e = entry(string.sub(cell, 1, 4))
+  return e and string.sub(e, 5, 8) == string.sub(cell, 5, 8)
+end
+
+-- The shared shingles of a message and the candidate in `slot`, and what
+-- they are counted against (see verdict.rs), and the candidate's seq.
+local function compare(mine, slot)
+  local c = parsed(slot)
+  local nc, ns = #c.set, #mine
+  local shared = shared_count(mine, c.set)
+  local smaller = ns < nc and ns or nc
+  if not jaccard and smaller >= min_contained then
+    return shared, smaller, c.seq
+  end
+  return shared, ns + nc - shared, c.seq
+end
+
+-- The matched id stored in an entry.
+local function id_of(slot)
+  local e = entry(slot)
+  local _, nk, ens = header(e)
+  return string.sub(e, 14 + 7 * nk + 4 * ens)
+end
+
+-- A worker's claim (see the top): the exact copy, the match, its shared
+-- and of counts and id, as the worker found them. A list the same length
+-- and ending in the same cell as the worker read it has not changed (a list
+-- loses cells to evictions and gains new ones at its end, and a cell names
+-- one message, never seen before). Cells added since are verified here;
+-- cells gone matter only if the claimed copy or match is gone. Returns the
+-- verdict's parts, or nil when the claim cannot stand (then all is decided
+-- here).
+local function take_claim(recs, nrec, shingles, ns, claim)
+  local flags, exact, best, num, den, idlen = struct.unpack('>Bc8c8I4I4H', claim)
+  if flags % 2 == 0 then
+    exact = nil
+  end
+  if flags < 2 then
+    best = nil
+  end
+  local match_id = string.sub(claim, 28, 27 + idlen)
+  local pos = 28 + idlen
+  local fresh = {}
+  local changed = false
   for r = 0, nrec - 1 do
     local v = postings(string.sub(recs, 7 * r + 1, 7 * r + 7))
-    local n = struct.unpack('>H', claim, pos)
-    if n ~= #v or string.sub(claim, pos + 2, pos + 1 + n) ~= v then
-      return false
+    local hi, lo = string.byte(claim, pos, pos + 1)
+    local n = hi * 256 + lo
+    local last = string.sub(claim, pos + 2, pos + 9)
+    pos = pos + 10
+    if n ~= #v or (n > 0 and string.sub(v, -8) ~= last) then
+      changed = true
+      local from = 1
+      if n > 0 then
+        local at = find_cell(v, last)
+        if not at then
+          return nil
+        end
+        from = at + 8
+      end
+      for at = from, #v, 8 do
+        fresh[#fresh + 1] = {r, string.sub(v, at, at + 7)}
+      end
     end
-    pos = pos + 2 + n
   end
-  return pos == #claim + 1
+  if not changed then
+    return exact, best, num, den, match_id
+  end
+  if (exact and not indexed(exact)) or (best and not indexed(best)) then
+    return nil
+  end
+  local new_exact = nil
+  if not exact then
+    for _, f in ipairs(fresh) do
+      if f[1] == nrec - 1 then
+        local e = entry(string.sub(f[2], 1, 4))
+        local _, nk, ens = header(e)
+        local from = 14 + 7 * nk
+        if ens == ns and string.sub(e, from, from + 4 * ns - 1) == shingles then
+          exact, new_exact = f[2], f[2]
+          break
+        end
+      end
+    end
+  end
+  if jaccard and exact then
+    return exact, exact, 1, 1, id_of(string.sub(exact, 1, 4))
+  end
+  local mine, best_s, best_seq = nil, nil, nil
+  if best then
+    best_s = num / den
+  end
+  local function consider(cell)
+    mine = mine or numbers(shingles, 1, ns)
+    local slot = string.sub(cell, 1, 4)
+    local shared, of, cseq = compare(mine, slot)
+    local s = shared / of
+    if s >= (best_s or threshold) then
+      if best and not best_seq then
+        best_seq = parsed(string.sub(best, 1, 4)).seq
+      end
+      if best_s == nil or s > best_s or cseq < best_seq then
+        best, best_s, best_seq, num, den = cell, s, cseq, shared, of
+        match_id = id_of(slot)
+      end
+    end
+  end
+  for _, f in ipairs(fresh) do
+    if f[1] < nrec - 1 then
+      consider(f[2])
+    end
+  end
+  if new_exact then
+    consider(new_exact)
+  end
+  return exact, best, num, den, match_id
 end
 
 local function decide(op, recs, shingles, id, claim)
@@ -254,21 +372,15 @@ local function decide(op, recs, shingles, id, claim)
   end
   local nrec = #recs / 7
   if claim ~= '' then
-    local flags, exact, best, num, den, idlen = struct.unpack('>Bc4c8I4I4H', claim)
-    if claim_holds(recs, nrec, claim, 24 + idlen) then
-      if flags < 2 then
-        best = nil
-      end
-      if flags % 2 == 0 then
-        exact = nil
-      end
+    local exact, best, num, den, match_id = take_claim(recs, nrec, shingles, ns, claim)
+    if match_id then
       local verdict = 'n'
       if best then
         if op == 'c' then
           stamp = stamp + 1
           redis.call('ZADD', LRU, int(stamp), string.sub(best, 1, 4))
         end
-        verdict = 'd' .. struct.pack('>I4I4', num, den) .. string.sub(claim, 24, 23 + idlen)
+        verdict = 'd' .. struct.pack('>I4I4', num, den) .. match_id
       end
       if op == 'c' then
         if not exact then

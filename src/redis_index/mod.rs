@@ -129,7 +129,7 @@ pub fn key_prefix(name: &str) -> String {
 /// full, few enough that a small index does not pay for many empty ones.
 fn bucket_bits(capacity: usize, keys_per_message: usize) -> u32 {
     let postings = capacity.saturating_mul(keys_per_message) as u64;
-    let buckets = (postings / 40).max(1).next_power_of_two();
+    let buckets = (postings / 16).max(1).next_power_of_two();
     buckets.trailing_zeros().clamp(4, 24)
 }
 
@@ -530,7 +530,7 @@ impl RedisIndex {
         }
         let mut claim = Vec::with_capacity(64);
         claim.push(u8::from(exact.is_some()) | (u8::from(best.is_some()) << 1));
-        claim.extend_from_slice(exact.as_ref().map_or(&[0; 4], |c| &c[..4]));
+        claim.extend_from_slice(exact.as_ref().unwrap_or(&[0; 8]));
         let id = best.and_then(|(cell, ..)| self.cache.peek(&cell).map(|e| e.id.clone()));
         match best {
             Some((cell, shared, of, _)) => {
@@ -546,13 +546,18 @@ impl RedisIndex {
         };
         claim.extend_from_slice(&id_len.to_be_bytes());
         claim.extend_from_slice(&id);
+        // Each list by its length and last cell: enough to tell that it has
+        // not changed (see decide.lua).
         for rec in &recs {
             let list = list(rec);
             let Ok(n) = u16::try_from(list.len()) else {
                 return Vec::new();
             };
             claim.extend_from_slice(&n.to_be_bytes());
-            claim.extend_from_slice(list);
+            match list.len().checked_sub(8) {
+                Some(last) => claim.extend_from_slice(&list[last..]),
+                None => claim.extend_from_slice(&[0; 8]),
+            }
         }
         claim
     }

@@ -97,6 +97,9 @@ def main():
     ap.add_argument("--capacity", type=int, default=100_000)
     ap.add_argument("--workers", default="1,2,4")
     ap.add_argument("--binary", default=os.path.join(ROOT, "target", "release", "dedup-stream"))
+    ap.add_argument("--pin", action="store_true",
+                    help="run Redis on CPU 0 and the workers on the other CPUs (taskset), as a "
+                         "deployment gives Redis a core of its own")
     ap.add_argument("--redis-verifies", action="store_true",
                     help="leave every verification to Redis (the slower path, for comparison)")
     args = ap.parse_args()
@@ -115,8 +118,10 @@ def main():
 
     port = free_port()
     tmp = tempfile.mkdtemp(prefix="dedup-redis-bench-")
+    pin_redis = ["taskset", "-c", "0"] if args.pin else []
+    pin_workers = ["taskset", "-c", f"1-{os.cpu_count() - 1}"] if args.pin and os.cpu_count() > 1 else []
     server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", tmp,
+        pin_redis + ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", tmp,
          "--save", "", "--appendonly", "no"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
@@ -143,7 +148,7 @@ def main():
             started = time.perf_counter()
             procs = []
             for part in split(lines, n):
-                p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                p = subprocess.Popen(pin_workers + cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE)
                 procs.append((p, part))
             outputs = []

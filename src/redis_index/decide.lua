@@ -13,16 +13,20 @@
 --   lru             sorted set: slot -> recency stamp (lowest: evicted next)
 --   e:<slot>        string: one indexed message (slot: 4 bytes, big-endian)
 --                   seq (2 x u32) | n keys (u8) | n shingles (u32) |
---                   keys (7 bytes each) | shingles (u32 each) | id (JSON)
---   p:<bucket>      hash: posting key (4 bytes) -> cells, in order of
+--                   posting keys (u32 each) | shingles (u32 each) | id (JSON)
+--   p               hash: posting key (4 bytes) -> cells, in order of
 --                   insertion: slot (4 bytes) and the low 32 bits of its
 --                   message's seq, so a cell names one message, not just a
---                   place; a key's bucket is its top bits, so buckets stay
---                   small hashes Redis keeps compact
+--                   place. One hash, so a call reads and writes every list
+--                   it needs in a few commands, not one per list.
 --   memo:<scope>    hash: message token -> the verdict it got (or call
 --                   token -> the whole reply), so that a message asked again
 --                   (a lost reply, a redelivered queue entry) gets the same
 --                   verdict instead of a second one
+--
+-- Every list, entry and recency change of a call is kept here and written
+-- at its end, in a few commands: the cost of a call into Redis from Lua is
+-- paid per call, not per message.
 --
 -- A worker may send, with a message, a claim: the verdict it computed from
 -- the posting lists it read just before, and what those lists were. When
@@ -39,13 +43,13 @@
 --   look tokens up in the memo first; 'c': empty the memo first), the call's
 --   token ('' when the messages carry their own), the number of message
 --   tokens to forget, those tokens, then five per message: op ('c' check,
---   'q' query) followed by the message's token, the posting records (bucket
---   3 bytes + key 4 bytes; band and anchor keys, then the exact-set key),
---   the sorted shingle set (u32 each), the id's JSON, the claim ('' for
---   none): flags byte (1: an exact copy, 2: a match), the exact copy's cell,
---   the match's cell, shared, of (u32 each), the id's length (u16) and the
---   matched id, then each record's list as read: its length in bytes (u16)
---   and its last cell (8 bytes, zeros when empty).
+--   'q' query) followed by the message's token, the posting keys (u32 each:
+--   band and anchor keys, then the exact-set key), the sorted shingle set
+--   (u32 each), the id's JSON, the claim ('' for none): flags byte (1: an
+--   exact copy, 2: a match), the exact copy's cell, the match's cell, shared,
+--   of (u32 each), the id's length (u16) and the matched id, then each
+--   key's list as read: its length in bytes (u16) and its last cell (8
+--   bytes, zeros when empty).
 -- Reply: one verdict per message ('n', or 'd' .. shared u32 .. of u32 ..
 --   matched id), then the number of messages indexed, of evictions, and of
 --   claims not taken.
@@ -71,6 +75,21 @@ local call_token = ARGV[9]
 local nforget = tonumber(ARGV[10])
 local first = 11 + nforget
 
+-- Commands over many arguments go in chunks that Lua's stack holds.
+local CHUNK = 500
+local function chunked(command, key, list, per)
+  local i = 1
+  while i <= #list do
+    local j = math.min(i + CHUNK * per - 1, #list)
+    if key then
+      redis.call(command, key, unpack(list, i, j))
+    else
+      redis.call(command, unpack(list, i, j))
+    end
+    i = j + 1
+  end
+end
+
 if has_memo and string.find(ARGV[8], 'c', 1, true) then
   redis.call('DEL', memo_key)
 end
@@ -80,11 +99,12 @@ if look_up_memo and call_token ~= '' then
     return cmsgpack.unpack(answered)
   end
 end
-local i = 11
-while i < first do
-  local j = math.min(i + 199, first - 1)
-  redis.call('HDEL', memo_key, unpack(ARGV, i, j))
-  i = j + 1
+if nforget > 0 then
+  local tokens = {}
+  for i = 11, first - 1 do
+    tokens[#tokens + 1] = ARGV[i]
+  end
+  chunked('HDEL', memo_key, tokens, 1)
 end
 
 local meta = redis.call('HMGET', KEYS[1], 'seq', 'len', 'stamp', 'evictions')
@@ -95,7 +115,7 @@ local evictions = tonumber(meta[4]) or 0
 
 local LRU = P .. 'lru'
 local ENTRY = P .. 'e:'
-local POSTINGS = P .. 'p:'
+local POSTINGS = P .. 'p'
 local TWO32 = 4294967296
 
 -- Integers as Redis reads them (Lua would print large ones with an exponent).
@@ -103,20 +123,48 @@ local function int(n)
   return string.format('%.0f', n)
 end
 
--- Every posting list and entry read or written by this call, so each is
--- read from Redis at most once and later messages see earlier changes.
+-- The lists, entries and recency this call has read or changed; what it
+-- changed is written at the end.
 local posting_cache = {}
-local claims_refused = 0
+local dirty_postings = {}
 local entry_cache = {}
+local dirty_entries = {}
 local parsed_cache = {}
+local pending_stamps = {}
+local claims_refused = 0
 
-local function postings(rec)
-  local v = posting_cache[rec]
+-- Reads into the cache the lists of `keys` it lacks, in one command.
+local function load_postings(keys)
+  local wanted, seen = {}, {}
+  for _, key in ipairs(keys) do
+    if posting_cache[key] == nil and not seen[key] then
+      seen[key] = true
+      wanted[#wanted + 1] = key
+    end
+  end
+  local i = 1
+  while i <= #wanted do
+    local j = math.min(i + CHUNK - 1, #wanted)
+    local lists = redis.call('HMGET', POSTINGS, unpack(wanted, i, j))
+    for k = i, j do
+      posting_cache[wanted[k]] = lists[k - i + 1] or ''
+    end
+    i = j + 1
+  end
+end
+
+local function postings(key)
+  local v = posting_cache[key]
   if v == nil then
-    v = redis.call('HGET', POSTINGS .. string.sub(rec, 1, 3), string.sub(rec, 4, 7)) or ''
-    posting_cache[rec] = v
+    v = redis.call('HGET', POSTINGS, key) or ''
+    posting_cache[key] = v
   end
   return v
+end
+
+local function set_postings(key, v)
+  posting_cache[key] = v
+  dirty_postings[key] = true
 end
 
 -- Where `cell` is in list `v` (a multiple of 8 bytes), or nil.
@@ -126,16 +174,6 @@ local function find_cell(v, cell)
     at = string.find(v, cell, at + 1, true)
   end
   return at
-end
-
-local function set_postings(rec, v)
-  posting_cache[rec] = v
-  local bucket, key = POSTINGS .. string.sub(rec, 1, 3), string.sub(rec, 4, 7)
-  if v == '' then
-    redis.call('HDEL', bucket, key)
-  else
-    redis.call('HSET', bucket, key, v)
-  end
 end
 
 local function entry(slot)
@@ -181,7 +219,7 @@ local function parsed(slot)
       return nil
     end
     local s, nk, ns = header(e)
-    c = {seq = s, set = numbers(e, 14 + 7 * nk, ns)}
+    c = {seq = s, set = numbers(e, 14 + 4 * nk, ns)}
     parsed_cache[slot] = c
   end
   return c
@@ -202,22 +240,91 @@ local function shared_count(a, b)
   return shared
 end
 
-local function insert(recs, shingles, ns, id)
+-- The posting keys of a message, split out of its argument.
+local function split_keys(keys)
+  local out = {}
+  for at = 1, #keys, 4 do
+    out[#out + 1] = string.sub(keys, at, at + 3)
+  end
+  return out
+end
+
+-- Marks `slot` as just used.
+local renewed = {}
+local function touch(slot)
+  stamp = stamp + 1
+  pending_stamps[#pending_stamps + 1] = int(stamp)
+  pending_stamps[#pending_stamps + 1] = slot
+  renewed[slot] = true
+end
+
+local function flush_stamps()
+  chunked('ZADD', LRU, pending_stamps, 2)
+  pending_stamps = {}
+end
+
+-- The least recently used messages, read a page at a time with their
+-- entries and lists. A page stays in order while this call runs, but for
+-- the messages it refreshes or reinserts (they have moved to the end),
+-- which are passed over; the next page is read after the call's recency
+-- changes are written, so it is in order too.
+local victims, next_at = {}, 1
+local function next_victim()
+  while true do
+    local slot = victims[next_at]
+    if slot == nil then
+      flush_stamps()
+      renewed = {}
+      victims = redis.call('ZRANGE', LRU, 0, 63)
+      next_at = 1
+      local missing = {}
+      for _, s in ipairs(victims) do
+        if entry_cache[s] == nil then
+          missing[#missing + 1] = ENTRY .. s
+        end
+      end
+      if #missing > 0 then
+        local got = redis.call('MGET', unpack(missing))
+        local k = 0
+        for _, s in ipairs(victims) do
+          if entry_cache[s] == nil then
+            k = k + 1
+            entry_cache[s] = got[k]
+          end
+        end
+      end
+      local keys = {}
+      for _, s in ipairs(victims) do
+        local e = entry_cache[s]
+        local _, nk = header(e)
+        for r = 0, nk - 1 do
+          keys[#keys + 1] = string.sub(e, 14 + 4 * r, 17 + 4 * r)
+        end
+      end
+      load_postings(keys)
+      slot = victims[1]
+    end
+    next_at = next_at + 1
+    if not renewed[slot] then
+      return slot
+    end
+  end
+end
+
+local function insert(keys, ks, shingles, ns, id)
   local slot
   if len >= capacity then
     -- The least recently used message gives up its slot and every posting.
-    slot = redis.call('ZRANGE', LRU, 0, 0)[1]
-    -- Only its head: seq, counts and posting records (at most 16 bands,
-    -- 2 anchors and the exact-set key).
-    local e = entry_cache[slot] or redis.call('GETRANGE', ENTRY .. slot, 0, 12 + 7 * 19)
+    slot = next_victim()
+    local e = entry(slot)
     local _, nk = header(e)
     local cell = slot .. string.sub(e, 5, 8)
     for r = 0, nk - 1 do
-      local rec = string.sub(e, 14 + 7 * r, 20 + 7 * r)
-      local v = postings(rec)
+      local key = string.sub(e, 14 + 4 * r, 17 + 4 * r)
+      local v = postings(key)
       local at = find_cell(v, cell)
       if at then
-        set_postings(rec, string.sub(v, 1, at - 1) .. string.sub(v, at + 8))
+        set_postings(key, string.sub(v, 1, at - 1) .. string.sub(v, at + 8))
       end
     end
     evictions = evictions + 1
@@ -225,21 +332,18 @@ local function insert(recs, shingles, ns, id)
     slot = struct.pack('>I4', len)
     len = len + 1
   end
-  stamp = stamp + 1
-  redis.call('ZADD', LRU, int(stamp), slot)
-  local nk = #recs / 7
+  touch(slot)
   local lo = seq % TWO32
-  local e = struct.pack('>I4I4BI4', math.floor(seq / TWO32), lo, nk, ns)
-    .. recs .. shingles .. id
-  redis.call('SET', ENTRY .. slot, e)
+  local e = struct.pack('>I4I4BI4', math.floor(seq / TWO32), lo, #ks, ns)
+    .. keys .. shingles .. id
   entry_cache[slot] = e
+  dirty_entries[slot] = true
   parsed_cache[slot] = nil
   local cell = slot .. struct.pack('>I4', lo)
-  for r = 0, nk - 1 do
-    local rec = string.sub(recs, 7 * r + 1, 7 * r + 7)
-    local v = postings(rec)
+  for _, key in ipairs(ks) do
+    local v = postings(key)
     if #v < 8 * max_bucket then
-      set_postings(rec, v .. cell)
+      set_postings(key, v .. cell)
     end
   end
 end
@@ -267,7 +371,7 @@ end
 local function id_of(slot)
   local e = entry(slot)
   local _, nk, ens = header(e)
-  return string.sub(e, 14 + 7 * nk + 4 * ens)
+  return string.sub(e, 14 + 4 * nk + 4 * ens)
 end
 
 -- A worker's claim (see the top): the exact copy, the match, its shared
@@ -278,7 +382,7 @@ end
 -- cells gone matter only if the claimed copy or match is gone. Returns the
 -- verdict's parts, or nil when the claim cannot stand (then all is decided
 -- here).
-local function take_claim(recs, nrec, shingles, ns, claim)
+local function take_claim(ks, shingles, ns, claim)
   local flags, exact, best, num, den, idlen = struct.unpack('>Bc8c8I4I4H', claim)
   if flags % 2 == 0 then
     exact = nil
@@ -288,10 +392,11 @@ local function take_claim(recs, nrec, shingles, ns, claim)
   end
   local match_id = string.sub(claim, 28, 27 + idlen)
   local pos = 28 + idlen
+  local nrec = #ks
   local fresh = {}
   local changed = false
-  for r = 0, nrec - 1 do
-    local v = postings(string.sub(recs, 7 * r + 1, 7 * r + 7))
+  for r = 1, nrec do
+    local v = postings(ks[r])
     local hi, lo = string.byte(claim, pos, pos + 1)
     local n = hi * 256 + lo
     local last = string.sub(claim, pos + 2, pos + 9)
@@ -320,10 +425,10 @@ local function take_claim(recs, nrec, shingles, ns, claim)
   local new_exact = nil
   if not exact then
     for _, f in ipairs(fresh) do
-      if f[1] == nrec - 1 then
+      if f[1] == nrec then
         local e = entry(string.sub(f[2], 1, 4))
         local _, nk, ens = header(e)
-        local from = 14 + 7 * nk
+        local from = 14 + 4 * nk
         if ens == ns and string.sub(e, from, from + 4 * ns - 1) == shingles then
           exact, new_exact = f[2], f[2]
           break
@@ -354,7 +459,7 @@ local function take_claim(recs, nrec, shingles, ns, claim)
     end
   end
   for _, f in ipairs(fresh) do
-    if f[1] < nrec - 1 then
+    if f[1] < nrec then
       consider(f[2])
     end
   end
@@ -364,112 +469,108 @@ local function take_claim(recs, nrec, shingles, ns, claim)
   return exact, best, num, den, match_id
 end
 
-local function decide(op, recs, shingles, id, claim)
-  local ns = #shingles / 4
-  if ns == 0 then
-    -- Nothing to compare: new, and never a candidate.
-    return 'n'
-  end
-  local nrec = #recs / 7
-  if claim ~= '' then
-    local exact, best, num, den, match_id = take_claim(recs, nrec, shingles, ns, claim)
-    if match_id then
-      local verdict = 'n'
-      if best then
-        if op == 'c' then
-          stamp = stamp + 1
-          redis.call('ZADD', LRU, int(stamp), string.sub(best, 1, 4))
-        end
-        verdict = 'd' .. struct.pack('>I4I4', num, den) .. match_id
-      end
-      if op == 'c' then
-        if not exact then
-          insert(recs, shingles, ns, id)
-        end
-        seq = seq + 1
-      end
-      return verdict
-    end
-    claims_refused = claims_refused + 1
-  end
+-- The whole decision, as the in-memory engine makes it.
+local function decide_here(ks, shingles, ns)
+  local nrec = #ks
   -- The exact path: an indexed message with this very shingle set.
   local exact
-  local v = postings(string.sub(recs, 7 * nrec - 6, 7 * nrec))
+  local v = postings(ks[nrec])
   for at = 1, #v, 8 do
     local slot = string.sub(v, at, at + 3)
     local e = entry(slot)
     if e then
       local _, nk, ens = header(e)
-      local from = 14 + 7 * nk
+      local from = 14 + 4 * nk
       if ens == ns and string.sub(e, from, from + 4 * ns - 1) == shingles then
-        exact = slot
+        exact = string.sub(v, at, at + 7)
         break
       end
     end
   end
-  local best, best_s, best_seq, best_num, best_den
   if jaccard and exact then
     -- Under Jaccard only an identical set reaches 1: nothing can beat it.
-    best, best_s, best_num, best_den = exact, 1, 1, 1
-  else
-    local mine = numbers(shingles, 1, ns)
-    local seen = {}
-    local function consider(slot)
-      if seen[slot] then
-        return
-      end
-      seen[slot] = true
-      local c = parsed(slot)
-      if not c then
-        return
-      end
-      local nc = #c.set
-      local shared = shared_count(mine, c.set)
-      local smaller = ns < nc and ns or nc
-      local num, den
-      if not jaccard and smaller >= min_contained then
-        num, den = shared, smaller
-      else
-        num, den = shared, ns + nc - shared
-      end
-      local s = num / den
-      if s >= (best_s or threshold)
-        and (best_s == nil or s > best_s or c.seq < best_seq) then
-        best, best_s, best_seq, best_num, best_den = slot, s, c.seq, num, den
-      end
+    return exact, exact, 1, 1, id_of(string.sub(exact, 1, 4))
+  end
+  local best, best_s, best_seq, best_num, best_den
+  local mine = numbers(shingles, 1, ns)
+  local seen = {}
+  local function consider(cell)
+    local slot = string.sub(cell, 1, 4)
+    if seen[slot] then
+      return
     end
-    for r = 0, nrec - 2 do
-      local list = postings(string.sub(recs, 7 * r + 1, 7 * r + 7))
-      for at = 1, #list, 8 do
-        consider(string.sub(list, at, at + 3))
-      end
+    seen[slot] = true
+    if not entry(slot) then
+      return
     end
-    if exact then
-      consider(exact)
+    local shared, of, cseq = compare(mine, slot)
+    local s = shared / of
+    if s >= (best_s or threshold) and (best_s == nil or s > best_s or cseq < best_seq) then
+      best, best_s, best_seq, best_num, best_den = cell, s, cseq, shared, of
     end
+  end
+  for r = 1, nrec - 1 do
+    local list = postings(ks[r])
+    for at = 1, #list, 8 do
+      consider(string.sub(list, at, at + 7))
+    end
+  end
+  if exact then
+    consider(exact)
+  end
+  local match_id = ''
+  if best then
+    match_id = id_of(string.sub(best, 1, 4))
+  end
+  return exact, best, best_num, best_den, match_id
+end
+
+local function decide(op, keys, shingles, id, claim)
+  local ns = #shingles / 4
+  if ns == 0 then
+    -- Nothing to compare: new, and never a candidate.
+    return 'n'
+  end
+  local ks = split_keys(keys)
+  local exact, best, num, den, match_id
+  if claim ~= '' then
+    exact, best, num, den, match_id = take_claim(ks, shingles, ns, claim)
+    if not match_id then
+      claims_refused = claims_refused + 1
+    end
+  end
+  if not match_id then
+    exact, best, num, den, match_id = decide_here(ks, shingles, ns)
   end
   local verdict = 'n'
   if best then
     if op == 'c' then
-      stamp = stamp + 1
-      redis.call('ZADD', LRU, int(stamp), best)
+      touch(string.sub(best, 1, 4))
     end
-    local e = entry(best)
-    local _, nk, ens = header(e)
-    verdict = 'd' .. struct.pack('>I4I4', best_num, best_den)
-      .. string.sub(e, 14 + 7 * nk + 4 * ens)
+    verdict = 'd' .. struct.pack('>I4I4', num, den) .. match_id
   end
   if op == 'c' then
     if not exact then
-      insert(recs, shingles, ns, id)
+      insert(keys, ks, shingles, ns, id)
     end
     seq = seq + 1
   end
   return verdict
 end
 
+-- Every list the messages will read, in one command.
+local wanted = {}
+for m = first, #ARGV, 5 do
+  local keys = ARGV[m + 1]
+  for at = 1, #keys, 4 do
+    wanted[#wanted + 1] = string.sub(keys, at, at + 3)
+  end
+end
+load_postings(wanted)
+
 local reply = {}
 local memo_written = false
+local memo_fields = {}
 for m = first, #ARGV, 5 do
   local op, token = string.sub(ARGV[m], 1, 1), string.sub(ARGV[m], 2)
   local verdict
@@ -479,17 +580,42 @@ for m = first, #ARGV, 5 do
   if not verdict then
     verdict = decide(op, ARGV[m + 1], ARGV[m + 2], ARGV[m + 3], ARGV[m + 4])
     if has_memo and token ~= '' and op == 'c' then
-      redis.call('HSET', memo_key, token, verdict)
-      memo_written = true
+      memo_fields[#memo_fields + 1] = token
+      memo_fields[#memo_fields + 1] = verdict
     end
   end
   reply[#reply + 1] = verdict
 end
+
+-- Write what changed.
+flush_stamps()
+local entries = {}
+for slot in pairs(dirty_entries) do
+  entries[#entries + 1] = ENTRY .. slot
+  entries[#entries + 1] = entry_cache[slot]
+end
+chunked('MSET', nil, entries, 2)
+local lists, emptied = {}, {}
+for key in pairs(dirty_postings) do
+  local v = posting_cache[key]
+  if v == '' then
+    emptied[#emptied + 1] = key
+  else
+    lists[#lists + 1] = key
+    lists[#lists + 1] = v
+  end
+end
+chunked('HSET', POSTINGS, lists, 2)
+chunked('HDEL', POSTINGS, emptied, 1)
 redis.call('HSET', KEYS[1], 'seq', int(seq), 'len', int(len), 'stamp', int(stamp),
   'evictions', int(evictions))
 reply[#reply + 1] = len
 reply[#reply + 1] = evictions
 reply[#reply + 1] = claims_refused
+if #memo_fields > 0 then
+  chunked('HSET', memo_key, memo_fields, 2)
+  memo_written = true
+end
 if has_memo and call_token ~= '' then
   redis.call('HSET', memo_key, call_token, cmsgpack.pack(reply))
   memo_written = true

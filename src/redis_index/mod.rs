@@ -36,7 +36,6 @@ pub use connection::{IndexLocation, Link, RetryError, is_transient};
 
 use crate::config::{EngineConfig, Measure};
 use crate::engine::index::exact_key;
-use crate::engine::sketch::LshParams;
 use crate::engine::verdict::{MIN_CONTAINED_SHINGLES, intersection};
 use crate::engine::{ANCHOR_TOKENS, Ask, IndexStats, IndexStore, Match, Op, Verdict, lsh_params};
 use crate::error::StoreError;
@@ -56,7 +55,7 @@ const CALL_BYTES: usize = 1 << 20;
 
 /// Format of the keys and values; part of the stored settings, so a worker
 /// of another format is refused.
-const FORMAT: u32 = 2;
+const FORMAT: u32 = 3;
 
 /// Most indexed messages a worker keeps in its cache of candidates (each is
 /// immutable: a slot given to another message is another cell).
@@ -73,7 +72,7 @@ struct Cached {
 
 impl Cached {
     /// Reads an entry as decide.lua writes it: seq (two u32), number of
-    /// keys (u8), of shingles (u32), the keys (7 bytes each), the shingles
+    /// keys (u8), of shingles (u32), the keys (u32 each), the shingles
     /// (u32 each), the id's JSON.
     fn parse(bytes: &[u8]) -> Option<Cached> {
         let u32_at = |at: usize| -> Option<u32> {
@@ -82,7 +81,7 @@ impl Cached {
         let seq = (u64::from(u32_at(0)?) << 32) | u64::from(u32_at(4)?);
         let keys = usize::from(*bytes.get(8)?);
         let shingles = u32_at(9)? as usize;
-        let from = 13 + 7 * keys;
+        let from = 13 + 4 * keys;
         let to = from.checked_add(shingles.checked_mul(4)?)?;
         let set = bytes
             .get(from..to)?
@@ -124,15 +123,6 @@ pub fn key_prefix(name: &str) -> String {
     format!("{{{name}}}:")
 }
 
-/// How many top bits of a posting key pick its bucket (one Redis hash):
-/// enough buckets that each holds a few dozen postings when the index is
-/// full, few enough that a small index does not pay for many empty ones.
-fn bucket_bits(capacity: usize, keys_per_message: usize) -> u32 {
-    let postings = capacity.saturating_mul(keys_per_message) as u64;
-    let buckets = (postings / 16).max(1).next_power_of_two();
-    buckets.trailing_zeros().clamp(4, 24)
-}
-
 /// The settings an index is made with, as the text stored beside it: what
 /// must be the same for every worker that shares it.
 pub fn settings_text(config: &EngineConfig) -> String {
@@ -161,8 +151,6 @@ pub struct RedisIndex {
     /// The numbers the script needs, as text: capacity, bucket cap,
     /// threshold, measure, fewest shingles for containment.
     params: [String; 5],
-    /// Right shift from a posting key to its bucket.
-    bucket_shift: u32,
     decide_script: Script,
     lookup_script: Script,
     create_script: Script,
@@ -240,7 +228,6 @@ impl RedisIndex {
         if let Some(stop) = options.stop {
             link = link.with_stop(stop);
         }
-        let lsh: LshParams = lsh_params(config);
         let prefix = key_prefix(name);
         let worker = format!(
             "w:{:016x}",
@@ -266,7 +253,6 @@ impl RedisIndex {
                 },
                 MIN_CONTAINED_SHINGLES.to_string(),
             ],
-            bucket_shift: 32 - bucket_bits(config.capacity.get(), lsh.bands + 3),
             decide_script: Script::new(include_str!("decide.lua")),
             lookup_script: Script::new(include_str!("lookup.lua")),
             create_script: Script::new(include_str!("create.lua")),
@@ -383,26 +369,25 @@ impl RedisIndex {
         }
     }
 
-    /// The posting records of a message: bucket (3 bytes) and key (4
-    /// bytes) of each band and anchor key, then of its exact-set key.
+    /// The posting keys of a message (u32 each, big-endian): its band and
+    /// anchor keys, then its exact-set key.
     fn records(&self, ask: &Ask<'_>) -> Vec<u8> {
-        let mut records = Vec::with_capacity(7 * (ask.sketch.band_keys.len() + 1));
         let exact = exact_key(ask.sketch.set_fingerprint);
-        for &key in ask.sketch.band_keys.iter().chain(std::iter::once(&exact)) {
-            let bucket = key >> self.bucket_shift;
-            records.extend_from_slice(&bucket.to_be_bytes()[1..]);
-            records.extend_from_slice(&key.to_be_bytes());
-        }
-        records
+        ask.sketch
+            .band_keys
+            .iter()
+            .chain(std::iter::once(&exact))
+            .flat_map(|key| key.to_be_bytes())
+            .collect()
     }
 
     /// Reads the posting list of every distinct record of the messages.
-    fn read_lists(&mut self, records: &[Vec<u8>]) -> Result<HashMap<[u8; 7], Vec<u8>>, StoreError> {
-        let mut wanted: Vec<[u8; 7]> = Vec::new();
+    fn read_lists(&mut self, records: &[Vec<u8>]) -> Result<HashMap<[u8; 4], Vec<u8>>, StoreError> {
+        let mut wanted: Vec<[u8; 4]> = Vec::new();
         let mut seen = HashSet::new();
         for recs in records {
-            for rec in recs.chunks_exact(7) {
-                let rec: [u8; 7] = rec.try_into().expect("chunks of 7");
+            for rec in recs.chunks_exact(4) {
+                let rec: [u8; 4] = rec.try_into().expect("chunks of 4");
                 if seen.insert(rec) {
                     wanted.push(rec);
                 }
@@ -431,7 +416,7 @@ impl RedisIndex {
     }
 
     /// Loads into the cache every message the lists name that it lacks.
-    fn fetch_entries(&mut self, lists: &HashMap<[u8; 7], Vec<u8>>) -> Result<(), StoreError> {
+    fn fetch_entries(&mut self, lists: &HashMap<[u8; 4], Vec<u8>>) -> Result<(), StoreError> {
         let mut missing: Vec<[u8; 8]> = Vec::new();
         let mut seen = HashSet::new();
         for list in lists.values() {
@@ -473,15 +458,15 @@ impl RedisIndex {
 
     /// The verdict this message gets if the lists are still as read, with
     /// those lists (see decide.lua); empty when it cannot be made here.
-    fn claim(&self, ask: &Ask<'_>, records: &[u8], lists: &HashMap<[u8; 7], Vec<u8>>) -> Vec<u8> {
+    fn claim(&self, ask: &Ask<'_>, records: &[u8], lists: &HashMap<[u8; 4], Vec<u8>>) -> Vec<u8> {
         if ask.sketch.shingles.is_empty() {
             return Vec::new();
         }
         let list = |rec: &[u8]| -> &[u8] {
-            let rec: [u8; 7] = rec.try_into().expect("7 bytes");
+            let rec: [u8; 4] = rec.try_into().expect("4 bytes");
             lists.get(&rec).map_or(&[], Vec::as_slice)
         };
-        let recs: Vec<&[u8]> = records.chunks_exact(7).collect();
+        let recs: Vec<&[u8]> = records.chunks_exact(4).collect();
         let Some((&exact_rec, band_recs)) = recs.split_last() else {
             return Vec::new();
         };
@@ -722,7 +707,7 @@ impl IndexStore for RedisIndex {
             while to < asks.len() && to - from < CALL_MESSAGES && (bytes < CALL_BYTES || to == from)
             {
                 let sketch = asks[to].sketch;
-                bytes += 32 + 4 * sketch.shingles.len() + 7 * sketch.band_keys.len();
+                bytes += 32 + 4 * sketch.shingles.len() + 4 * sketch.band_keys.len();
                 to += 1;
             }
             if let Err(e) = self.call(&asks[from..to], verdicts) {

@@ -41,8 +41,10 @@
 -- ARGV: settings, capacity, max_bucket, threshold, measure ('j' or 'c'),
 --   fewest shingles for containment, memo scope ('' for none), flags ('r':
 --   look tokens up in the memo first; 'c': empty the memo first), the call's
---   token ('' when the messages carry their own), the number of message
---   tokens to forget, those tokens, then five per message: op ('c' check,
+--   token ('' when the messages carry their own), the posting lists the
+--   worker read for its claims, concatenated in the order the messages first
+--   name their keys ('' for none), the number of message tokens to forget,
+--   those tokens, then five per message: op ('c' check,
 --   'q' query) followed by the message's token, the posting keys (u32 each:
 --   band and anchor keys, then the exact-set key), the sorted shingle set
 --   (u32 each), the id's JSON, the claim ('' for none): flags byte (1: an
@@ -72,8 +74,9 @@ local memo_key = P .. 'memo:' .. ARGV[7]
 local has_memo = ARGV[7] ~= ''
 local look_up_memo = has_memo and string.find(ARGV[8], 'r', 1, true) ~= nil
 local call_token = ARGV[9]
-local nforget = tonumber(ARGV[10])
-local first = 11 + nforget
+local snapshot = ARGV[10]
+local nforget = tonumber(ARGV[11])
+local first = 12 + nforget
 
 -- Commands over many arguments go in chunks that Lua's stack holds.
 local CHUNK = 500
@@ -101,7 +104,7 @@ if look_up_memo and call_token ~= '' then
 end
 if nforget > 0 then
   local tokens = {}
-  for i = 11, first - 1 do
+  for i = 12, first - 1 do
     tokens[#tokens + 1] = ARGV[i]
   end
   chunked('HDEL', memo_key, tokens, 1)
@@ -132,6 +135,8 @@ local dirty_entries = {}
 local parsed_cache = {}
 local pending_stamps = {}
 local claims_refused = 0
+-- Set below: whether the lists are still all as the worker read them.
+local all_fresh = false
 
 -- Reads into the cache the lists of `keys` it lacks, in one command.
 local function load_postings(keys)
@@ -533,7 +538,27 @@ local function decide(op, keys, shingles, id, claim)
   end
   local ks = split_keys(keys)
   local exact, best, num, den, match_id
-  if claim ~= '' then
+  if claim ~= '' and all_fresh then
+    local untouched = true
+    for _, key in ipairs(ks) do
+      if dirty_postings[key] then
+        untouched = false
+        break
+      end
+    end
+    if untouched then
+      local flags, idlen
+      flags, exact, best, num, den, idlen = struct.unpack('>Bc8c8I4I4H', claim)
+      if flags % 2 == 0 then
+        exact = nil
+      end
+      if flags < 2 then
+        best = nil
+      end
+      match_id = string.sub(claim, 28, 27 + idlen)
+    end
+  end
+  if claim ~= '' and not match_id then
     exact, best, num, den, match_id = take_claim(ks, shingles, ns, claim)
     if not match_id then
       claims_refused = claims_refused + 1
@@ -567,6 +592,19 @@ for m = first, #ARGV, 5 do
   end
 end
 load_postings(wanted)
+
+-- Whether every list is as the worker read it: then a claim holds as long
+-- as no message before it in this call changed its lists. The lists only
+-- lose cells and gain new ones (never seen by the worker), so equal
+-- concatenations mean equal lists.
+local seen_key, now = {}, {}
+for _, key in ipairs(wanted) do
+  if not seen_key[key] then
+    seen_key[key] = true
+    now[#now + 1] = posting_cache[key]
+  end
+end
+all_fresh = snapshot ~= '' and table.concat(now) == snapshot
 
 local reply = {}
 local memo_written = false

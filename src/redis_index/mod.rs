@@ -579,6 +579,21 @@ impl RedisIndex {
         } else {
             Vec::new()
         });
+        // The lists as read, in the order the messages first name their
+        // keys: when Redis still has them all so, every claim holds.
+        let mut snapshot = Vec::new();
+        if self.verify_here {
+            let mut named = HashSet::new();
+            for recs in &records {
+                for rec in recs.chunks_exact(4) {
+                    let rec: [u8; 4] = rec.try_into().expect("chunks of 4");
+                    if named.insert(rec) {
+                        snapshot.extend_from_slice(lists.get(&rec).map_or(&[][..], Vec::as_slice));
+                    }
+                }
+            }
+        }
+        args.push(snapshot);
         // Given tokens are forgotten from their scope, with the next call
         // that names it.
         let forget = if own_tokens { 0 } else { self.forget.len() };

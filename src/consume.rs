@@ -51,6 +51,8 @@ pub const DEFAULT_BATCH: usize = 256;
 /// Longest wait for new entries before looking around (stop requests,
 /// entries to claim).
 const BLOCK: Duration = Duration::from_millis(1000);
+/// How often progress is logged.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 /// Where tagged messages go.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -196,7 +198,22 @@ pub fn run<S: IndexStore>(
     let mut last_claim: Option<Instant> = None;
     let mut claim_cursor = "0-0".to_string();
     let mut own_pending = true;
+    let started = Instant::now();
+    let mut last_report = Instant::now();
     while !stop.load(Ordering::Relaxed) {
+        if last_report.elapsed() >= PROGRESS_EVERY {
+            last_report = Instant::now();
+            let s = worker.summary;
+            tracing::info!(
+                read = s.read,
+                per_second = (s.read as f64 / started.elapsed().as_secs_f64()).round(),
+                duplicates = s.duplicates,
+                claimed = s.claimed,
+                invalid = s.invalid,
+                acknowledged = s.acked,
+                "consuming"
+            );
+        }
         if last_claim.is_none_or(|at| at.elapsed() >= claim_every) {
             let (next, entries, deleted) = worker.claim(&claim_cursor)?;
             if next == "0-0" {

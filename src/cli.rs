@@ -93,6 +93,12 @@ pub struct IndexArgs {
     #[arg(long, value_name = "NAME", default_value = DEFAULT_INDEX_NAME)]
     pub index_name: String,
 
+    /// With the index in Redis: how long a call may wait for Redis's answer
+    /// before the connection is taken for dead, made again, and the call
+    /// repeated (safely: Redis remembers what it answered). Units: ms, s, m.
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
+    pub redis_timeout: Duration,
+
     /// Leave every verification to Redis rather than verifying candidates
     /// here and sending verdicts for Redis to check (slower; the same
     /// verdicts). For diagnosis.
@@ -163,6 +169,11 @@ pub struct ConsumeArgs {
     /// Name of the index in Redis.
     #[arg(long, value_name = "NAME", default_value = DEFAULT_INDEX_NAME)]
     pub index_name: String,
+
+    /// How long a call may wait for Redis's answer before the connection is
+    /// taken for dead, made again, and the call repeated. Units: ms, s, m.
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
+    pub redis_timeout: Duration,
 
     /// Leave every verification to Redis (see the filter's option).
     #[arg(long, hide = true)]

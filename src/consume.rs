@@ -271,6 +271,8 @@ impl<S: IndexStore> Worker<'_, S> {
     /// new ones (waiting a little when there are none).
     fn read(&mut self, from: &str) -> Result<Vec<Entry>, Error> {
         let config = self.config;
+        // A blocked read must end well before the call times out.
+        let block = BLOCK.min(self.link.timeout() / 2);
         let reply: Value = self
             .link
             .retry("reading the stream", |c, _| {
@@ -281,7 +283,7 @@ impl<S: IndexStore> Worker<'_, S> {
                     .arg("COUNT")
                     .arg(config.batch);
                 if from == ">" {
-                    cmd.arg("BLOCK").arg(BLOCK.as_millis() as u64);
+                    cmd.arg("BLOCK").arg(block.as_millis() as u64);
                 }
                 cmd.arg("STREAMS").arg(&config.stream).arg(from).query(c)
             })

@@ -155,15 +155,9 @@ fn filter(args: &FilterArgs) -> Exit {
         },
         location => {
             let metrics = Arc::new(Metrics::default());
-            let store = match scale::open_index(
-                location,
-                &args.index.index_name,
-                &config,
-                &run.stop,
-                Arc::clone(&metrics),
-                None,
-                args.index.redis_verifies,
-            ) {
+            let options = scale::index_options(&args.index, &run.stop, &metrics);
+            let store = match scale::open_index(location, &args.index.index_name, &config, options)
+            {
                 Ok(store) => store,
                 Err(exit) => return exit,
             };
@@ -424,15 +418,9 @@ fn serve(args: &ServeArgs) -> Exit {
             Err(exit) => exit,
         },
         location => {
-            let store = match scale::open_index(
-                location,
-                &args.index.index_name,
-                &engine,
-                &stop,
-                Arc::clone(&metrics),
-                None,
-                args.index.redis_verifies,
-            ) {
+            let options = scale::index_options(&args.index, &stop, &metrics);
+            let store = match scale::open_index(location, &args.index.index_name, &engine, options)
+            {
                 Ok(store) => store,
                 Err(exit) => return exit,
             };

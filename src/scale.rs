@@ -28,23 +28,29 @@ pub fn refuse_state(index: &IndexArgs, state: &StateArgs) -> Result<(), String> 
     Ok(())
 }
 
+/// The options of an index in Redis that the filter and `serve` take.
+pub fn index_options(
+    index: &IndexArgs,
+    stop: &Arc<AtomicBool>,
+    metrics: &Arc<Metrics>,
+) -> RedisOptions {
+    RedisOptions {
+        metrics: Some(Arc::clone(metrics)),
+        stop: Some(Arc::clone(stop)),
+        token_scope: None,
+        redis_verifies: index.redis_verifies,
+        timeout: Some(index.redis_timeout),
+    }
+}
+
 /// Opens (creating if need be) the index `name` in Redis; reports a failure
 /// on stderr.
 pub fn open_index(
     location: &IndexLocation,
     name: &str,
     config: &EngineConfig,
-    stop: &Arc<AtomicBool>,
-    metrics: Arc<Metrics>,
-    token_scope: Option<String>,
-    redis_verifies: bool,
+    options: RedisOptions,
 ) -> Result<RedisIndex, Exit> {
-    let options = RedisOptions {
-        metrics: Some(metrics),
-        stop: Some(Arc::clone(stop)),
-        token_scope,
-        redis_verifies,
-    };
     match RedisIndex::open(location, name, config, options) {
         Ok(index) => {
             tracing::info!(index = name, redis = %location, settings = index.settings(), "index opened");
@@ -138,7 +144,7 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
             },
         ));
     }
-    let mut link = match Link::new(&streams) {
+    let mut link = match Link::new(&streams, args.redis_timeout) {
         Ok(link) => link
             .with_metrics(Arc::clone(&metrics))
             .with_stop(Arc::clone(&stop)),
@@ -173,15 +179,14 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
         }
         location => {
             let scope = format!("q:{}:{}", config.stream, config.group);
-            let mut store = match open_index(
-                location,
-                &args.index_name,
-                &engine,
-                &stop,
-                Arc::clone(&metrics),
-                Some(scope),
-                args.redis_verifies,
-            ) {
+            let options = RedisOptions {
+                metrics: Some(Arc::clone(&metrics)),
+                stop: Some(Arc::clone(&stop)),
+                token_scope: Some(scope),
+                redis_verifies: args.redis_verifies,
+                timeout: Some(args.redis_timeout),
+            };
+            let mut store = match open_index(location, &args.index_name, &engine, options) {
                 Ok(store) => store,
                 Err(exit) => return exit,
             };

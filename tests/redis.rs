@@ -786,3 +786,238 @@ fn serve_with_a_redis_index_reports_its_health() {
     unsafe_free_sigterm(&server);
     assert!(server.wait().unwrap().success());
 }
+
+// ---- a worker cut from Redis by the network ----
+
+/// Two network namespaces of the test's own, a worker's host and Redis's
+/// host, joined by a veth pair on link-local addresses; removed when
+/// dropped. Neither has any other link or route, so when the pair goes
+/// down nothing can reach anywhere else: the traffic stays on the pair.
+struct Hosts {
+    worker: String,
+    redis: String,
+    link: String,
+}
+
+impl Hosts {
+    /// The reason when namespaces cannot be made: not root, no `ip`, or a
+    /// sandbox that refuses.
+    fn create(tag: &str) -> Result<Hosts, String> {
+        let id = std::process::id() % 100_000;
+        let hosts = Hosts {
+            worker: format!("dedup-{tag}-w{id}"),
+            redis: format!("dedup-{tag}-r{id}"),
+            link: format!("dd{id}a"),
+        };
+        let peer = format!("dd{id}b");
+        let ip = |args: &[&str]| -> Result<(), String> {
+            let out = Command::new("ip")
+                .args(args)
+                .output()
+                .map_err(|e| format!("ip: {e}"))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "ip {}: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))
+            }
+        };
+        ip(&["netns", "add", &hosts.worker])?;
+        ip(&["netns", "add", &hosts.redis])?;
+        ip(&[
+            "link",
+            "add",
+            &hosts.link,
+            "netns",
+            &hosts.worker,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &peer,
+            "netns",
+            &hosts.redis,
+        ])?;
+        for (ns, dev, address) in [
+            (&hosts.worker, &hosts.link, "169.254.77.1/30"),
+            (&hosts.redis, &peer, "169.254.77.2/30"),
+        ] {
+            ip(&["-n", ns, "addr", "add", address, "dev", dev])?;
+            ip(&["-n", ns, "link", "set", dev, "up"])?;
+            ip(&["-n", ns, "link", "set", "lo", "up"])?;
+        }
+        Ok(hosts)
+    }
+
+    /// A command run on the worker's host.
+    fn on_worker(&self, program: &str) -> Command {
+        let mut command = Command::new("ip");
+        command.args(["netns", "exec", &self.worker, program]);
+        command
+    }
+
+    fn set_link(&self, up: bool) {
+        let state = if up { "up" } else { "down" };
+        let ok = Command::new("ip")
+            .args(["-n", &self.worker, "link", "set", &self.link, state])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "ip link set {} {state}", self.link);
+    }
+}
+
+/// A child process killed when the test ends, however it ends.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.worker])
+            .status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.redis])
+            .status();
+    }
+}
+
+#[test]
+fn a_worker_cut_from_redis_by_the_network_holds_its_input_and_resumes() {
+    let test = "a_worker_cut_from_redis_by_the_network_holds_its_input_and_resumes";
+    if !available(test) {
+        return;
+    }
+    let hosts = match Hosts::create("cut") {
+        Ok(hosts) => hosts,
+        Err(why) => {
+            eprintln!("SKIPPED {test}: no network namespaces ({why})");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let _redis = KillOnDrop(
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &hosts.redis,
+                "redis-server",
+                "--bind",
+                "169.254.77.2",
+                "--port",
+                "6390",
+            ])
+            .args([
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+                "--dir",
+            ])
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_until(
+        "Redis answers the worker's host",
+        Duration::from_secs(20),
+        || {
+            hosts
+                .on_worker("redis-cli")
+                .args(["-h", "169.254.77.2", "-p", "6390", "PING"])
+                .output()
+                .is_ok_and(|o| o.stdout.starts_with(b"PONG"))
+        },
+    );
+    let input = synthetic();
+    let all = lines(&input);
+    let (first, rest) = all.split_at(all.len() / 2);
+    let fields = ["--quiet", "--id-field", "id_str", "--text-field", "text"];
+    let expected = run(&fields, &input).stdout;
+
+    // A call waits two seconds for Redis, then the connection is taken for
+    // dead: the cut below outlasts that, so calls are made again.
+    let mut worker = KillOnDrop(
+        hosts
+            .on_worker(bin())
+            .args(fields)
+            .args([
+                "--index",
+                "redis://169.254.77.2:6390",
+                "--redis-timeout",
+                "2s",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let worker = &mut worker.0;
+    let mut stdin = worker.stdin.take().unwrap();
+    let mut stdout = worker.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        stdout.read_to_end(&mut out).unwrap();
+        out
+    });
+    for line in first {
+        stdin.write_all(line).unwrap();
+        stdin.write_all(b"\n").unwrap();
+    }
+    stdin.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    // The link goes down with the rest of the input on its way.
+    hosts.set_link(false);
+    let writer = {
+        let rest: Vec<Vec<u8>> = rest.iter().map(|l| l.to_vec()).collect();
+        std::thread::spawn(move || {
+            for line in rest {
+                stdin.write_all(&line).unwrap();
+                stdin.write_all(b"\n").unwrap();
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_secs(6));
+    if worker.try_wait().unwrap().is_some() {
+        let mut stderr = String::new();
+        worker
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        panic!("the worker did not wait for Redis: {stderr}");
+    }
+    hosts.set_link(true);
+    writer.join().unwrap();
+    let status = worker.wait().unwrap();
+    let output = reader.join().unwrap();
+    let mut stderr = String::new();
+    worker
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(status.success(), "{stderr}");
+    assert!(
+        output == expected,
+        "every line once, as one process tags it"
+    );
+    assert!(stderr.contains("cannot be reached"), "{stderr}");
+    assert!(stderr.contains("reachable again"), "{stderr}");
+}

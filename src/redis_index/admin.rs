@@ -214,7 +214,7 @@ pub fn info(location: &IndexLocation, name: &str) -> Result<IndexInfo, StoreErro
 pub fn drop(location: &IndexLocation, name: &str) -> Result<u64, StoreError> {
     check_name(name)?;
     // Make sure the location is reachable and well formed before anything.
-    Link::new(location)?;
+    Link::new(location, super::DEFAULT_TIMEOUT)?;
     let mut con = owner(location, name)?;
     let mut removed = 0u64;
     for_each_key_page(con.as_mut(), name, |con, page| {

@@ -87,11 +87,12 @@ impl fmt::Display for IndexLocation {
     }
 }
 
-/// Time to establish a connection.
+/// Longest time to establish a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Time Redis has to answer one call (a script over a few hundred messages
-/// takes milliseconds; a blocked read waits a second at most).
-const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default time Redis has to answer one call (a script over a few hundred
+/// messages takes milliseconds; a blocked read waits a second at most)
+/// before the connection is taken for dead, dropped and made again.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// First and longest wait between two attempts.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
 /// How often a continuing outage is reported.
@@ -127,6 +128,8 @@ pub struct Link {
     metrics: Option<Arc<Metrics>>,
     /// Set when the worker should stop waiting for Redis.
     stop: Option<Arc<AtomicBool>>,
+    /// Time Redis has to answer a call.
+    timeout: Duration,
 }
 
 impl fmt::Debug for Link {
@@ -139,8 +142,11 @@ impl fmt::Debug for Link {
 }
 
 impl Link {
-    /// A link to `location`'s Redis (not yet connected).
-    pub fn new(location: &IndexLocation) -> Result<Link, StoreError> {
+    /// A link to `location`'s Redis (not yet connected), whose calls time
+    /// out after `timeout` (see [`DEFAULT_TIMEOUT`]).
+    pub fn new(location: &IndexLocation, timeout: Duration) -> Result<Link, StoreError> {
+        let timeout = timeout.max(Duration::from_millis(100));
+        let connect_timeout = timeout.min(CONNECT_TIMEOUT);
         let bad = |e: RedisError| StoreError::Location {
             given: location.to_string(),
             reason: e.to_string(),
@@ -157,8 +163,8 @@ impl Link {
             }
             IndexLocation::Cluster(urls) => Client::Cluster(
                 redis::cluster::ClusterClient::builder(urls.iter().map(String::as_str))
-                    .connection_timeout(CONNECT_TIMEOUT)
-                    .response_timeout(RESPONSE_TIMEOUT)
+                    .connection_timeout(connect_timeout)
+                    .response_timeout(timeout)
                     .build()
                     .map_err(bad)?,
             ),
@@ -169,6 +175,7 @@ impl Link {
             location: location.to_string(),
             metrics: None,
             stop: None,
+            timeout,
         })
     }
 
@@ -189,13 +196,19 @@ impl Link {
         &self.location
     }
 
+    /// Time Redis has to answer a call.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     fn connect(&mut self) -> RedisResult<&mut Connection> {
         if self.connection.is_none() {
             let connection = match &self.client {
                 Client::Single(client) => {
-                    let c = client.get_connection_with_timeout(CONNECT_TIMEOUT)?;
-                    c.set_read_timeout(Some(RESPONSE_TIMEOUT))?;
-                    c.set_write_timeout(Some(RESPONSE_TIMEOUT))?;
+                    let c =
+                        client.get_connection_with_timeout(self.timeout.min(CONNECT_TIMEOUT))?;
+                    c.set_read_timeout(Some(self.timeout))?;
+                    c.set_write_timeout(Some(self.timeout))?;
                     Connection::Single(c)
                 }
                 Client::Cluster(client) => Connection::Cluster(Box::new(client.get_connection()?)),

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use lru::LruCache;
 use redis::{ConnectionLike, RedisError, Script, Value};
 
-pub use connection::{IndexLocation, Link, RetryError, is_transient};
+pub use connection::{DEFAULT_TIMEOUT, IndexLocation, Link, RetryError, is_transient};
 
 use crate::config::{EngineConfig, Measure};
 use crate::engine::index::exact_key;
@@ -204,6 +204,8 @@ pub struct RedisOptions {
     /// on the worker and sending verdicts for Redis to check: slower, the
     /// same verdicts; for diagnosis and tests.
     pub redis_verifies: bool,
+    /// Time Redis has to answer a call; `None`: [`DEFAULT_TIMEOUT`].
+    pub timeout: Option<std::time::Duration>,
 }
 
 impl RedisIndex {
@@ -221,7 +223,7 @@ impl RedisIndex {
             .validate()
             .map_err(|e| StoreError::Refused(e.to_string()))?;
         check_name(name)?;
-        let mut link = Link::new(location)?;
+        let mut link = Link::new(location, options.timeout.unwrap_or(DEFAULT_TIMEOUT))?;
         if let Some(metrics) = options.metrics.clone() {
             link = link.with_metrics(metrics);
         }

@@ -609,27 +609,21 @@ fn check_exactly_once(redis: &RedisServer, input: &[u8]) {
     );
 }
 
-#[test]
-fn consume_survives_a_worker_killed_midway() {
-    if !available("consume_survives_a_worker_killed_midway") {
-        return;
-    }
-    let redis = RedisServer::start();
+/// Two workers consume the 10,000-message stream; `fault` strikes once a
+/// third of the output is out (it may replace the workers it kills); then
+/// every entry must come out exactly once.
+fn consume_through(mut redis: RedisServer, fault: impl FnOnce(&mut RedisServer, &mut Vec<Child>)) {
     let input = synthetic();
     let n = load_stream(&redis, "in", &input);
-    let a = consumer(&redis, "a", &[]);
-    let b = consumer(&redis, "b", &[]);
+    let mut workers = vec![consumer(&redis, "a", &[]), consumer(&redis, "b", &[])];
     wait_until("a third of the output", Duration::from_secs(120), || {
         xlen(&redis, "out") >= n / 3
     });
-    let mut a = a;
-    a.kill().unwrap(); // SIGKILL, mid-batch most likely
-    a.wait().unwrap();
-    let a = consumer(&redis, "a", &[]);
+    fault(&mut redis, &mut workers);
     wait_until("all the output", Duration::from_secs(180), || {
         xlen(&redis, "out") >= n && pending(&redis, "in", "g") == 0
     });
-    for worker in [a, b] {
+    for worker in workers {
         let (code, stderr) = terminate(worker);
         assert_eq!(code, Some(0), "{stderr}");
     }
@@ -637,27 +631,24 @@ fn consume_survives_a_worker_killed_midway() {
 }
 
 #[test]
+fn consume_survives_a_worker_killed_midway() {
+    if !available("consume_survives_a_worker_killed_midway") {
+        return;
+    }
+    consume_through(RedisServer::start(), |redis, workers| {
+        workers[0].kill().unwrap(); // SIGKILL, mid-batch most likely
+        workers[0].wait().unwrap();
+        workers[0] = consumer(redis, "a", &[]);
+    });
+}
+
+#[test]
 fn consume_survives_redis_killed_and_restarted() {
     if !available("consume_survives_redis_killed_and_restarted") {
         return;
     }
-    let mut redis = RedisServer::start_with_aof();
-    let input = synthetic();
-    let n = load_stream(&redis, "in", &input);
-    let a = consumer(&redis, "a", &[]);
-    let b = consumer(&redis, "b", &[]);
-    wait_until("a third of the output", Duration::from_secs(120), || {
-        xlen(&redis, "out") >= n / 3
-    });
-    redis.restart(); // SIGKILL, then the same port and append-only file
-    wait_until("all the output", Duration::from_secs(180), || {
-        xlen(&redis, "out") >= n && pending(&redis, "in", "g") == 0
-    });
-    for worker in [a, b] {
-        let (code, stderr) = terminate(worker);
-        assert_eq!(code, Some(0), "{stderr}");
-    }
-    check_exactly_once(&redis, &input);
+    // SIGKILL, then the same port and append-only file.
+    consume_through(RedisServer::start_with_aof(), |redis, _| redis.restart());
 }
 
 #[test]

@@ -56,14 +56,7 @@
 --   matched id), then the number of messages indexed, of evictions, and of
 --   claims not taken.
 
-local P = string.sub(KEYS[1], 1, -5)
-local stored = redis.call('HGET', P .. 'cfg', 'settings')
-if not stored then
-  return redis.error_reply('DEDUP_NOINDEX the index does not exist')
-end
-if stored ~= ARGV[1] then
-  return redis.error_reply('DEDUP_MISMATCH ' .. stored)
-end
+-- (prelude.lua, prepended, checks the settings and sets P, the prefix.)
 
 local capacity = tonumber(ARGV[2])
 local max_bucket = tonumber(ARGV[3])
@@ -372,6 +365,18 @@ local function compare(mine, slot)
   return shared, ns + nc - shared, c.seq
 end
 
+-- Whether the message a cell names is indexed with exactly this shingle
+-- set (of `ns` shingles): an exact copy.
+local function holds_set(cell, shingles, ns)
+  local e = entry(string.sub(cell, 1, 4))
+  if not e then
+    return false
+  end
+  local _, nk, ens = header(e)
+  local from = 14 + 4 * nk
+  return ens == ns and string.sub(e, from, from + 4 * ns - 1) == shingles
+end
+
 -- The matched id stored in an entry.
 local function id_of(slot)
   local e = entry(slot)
@@ -431,10 +436,7 @@ local function take_claim(ks, shingles, ns, claim)
   if not exact then
     for _, f in ipairs(fresh) do
       if f[1] == nrec then
-        local e = entry(string.sub(f[2], 1, 4))
-        local _, nk, ens = header(e)
-        local from = 14 + 4 * nk
-        if ens == ns and string.sub(e, from, from + 4 * ns - 1) == shingles then
+        if holds_set(f[2], shingles, ns) then
           exact, new_exact = f[2], f[2]
           break
         end
@@ -481,15 +483,10 @@ local function decide_here(ks, shingles, ns)
   local exact
   local v = postings(ks[nrec])
   for at = 1, #v, 8 do
-    local slot = string.sub(v, at, at + 3)
-    local e = entry(slot)
-    if e then
-      local _, nk, ens = header(e)
-      local from = 14 + 4 * nk
-      if ens == ns and string.sub(e, from, from + 4 * ns - 1) == shingles then
-        exact = string.sub(v, at, at + 7)
-        break
-      end
+    local cell = string.sub(v, at, at + 7)
+    if holds_set(cell, shingles, ns) then
+      exact = cell
+      break
     end
   end
   if jaccard and exact then

@@ -3,14 +3,7 @@
 -- KEYS[1]: '{NAME}:meta'; ARGV[1]: this worker's settings; ARGV[2]: posting
 -- keys, 4 bytes each.
 -- Reply: each key's list of cells ('' for none), in order.
-local P = string.sub(KEYS[1], 1, -5)
-local stored = redis.call('HGET', P .. 'cfg', 'settings')
-if not stored then
-  return redis.error_reply('DEDUP_NOINDEX the index does not exist')
-end
-if stored ~= ARGV[1] then
-  return redis.error_reply('DEDUP_MISMATCH ' .. stored)
-end
+-- (prelude.lua, prepended, checks the settings and sets P, the prefix.)
 local POSTINGS = P .. 'p'
 local keys = ARGV[2]
 local reply = {}

@@ -255,8 +255,12 @@ impl RedisIndex {
                 },
                 MIN_CONTAINED_SHINGLES.to_string(),
             ],
-            decide_script: Script::new(include_str!("decide.lua")),
-            lookup_script: Script::new(include_str!("lookup.lua")),
+            decide_script: Script::new(
+                &[include_str!("prelude.lua"), include_str!("decide.lua")].concat(),
+            ),
+            lookup_script: Script::new(
+                &[include_str!("prelude.lua"), include_str!("lookup.lua")].concat(),
+            ),
             create_script: Script::new(include_str!("create.lua")),
             prefix: prefix.clone(),
             measure: config.measure,

@@ -73,6 +73,20 @@ fn tags(output: &[u8]) -> Vec<(String, Option<String>)> {
         .collect()
 }
 
+/// Checks that a run with the index in Redis succeeded and wrote what the
+/// in-memory run wrote.
+fn same_output(memory: &std::process::Output, in_redis: &std::process::Output, what: &str) {
+    assert!(
+        in_redis.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&in_redis.stderr)
+    );
+    assert!(
+        memory.stdout == in_redis.stdout,
+        "{what}: the outputs differ"
+    );
+}
+
 fn duplicates(output: &[u8]) -> usize {
     tags(output).iter().filter(|(_, of)| of.is_some()).count()
 }
@@ -112,15 +126,11 @@ fn the_redis_index_writes_what_the_memory_index_writes() {
             let mut redis_args = memory_args.clone();
             redis_args.extend(["--index", &url, "--index-name", &index_name]);
             let in_redis = run(&redis_args, input);
-            assert!(
-                in_redis.status.success(),
-                "{name}: {}",
-                String::from_utf8_lossy(&in_redis.stderr)
-            );
             assert!(!memory.stdout.is_empty(), "{name}");
-            assert!(
-                memory.stdout == in_redis.stdout,
-                "{name} at capacity {capacity}: the outputs differ"
+            same_output(
+                &memory,
+                &in_redis,
+                &format!("{name} at capacity {capacity}"),
             );
             assert_eq!(memory.stderr, in_redis.stderr, "{name}: the same warnings");
             // And with every verification left to Redis (the path taken
@@ -129,15 +139,10 @@ fn the_redis_index_writes_what_the_memory_index_writes() {
             let index_name = format!("{index_name}-redis-verifies");
             all_in_redis.extend(["--index", &url, "--index-name", &index_name]);
             all_in_redis.push("--redis-verifies");
-            let in_redis = run(&all_in_redis, input);
-            assert!(
-                in_redis.status.success(),
-                "{}",
-                String::from_utf8_lossy(&in_redis.stderr)
-            );
-            assert!(
-                memory.stdout == in_redis.stdout,
-                "{name} at capacity {capacity}, verified in Redis: the outputs differ"
+            same_output(
+                &memory,
+                &run(&all_in_redis, input),
+                &format!("{name} at capacity {capacity}, verified in Redis"),
             );
         }
     }
@@ -384,15 +389,7 @@ fn a_redis_cluster_holds_indexes_on_several_nodes() {
             ],
             &input,
         );
-        assert!(
-            clustered.status.success(),
-            "{}",
-            String::from_utf8_lossy(&clustered.stderr)
-        );
-        assert!(
-            memory.stdout == clustered.stdout,
-            "index {name}: the outputs differ"
-        );
+        same_output(&memory, &clustered, &format!("index {name}"));
         let info = Command::new(bin())
             .args(["index", "info", "--index", &url, "--index-name", name])
             .output()

@@ -384,6 +384,19 @@ local function id_of(slot)
   return string.sub(e, 14 + 4 * nk + 4 * ens)
 end
 
+-- What a claim says: the exact copy's cell (or nil), the match's cell (or
+-- nil), shared, of, the matched id, and where its lists begin.
+local function claimed(claim)
+  local flags, exact, best, num, den, idlen = struct.unpack('>Bc8c8I4I4H', claim)
+  if flags % 2 == 0 then
+    exact = nil
+  end
+  if flags < 2 then
+    best = nil
+  end
+  return exact, best, num, den, string.sub(claim, 28, 27 + idlen), 28 + idlen
+end
+
 -- A worker's claim (see the top): the exact copy, the match, its shared
 -- and of counts and id, as the worker found them. A list the same length
 -- and ending in the same cell as the worker read it has not changed (a list
@@ -393,15 +406,7 @@ end
 -- verdict's parts, or nil when the claim cannot stand (then all is decided
 -- here).
 local function take_claim(ks, shingles, ns, claim)
-  local flags, exact, best, num, den, idlen = struct.unpack('>Bc8c8I4I4H', claim)
-  if flags % 2 == 0 then
-    exact = nil
-  end
-  if flags < 2 then
-    best = nil
-  end
-  local match_id = string.sub(claim, 28, 27 + idlen)
-  local pos = 28 + idlen
+  local exact, best, num, den, match_id, pos = claimed(claim)
   local nrec = #ks
   local fresh = {}
   local changed = false
@@ -544,15 +549,7 @@ local function decide(op, keys, shingles, id, claim)
       end
     end
     if untouched then
-      local flags, idlen
-      flags, exact, best, num, den, idlen = struct.unpack('>Bc8c8I4I4H', claim)
-      if flags % 2 == 0 then
-        exact = nil
-      end
-      if flags < 2 then
-        best = nil
-      end
-      match_id = string.sub(claim, 28, 27 + idlen)
+      exact, best, num, den, match_id = claimed(claim)
     end
   end
   if claim ~= '' and not match_id then

@@ -308,3 +308,18 @@ fn signals_stop_the_filter_after_answering_what_was_read() {
         drop(stdin);
     }
 }
+
+/// Texts with nothing left once normalised (empty, blank, a bare link) have
+/// nothing to compare: each is new, and none is a duplicate of another.
+#[test]
+fn texts_empty_once_normalised_are_all_new() {
+    let input = b"{\"id\":1,\"text\":\"\"}\n{\"id\":2,\"text\":\"\"}\n{\"id\":3,\"text\":\"   \"}\n{\"id\":4,\"text\":\"https://t.co/abc\"}\n{\"id\":5,\"text\":\"https://t.co/abc\"}\n";
+    let output = common::run(&["--quiet"], input);
+    assert!(output.status.success());
+    let verdicts = common::verdicts(&output);
+    assert_eq!(verdicts.len(), 5);
+    assert!(
+        verdicts.iter().all(|v| v["status"] == "new"),
+        "{verdicts:?}"
+    );
+}

@@ -90,7 +90,8 @@ proptest! {
     }
 
     /// A text seen again while its first copy is indexed is always a
-    /// duplicate of it, with similarity 1.
+    /// duplicate of it, with similarity 1, unless nothing of it is left to
+    /// compare once normalised (then both are new).
     #[test]
     fn identical_texts_are_always_duplicates(
         text in "\\PC{0,80}",
@@ -98,6 +99,15 @@ proptest! {
     ) {
         let mut d = engine(4, measure, shingling);
         prop_assert_eq!(d.check_text(MessageId::Integer(1), &text), Verdict::New);
+        let empty = d
+            .preparer()
+            .sketch(&text, &[], &mut dedup_stream::engine::Scratch::default())
+            .shingles
+            .is_empty();
+        if empty {
+            prop_assert_eq!(d.check_text(MessageId::Integer(2), &text), Verdict::New);
+            return Ok(());
+        }
         match d.check_text(MessageId::Integer(2), &text) {
             Verdict::Duplicate(m) => {
                 prop_assert_eq!(m.of, MessageId::Integer(1));

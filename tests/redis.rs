@@ -114,6 +114,22 @@ fn the_redis_index_writes_what_the_memory_index_writes() {
         synthetic.clone(),
         vec!["--id-field", "id_str", "--text-field", "text"],
     ));
+    // Texts with nothing left once normalised: new, never candidates.
+    let empty: Vec<u8> = [
+        "",
+        "   ",
+        "https://t.co/x1",
+        "",
+        "https://t.co/x1",
+        "a real text, at last",
+    ]
+    .iter()
+    .cycle()
+    .take(24)
+    .enumerate()
+    .flat_map(|(i, t)| format!("{{\"id\":{i},\"text\":\"{t}\"}}\n").into_bytes())
+    .collect();
+    feeds.push(("empty texts".into(), empty, Vec::new()));
     for (n, (name, input, args)) in feeds.iter().enumerate() {
         // At the default capacity, and small enough that most messages are
         // evicted again.

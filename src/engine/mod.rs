@@ -155,12 +155,14 @@ impl Preparer {
             want_joined.then_some(&mut scratch.joined),
         );
         if scratch.tokens.is_empty() {
-            // No word at all (emoji, punctuation, a bare link): the text
-            // itself is the one token, so identical texts still match.
-            let fallback = match scratch.normalised.trim() {
-                "" => text.trim(),
-                normalised => normalised,
-            };
+            let fallback = scratch.normalised.trim();
+            if fallback.is_empty() {
+                // Nothing left to compare ("", blanks, a bare link): an
+                // empty set, which the index calls new and never stores.
+                return set_fingerprint(&[]);
+            }
+            // No word, but something (emoji, punctuation): the normalised
+            // text itself is the one token, so identical texts still match.
             scratch.tokens.push(token_hash(fallback));
             scratch.joined.clear();
             scratch.joined.push_str(fallback);
@@ -242,12 +244,15 @@ impl Preparer {
         let mut scratch = Scratch::default();
         let normalised = self.normalise(text, urls, &mut scratch).to_string();
         let mut explained = self.tokeniser.token_texts(&normalised);
-        if explained.is_empty() {
-            let fallback = match normalised.trim() {
-                "" => text.trim().to_string(),
-                n => n.to_string(),
-            };
+        if explained.is_empty() && !normalised.trim().is_empty() {
+            let fallback = normalised.trim().to_string();
             explained.push((token_hash(&fallback), fallback));
+        }
+        if explained.is_empty() {
+            return Explained {
+                normalised,
+                shingles: Vec::new(),
+            };
         }
         let (hashes, tokens): (Vec<u64>, Vec<String>) = explained.into_iter().unzip();
         let mut shingles: Vec<(u32, String)> = match self.shingling {
@@ -379,6 +384,9 @@ impl Deduper {
     /// Decides on a message and indexes it unless an identical shingle set
     /// is indexed already.
     pub fn check(&mut self, id: MessageId, sketch: Sketch<'_>) -> Verdict {
+        if sketch.shingles.is_empty() {
+            return self.nothing_to_compare();
+        }
         let (verdict, identical) = self.decide(sketch, true);
         if !identical {
             self.index.insert(
@@ -414,7 +422,18 @@ impl Deduper {
     /// Decides on a message without indexing it or refreshing what it
     /// matches: a question that leaves no trace.
     pub fn query(&mut self, sketch: Sketch<'_>) -> Verdict {
+        if sketch.shingles.is_empty() {
+            return self.nothing_to_compare();
+        }
         self.decide(sketch, false).0
+    }
+
+    /// A message with no shingles (its text is empty once normalised): new,
+    /// never a duplicate, and never stored, so never a candidate either.
+    fn nothing_to_compare(&mut self) -> Verdict {
+        self.counts.messages += 1;
+        self.counts.new += 1;
+        Verdict::New
     }
 
     /// Prepares and checks a text in one call (no URL entities).
@@ -691,7 +710,28 @@ mod tests {
         assert_eq!(d.check_text(id(1), "😂😂😂"), Verdict::New);
         assert!(d.check_text(id(2), "😂😂😂").is_duplicate());
         assert_eq!(d.check_text(id(3), "🙏"), Verdict::New);
-        assert_eq!(d.check_text(id(4), ""), Verdict::New);
-        assert!(d.check_text(id(5), "").is_duplicate());
+    }
+
+    #[test]
+    fn texts_empty_once_normalised_are_new_and_never_candidates() {
+        let mut d = deduper(10);
+        for (n, text) in [
+            "",
+            "   ",
+            "https://t.co/abc123",
+            "",
+            "  \t ",
+            "https://t.co/abc123",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            assert_eq!(d.check_text(id(n as u64), text), Verdict::New, "{text:?}");
+        }
+        assert_eq!(d.index().len(), 0, "nothing stored");
+        assert_eq!(d.counts().new, 6);
+        let s = d.preparer().sketch("", &[], &mut Scratch::default());
+        assert!(s.shingles.is_empty());
+        assert_eq!(d.query(s.as_sketch()), Verdict::New);
     }
 }

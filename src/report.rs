@@ -168,32 +168,61 @@ impl Report {
             Some(fields) => format!("; fields seen on line 1: {fields}"),
             None => String::new(),
         };
-        let most = if all { "no line" } else { "most lines" };
+        // "no line had X" when every line failed so, else "most lines had
+        // no X".
+        let had = |what: &str| {
+            if all {
+                format!("no line had a {what}")
+            } else {
+                format!("most lines had no {what}")
+            }
+        };
+        let were = |what: &str, plural: &str| {
+            if all {
+                format!("no line was {what}")
+            } else {
+                format!("most lines were not {plural}")
+            }
+        };
         Some(match reason {
             InvalidReason::NoText(looked) => format!(
-                "{most} had a text field at `{looked}`{}; name the text with --text-field PATH",
+                "{}{}; name the text with --text-field PATH",
+                had(&format!("text field at `{looked}`")),
                 fields()
             ),
             InvalidReason::NoId(looked) => format!(
-                "{most} had an id field at `{looked}`{}; name the id with --id-field PATH",
+                "{}{}; name the id with --id-field PATH",
+                had(&format!("id field at `{looked}`")),
                 fields()
             ),
             InvalidReason::TextNotString(path) => {
-                format!("{most} had a string at the text field `{path}`{}", fields())
+                format!(
+                    "{}{}",
+                    had(&format!("string at the text field `{path}`")),
+                    fields()
+                )
             }
-            InvalidReason::Utf8(_) => {
-                format!("{most} were UTF-8 text: is the input a binary or compressed file?")
-            }
+            InvalidReason::Utf8(_) => format!(
+                "{}: is the input a binary or compressed file?",
+                were("UTF-8 text", "UTF-8 text")
+            ),
             InvalidReason::Json(first) => format!(
-                "{most} were valid JSON (the first: {first}): the input must hold one JSON object per line"
+                "{} (the first: {first}): the input must hold one JSON object per line",
+                were("valid JSON", "valid JSON")
             ),
-            InvalidReason::NotObject => {
-                format!("{most} were JSON objects: each line must be one {{...}} object")
-            }
+            InvalidReason::NotObject => format!(
+                "{}: each line must be one {{...}} object",
+                were("a JSON object", "JSON objects")
+            ),
             InvalidReason::TooLong { max } => format!(
-                "{most} were longer than --max-line-bytes {max}: raise it, or check that the input has line breaks"
+                "{} longer than --max-line-bytes {max}: raise it, or check that the input has line breaks",
+                if all {
+                    "every line was"
+                } else {
+                    "most lines were"
+                }
             ),
-            other => format!("{most}: {other}"),
+            other => format!("{}: {other}", if all { "every line" } else { "most lines" }),
         })
     }
 }

@@ -74,3 +74,31 @@ fn duplicate_keys_take_the_last_occurrence() {
     // The line itself passes through with both occurrences.
     assert!(stdout_lines(&output)[1].starts_with(r#"{"id":"d1","id":"d2","#));
 }
+
+/// A PID no process has: a child that has exited and been waited for.
+fn dead_pid() -> u32 {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn kill_9_during_save_leaves_no_temporary_forever() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("s.state");
+    // What a save killed mid-way leaves: a big temporary nobody removes.
+    let orphan = dir.path().join(format!(".s.state.tmp-{}-3", dead_pid()));
+    std::fs::write(&orphan, vec![0u8; 1 << 20]).unwrap();
+    let unrelated = dir.path().join(".notes.tmp-1-1");
+    std::fs::write(&unrelated, b"not ours").unwrap();
+    let output = run(
+        &["--state", state.to_str().unwrap()],
+        b"{\"id\":1,\"text\":\"a\"}\n",
+    );
+    assert!(output.status.success());
+    assert!(!orphan.exists(), "the orphan was removed at start");
+    assert!(unrelated.exists(), "other files are left alone");
+    assert!(state.exists());
+}

@@ -3,7 +3,119 @@
 
 mod common;
 
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
 use common::{run, stdout_lines, verdicts};
+use dedup_stream::snapshot::{self, Loaded};
+use dedup_stream::{Deduper, EngineConfig};
+
+/// A `dedup-stream serve` process, killed when dropped.
+struct Served {
+    child: Child,
+    stderr: std::sync::mpsc::Receiver<String>,
+    log: Vec<String>,
+}
+
+impl Served {
+    fn start(args: &[&str]) -> Served {
+        let mut child = Command::new(common::bin())
+            .arg("serve")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the binary starts");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Served {
+            child,
+            stderr: rx,
+            log: Vec::new(),
+        }
+    }
+
+    /// Waits (up to a generous deadline) for a stderr line containing
+    /// `needle`, and returns it.
+    fn wait_for(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(line) = self.log.iter().find(|l| l.contains(needle)) {
+                return line.clone();
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr.recv_timeout(left) {
+                Ok(line) => self.log.push(line),
+                Err(_) => panic!("no {needle:?} on stderr: {:#?}", self.log),
+            }
+        }
+    }
+
+    /// Every stderr line so far.
+    fn drain_log(&mut self) -> &[String] {
+        while let Ok(line) = self.stderr.try_recv() {
+            self.log.push(line);
+        }
+        &self.log
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `done` every 50 ms until it holds, failing after a generous
+/// deadline (a bound on a hang, not a timing assertion).
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Sends lines on a Unix socket and reads one reply line per line.
+async fn exchange_unix(path: &Path, lines: &str) -> Vec<String> {
+    let stream = tokio::net::UnixStream::connect(path).await.unwrap();
+    let (r, mut w) = stream.into_split();
+    w.write_all(lines.as_bytes()).await.unwrap();
+    let mut reader = BufReader::new(r).lines();
+    let mut replies = Vec::new();
+    for _ in 0..lines.lines().count() {
+        let line = tokio::time::timeout(Duration::from_secs(30), reader.next_line())
+            .await
+            .expect("a reply in time")
+            .unwrap()
+            .expect("one reply per line");
+        replies.push(line);
+    }
+    replies
+}
+
+/// How many entries the state file at `path` holds, if it loads.
+fn state_entries(path: &Path) -> Option<usize> {
+    let mut deduper = Deduper::new(EngineConfig::default()).unwrap();
+    match snapshot::load(path, &mut deduper) {
+        Ok(Loaded::Restored(n)) => Some(n),
+        _ => None,
+    }
+}
 
 #[test]
 fn lone_surrogate_escape_is_tagged_and_passed_through_unchanged() {
@@ -101,4 +213,41 @@ fn kill_9_during_save_leaves_no_temporary_forever() {
     assert!(!orphan.exists(), "the orphan was removed at start");
     assert!(unrelated.exists(), "other files are left alone");
     assert!(state.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_periodic_save_is_retried_while_no_message_arrives() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("s.state");
+    let socket = dir.path().join("s.sock");
+    let mut served = Served::start(&[
+        "--listen",
+        &format!("unix:{}", socket.display()),
+        "--state",
+        state.to_str().unwrap(),
+        "--snapshot-interval",
+        "200ms",
+    ]);
+    served.wait_for("listening");
+    // Saving cannot succeed while a directory (not empty) stands where the
+    // state file goes: the rename fails, whoever runs the test (root
+    // ignores a read-only directory).
+    std::fs::create_dir(&state).unwrap();
+    std::fs::write(state.join("blocker"), b"x").unwrap();
+    let replies = exchange_unix(&socket, "{\"id\":1,\"text\":\"the one message\"}\n").await;
+    assert!(replies[0].contains("\"new\""), "{replies:?}");
+    served.wait_for("saving the state failed; will retry");
+    // The way is clear again; no message arrives from now on.
+    std::fs::remove_dir_all(&state).unwrap();
+    eventually("the snapshot is written", || {
+        state_entries(&state) == Some(1)
+    })
+    .await;
+    // No temporary file left behind by the failed attempts.
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["s.sock", "s.state"], "{:#?}", served.drain_log());
 }

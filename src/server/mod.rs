@@ -534,36 +534,57 @@ async fn reject(stream: Accepted, limit: usize) {
 }
 
 /// Asks the owner for the index's bytes and writes them to the state file.
+///
+/// `pending` holds the bytes of a save that failed: the owner answers
+/// `None` when nothing was checked since it last encoded the index, and
+/// then those bytes are still the current index, so they are written
+/// again. A failed save is thus retried at every interval, whether or not
+/// new messages arrive, until it succeeds (holding one encoded index
+/// meanwhile).
 async fn save_snapshot(
     path: &std::path::Path,
     engine: &mpsc::Sender<Request>,
     metrics: &Metrics,
+    pending: &mut Option<Vec<u8>>,
 ) -> Result<(), String> {
     let (tx, rx) = oneshot::channel();
     engine
         .send(Request::Snapshot(tx))
         .await
         .map_err(|_| "the engine is gone".to_string())?;
-    let Some(bytes) = rx.await.map_err(|_| "the engine is gone".to_string())? else {
-        tracing::debug!("nothing checked since the last save: state file unchanged");
-        return Ok(());
+    let bytes = match rx.await.map_err(|_| "the engine is gone".to_string())? {
+        Some(bytes) => bytes,
+        None => match pending.take() {
+            Some(bytes) => bytes,
+            None => {
+                tracing::debug!("nothing checked since the last save: state file unchanged");
+                return Ok(());
+            }
+        },
     };
     let target = path.to_path_buf();
     let size = bytes.len();
-    let written = tokio::task::spawn_blocking(move || snapshot::write_atomic(&target, &bytes))
-        .await
-        .map_err(|e| e.to_string())?;
+    let (bytes, written) = tokio::task::spawn_blocking(move || {
+        let written = snapshot::write_atomic(&target, &bytes);
+        (bytes, written)
+    })
+    .await
+    .map_err(|e| e.to_string())?;
     match written {
         Ok(()) => {
             metrics.snapshots_saved.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(path = %path.display(), bytes = size, "state saved");
             Ok(())
         }
-        Err(e) => Err(e.to_string()),
+        Err(e) => {
+            *pending = Some(bytes);
+            Err(e.to_string())
+        }
     }
 }
 
-/// Saves the state file every `interval` until shutdown.
+/// Saves the state file every `interval` until shutdown; a failed save is
+/// retried at the next interval (see [`save_snapshot`]).
 async fn save_periodically(
     path: PathBuf,
     interval: Duration,
@@ -571,15 +592,21 @@ async fn save_periodically(
     metrics: Arc<Metrics>,
     mut shutdown: Shutdown,
 ) {
+    let mut pending = None;
     loop {
         tokio::select! {
             biased;
             () = shutdown.recv() => return,
             () = tokio::time::sleep(interval) => {}
         }
-        if let Err(e) = save_snapshot(&path, &engine, &metrics).await {
+        if let Err(e) = save_snapshot(&path, &engine, &metrics, &mut pending).await {
             metrics.snapshot_failures.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(path = %path.display(), error = %e, "saving the state failed; will retry");
+            tracing::warn!(
+                path = %path.display(),
+                error = %e,
+                retry_in = ?interval,
+                "saving the state failed; will retry"
+            );
         }
     }
 }

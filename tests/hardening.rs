@@ -251,3 +251,52 @@ async fn failed_periodic_save_is_retried_while_no_message_arrives() {
     names.sort();
     assert_eq!(names, ["s.sock", "s.state"], "{:#?}", served.drain_log());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slowloris_line_trickled_byte_by_byte_is_cut_off_by_the_line_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("s.sock");
+    let mut served = Served::start(&[
+        "--listen",
+        &format!("unix:{}", socket.display()),
+        "--max-connections",
+        "1",
+        "--line-timeout",
+        "300ms",
+    ]);
+    served.wait_for("listening");
+    let stream = tokio::net::UnixStream::connect(&socket).await.unwrap();
+    let (r, mut w) = stream.into_split();
+    w.write_all(b"{\"id\":1,\"text\":\"a whole line first\"}\n{\"id\":2,")
+        .await
+        .unwrap();
+    // One byte every 50 ms, for ever: never idle, never a whole line.
+    let trickle = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if w.write_all(b" ").await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut reader = BufReader::new(r).lines();
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(30), reader.next_line())
+            .await
+            .expect("no hang")
+            .unwrap()
+    };
+    let first = next().await.unwrap();
+    assert!(first.contains("\"new\""), "{first}");
+    let error: serde_json::Value = serde_json::from_str(&next().await.unwrap()).unwrap();
+    assert!(
+        error["error"].as_str().unwrap().contains("line timeout"),
+        "{error}"
+    );
+    assert_eq!(error["line"], 2);
+    assert_eq!(next().await, None, "closed after the error line");
+    trickle.abort();
+    // Its slot (the only one) is free for the next client.
+    let replies = exchange_unix(&socket, "{\"id\":3,\"text\":\"next client\"}\n").await;
+    assert!(replies[0].contains("\"new\""), "{replies:?}");
+}

@@ -67,6 +67,10 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// Default time a connection may sit idle before it is closed.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default time a client has to complete a line once its first byte has
+/// arrived (a client trickling bytes is never idle, so the idle timeout
+/// alone cannot free its slot).
+pub const DEFAULT_LINE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default time connections get to finish after shutdown begins.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default time between two saves of the state file.
@@ -108,6 +112,10 @@ pub struct ServerConfig {
     /// long, or whose replies cannot be written for this long, is closed.
     /// `None`: never.
     pub idle_timeout: Option<Duration>,
+    /// A line must be complete this long after its first byte arrived;
+    /// otherwise the client gets an error line and the connection is
+    /// closed. `None`: no limit.
+    pub line_timeout: Option<Duration>,
     /// How long connections get to answer what they received once shutdown
     /// begins; past it they are dropped.
     pub drain_timeout: Duration,
@@ -133,6 +141,7 @@ impl Default for ServerConfig {
             reply: Reply::Tagged,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
+            line_timeout: Some(DEFAULT_LINE_TIMEOUT),
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             state: None,
             snapshot_interval: Some(DEFAULT_SNAPSHOT_INTERVAL),

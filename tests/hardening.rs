@@ -300,3 +300,65 @@ async fn slowloris_line_trickled_byte_by_byte_is_cut_off_by_the_line_timeout() {
     let replies = exchange_unix(&socket, "{\"id\":3,\"text\":\"next client\"}\n").await;
     assert!(replies[0].contains("\"new\""), "{replies:?}");
 }
+
+/// One HTTP request on a new connection; the whole response.
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut response = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut response))
+        .await
+        .expect("no hang");
+    // A connection closed unanswered may be reset: that is no response.
+    if read.is_err() {
+        return String::new();
+    }
+    String::from_utf8(response).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_endpoint_starvation_by_silent_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("s.sock");
+    let mut served = Served::start(&[
+        "--listen",
+        &format!("unix:{}", socket.display()),
+        "--max-connections",
+        "2",
+        "--admin",
+        "127.0.0.1:0",
+    ]);
+    let line = served.wait_for("admin endpoint listening");
+    let admin: std::net::SocketAddr = line
+        .rsplit("address=")
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    served.wait_for("listening address=unix:");
+    // Data clients fill every slot and then some, sending nothing.
+    let mut silent = Vec::new();
+    for _ in 0..4 {
+        silent.push(tokio::net::UnixStream::connect(&socket).await.unwrap());
+    }
+    // And more admin connections than the admin limit, sending nothing.
+    let mut silent_admin = Vec::new();
+    for _ in 0..(dedup_stream::server::admin::MAX_ADMIN_CONNECTIONS * 2 + 8) {
+        silent_admin.push(tokio::net::TcpStream::connect(admin).await.unwrap());
+    }
+    for _ in 0..3 {
+        let health = http_get(admin, "/healthz").await;
+        assert!(health.starts_with("HTTP/1.1 200 OK\r\n"), "{health:?}");
+    }
+    let metrics = http_get(admin, "/metrics").await;
+    assert!(
+        metrics.contains("dedup_connections_rejected_total"),
+        "{metrics}"
+    );
+    drop((silent, silent_admin));
+}

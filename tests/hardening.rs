@@ -22,9 +22,22 @@ struct Served {
 
 impl Served {
     fn start(args: &[&str]) -> Served {
-        let mut child = Command::new(common::bin())
-            .arg("serve")
-            .args(args)
+        Served::spawn(Command::new(common::bin()).arg("serve").args(args))
+    }
+
+    /// Starts `serve` under a shell that first runs `ulimit ULIMIT`.
+    #[cfg(unix)]
+    fn start_with_ulimit(ulimit: &str, args: &[&str]) -> Served {
+        let script = format!("ulimit {ulimit} && exec \"$0\" serve \"$@\"");
+        Served::spawn(
+            Command::new("sh")
+                .args(["-c", &script, common::bin()])
+                .args(args),
+        )
+    }
+
+    fn spawn(command: &mut Command) -> Served {
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -361,4 +374,73 @@ async fn admin_endpoint_starvation_by_silent_connections() {
         "{metrics}"
     );
     drop((silent, silent_admin));
+}
+
+/// The soft open-files limit of a running process.
+#[cfg(target_os = "linux")]
+fn soft_open_files(pid: u32) -> u64 {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    line.split_whitespace().nth(3).unwrap().parse().unwrap()
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_descriptors_a_low_soft_limit_is_raised_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("s.sock");
+    let listen = format!("unix:{}", socket.display());
+    let mut served = Served::start_with_ulimit("-Sn 100", &["--listen", &listen]);
+    served.wait_for("raised the open-files limit");
+    served.wait_for("listening");
+    let wanted =
+        dedup_stream::server::DEFAULT_MAX_CONNECTIONS + dedup_stream::server::RESERVED_DESCRIPTORS;
+    assert!(soft_open_files(served.child.id()) >= wanted as u64);
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_descriptors_a_low_hard_limit_lowers_max_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("s.sock");
+    let listen = format!("unix:{}", socket.display());
+    let reserved = dedup_stream::server::RESERVED_DESCRIPTORS;
+    let limit = reserved + 5;
+    let mut served = Served::start_with_ulimit(&format!("-n {limit}"), &["--listen", &listen]);
+    let warning = served.wait_for("lowering --max-connections");
+    assert!(warning.contains("max_connections=5"), "{warning}");
+    served.wait_for("listening");
+    // Five clients are served; the sixth is told the limit, not left
+    // waiting in the backlog.
+    let mut held = Vec::new();
+    for i in 0..5 {
+        let stream = tokio::net::UnixStream::connect(&socket).await.unwrap();
+        let (r, mut w) = stream.into_split();
+        w.write_all(format!("{{\"id\":{i},\"text\":\"client {i}\"}}\n").as_bytes())
+            .await
+            .unwrap();
+        let mut lines = BufReader::new(r).lines();
+        let reply = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .expect("no hang")
+            .unwrap()
+            .unwrap();
+        assert!(reply.contains("\"dedup\""), "{reply}");
+        held.push((lines, w));
+    }
+    let stream = tokio::net::UnixStream::connect(&socket).await.unwrap();
+    let mut lines = BufReader::new(stream).lines();
+    let refused = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("no hang")
+        .unwrap()
+        .unwrap();
+    assert!(
+        refused.contains("too many connections (the limit is 5)"),
+        "{refused}"
+    );
+    drop(held);
 }

@@ -22,7 +22,9 @@
 //! ```
 //!
 //! Shingle sets and anchor keys (which come from the tokens, not the
-//! shingles) are stored; LSH band keys are recomputed on load, so a state
+//! shingles) are stored (a set of more than
+//! [`MAX_SHINGLES`](crate::engine::shingle::MAX_SHINGLES), written before
+//! sets were capped, is cut to its smallest on load); LSH band keys are recomputed on load, so a state
 //! file stays usable when the threshold, the measure, the capacity or the
 //! bucket cap change. What makes stored shingles meaningless is a change
 //! in how texts become shingles: the shingling option, or a version of the
@@ -360,6 +362,9 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
             previous = Some(shingle);
             shingles.push(shingle);
         }
+        // A file written before sets were capped may hold more: keep the
+        // sample a text gets today, so copies of it still match.
+        shingles.truncate(start + crate::engine::shingle::MAX_SHINGLES);
         let shingle_range = start..shingles.len();
         let anchor_count = usize::from(r.u8()?);
         if anchor_count > 2 {

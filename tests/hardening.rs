@@ -444,3 +444,43 @@ async fn file_descriptors_a_low_hard_limit_lowers_max_connections() {
     );
     drop(held);
 }
+
+/// A text of `n` distinct made-up words.
+fn long_text(seed: u64, n: usize) -> String {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            format!("w{:x}", x % 1_000_000_007)
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn memory_of_one_long_message_is_capped_and_copies_still_match() {
+    use dedup_stream::engine::shingle::MAX_SHINGLES;
+    let text = long_text(14, 20 * MAX_SHINGLES);
+    let half: String = text[..text.len() / 2].to_string();
+    let other = long_text(15, 20 * MAX_SHINGLES);
+    // In the index: at most MAX_SHINGLES shingles for the long message.
+    let mut deduper = Deduper::new(EngineConfig::default()).unwrap();
+    deduper.check_text(dedup_stream::MessageId::Integer(1), &text);
+    let entry = deduper.index().iter_lru_first().next().unwrap();
+    assert_eq!(entry.shingles().len(), MAX_SHINGLES);
+    // Through the binary: a copy, its first half (contained) and an
+    // unrelated long text.
+    let input: String = [(1, &text), (2, &text), (3, &half), (4, &other)]
+        .iter()
+        .map(|(id, t)| format!("{}\n", serde_json::json!({"id": id, "text": t})))
+        .collect();
+    let output = run(&["--measure", "containment"], input.as_bytes());
+    let v = verdicts(&output);
+    assert_eq!(v[0]["status"], "new");
+    assert_eq!(v[1]["duplicate_of"], 1);
+    assert_eq!(v[1]["similarity"], 1);
+    assert_eq!(v[2]["duplicate_of"], 1, "{:?}", v[2]);
+    assert_eq!(v[3]["status"], "new");
+}

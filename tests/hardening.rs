@@ -484,3 +484,74 @@ fn memory_of_one_long_message_is_capped_and_copies_still_match() {
     assert_eq!(v[2]["duplicate_of"], 1, "{:?}", v[2]);
     assert_eq!(v[3]["status"], "new");
 }
+
+/// The temporary files beside a state file, and the PIDs in their names.
+fn temporaries(dir: &Path, state_name: &str) -> Vec<(String, u32)> {
+    let prefix = format!(".{state_name}.tmp-");
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            let pid = name
+                .strip_prefix(&prefix)?
+                .split('-')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name, pid))
+        })
+        .collect()
+}
+
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_at_random_moments_of_saves_loses_no_snapshot_and_leaves_no_orphan() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("s.state");
+    let socket = dir.path().join("s.sock");
+    let listen = format!("unix:{}", socket.display());
+    let args = [
+        "--listen",
+        &listen,
+        "--state",
+        state.to_str().unwrap(),
+        "--snapshot-interval",
+        "10ms",
+    ];
+    // A pseudo-random pause before each kill, different every round.
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut sent = 0u64;
+    let mut last_loaded = 0;
+    for round in 0..20 {
+        let mut served = Served::start(&args);
+        served.wait_for("listening");
+        // Whatever the last run left, only this process's own temporaries
+        // may be there now (it may be saving already).
+        let pid = served.child.id();
+        for (name, owner) in temporaries(dir.path(), "s.state") {
+            assert_eq!(
+                owner, pid,
+                "round {round}: orphan {name} survived a restart"
+            );
+        }
+        // The state it loaded is whole, and never older than the one
+        // before.
+        if let Some(n) = state_entries(&state) {
+            assert!(n >= last_loaded, "round {round}: {n} < {last_loaded}");
+            last_loaded = n;
+        }
+        let lines: String = (sent..sent + 300)
+            .map(|i| format!("{{\"id\":{i},\"text\":\"{}\"}}\n", long_text(i, 12)))
+            .collect();
+        sent += 300;
+        exchange_unix(&socket, &lines).await;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        tokio::time::sleep(Duration::from_millis(x % 60)).await;
+        // SIGKILL, wherever the periodic save is.
+        drop(served);
+        assert!(state_entries(&state).is_some() || !state.exists());
+    }
+    assert!(last_loaded > 0, "some snapshot was written and loaded");
+}

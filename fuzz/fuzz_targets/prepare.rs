@@ -11,15 +11,19 @@ use dedup_stream::{EngineConfig, Shingling};
 use libfuzzer_sys::fuzz_target;
 
 static PREPARERS: LazyLock<Vec<Preparer>> = LazyLock::new(|| {
-    [Shingling::Words(2), Shingling::Words(5), Shingling::Chars(3)]
-        .into_iter()
-        .map(|shingling| {
-            Preparer::new(&EngineConfig {
-                shingling,
-                ..EngineConfig::default()
-            })
+    [
+        Shingling::Words(2),
+        Shingling::Words(5),
+        Shingling::Chars(3),
+    ]
+    .into_iter()
+    .map(|shingling| {
+        Preparer::new(&EngineConfig {
+            shingling,
+            ..EngineConfig::default()
         })
-        .collect()
+    })
+    .collect()
 });
 
 fuzz_target!(|data: &[u8]| {

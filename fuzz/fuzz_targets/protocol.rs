@@ -47,7 +47,12 @@ static SERVER: LazyLock<Running> = LazyLock::new(|| {
         data: vec![listener],
         admin: None,
     };
-    runtime.spawn(server::run(config, deduper, listeners, std::future::pending()));
+    runtime.spawn(server::run(
+        config,
+        deduper,
+        listeners,
+        std::future::pending(),
+    ));
     Running { runtime, path }
 });
 
@@ -80,7 +85,8 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(lines.len(), expected, "one reply per non-blank line");
     for line in lines {
         assert!(
-            serde_json::from_slice::<serde_json::Value>(line).is_ok() || line.windows(8).any(|w| w == b"\"dedup\":"),
+            serde_json::from_slice::<serde_json::Value>(line).is_ok()
+                || line.windows(8).any(|w| w == b"\"dedup\":"),
             "{:?}",
             String::from_utf8_lossy(line)
         );

@@ -37,9 +37,15 @@ fuzz_target!(|line: &[u8]| {
             continue;
         };
         let Ok(Value::Object(mut output)) = serde_json::from_slice::<Value>(&out) else {
-            panic!("tagged output is not an object: {:?}", String::from_utf8_lossy(&out));
+            panic!(
+                "tagged output is not an object: {:?}",
+                String::from_utf8_lossy(&out)
+            );
         };
-        assert_eq!(output.remove("dedup"), Some(serde_json::from_slice(TAG).unwrap()));
+        assert_eq!(
+            output.remove("dedup"),
+            Some(serde_json::from_slice(TAG).unwrap())
+        );
         input.remove("dedup");
         assert_eq!(input, output);
         // The id is the JSON text the input had, not a float's.

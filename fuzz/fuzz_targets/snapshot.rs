@@ -36,7 +36,10 @@ fuzz_target!(|data: &[u8]| {
                 // Start the next input from an empty index.
                 *deduper = small();
             }
-            Err(_) => assert!(deduper.index().is_empty(), "a refused file changed the index"),
+            Err(_) => assert!(
+                deduper.index().is_empty(),
+                "a refused file changed the index"
+            ),
         }
     }
 });

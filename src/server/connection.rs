@@ -32,9 +32,10 @@ use std::time::{Duration, Instant};
 
 use futures::Future;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::sync::mpsc;
+use tokio::sync::mpsc::{self, OwnedPermit};
 
-use crate::batch::{self, RawBatch, RawLine};
+use crate::batch::{self, Item, PreparedBatch, RawBatch, RawLine};
+use crate::error::{InvalidLine, InvalidReason};
 use crate::lines::is_blank;
 
 use super::owner::{Job, Request};
@@ -157,17 +158,16 @@ async fn read_requests<R: AsyncRead + Unpin>(
             () = sleep_until(line_deadline) => {
                 let limit = config.line_timeout.unwrap_or_default();
                 tracing::debug!(line = number, "line timeout: closing the connection");
-                let mut error = Vec::new();
-                super::owner::write_error(
-                    &mut error,
-                    &format!(
-                        "line not complete within the line timeout of {limit:?}: closing the connection"
-                    ),
-                    number,
-                );
-                // After every reply already queued; a client that does not
-                // read them gets none.
-                let _ = replies.try_send(error);
+                // The error goes the way of every reply, through the owner,
+                // so that it comes after the replies to the lines before.
+                let mut batch = PreparedBatch::default();
+                batch.items.push(Item::Invalid(InvalidLine {
+                    line: number,
+                    reason: InvalidReason::LineTimeout { limit },
+                }));
+                if let Ok(reply) = replies.clone().reserve_owned().await {
+                    let _ = send(batch, reply, Instant::now(), ctx).await;
+                }
                 return End::TimedOut;
             }
             read = within(config.idle_timeout, reader.read_buf(&mut lines.buf)) => read,
@@ -218,6 +218,17 @@ async fn submit(
             }
         }
     };
+    send(batch, reply, received, ctx).await
+}
+
+/// Hands a prepared batch to the engine's owner with its reserved reply
+/// slot.
+async fn send(
+    batch: batch::PreparedBatch,
+    reply: OwnedPermit<Vec<u8>>,
+    received: Instant,
+    ctx: &Context,
+) -> Result<(), ()> {
     ctx.engine
         .send(Request::Batch(Job {
             batch,

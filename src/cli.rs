@@ -374,6 +374,12 @@ pub struct ServeArgs {
     #[arg(long, default_value = "300s", value_name = "DURATION", value_parser = parse_duration)]
     pub idle_timeout: Duration,
 
+    /// Close a connection that does not complete a line within this time of
+    /// its first byte, with an error line (a client trickling bytes is
+    /// never idle). 0: no limit. Units: ms, s, m, h.
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
+    pub line_timeout: Duration,
+
     /// Serve GET /healthz and GET /metrics (Prometheus) over HTTP on
     /// HOST:PORT.
     #[arg(long, value_name = "ADDR", value_parser = parse_socket_addr)]
@@ -709,6 +715,7 @@ impl ServeArgs {
             },
             max_connections: self.max_connections.max(1),
             idle_timeout: non_zero(self.idle_timeout),
+            line_timeout: non_zero(self.line_timeout),
             drain_timeout: self.drain_timeout,
             state: self.state.state.clone(),
             snapshot_interval: non_zero(self.snapshot_interval),

@@ -65,6 +65,13 @@ pub enum InvalidReason {
     /// `"query"`.
     #[error("dedup_op must be \"check\" or \"query\", got {0}")]
     BadOp(String),
+    /// A line (server only) was not complete within the line timeout of its
+    /// first byte; the connection is closed.
+    #[error("line not complete within the line timeout of {limit:?}: closing the connection")]
+    LineTimeout {
+        /// The limit in force.
+        limit: std::time::Duration,
+    },
 }
 
 /// An invalid input line: where, and why.

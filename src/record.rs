@@ -19,6 +19,21 @@
 //! - `entities.urls[]` (and the same under `extended_tweet`,
 //!   `retweeted_status`, and `data`) give each short URL's `expanded_url`.
 //!
+//! A field that is `null` counts as absent.
+//!
+//! **Repeated keys**: when an object holds the same key more than once
+//! (`{"id":"d1","id":"d2","text":"a","text":"b"}`), the last occurrence
+//! wins and the earlier ones are ignored, whole (nested members included),
+//! as serde_json's `Value`, Python's `json` and JavaScript's `JSON.parse`
+//! read it: the line above is message `"d2"` with text `b`, so the verdict
+//! matches what a downstream reader sees. (The sidecar's own `dedup_op`
+//! member is the exception: repeated, it is refused; see `server::op`.)
+//!
+//! **Lone surrogates**: a `\u` escape of half a UTF-16 surrogate pair without
+//! its other half (`"\ud83d cut"`, as in tweets cut at 140 UTF-16 units) is
+//! read as U+FFFD for comparison; the line's bytes are passed through
+//! unchanged. In an object key it is refused, as invalid JSON naming it.
+//!
 //! # Encoding
 //!
 //! The tag is spliced in before the object's closing brace:
@@ -302,10 +317,14 @@ struct Node {
     fields: Vec<(String, Node)>,
     each: Option<Box<Node>>,
     captures: Vec<u16>,
+    /// Every capture made at this node or below it: what an earlier
+    /// occurrence of a repeated key left behind.
+    below: Vec<u16>,
 }
 
 impl Node {
     fn insert(&mut self, steps: &[Step], capture: u16) {
+        self.below.push(capture);
         match steps.split_first() {
             None => self.captures.push(capture),
             Some((Step::Each, rest)) => self
@@ -413,7 +432,7 @@ impl Decoder {
         }
         .deserialize(&mut de)
         .and_then(|()| de.end())
-        .map_err(|e| InvalidReason::Json(e.to_string()))?;
+        .map_err(json_error)?;
         if !shape.object {
             return Err(InvalidReason::NotObject);
         }
@@ -512,7 +531,9 @@ impl Decoder {
     }
 }
 
-/// A JSON string literal's contents, borrowed when it has no escapes.
+/// A JSON string literal's contents, borrowed when it has no escapes. A
+/// lone surrogate escape (`\ud83d` without its pair) becomes U+FFFD; `None`
+/// only when `raw` is not a string.
 fn json_str(raw: &RawValue) -> Option<Cow<'_, str>> {
     #[derive(Deserialize)]
     struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
@@ -524,9 +545,56 @@ fn json_str(raw: &RawValue) -> Option<Cow<'_, str>> {
     {
         return Some(Cow::Borrowed(text));
     }
-    serde_json::from_str::<Text<'_>>(raw.get())
-        .ok()
-        .map(|t| t.0)
+    match serde_json::from_str::<Text<'_>>(raw.get()) {
+        Ok(text) => Some(text.0),
+        // The one thing the first parse accepts and a string refuses: an
+        // unpaired surrogate escape.
+        Err(_) => lossy_json_str(raw.get()).map(Cow::Owned),
+    }
+}
+
+/// Decodes a JSON string literal whose escapes may hold lone surrogates,
+/// each replaced by U+FFFD. serde_json decodes such a literal as bytes into
+/// WTF-8, where a lone surrogate is the three bytes `ED A0..BF 80..BF`, the
+/// same length as U+FFFD's `EF BF BD`: they are swapped in place.
+fn lossy_json_str(literal: &str) -> Option<String> {
+    struct Bytes;
+    impl Visitor<'_> for Bytes {
+        type Value = Vec<u8>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Vec<u8>, E> {
+            Ok(v.to_vec())
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(literal);
+    let mut bytes = de.deserialize_bytes(Bytes).ok()?;
+    let mut i = 0;
+    while let Some(at) = memchr::memchr(0xED, &bytes[i..]) {
+        let at = i + at;
+        if bytes.len() >= at + 3 && (0xA0..=0xBF).contains(&bytes[at + 1]) {
+            bytes[at..at + 3].copy_from_slice("\u{FFFD}".as_bytes());
+        }
+        i = at + 1;
+    }
+    String::from_utf8(bytes).ok()
+}
+
+/// Why a line is not JSON, in words. String values are only checked as
+/// JSON text, where a lone surrogate escape is valid; keys are read as
+/// strings, where it is not, and serde_json's words for that ("unexpected
+/// end of hex escape") do not say so.
+fn json_error(e: serde_json::Error) -> InvalidReason {
+    let message = e.to_string();
+    if message.starts_with("unexpected end of hex escape")
+        || message.starts_with("lone leading surrogate")
+    {
+        return InvalidReason::Json(format!(
+            "an object key holds an unpaired UTF-16 surrogate escape ({message})"
+        ));
+    }
+    InvalidReason::Json(message)
 }
 
 /// Writes `line` with the tag spliced in, then `\n`.
@@ -647,17 +715,41 @@ impl<'de, 'n, 'c> Visitor<'de> for NodeSeed<'n, 'c, 'de> {
         if let Some(shape) = self.shape.as_deref_mut() {
             shape.object = true;
         }
+        // Captures of this object start here; `seen` has bit `i % 64` set once
+        // wanted field `i` was met in it.
+        let start = self.captures.len();
+        let mut seen = 0u64;
         while let Some(field) = map.next_key_seed(FieldMatch(self.node))? {
             if let Some(shape) = self.shape.as_deref_mut() {
                 shape.members += 1;
             }
             match field {
-                Some(i) => map.next_value_seed(NodeSeed {
-                    node: &self.node.fields[i].1,
-                    captures: &mut *self.captures,
-                    element: self.element,
-                    shape: None,
-                })?,
+                Some(i) => {
+                    let bit = 1u64 << (i % 64);
+                    if seen & bit != 0 {
+                        // A repeated key: the last occurrence wins, so drop
+                        // what the earlier one captured. Fields' subtrees
+                        // are disjoint, so within this object only field
+                        // `i` made captures of its paths (a bit shared by
+                        // two fields only costs a search that finds none).
+                        let below = &self.node.fields[i].1.below;
+                        let mut kept = start;
+                        for j in start..self.captures.len() {
+                            if !below.contains(&self.captures[j].path) {
+                                self.captures.swap(kept, j);
+                                kept += 1;
+                            }
+                        }
+                        self.captures.truncate(kept);
+                    }
+                    seen |= bit;
+                    map.next_value_seed(NodeSeed {
+                        node: &self.node.fields[i].1,
+                        captures: &mut *self.captures,
+                        element: self.element,
+                        shape: None,
+                    })?
+                }
                 None => {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -858,6 +950,60 @@ mod tests {
             let reference = s.parse::<u64>().ok().filter(|n| n.to_string() == s);
             proptest::prop_assert_eq!(canonical_u64(&s), reference);
         }
+    }
+
+    #[test]
+    fn lone_surrogate_escapes_are_read_as_replacement_characters() {
+        let r = decode(r#"{"id":1,"text":"\ud83d cut"}"#).unwrap();
+        assert_eq!(r.text, "\u{FFFD} cut");
+        // A trailing half alone, two leading halves, and a pair among them.
+        let r = decode(r#"{"id":1,"text":"a\udc00b\ud83d\ud83d\ude00\u00e9"}"#).unwrap();
+        assert_eq!(r.text, "a\u{FFFD}b\u{FFFD}\u{1F600}é");
+        // Chosen text fields and URL entities too.
+        let spec = FieldSpec::new(None, vec!["title".into()]).unwrap();
+        let r = Decoder::new(spec)
+            .decode(br#"{"id":1,"title":"x \udbff"}"#)
+            .unwrap();
+        assert_eq!(r.text, "x \u{FFFD}");
+        // A text that is not a string is still refused as such.
+        assert_eq!(
+            decode(r#"{"id":1,"text":["\ud83d"]}"#).unwrap_err(),
+            InvalidReason::TextNotString("text".into())
+        );
+        // In a key, the refusal names the surrogate.
+        let err = decode(r#"{"\ud83d":1,"id":1,"text":"a"}"#).unwrap_err();
+        assert!(err.to_string().contains("surrogate"), "{err}");
+    }
+
+    #[test]
+    fn repeated_keys_take_the_last_occurrence() {
+        let r = decode(r#"{"id":"d1","id":"d2","text":"a first","text":"b last"}"#).unwrap();
+        assert_eq!(r.id.to_json(), "\"d2\"");
+        assert_eq!(r.text, "b last");
+        // A later null hides an earlier value, as in a JSON object.
+        assert!(matches!(
+            decode(r#"{"id":1,"text":"a","text":null}"#).unwrap_err(),
+            InvalidReason::NoText(_)
+        ));
+        // Nested: the whole earlier object is dropped, not merged.
+        let line = r#"{"id":1,"text":"x","entities":{"urls":[{"url":"https://t.co/a","expanded_url":"https://a.example"}]},"entities":{"urls":[{"url":"https://t.co/b","expanded_url":"https://b.example"}]}}"#;
+        let urls = decode(line).unwrap().urls;
+        assert_eq!(urls.len(), 1);
+        assert_eq!(urls[0].0, "https://t.co/b");
+        let r =
+            decode(r#"{"data":{"id":"1","text":"old"},"data":{"id":"2","text":"new"}}"#).unwrap();
+        assert_eq!((r.id.to_json().as_str(), r.text.as_ref()), ("\"2\"", "new"));
+        // Inside an object repeated keys do not reach across array elements.
+        let line = r#"{"id":1,"text":"x","entities":{"urls":[{"url":"https://t.co/a","expanded_url":"https://a.example","url":"https://t.co/c"},{"url":"https://t.co/b","expanded_url":"https://b.example"}]}}"#;
+        let urls = decode(line).unwrap().urls;
+        let shorts: Vec<&str> = urls.iter().map(|(s, _)| s.as_ref()).collect();
+        assert_eq!(shorts, ["https://t.co/c", "https://t.co/b"]);
+        // Agrees with serde_json's Value.
+        let line = r#"{"id_str":"7","id_str":"8","full_text":"p","full_text":"q"}"#;
+        let value: serde_json::Value = serde_json::from_str(line).unwrap();
+        let r = decode(line).unwrap();
+        assert_eq!(r.id.to_json(), value["id_str"].to_string());
+        assert_eq!(r.text, value["full_text"].as_str().unwrap());
     }
 
     #[test]

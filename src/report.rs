@@ -239,6 +239,7 @@ fn kind(reason: &InvalidReason) -> &'static str {
         InvalidReason::NoId(_) => "no id",
         InvalidReason::BadId(_) => "bad id",
         InvalidReason::BadOp(_) => "bad op",
+        InvalidReason::LineTimeout { .. } => "line timeout",
     }
 }
 
@@ -285,7 +286,7 @@ mod tests {
         };
         let hint = report.no_usable_line(&summary).unwrap();
         assert!(
-            hint.starts_with("most lines had a text field at `nope`"),
+            hint.starts_with("most lines had no text field at `nope`"),
             "{hint}"
         );
         let fine = Summary {

@@ -22,7 +22,9 @@
 //! ```
 //!
 //! Shingle sets and anchor keys (which come from the tokens, not the
-//! shingles) are stored; LSH band keys are recomputed on load, so a state
+//! shingles) are stored (a set of more than
+//! [`MAX_SHINGLES`](crate::engine::shingle::MAX_SHINGLES), written before
+//! sets were capped, is cut to its smallest on load); LSH band keys are recomputed on load, so a state
 //! file stays usable when the threshold, the measure, the capacity or the
 //! bucket cap change. What makes stored shingles meaningless is a change
 //! in how texts become shingles: the shingling option, or a version of the
@@ -40,6 +42,15 @@
 //! [`write_atomic`] writes a temporary file in the same directory, fsyncs it,
 //! renames it over the target and fsyncs the directory: a crash or `kill -9`
 //! at any moment leaves either the previous file or the new one, whole.
+//!
+//! The temporary file is `.NAME.tmp-PID-N` (NAME the state file's name, PID
+//! the saving process, N a counter). A save that fails removes its own; one
+//! killed mid-way cannot, so [`remove_stale_temporaries`] removes those of
+//! the same state file whose process is gone: [`load`] calls it at start,
+//! and every failed save calls it too (a full disk is often full of them).
+//! A temporary of a live process is kept unless that process started after
+//! the file was last written (its PID was reused); where processes cannot
+//! be inspected (outside Linux) only a process's own are ever removed.
 //!
 //! # Refusal
 //!
@@ -351,6 +362,9 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
             previous = Some(shingle);
             shingles.push(shingle);
         }
+        // A file written before sets were capped may hold more: keep the
+        // sample a text gets today, so copies of it still match.
+        shingles.truncate(start + crate::engine::shingle::MAX_SHINGLES);
         let shingle_range = start..shingles.len();
         let anchor_count = usize::from(r.u8()?);
         if anchor_count > 2 {
@@ -376,11 +390,15 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
 
 /// Loads a state file into `deduper` (normally a new, empty one). A missing
 /// file is not an error: it is the first run. The file is only read.
+///
+/// Temporaries left beside it by saves that were killed are removed first
+/// (see [`remove_stale_temporaries`]).
 pub fn load(path: &Path, deduper: &mut Deduper) -> Result<Loaded, SnapshotError> {
     let error = |kind| SnapshotError {
         path: path.to_path_buf(),
         kind,
     };
+    remove_stale_temporaries(path);
     let bytes = match fs::read(path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Loaded::Missing),
@@ -443,8 +461,116 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     })();
     if result.is_err() {
         let _ = fs::remove_file(&temp);
+        remove_stale_temporaries(path);
     }
     result
+}
+
+/// The directory and file name of a state file's temporaries.
+fn temp_prefix(path: &Path) -> Option<(PathBuf, String)> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let name = path.file_name()?.to_str()?;
+    Some((dir.to_path_buf(), format!(".{name}.tmp-")))
+}
+
+/// Reads a temporary's name after the prefix: `PID-N`, both decimal.
+fn temp_pid(rest: &str) -> Option<u32> {
+    let (pid, n) = rest.split_once('-')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(pid) || !digits(n) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// Removes the temporary files of `path` that saves killed mid-way left
+/// behind: only names of our own pattern (`.NAME.tmp-PID-N`, for this
+/// NAME), and only those whose process is gone (see the module
+/// documentation). Returns the files removed; failures to list or remove
+/// are logged, never fatal.
+pub fn remove_stale_temporaries(path: &Path) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    let Some((dir, prefix)) = temp_prefix(path) else {
+        return removed;
+    };
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return removed;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(temp_pid)
+        else {
+            continue;
+        };
+        let Ok(meta) = entry.metadata() else { continue };
+        if !meta.is_file() || !writer_is_gone(pid, &meta) {
+            continue;
+        }
+        let temp = entry.path();
+        match fs::remove_file(&temp) {
+            Ok(()) => {
+                tracing::info!(file = %temp.display(), bytes = meta.len(), "removed the temporary file of an interrupted save");
+                removed.push(temp);
+            }
+            Err(e) => {
+                tracing::warn!(file = %temp.display(), error = %e, "cannot remove the temporary file of an interrupted save");
+            }
+        }
+    }
+    removed
+}
+
+/// Whether the process that wrote a temporary file is gone: no process has
+/// its PID, or the one that has it started after the file was written.
+#[cfg(target_os = "linux")]
+fn writer_is_gone(pid: u32, file: &fs::Metadata) -> bool {
+    if pid == std::process::id() {
+        // Another save of this process may be under way.
+        return false;
+    }
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        // No such process (or no /proc to tell: keep it).
+        return Path::new("/proc/self").exists();
+    };
+    match (process_start(&stat), file.modified()) {
+        // A second of slack for the clock's granularity.
+        (Some(started), Ok(written)) => started > written + std::time::Duration::from_secs(1),
+        _ => false,
+    }
+}
+
+/// Outside Linux, processes are not inspected: nothing of another process
+/// is removed.
+#[cfg(not(target_os = "linux"))]
+fn writer_is_gone(_pid: u32, _file: &fs::Metadata) -> bool {
+    false
+}
+
+/// When a process started, from its `/proc/PID/stat` line: field 22 is its
+/// start in clock ticks after boot (USER_HZ, 100 a second on Linux), and
+/// `/proc/stat`'s `btime` is the boot time.
+#[cfg(target_os = "linux")]
+fn process_start(stat: &str) -> Option<std::time::SystemTime> {
+    // The command name (field 2) may hold spaces: count after its `)`.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let ticks: u64 = after_name.split_whitespace().nth(19)?.parse().ok()?;
+    let boot: u64 = fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    let secs = boot.checked_add(ticks / 100)?;
+    std::time::UNIX_EPOCH.checked_add(std::time::Duration::from_millis(
+        secs.checked_mul(1000)?.checked_add((ticks % 100) * 10)?,
+    ))
 }
 
 /// Makes a rename in `dir` durable.
@@ -640,6 +766,89 @@ mod tests {
     fn not_a_state_file() {
         let err = decode_into(b"{\"id\":1}\n", &mut deduper(Shingling::Words(2))).unwrap_err();
         assert!(matches!(err, ErrorKind::NotAStateFile));
+    }
+
+    /// A PID no process has: a child that has exited and been waited for.
+    fn dead_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        pid
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn kill_9_during_save_temporaries_are_removed_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.state");
+        let dead = dead_pid();
+        let me = std::process::id();
+        // A live process started long after its "temporary" was written:
+        // its PID was reused, the file is stale.
+        let mut reused = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        for name in [
+            format!(".s.state.tmp-{dead}-0"),
+            format!(".s.state.tmp-{dead}-17"),
+            format!(".s.state.tmp-{me}-3"),
+            format!(".s.state.tmp-{}-0", reused.id()),
+            format!(".other.state.tmp-{dead}-0"),
+            format!(".s.state.tmp-{dead}-x"),
+            format!("s.state.tmp-{dead}-0"),
+        ] {
+            let file = File::create(dir.path().join(&name)).unwrap();
+            file.set_modified(old).unwrap();
+        }
+        let mut d = deduper(Shingling::Words(2));
+        assert_eq!(load(&path, &mut d).unwrap(), Loaded::Missing);
+        let _ = reused.kill();
+        let _ = reused.wait();
+        let mut expected = vec![
+            format!(".other.state.tmp-{dead}-0"),
+            format!(".s.state.tmp-{dead}-x"),
+            format!(".s.state.tmp-{me}-3"),
+            format!("s.state.tmp-{dead}-0"),
+        ];
+        expected.sort();
+        assert_eq!(names(dir.path()), expected);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_live_process_s_temporary_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.state");
+        // PID 1 started before any file here was written.
+        let live = dir.path().join(".s.state.tmp-1-0");
+        File::create(&live).unwrap();
+        assert!(remove_stale_temporaries(&path).is_empty());
+        assert!(live.exists());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_failed_save_removes_stale_temporaries() {
+        let dir = tempfile::tempdir().unwrap();
+        // The target is a directory that is not empty: the rename fails.
+        let path = dir.path().join("s.state");
+        fs::create_dir(&path).unwrap();
+        fs::write(path.join("keep"), b"x").unwrap();
+        let stale = dir.path().join(format!(".s.state.tmp-{}-0", dead_pid()));
+        fs::write(&stale, vec![0u8; 4096]).unwrap();
+        assert!(save(&path, &filled()).is_err());
+        assert_eq!(names(dir.path()), vec!["s.state".to_string()]);
     }
 
     #[test]

@@ -130,6 +130,7 @@ fn the_redis_index_writes_what_the_memory_index_writes() {
     .flat_map(|(i, t)| format!("{{\"id\":{i},\"text\":\"{t}\"}}\n").into_bytes())
     .collect();
     feeds.push(("empty texts".into(), empty, Vec::new()));
+    feeds.push(("long texts".into(), long_texts(), Vec::new()));
     for (n, (name, input, args)) in feeds.iter().enumerate() {
         // At the default capacity, and small enough that most messages are
         // evicted again.
@@ -177,6 +178,45 @@ fn the_redis_index_writes_what_the_memory_index_writes() {
     let info = String::from_utf8(info.stdout).unwrap();
     assert!(info.contains("messages:  40 indexed"), "{info}");
     assert!(info.contains("capacity=40"), "{info}");
+}
+
+/// Long texts, whose shingle sets are cut to their smallest fingerprints
+/// and compared on a common part: copies, halves, edits, texts with a
+/// comment added, and unrelated texts of the same vocabulary.
+fn long_texts() -> Vec<u8> {
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut words = |n: usize| -> Vec<String> {
+        (0..n)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                format!("w{}", seed % 3_000)
+            })
+            .collect()
+    };
+    let a = words(1_500);
+    let b = words(1_200);
+    let mut edited = a.clone();
+    for i in (0..edited.len()).step_by(97) {
+        edited[i] = "changed".into();
+    }
+    let texts: Vec<String> = vec![
+        a.join(" "),
+        b.join(" "),
+        a.join(" "),
+        a[..750].join(" "),
+        edited.join(" "),
+        format!("{} and a comment at the end", b[300..].join(" ")),
+        words(1_500).join(" "),
+        a[700..].join(" "),
+        b[..200].join(" "),
+    ];
+    texts
+        .iter()
+        .enumerate()
+        .flat_map(|(i, t)| format!("{{\"id\":{i},\"text\":\"{t}\"}}\n").into_bytes())
+        .collect()
 }
 
 /// Runs the filter on `input` with the index in Redis, in the background.

@@ -282,6 +282,8 @@ impl Preparer {
         };
         shingles.sort();
         shingles.dedup_by_key(|(f, _)| *f);
+        // The sample the stream compares (shingle::MAX_SHINGLES).
+        shingles.truncate(shingle::MAX_SHINGLES);
         Explained {
             normalised,
             shingles,

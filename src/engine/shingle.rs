@@ -10,8 +10,23 @@
 //! Shingles are kept as 32-bit fingerprints: within the few dozen shingles of
 //! two short texts a false collision has odds below one in ten million, and
 //! the index stores half the bytes.
+//!
+//! A set holds at most [`MAX_SHINGLES`] fingerprints: the smallest ones (a
+//! bottom-k sample). What one message may hold in the index is then bounded
+//! whatever its length (a 0.77 MB text had 100,000 shingles, 430 KB
+//! indexed). The sample is deterministic, a function of the set alone, so
+//! two copies of a long text keep the same shingles and still match at
+//! similarity 1; for two different long texts, the similarity of their
+//! samples estimates that of their full sets (the smallest fingerprints
+//! are a uniform random sample of the distinct shingles, as the hash is).
+//! Tweets and feed items are far below the cap and are not affected.
 
 use crate::config::Shingling;
+
+/// Most shingles a set keeps: the smallest fingerprints (see the module
+/// documentation). 512 fingerprints are 2 KiB; a 280-character tweet has
+/// under 300 shingles even as character 3-grams.
+pub const MAX_SHINGLES: usize = 512;
 
 /// Seed of the shingle fingerprint. Fixed: fingerprints must be the same on
 /// every run and machine.
@@ -36,7 +51,8 @@ pub fn fingerprint(tokens: &[u64]) -> u32 {
     (h >> 32) as u32
 }
 
-/// Writes the sorted, deduplicated shingle set of a text into `out`.
+/// Writes the sorted, deduplicated shingle set of a text into `out`: at
+/// most [`MAX_SHINGLES`], the smallest.
 ///
 /// `tokens` are the token hashes; `joined` the tokens' text separated by
 /// single spaces (used by character shingles only). `char_starts` is a
@@ -79,6 +95,34 @@ pub fn shingle_into(
     }
     out.sort_unstable();
     out.dedup();
+    out.truncate(MAX_SHINGLES);
+}
+
+/// The parts of two shingle sets that can be compared with each other.
+///
+/// A set cut to [`MAX_SHINGLES`] still holds every fingerprint of its text
+/// up to its largest one, and none above. Cut at the smaller of the two
+/// sets' bounds, both are the complete shingles of their texts below a
+/// common bound: the same random sample of both, so that the similarity of
+/// the parts estimates that of the whole sets without bias, Jaccard and
+/// containment alike. (Comparing two bottom-k samples as they are would
+/// not: a text and its first half keep different smallest shingles, and
+/// would look only half contained.) Sets below the cap are returned whole.
+pub fn comparable<'a>(a: &'a [u32], b: &'a [u32]) -> (&'a [u32], &'a [u32]) {
+    let bound = |set: &[u32]| {
+        if set.len() >= MAX_SHINGLES {
+            set.last().copied()
+        } else {
+            None
+        }
+    };
+    let bound = match (bound(a), bound(b)) {
+        (None, None) => return (a, b),
+        (Some(x), None) | (None, Some(x)) => x,
+        (Some(x), Some(y)) => x.min(y),
+    };
+    let cut = |set: &'a [u32]| &set[..set.partition_point(|&f| f <= bound)];
+    (cut(a), cut(b))
 }
 
 /// Fingerprint of a character shingle.
@@ -135,6 +179,49 @@ mod tests {
         assert_eq!(chars("日本", 3).len(), 1);
         assert_eq!(chars("", 3).len(), 1);
         assert_eq!(chars("abcab", 2), chars("abcab", 2));
+    }
+
+    #[test]
+    fn a_long_text_keeps_its_smallest_shingles_only() {
+        let tokens: Vec<u64> = (0..20_000).map(|i| mix64(i % 7_919)).collect();
+        let all = {
+            let mut all: Vec<u32> = tokens.windows(2).map(fingerprint).collect();
+            all.sort_unstable();
+            all.dedup();
+            all
+        };
+        assert!(all.len() > MAX_SHINGLES);
+        let capped = words(&tokens, 2);
+        assert_eq!(capped, all[..MAX_SHINGLES]);
+        // A copy gives the same sample.
+        assert_eq!(words(&tokens.clone(), 2), capped);
+        let long: String = (0..3_000).map(|i| format!("w{} ", i % 977)).collect();
+        assert_eq!(chars(&long, 4).len(), MAX_SHINGLES);
+        // Short texts are untouched.
+        assert_eq!(words(&[1, 2, 3, 4], 2).len(), 3);
+    }
+
+    #[test]
+    fn capped_sets_are_compared_below_a_common_bound() {
+        let tokens: Vec<u64> = (0..40_000).map(mix64).collect();
+        let whole = words(&tokens, 2);
+        let first_half = words(&tokens[..20_000], 2);
+        assert_eq!(
+            (whole.len(), first_half.len()),
+            (MAX_SHINGLES, MAX_SHINGLES)
+        );
+        // The half's sample, cut where the whole's ends, lies inside it.
+        let (half, all) = comparable(&first_half, &whole);
+        assert!(half.len() > MAX_SHINGLES / 4 && half.len() < all.len());
+        assert!(half.iter().all(|f| all.binary_search(f).is_ok()));
+        // Uncapped sets are compared whole.
+        let short = words(&tokens[..10], 2);
+        assert_eq!(comparable(&short, &short), (&short[..], &short[..]));
+        // An uncapped set against a capped one is cut at the capped one's
+        // bound.
+        let (s, w) = comparable(&short, &whole);
+        assert_eq!(w, &whole[..]);
+        assert!(s.iter().all(|&f| f <= *whole.last().unwrap()));
     }
 
     #[test]

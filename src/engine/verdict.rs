@@ -102,6 +102,8 @@ pub fn similarity(measure: Measure, a: &[u32], b: &[u32]) -> f64 {
 /// Exact similarity of two sorted, deduplicated shingle sets if it is at
 /// least `floor`; `None`, often early, if it is below.
 pub fn similarity_at_least(measure: Measure, a: &[u32], b: &[u32], floor: f64) -> Option<f64> {
+    // Capped sets (long texts) are compared on a common sample.
+    let (a, b) = super::shingle::comparable(a, b);
     if a.is_empty() || b.is_empty() {
         return (floor <= 0.0).then_some(0.0);
     }

@@ -39,7 +39,8 @@
 --
 -- KEYS[1]: '{NAME}:meta'.
 -- ARGV: settings, capacity, max_bucket, threshold, measure ('j' or 'c'),
---   fewest shingles for containment, memo scope ('' for none), flags ('r':
+--   fewest shingles for containment, most shingles a set keeps (a longer
+--   text's set is its smallest ones), memo scope ('' for none), flags ('r':
 --   look tokens up in the memo first; 'c': empty the memo first), the call's
 --   token ('' when the messages carry their own), the posting lists the
 --   worker read for its claims, concatenated in the order the messages first
@@ -63,13 +64,14 @@ local max_bucket = tonumber(ARGV[3])
 local threshold = tonumber(ARGV[4])
 local jaccard = ARGV[5] == 'j'
 local min_contained = tonumber(ARGV[6])
-local memo_key = P .. 'memo:' .. ARGV[7]
-local has_memo = ARGV[7] ~= ''
-local look_up_memo = has_memo and string.find(ARGV[8], 'r', 1, true) ~= nil
-local call_token = ARGV[9]
-local snapshot = ARGV[10]
-local nforget = tonumber(ARGV[11])
-local first = 12 + nforget
+local max_shingles = tonumber(ARGV[7])
+local memo_key = P .. 'memo:' .. ARGV[8]
+local has_memo = ARGV[8] ~= ''
+local look_up_memo = has_memo and string.find(ARGV[9], 'r', 1, true) ~= nil
+local call_token = ARGV[10]
+local snapshot = ARGV[11]
+local nforget = tonumber(ARGV[12])
+local first = 13 + nforget
 
 -- Commands over many arguments go in chunks that Lua's stack holds.
 local CHUNK = 500
@@ -86,7 +88,7 @@ local function chunked(command, key, list, per)
   end
 end
 
-if has_memo and string.find(ARGV[8], 'c', 1, true) then
+if has_memo and string.find(ARGV[9], 'c', 1, true) then
   redis.call('DEL', memo_key)
 end
 if look_up_memo and call_token ~= '' then
@@ -97,7 +99,7 @@ if look_up_memo and call_token ~= '' then
 end
 if nforget > 0 then
   local tokens = {}
-  for i = 12, first - 1 do
+  for i = 13, first - 1 do
     tokens[#tokens + 1] = ARGV[i]
   end
   chunked('HDEL', memo_key, tokens, 1)
@@ -352,12 +354,49 @@ local function indexed(cell)
   return e and string.sub(e, 5, 8) == string.sub(cell, 5, 8)
 end
 
+-- The fingerprints of a sorted set up to `bound`.
+local function cut(set, bound)
+  if #set == 0 or set[#set] <= bound then
+    return set
+  end
+  local out = {}
+  for i = 1, #set do
+    local v = set[i]
+    if v > bound then
+      break
+    end
+    out[i] = v
+  end
+  return out
+end
+
+-- The parts of two sets that can be compared (shingle.rs, `comparable`): a
+-- set cut to its smallest `max_shingles` fingerprints holds all of its
+-- text's up to its largest, so both are cut at the smaller such bound.
+local function comparable(a, b)
+  local ba = #a >= max_shingles and a[#a] or nil
+  local bb = #b >= max_shingles and b[#b] or nil
+  if not ba and not bb then
+    return a, b
+  end
+  local bound = ba or bb
+  if ba and bb then
+    bound = math.min(ba, bb)
+  end
+  return cut(a, bound), cut(b, bound)
+end
+
 -- The shared shingles of a message and the candidate in `slot`, and what
--- they are counted against (see verdict.rs), and the candidate's seq.
+-- they are counted against (see verdict.rs), and the candidate's seq; nil
+-- when the parts that can be compared are empty (no candidate).
 local function compare(mine, slot)
   local c = parsed(slot)
-  local nc, ns = #c.set, #mine
-  local shared = shared_count(mine, c.set)
+  local a, b = comparable(mine, c.set)
+  local ns, nc = #a, #b
+  if ns == 0 or nc == 0 then
+    return nil
+  end
+  local shared = shared_count(a, b)
   local smaller = ns < nc and ns or nc
   if not jaccard and smaller >= min_contained then
     return shared, smaller, c.seq
@@ -459,6 +498,9 @@ local function take_claim(ks, shingles, ns, claim)
     mine = mine or numbers(shingles, 1, ns)
     local slot = string.sub(cell, 1, 4)
     local shared, of, cseq = compare(mine, slot)
+    if not shared then
+      return
+    end
     local s = shared / of
     if s >= (best_s or threshold) then
       if best and not best_seq then
@@ -511,6 +553,9 @@ local function decide_here(ks, shingles, ns)
       return
     end
     local shared, of, cseq = compare(mine, slot)
+    if not shared then
+      return
+    end
     local s = shared / of
     if s >= (best_s or threshold) and (best_s == nil or s > best_s or cseq < best_seq) then
       best, best_s, best_seq, best_num, best_den = cell, s, cseq, shared, of

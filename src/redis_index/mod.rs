@@ -36,6 +36,7 @@ pub use connection::{DEFAULT_TIMEOUT, IndexLocation, Link, RetryError, is_transi
 
 use crate::config::{EngineConfig, Measure};
 use crate::engine::index::exact_key;
+use crate::engine::shingle::{MAX_SHINGLES, comparable};
 use crate::engine::verdict::{MIN_CONTAINED_SHINGLES, intersection};
 use crate::engine::{ANCHOR_TOKENS, Ask, IndexStats, IndexStore, Match, Op, Verdict, lsh_params};
 use crate::error::StoreError;
@@ -97,17 +98,25 @@ impl Cached {
 }
 
 /// Shared shingles and what they are counted against, as the verdict's
-/// similarity is their quotient (see [`crate::engine::verdict`]):
-/// containment counts against the smaller set, unless it is too small to
-/// be contained; Jaccard against the union.
-fn similarity_parts(measure: Measure, a: &[u32], b: &[u32]) -> (usize, usize) {
+/// similarity is their quotient (see [`crate::engine::verdict`]): on the
+/// parts of the two sets that can be compared (long texts' capped sets, see
+/// [`comparable`]), containment counts against the smaller, unless it is
+/// too small to be contained, Jaccard against the union. `None` when a part
+/// is empty: the pair is no candidate.
+fn similarity_parts(measure: Measure, a: &[u32], b: &[u32]) -> Option<(usize, usize)> {
+    let (a, b) = comparable(a, b);
+    if a.is_empty() || b.is_empty() {
+        return None;
+    }
     let shared = intersection(a, b);
     let smaller = a.len().min(b.len());
-    if measure == Measure::Containment && smaller >= MIN_CONTAINED_SHINGLES {
-        (shared, smaller)
-    } else {
-        (shared, a.len() + b.len() - shared)
-    }
+    Some(
+        if measure == Measure::Containment && smaller >= MIN_CONTAINED_SHINGLES {
+            (shared, smaller)
+        } else {
+            (shared, a.len() + b.len() - shared)
+        },
+    )
 }
 
 /// Checks an index name: it becomes the hash tag `{NAME}` of every key.
@@ -149,8 +158,9 @@ pub struct RedisIndex {
     meta_key: String,
     settings: String,
     /// The numbers the script needs, as text: capacity, bucket cap,
-    /// threshold, measure, fewest shingles for containment.
-    params: [String; 5],
+    /// threshold, measure, fewest shingles for containment, most shingles a
+    /// set keeps.
+    params: [String; 6],
     decide_script: Script,
     lookup_script: Script,
     create_script: Script,
@@ -254,6 +264,7 @@ impl RedisIndex {
                     Measure::Containment => "c".into(),
                 },
                 MIN_CONTAINED_SHINGLES.to_string(),
+                MAX_SHINGLES.to_string(),
             ],
             decide_script: Script::new(
                 &[include_str!("prelude.lua"), include_str!("decide.lua")].concat(),
@@ -503,8 +514,11 @@ impl RedisIndex {
                 let Some(entry) = self.cache.peek(cell) else {
                     return Vec::new();
                 };
-                let (shared, of) =
-                    similarity_parts(self.measure, ask.sketch.shingles, &entry.shingles);
+                let Some((shared, of)) =
+                    similarity_parts(self.measure, ask.sketch.shingles, &entry.shingles)
+                else {
+                    continue;
+                };
                 let s = shared as f64 / of as f64;
                 let floor = best.map_or(self.threshold, |(_, n, d, _)| n as f64 / d as f64);
                 let better = match best {

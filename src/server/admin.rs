@@ -3,16 +3,22 @@
 //!
 //! Two routes and no request bodies do not need a web framework: each
 //! connection gets one response and is closed (`Connection: close`). The
-//! request head is read with a size cap and a time limit, and at most
-//! [`MAX_ADMIN_CONNECTIONS`] are served at once, so a scraper that hangs
-//! costs nothing. `HEAD` is answered like `GET`, without the body.
+//! request head is read with a size cap and a short deadline
+//! ([`HEAD_TIMEOUT`]), and at most [`MAX_ADMIN_CONNECTIONS`] are served at
+//! once, apart from the data connections and their limit. When all are
+//! taken, the one that has waited longest for its request head is closed
+//! to make room for the newcomer: clients that connect and send nothing
+//! cannot keep a health probe (which sends its request at once) from being
+//! answered, and a supervisor from restarting a healthy server. `HEAD` is
+//! answered like `GET`, without the body.
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, oneshot};
 
 use super::Shutdown;
 use super::metrics::Metrics;
@@ -23,8 +29,15 @@ pub const MAX_ADMIN_CONNECTIONS: usize = 16;
 /// The longest request head read.
 const MAX_HEAD_BYTES: usize = 8 * 1024;
 
+/// Time a client has to send its request head, from its connection.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Time a client has to send its request and read the response.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The connections still waiting for their request head, oldest first:
+/// each with its number and the sender that closes it.
+type Waiting = Arc<Mutex<VecDeque<(u64, oneshot::Sender<()>)>>>;
 
 /// A response, before it is written.
 #[derive(Debug, PartialEq, Eq)]
@@ -71,45 +84,98 @@ pub fn route(method: &str, target: &str, metrics: &Metrics) -> Response {
 /// Serves the admin endpoint until shutdown.
 pub(crate) async fn serve(listener: TcpListener, metrics: Arc<Metrics>, mut shutdown: Shutdown) {
     let limit = Arc::new(Semaphore::new(MAX_ADMIN_CONNECTIONS));
+    let waiting: Waiting = Arc::default();
+    let mut next_id = 0u64;
     loop {
         let accepted = tokio::select! {
             biased;
             () = shutdown.recv() => return,
             accepted = listener.accept() => accepted,
         };
-        match accepted {
-            Ok((stream, _)) => {
-                let Ok(permit) = Arc::clone(&limit).try_acquire_owned() else {
-                    continue; // Dropping the stream closes it.
-                };
-                let metrics = Arc::clone(&metrics);
-                tokio::spawn(async move {
-                    let _ = tokio::time::timeout(REQUEST_TIMEOUT, respond(stream, &metrics)).await;
-                    drop(permit);
-                });
-            }
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
             Err(e) => {
                 tracing::warn!(error = %e, "admin endpoint: accepting failed");
                 tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
             }
+        };
+        let permit = match Arc::clone(&limit).try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                // Close the connection that has waited longest for its
+                // request head; its permit comes back as its task ends.
+                let oldest = waiting.lock().map(|mut w| w.pop_front()).ok().flatten();
+                let Some((_, close)) = oldest else {
+                    continue; // All are answering: dropping the stream closes it.
+                };
+                let _ = close.send(());
+                match tokio::time::timeout(HEAD_TIMEOUT, Arc::clone(&limit).acquire_owned()).await {
+                    Ok(Ok(permit)) => permit,
+                    _ => continue,
+                }
+            }
+        };
+        let id = next_id;
+        next_id += 1;
+        let (close, closed) = oneshot::channel();
+        if let Ok(mut w) = waiting.lock() {
+            w.push_back((id, close));
         }
+        let (metrics, waiting) = (Arc::clone(&metrics), Arc::clone(&waiting));
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(
+                REQUEST_TIMEOUT,
+                respond(stream, &metrics, closed, || forget(&waiting, id)),
+            )
+            .await;
+            forget(&waiting, id);
+            drop(permit);
+        });
     }
 }
 
-/// Reads one request head and writes one response.
-async fn respond(mut stream: TcpStream, metrics: &Metrics) -> std::io::Result<()> {
-    let mut head = Vec::with_capacity(512);
-    let mut chunk = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n") {
-        if head.len() >= MAX_HEAD_BYTES {
-            break;
-        }
-        let n = stream.read(&mut chunk).await?;
-        if n == 0 {
-            break;
-        }
-        head.extend_from_slice(&chunk[..n]);
+/// Takes connection `id` off the waiting list (once its head has come, or
+/// it has ended).
+fn forget(waiting: &Waiting, id: u64) {
+    if let Ok(mut w) = waiting.lock() {
+        w.retain(|(i, _)| *i != id);
     }
+}
+
+/// Reads one request head and writes one response. The head must come
+/// within [`HEAD_TIMEOUT`], and before `closed` fires (the connection was
+/// chosen to make room); `head_read` is called once it has come.
+async fn respond(
+    mut stream: TcpStream,
+    metrics: &Metrics,
+    closed: oneshot::Receiver<()>,
+    head_read: impl FnOnce(),
+) -> std::io::Result<()> {
+    let mut head = Vec::with_capacity(512);
+    let read_head = async {
+        let mut chunk = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n") {
+            if head.len() >= MAX_HEAD_BYTES {
+                break;
+            }
+            let n = stream.read(&mut chunk).await?;
+            if n == 0 {
+                break;
+            }
+            head.extend_from_slice(&chunk[..n]);
+        }
+        Ok::<(), std::io::Error>(())
+    };
+    tokio::select! {
+        read = tokio::time::timeout(HEAD_TIMEOUT, read_head) => match read {
+            Ok(read) => read?,
+            Err(_) => return Ok(()),
+        },
+        // Only a send closes it (the sender is dropped after `head_read`).
+        Ok(()) = closed => return Ok(()),
+    }
+    head_read();
     let request_line = head
         .split(|&b| b == b'\n')
         .next()

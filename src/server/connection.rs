@@ -18,9 +18,12 @@
 //! A connection ends when the client closes its side (everything sent is
 //! still answered), when it has been idle for the idle timeout (nothing
 //! received and no reply pending, or a reply that could not be written for
-//! that long), when the client goes away, or at shutdown: then it stops
-//! reading at a line boundary, answers every complete line already
-//! received, flushes and closes.
+//! that long), when a line it began is not complete within the line timeout
+//! (a client trickling a byte at a time is never idle, and would otherwise
+//! hold its connection slot for ever: it gets an error line after its last
+//! reply, and is closed), when the client goes away, or at shutdown: then
+//! it stops reading at a line boundary, answers every complete line
+//! already received, flushes and closes.
 
 use std::io;
 use std::sync::Arc;
@@ -29,9 +32,10 @@ use std::time::{Duration, Instant};
 
 use futures::Future;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::sync::mpsc;
+use tokio::sync::mpsc::{self, OwnedPermit};
 
-use crate::batch::{self, RawBatch, RawLine};
+use crate::batch::{self, Item, PreparedBatch, RawBatch, RawLine};
+use crate::error::{InvalidLine, InvalidReason};
 use crate::lines::is_blank;
 
 use super::owner::{Job, Request};
@@ -114,6 +118,8 @@ async fn read_requests<R: AsyncRead + Unpin>(
     let config = &ctx.config;
     let mut lines = LineBuffer::new(config.max_line_bytes);
     let mut eof = false;
+    // When the line being received began, and its number.
+    let mut line_clock: Option<(Instant, u64)> = None;
     loop {
         let mut raw = RawBatch::default();
         let full = lines.take_lines(&mut raw, config.batch_lines.max(1), config.batch_bytes);
@@ -135,10 +141,35 @@ async fn read_requests<R: AsyncRead + Unpin>(
             return End::Stopped;
         }
         lines.reserve();
+        let number = lines.line_number + 1;
+        line_clock = match line_clock {
+            _ if !lines.has_partial_line() => None,
+            Some((began, n)) if n == number => Some((began, n)),
+            _ => Some((Instant::now(), number)),
+        };
+        let line_deadline = match (config.line_timeout, line_clock) {
+            (Some(limit), Some((began, _))) => Some(began + limit),
+            _ => None,
+        };
         let read = tokio::select! {
             biased;
             () = shutdown.recv() => continue,
             () = replies.closed() => return End::Gone,
+            () = sleep_until(line_deadline) => {
+                let limit = config.line_timeout.unwrap_or_default();
+                tracing::debug!(line = number, "line timeout: closing the connection");
+                // The error goes the way of every reply, through the owner,
+                // so that it comes after the replies to the lines before.
+                let mut batch = PreparedBatch::default();
+                batch.items.push(Item::Invalid(InvalidLine {
+                    line: number,
+                    reason: InvalidReason::LineTimeout { limit },
+                }));
+                if let Ok(reply) = replies.clone().reserve_owned().await {
+                    let _ = send(batch, reply, Instant::now(), ctx).await;
+                }
+                return End::TimedOut;
+            }
             read = within(config.idle_timeout, reader.read_buf(&mut lines.buf)) => read,
         };
         match read {
@@ -155,6 +186,14 @@ async fn read_requests<R: AsyncRead + Unpin>(
                 return End::Gone;
             }
         }
+    }
+}
+
+/// Completes at `deadline`, or never when there is none.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -179,6 +218,17 @@ async fn submit(
             }
         }
     };
+    send(batch, reply, received, ctx).await
+}
+
+/// Hands a prepared batch to the engine's owner with its reserved reply
+/// slot.
+async fn send(
+    batch: batch::PreparedBatch,
+    reply: OwnedPermit<Vec<u8>>,
+    received: Instant,
+    ctx: &Context,
+) -> Result<(), ()> {
     ctx.engine
         .send(Request::Batch(Job {
             batch,
@@ -265,6 +315,12 @@ impl LineBuffer {
             skipping: false,
             line_number: 0,
         }
+    }
+
+    /// Whether part of a line has been received (and not taken), or a line
+    /// over the limit is being dropped.
+    fn has_partial_line(&self) -> bool {
+        self.skipping || self.start < self.buf.len()
     }
 
     /// Drops the bytes already taken and makes room for one more read.

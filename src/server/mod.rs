@@ -67,6 +67,10 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// Default time a connection may sit idle before it is closed.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default time a client has to complete a line once its first byte has
+/// arrived (a client trickling bytes is never idle, so the idle timeout
+/// alone cannot free its slot).
+pub const DEFAULT_LINE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default time connections get to finish after shutdown begins.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default time between two saves of the state file.
@@ -109,6 +113,10 @@ pub struct ServerConfig {
     /// long, or whose replies cannot be written for this long, is closed.
     /// `None`: never.
     pub idle_timeout: Option<Duration>,
+    /// A line must be complete this long after its first byte arrived;
+    /// otherwise the client gets an error line and the connection is
+    /// closed. `None`: no limit.
+    pub line_timeout: Option<Duration>,
     /// How long connections get to answer what they received once shutdown
     /// begins; past it they are dropped.
     pub drain_timeout: Duration,
@@ -134,6 +142,7 @@ impl Default for ServerConfig {
             reply: Reply::Tagged,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
+            line_timeout: Some(DEFAULT_LINE_TIMEOUT),
             drain_timeout: DEFAULT_DRAIN_TIMEOUT,
             state: None,
             snapshot_interval: Some(DEFAULT_SNAPSHOT_INTERVAL),
@@ -396,6 +405,8 @@ pub async fn run_with_metrics<S>(
 where
     S: IndexStore + Saveable + Send + 'static,
 {
+    let mut config = config;
+    config.max_connections = fit_open_files(config.max_connections.max(1));
     metrics.record_index(store.stats());
     let preparer = Arc::new(preparer);
     let (engine_tx, engine_rx) = mpsc::channel(config.engine_queue.max(1));
@@ -444,6 +455,10 @@ where
 
     let state = ctx.config.state.clone();
     let limit = Arc::new(Semaphore::new(ctx.config.max_connections.max(1)));
+    tracing::debug!(
+        max_connections = ctx.config.max_connections,
+        "connection limit"
+    );
     tokio::select! {
         () = accept_loop(&data, &ctx, &limit, &notify_shutdown) => {}
         () = shutdown => tracing::info!("shutting down: answering what was received"),
@@ -494,6 +509,106 @@ pub async fn serve_admin(
     }
 }
 
+/// Descriptors kept for everything but client connections: the
+/// listeners, the admin endpoint's connections, the state file and its
+/// temporary, the runtime's own, standard streams, and connections over the
+/// limit while they are told so.
+pub const RESERVED_DESCRIPTORS: usize = 64 + admin::MAX_ADMIN_CONNECTIONS;
+
+/// Makes room for `max_connections` client connections (one descriptor
+/// each) plus [`RESERVED_DESCRIPTORS`] within the open-files limit
+/// (`RLIMIT_NOFILE`): the soft limit is raised toward the hard one as far
+/// as needed; if even the hard limit is too low, fewer connections are
+/// allowed, with a warning. Returns the connection limit to use.
+///
+/// Without it, a server at its file limit fails every `accept`, and
+/// clients wait in the backlog unanswered.
+pub fn fit_open_files(max_connections: usize) -> usize {
+    #[cfg(unix)]
+    {
+        use rustix::process::{Resource, getrlimit, setrlimit};
+        let want = (max_connections as u64).saturating_add(RESERVED_DESCRIPTORS as u64);
+        let limit = getrlimit(Resource::Nofile);
+        let soft = limit.current.unwrap_or(u64::MAX);
+        if soft >= want {
+            return max_connections;
+        }
+        let hard = limit.maximum.unwrap_or(u64::MAX);
+        let raised = want.min(hard);
+        let mut available = soft;
+        if raised > soft {
+            let new = rustix::process::Rlimit {
+                current: Some(raised),
+                maximum: limit.maximum,
+            };
+            match setrlimit(Resource::Nofile, new) {
+                Ok(()) => {
+                    tracing::info!(from = soft, to = raised, "raised the open-files limit");
+                    available = raised;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot raise the open-files limit");
+                }
+            }
+        }
+        if available >= want {
+            return max_connections;
+        }
+        let fits = usize::try_from(available)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(RESERVED_DESCRIPTORS)
+            .max(1);
+        tracing::warn!(
+            max_connections = fits,
+            asked = max_connections,
+            open_files_limit = available,
+            "lowering --max-connections to fit the open-files limit (raise its hard limit, ulimit -Hn, to allow more)"
+        );
+        fits
+    }
+    #[cfg(not(unix))]
+    {
+        max_connections
+    }
+}
+
+/// Lets a repeated log line through at most once per period, counting the
+/// ones held back (so a failing `accept` cannot flood the log).
+#[derive(Debug)]
+struct Throttle {
+    /// The shortest time between two lines let through.
+    period: Duration,
+    /// When the last line was let through.
+    last: Option<std::time::Instant>,
+    /// Lines held back since.
+    suppressed: u64,
+}
+
+impl Throttle {
+    fn new(period: Duration) -> Throttle {
+        Throttle {
+            period,
+            last: None,
+            suppressed: 0,
+        }
+    }
+
+    /// `Some(lines held back before this one)` if a line may be logged at
+    /// `now`; `None` if it is held back.
+    fn allow(&mut self, now: std::time::Instant) -> Option<u64> {
+        match self.last {
+            Some(last) if now.saturating_duration_since(last) < self.period => {
+                self.suppressed += 1;
+                None
+            }
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.suppressed))
+            }
+        }
+    }
+}
+
 /// Accepts connections on every listener until dropped.
 async fn accept_loop(
     listeners: &[Listener],
@@ -504,14 +619,22 @@ async fn accept_loop(
     if listeners.is_empty() {
         return std::future::pending().await;
     }
+    let mut accept_failures = Throttle::new(Duration::from_secs(1));
     loop {
         let accepts = listeners.iter().map(|l| Box::pin(l.accept()));
         let (accepted, _, _) = futures::future::select_all(accepts).await;
         let stream = match accepted {
             Ok(stream) => stream,
             Err(e) => {
-                // Out of file descriptors, most likely: back off a little.
-                tracing::warn!(error = %e, "accepting a connection failed");
+                // Out of file descriptors, most likely: back off a little,
+                // and say so at most once a second.
+                if let Some(suppressed) = accept_failures.allow(std::time::Instant::now()) {
+                    tracing::warn!(
+                        error = %e,
+                        suppressed,
+                        "accepting a connection failed (one such line a second at most: suppressed counts the others)"
+                    );
+                }
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
@@ -578,36 +701,57 @@ async fn reject(stream: Accepted, limit: usize) {
 }
 
 /// Asks the owner for the index's bytes and writes them to the state file.
+///
+/// `pending` holds the bytes of a save that failed: the owner answers
+/// `None` when nothing was checked since it last encoded the index, and
+/// then those bytes are still the current index, so they are written
+/// again. A failed save is thus retried at every interval, whether or not
+/// new messages arrive, until it succeeds (holding one encoded index
+/// meanwhile).
 async fn save_snapshot(
     path: &std::path::Path,
     engine: &mpsc::Sender<Request>,
     metrics: &Metrics,
+    pending: &mut Option<Vec<u8>>,
 ) -> Result<(), String> {
     let (tx, rx) = oneshot::channel();
     engine
         .send(Request::Snapshot(tx))
         .await
         .map_err(|_| "the engine is gone".to_string())?;
-    let Some(bytes) = rx.await.map_err(|_| "the engine is gone".to_string())? else {
-        tracing::debug!("nothing checked since the last save: state file unchanged");
-        return Ok(());
+    let bytes = match rx.await.map_err(|_| "the engine is gone".to_string())? {
+        Some(bytes) => bytes,
+        None => match pending.take() {
+            Some(bytes) => bytes,
+            None => {
+                tracing::debug!("nothing checked since the last save: state file unchanged");
+                return Ok(());
+            }
+        },
     };
     let target = path.to_path_buf();
     let size = bytes.len();
-    let written = tokio::task::spawn_blocking(move || snapshot::write_atomic(&target, &bytes))
-        .await
-        .map_err(|e| e.to_string())?;
+    let (bytes, written) = tokio::task::spawn_blocking(move || {
+        let written = snapshot::write_atomic(&target, &bytes);
+        (bytes, written)
+    })
+    .await
+    .map_err(|e| e.to_string())?;
     match written {
         Ok(()) => {
             metrics.snapshots_saved.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(path = %path.display(), bytes = size, "state saved");
             Ok(())
         }
-        Err(e) => Err(e.to_string()),
+        Err(e) => {
+            *pending = Some(bytes);
+            Err(e.to_string())
+        }
     }
 }
 
-/// Saves the state file every `interval` until shutdown.
+/// Saves the state file every `interval` until shutdown; a failed save is
+/// retried at the next interval (see [`save_snapshot`]).
 async fn save_periodically(
     path: PathBuf,
     interval: Duration,
@@ -615,15 +759,21 @@ async fn save_periodically(
     metrics: Arc<Metrics>,
     mut shutdown: Shutdown,
 ) {
+    let mut pending = None;
     loop {
         tokio::select! {
             biased;
             () = shutdown.recv() => return,
             () = tokio::time::sleep(interval) => {}
         }
-        if let Err(e) = save_snapshot(&path, &engine, &metrics).await {
+        if let Err(e) = save_snapshot(&path, &engine, &metrics, &mut pending).await {
             metrics.snapshot_failures.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(path = %path.display(), error = %e, "saving the state failed; will retry");
+            tracing::warn!(
+                path = %path.display(),
+                error = %e,
+                retry_in = ?interval,
+                "saving the state failed; will retry"
+            );
         }
     }
 }
@@ -656,5 +806,45 @@ where
             Ok(store)
         }
         (_, Err(e)) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    #[test]
+    fn repeated_accept_failures_are_logged_once_a_second_with_a_count() {
+        let mut throttle = Throttle::new(Duration::from_secs(1));
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        assert_eq!(throttle.allow(at(0)), Some(0));
+        // Ten a second, as a failing accept loop goes: held back...
+        for ms in (100..1000).step_by(100) {
+            assert_eq!(throttle.allow(at(ms)), None);
+        }
+        // ... and counted in the next line let through.
+        assert_eq!(throttle.allow(at(1000)), Some(9));
+        assert_eq!(throttle.allow(at(1500)), None);
+        assert_eq!(throttle.allow(at(2600)), Some(1));
+        assert_eq!(throttle.allow(at(9000)), Some(0));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_connection_limit_fits_the_open_files_limit() {
+        use rustix::process::{Resource, getrlimit};
+        // A few connections fit whatever the limit.
+        assert_eq!(fit_open_files(8), 8);
+        let limit = getrlimit(Resource::Nofile);
+        assert!(limit.current.unwrap_or(u64::MAX) >= (8 + RESERVED_DESCRIPTORS) as u64);
+        // More than the hard limit allows: raised to the hard limit, and
+        // the connections cut to what fits in it.
+        if let Some(hard) = limit.maximum.filter(|&h| h < u64::from(u32::MAX)) {
+            let fits = fit_open_files(usize::MAX / 2);
+            assert_eq!(fits as u64, hard - RESERVED_DESCRIPTORS as u64);
+            assert_eq!(getrlimit(Resource::Nofile).current, Some(hard));
+        }
     }
 }

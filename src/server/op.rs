@@ -49,8 +49,16 @@ pub fn read(line: &[u8]) -> Result<Op, InvalidReason> {
     if NEEDLE.find(line).is_none() {
         return Ok(Op::Check);
     }
-    let found: OpOnly<'_> =
-        serde_json::from_slice(line).map_err(|e| InvalidReason::Json(e.to_string()))?;
+    let found: OpOnly<'_> = serde_json::from_slice(line).map_err(|e| {
+        // The record was decoded already: the line is JSON, and what can
+        // be wrong here is a repeated member, which is refused rather than
+        // guessed (a typo must never index a message).
+        if e.to_string().starts_with("duplicate field") {
+            InvalidReason::BadOp("more than one dedup_op member".into())
+        } else {
+            InvalidReason::Json(e.to_string())
+        }
+    })?;
     let Some(raw) = found.dedup_op else {
         return Ok(Op::Check);
     };
@@ -124,6 +132,11 @@ mod tests {
         ] {
             assert!(read(line).is_err(), "{}", String::from_utf8_lossy(line));
         }
+        // A repeated member is refused as such, not as invalid JSON.
+        assert_eq!(
+            read(br#"{"id":1,"dedup_op":"query","dedup_op":"query"}"#),
+            Err(InvalidReason::BadOp("more than one dedup_op member".into()))
+        );
         let long = format!(r#"{{"id":1,"dedup_op":"{}"}}"#, "x".repeat(100));
         let Err(InvalidReason::BadOp(shown)) = read(long.as_bytes()) else {
             panic!("not refused");

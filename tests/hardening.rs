@@ -555,3 +555,112 @@ async fn kill_9_at_random_moments_of_saves_loses_no_snapshot_and_leaves_no_orpha
     }
     assert!(last_loaded > 0, "some snapshot was written and loaded");
 }
+
+/// A tmpfs of `size` mounted on a directory of the test's own; unmounted
+/// when dropped.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    /// The reason when it cannot be made (not root, or a sandbox that
+    /// refuses mounts).
+    fn mount(size: &str) -> Result<SmallDisk, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .map_err(|e| format!("mount: {e}"))?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+        }
+        Ok(SmallDisk { dir })
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Fills what is left of it with one file; returns the file.
+    fn fill(&self) -> std::path::PathBuf {
+        use std::io::Write;
+        let filler = self.path().join("filler");
+        let mut file = std::fs::File::create(&filler).unwrap();
+        let block = vec![0u8; 4096];
+        while file.write_all(&block).is_ok() {}
+        let _ = file.sync_all();
+        filler
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+/// A full disk at save time: a clear error naming the file and the cause,
+/// the previous state file untouched (it still loads, with what it held),
+/// and no temporary left behind.
+#[test]
+fn full_disk_at_save_time_keeps_the_previous_state_file() {
+    let test = "full_disk_at_save_time_keeps_the_previous_state_file";
+    let disk = match SmallDisk::mount("1m") {
+        Ok(disk) => disk,
+        Err(why) => {
+            eprintln!("SKIPPED {test}: cannot mount a small tmpfs ({why})");
+            return;
+        }
+    };
+    let state = disk.path().join("s.state");
+    let state_arg = state.to_str().unwrap();
+    let message = |id: usize| {
+        format!(
+            "{{\"id\":{id},\"text\":\"message {id} says w{} w{} w{} w{} w{} w{} and more\"}}\n",
+            id * 7,
+            id * 11,
+            id * 13,
+            id * 17,
+            id * 19,
+            id * 23
+        )
+    };
+    let first: String = (0..50).map(message).collect();
+    let saved = run(&["--quiet", "--state", state_arg], first.as_bytes());
+    assert!(saved.status.success());
+    let before = std::fs::read(&state).unwrap();
+
+    let filler = disk.fill();
+    let more: String = (1_000..21_000).map(message).collect();
+    let failed = run(&["--quiet", "--state", state_arg], more.as_bytes());
+    assert_eq!(failed.status.code(), Some(1), "the save fails");
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(stderr.contains(state_arg), "names the file: {stderr}");
+    assert!(
+        stderr.to_lowercase().contains("space"),
+        "names the cause: {stderr}"
+    );
+    assert_eq!(
+        stdout_lines(&failed).len(),
+        20_000,
+        "the run itself answered every line"
+    );
+    assert_eq!(
+        std::fs::read(&state).unwrap(),
+        before,
+        "the previous state file is untouched"
+    );
+    assert!(
+        temporaries(disk.path(), "s.state").is_empty(),
+        "no temporary left"
+    );
+
+    std::fs::remove_file(filler).unwrap();
+    let again = run(&["--quiet", "--state", state_arg], first.as_bytes());
+    assert!(again.status.success());
+    assert!(
+        verdicts(&again).iter().all(|v| v["status"] == "duplicate"),
+        "the previous state loads, with what it held"
+    );
+}

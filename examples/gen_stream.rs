@@ -12,7 +12,7 @@
 //! the text in a real v1.1 tweet's envelope (about 4 KB).
 //!
 //! `v1` is shaped like the shared synthetic stream (`dev-200k.jsonl`), for
-//! when that file is not there: v1.1 objects of about 450 bytes with `user`
+//! when that file is not there: v1.1 objects of about 500 bytes with `user`
 //! and `entities` (hashtags, mentions and URLs with their indices); 30% of
 //! the messages copy one about 2,000 messages back (exact, whitespace, case,
 //! one or two words edited, a comment added, `RT @user:`, cut with `…`,
@@ -56,7 +56,7 @@ Usage: gen_stream [COUNT] [short|full|v1] [SEED]
   COUNT   messages to write (default 1000000)
   short   {\"id_str\":..,\"text\":..} lines of about 150 bytes (the default)
   full    the text in a real v1.1 tweet's envelope, about 4 KB a line
-  v1      v1.1 objects of about 450 bytes with user and entities, 30% copies,
+  v1      v1.1 objects of about 500 bytes with user and entities, 30% copies,
           15% template families (like the shared synthetic stream)
   SEED    the random seed (default 42): the same seed writes the same stream
 ";

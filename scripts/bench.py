@@ -5,7 +5,7 @@ Measures in one run, on this machine, on these streams:
   - realistic: the shared synthetic stream ../shared/data/synthetic/dev-200k.jsonl.gz
     (gunzipped to a temporary file) when it is there, otherwise a generated
     stream shaped like it (examples/gen_stream.rs v1: v1.1 objects of about
-    450 bytes with user and entities, 30% copies, 15% template families, a
+    500 bytes with user and entities, 30% copies, 15% template families, a
     long-tail vocabulary, 200,000 lines);
   - crisislex: the real CrisisLex T26 tweets (../shared/data/crisislex_t26_labeled.jsonl),
     when it is there;

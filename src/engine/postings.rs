@@ -17,11 +17,11 @@
 //! an endless stream.
 //!
 //! The table grows with what it holds: it starts small and doubles whenever
-//! [`GROW_LOAD`] of it is in use, up to its full size (the expected
-//! postings at [`TARGET_LOAD`]), and doubles at [`MAX_LOAD`] past it. Sized for a
-//! full index up front instead, its keys would land on every page of it
-//! from the first messages on: a short run would pay for the kernel's
-//! zeroing of the whole table, and hold it all. A key's home keeps its
+//! a fifth of it is in use, up to its full size (the expected postings at
+//! load 0.4), and doubles at load 0.8 past it. Sized for a full index up
+//! front instead, its keys would land on every page of it from the first
+//! messages on: a short run would pay for the kernel's zeroing of the
+//! whole table, and hold it all. A key's home keeps its
 //! order when the table grows (it is the key's spread scaled to the table),
 //! so growing copies the old cells into the new table front to back and
 //! hands each copied stretch of the old one back to the kernel: the two

@@ -1,7 +1,7 @@
 //! Writes a deterministic, realistic tweet stream to stdout, for benchmarks.
 //!
 //! ```text
-//! cargo run --release --example gen_stream -- [COUNT] [short|full] [SEED]
+//! cargo run --release --example gen_stream -- [COUNT] [short|full|v1] [SEED]
 //! ```
 //!
 //! About a quarter of the messages copy a recent one the way people and bots
@@ -10,6 +10,17 @@
 //! from a Zipf-like vocabulary, with hashtags, mentions and links. `short`
 //! lines are `{"id_str":..,"text":..}` (about 150 bytes); `full` lines wrap
 //! the text in a real v1.1 tweet's envelope (about 4 KB).
+//!
+//! `v1` is shaped like the shared synthetic stream (`dev-200k.jsonl`), for
+//! when that file is not there: v1.1 objects of about 500 bytes with `user`
+//! and `entities` (hashtags, mentions and URLs with their indices); 30% of
+//! the messages copy one about 2,000 messages back (exact, whitespace, case,
+//! one or two words edited, a comment added, `RT @user:`, cut with `…`,
+//! another link); 15% of the others are template families that share most
+//! of their words (check-ins, "I liked a @YouTube video", "Just posted a
+//! photo", birthday wishes, hashtag blocks, "New video is up!"), which make
+//! the large LSH buckets of real streams; the rest draw from a long-tail
+//! vocabulary of 60,000 words.
 
 use std::io::{self, BufWriter, Write};
 
@@ -40,16 +51,18 @@ const SYLLABLES: &[&str] = &[
 const USAGE: &str = "\
 Writes a deterministic tweet stream (JSON lines) to stdout, for benchmarks.
 
-Usage: gen_stream [COUNT] [short|full] [SEED]
+Usage: gen_stream [COUNT] [short|full|v1] [SEED]
 
   COUNT   messages to write (default 1000000)
   short   {\"id_str\":..,\"text\":..} lines of about 150 bytes (the default)
   full    the text in a real v1.1 tweet's envelope, about 4 KB a line
+  v1      v1.1 objects of about 500 bytes with user and entities, 30% copies,
+          15% template families (like the shared synthetic stream)
   SEED    the random seed (default 42): the same seed writes the same stream
 ";
 
 /// The arguments, or the reason they are wrong.
-fn parse_args(args: &[String]) -> Result<(u64, bool, u64), String> {
+fn parse_args(args: &[String]) -> Result<(u64, Shape, u64), String> {
     if args.len() > 3 {
         return Err(format!("at most three arguments, got {}", args.len()));
     }
@@ -59,10 +72,11 @@ fn parse_args(args: &[String]) -> Result<(u64, bool, u64), String> {
             .map_err(|_| format!("COUNT must be a whole number, got {a:?}"))?,
         None => 1_000_000,
     };
-    let full = match args.get(1).map(String::as_str) {
-        None | Some("short") => false,
-        Some("full") => true,
-        Some(other) => return Err(format!("expected short or full, got {other:?}")),
+    let shape = match args.get(1).map(String::as_str) {
+        None | Some("short") => Shape::Short,
+        Some("full") => Shape::Full,
+        Some("v1") => Shape::V1,
+        Some(other) => return Err(format!("expected short, full or v1, got {other:?}")),
     };
     let seed = match args.get(2) {
         Some(a) => a
@@ -70,7 +84,15 @@ fn parse_args(args: &[String]) -> Result<(u64, bool, u64), String> {
             .map_err(|_| format!("SEED must be a whole number, got {a:?}"))?,
         None => 42,
     };
-    Ok((count, full, seed))
+    Ok((count, shape, seed))
+}
+
+/// The kind of line written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Short,
+    Full,
+    V1,
 }
 
 fn main() -> io::Result<()> {
@@ -79,7 +101,7 @@ fn main() -> io::Result<()> {
         print!("{USAGE}");
         return Ok(());
     }
-    let (count, full, seed) = match parse_args(&args) {
+    let (count, shape, seed) = match parse_args(&args) {
         Ok(parsed) => parsed,
         Err(e) => {
             eprintln!("gen_stream: {e}\n\n{USAGE}");
@@ -87,6 +109,10 @@ fn main() -> io::Result<()> {
         }
     };
     let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    if shape == Shape::V1 {
+        return v1::write(count, &mut rng);
+    }
+    let full = shape == Shape::Full;
 
     let vocabulary: Vec<String> = (0..20_000)
         .map(|_| {
@@ -226,5 +252,237 @@ impl Envelope {
                 other => out.push_str(other),
             }
         }
+    }
+}
+
+/// The `v1` shape: v1.1 objects like the shared synthetic stream's.
+mod v1 {
+    use super::{Rng, SYLLABLES, json_string};
+    use std::fmt::Write as _;
+    use std::io::{self, BufWriter, Write};
+
+    const FAMILIES: usize = 6;
+    const STATES: &[&str] = &["CA", "NY", "TX", "FL", "WA", "IL", "MA", "OR", "GA", "CO"];
+
+    pub fn write(count: u64, rng: &mut Rng) -> io::Result<()> {
+        // A long tail: 60,000 words, drawn with a Zipf-like skew.
+        let vocabulary: Vec<String> = (0..60_000)
+            .map(|_| {
+                (0..2 + rng.below(3))
+                    .map(|_| SYLLABLES[rng.below(SYLLABLES.len())])
+                    .collect()
+            })
+            .collect();
+        let names: Vec<String> = (0..20_000)
+            .map(|i| {
+                let mut name = vocabulary[i * 3 % vocabulary.len()].clone();
+                name.push_str(&vocabulary[(i * 7 + 1) % vocabulary.len()][..2]);
+                name
+            })
+            .collect();
+        let word =
+            |rng: &mut Rng| -> usize { (vocabulary.len() as f64 * rng.unit().powi(3)) as usize };
+        let mut recent: Vec<String> = Vec::with_capacity(4_000);
+        let mut out = BufWriter::with_capacity(1 << 20, io::stdout().lock());
+        let mut line = String::new();
+        for n in 0..count {
+            let copy = !recent.is_empty() && rng.unit() < 0.30;
+            let text = if copy {
+                // Uniform over the last 4,000 fresh messages: about 2,000 back.
+                let original = &recent[rng.below(recent.len())];
+                copy_of(original, rng, &vocabulary, &names)
+            } else {
+                let text = if rng.unit() < 0.15 {
+                    template(rng.below(FAMILIES), rng, &vocabulary, &names, word)
+                } else {
+                    let words = 6 + rng.below(14);
+                    let mut text = String::new();
+                    if rng.unit() < 0.3 {
+                        let _ = write!(text, "@{} ", names[rng.below(names.len())]);
+                    }
+                    for w in 0..words {
+                        if w > 0 {
+                            text.push(' ');
+                        }
+                        text.push_str(&vocabulary[word(rng)]);
+                    }
+                    for _ in 0..rng.below(3) {
+                        let _ = write!(text, " #{}", vocabulary[rng.below(400)]);
+                    }
+                    if rng.unit() < 0.35 {
+                        let _ = write!(text, " https://t.co/{}", link(rng));
+                    }
+                    text
+                };
+                if recent.len() < 4_000 {
+                    recent.push(text.clone());
+                } else {
+                    let slot = rng.below(recent.len());
+                    recent[slot] = text.clone();
+                }
+                text
+            };
+            line.clear();
+            tweet(&mut line, n, &text, rng, &names);
+            line.push('\n');
+            out.write_all(line.as_bytes())?;
+        }
+        out.flush()
+    }
+
+    fn link(rng: &mut Rng) -> String {
+        const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+        (0..10)
+            .map(|_| ALPHABET[rng.below(ALPHABET.len())] as char)
+            .collect()
+    }
+
+    /// A copy of `original`, made one of the ways people and bots copy.
+    fn copy_of(original: &str, rng: &mut Rng, vocabulary: &[String], names: &[String]) -> String {
+        match rng.below(8) {
+            0 => original.to_string(),
+            1 => original.replace(' ', "  "),
+            2 => original.to_uppercase(),
+            3 => {
+                let mut words: Vec<&str> = original.split(' ').collect();
+                for _ in 0..1 + rng.below(2) {
+                    let at = rng.below(words.len());
+                    words[at] = &vocabulary[rng.below(5_000)];
+                }
+                words.join(" ")
+            }
+            4 => format!(
+                "{original} {} {}",
+                vocabulary[rng.below(3_000)],
+                vocabulary[rng.below(3_000)]
+            ),
+            5 => format!("RT @{}: {original}", names[rng.below(names.len())]),
+            6 => {
+                let chars = original.chars().count();
+                let cut: String = original.chars().take(chars * 2 / 3).collect();
+                format!("RT @{}: {cut}…", names[rng.below(names.len())])
+            }
+            _ => match original.find("https://t.co/") {
+                Some(at) => format!("{}https://t.co/{}", &original[..at], link(rng)),
+                None => format!("{original} https://t.co/{}", link(rng)),
+            },
+        }
+    }
+
+    /// A message of a template family: most of its words are the family's.
+    fn template(
+        family: usize,
+        rng: &mut Rng,
+        vocabulary: &[String],
+        names: &[String],
+        word: impl Fn(&mut Rng) -> usize,
+    ) -> String {
+        // A title of `least` to `least + spread - 1` capitalised words.
+        let title = |rng: &mut Rng, least: usize, spread: usize| -> String {
+            let words = least + rng.below(spread);
+            (0..words)
+                .map(|_| capitalised(&vocabulary[word(rng)]))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        match family {
+            0 => format!(
+                "I'm at {} in {}, {}",
+                title(rng, 1, 3),
+                title(rng, 1, 1),
+                STATES[rng.below(STATES.len())]
+            ),
+            1 => format!(
+                "I liked a @YouTube video https://t.co/{} {}",
+                link(rng),
+                title(rng, 3, 5)
+            ),
+            2 => format!(
+                "Just posted a photo @ {} https://t.co/{}",
+                title(rng, 1, 3),
+                link(rng)
+            ),
+            3 => format!(
+                "Happy birthday @{}! Have a great day {}",
+                names[rng.below(names.len())],
+                ["🎉", "🎂", "❤️", "!!", ""][rng.below(5)]
+            ),
+            4 => {
+                let mut text = String::new();
+                for i in 0..6 + rng.below(6) {
+                    if i > 0 {
+                        text.push(' ');
+                    }
+                    // Blocks draw from a small set of popular tags.
+                    let _ = write!(text, "#{}", vocabulary[rng.below(60)]);
+                }
+                text
+            }
+            _ => format!(
+                "New video is up! {} https://t.co/{}",
+                title(rng, 2, 4),
+                link(rng)
+            ),
+        }
+    }
+
+    fn capitalised(word: &str) -> String {
+        let mut chars = word.chars();
+        match chars.next() {
+            Some(first) => first.to_uppercase().chain(chars).collect(),
+            None => String::new(),
+        }
+    }
+
+    /// Writes the v1.1 object around `text`: `entities` lists the text's
+    /// hashtags, mentions and links with their code-point indices.
+    fn tweet(line: &mut String, n: u64, text: &str, rng: &mut Rng, names: &[String]) {
+        let id = 1_101_452_019_152_977_920u64 + n * 90_000_000 + rng.below(1 << 20) as u64;
+        let user = 10_000_000 + rng.below(1 << 40) as u64;
+        let second = n / 40;
+        let _ = write!(
+            line,
+            "{{\"created_at\":\"Fri Mar 01 {:02}:{:02}:{:02} +0000 2019\",\"id\":{id},\"id_str\":\"{id}\",\"text\":{},\"user\":{{\"id\":{user},\"id_str\":\"{user}\",\"screen_name\":\"{}\"}},\"entities\":{{",
+            12 + second / 3600 % 12,
+            second / 60 % 60,
+            second % 60,
+            json_string(text),
+            names[rng.below(names.len())],
+        );
+        let (mut hashtags, mut mentions, mut urls) = (Vec::new(), Vec::new(), Vec::new());
+        let mut at = 0;
+        for token in text.split(' ') {
+            let len = token.chars().count();
+            let clean = token.trim_end_matches(|c: char| !c.is_alphanumeric() && c != '_');
+            let clean_len = clean.chars().count();
+            if let Some(tag) = clean.strip_prefix('#').filter(|t| !t.is_empty()) {
+                hashtags.push(format!(
+                    "{{\"text\":{},\"indices\":[{at},{}]}}",
+                    json_string(tag),
+                    at + clean_len
+                ));
+            } else if let Some(name) = clean.strip_prefix('@').filter(|t| !t.is_empty()) {
+                mentions.push(format!(
+                    "{{\"screen_name\":{},\"indices\":[{at},{}]}}",
+                    json_string(name),
+                    at + clean_len
+                ));
+            } else if let Some(path) = token.strip_prefix("https://t.co/") {
+                let site =
+                    ["instagram.com/p", "youtu.be", "bit.ly", "example.com/news"][(at + len) % 4];
+                urls.push(format!(
+                    "{{\"url\":\"{token}\",\"expanded_url\":\"https://{site}/{path}\",\"display_url\":\"{site}/{path}\",\"indices\":[{at},{}]}}",
+                    at + len
+                ));
+            }
+            at += len + 1;
+        }
+        let _ = write!(
+            line,
+            "\"hashtags\":[{}],\"user_mentions\":[{}],\"urls\":[{}]}},\"lang\":\"en\"}}",
+            hashtags.join(","),
+            mentions.join(","),
+            urls.join(",")
+        );
     }
 }

@@ -1,24 +1,38 @@
 #!/usr/bin/env python3
 """End-to-end benchmark of dedup-stream (Python 3 standard library only).
 
-Generates deterministic, realistic tweet streams (examples/gen_stream.rs), then
-measures in one run, on this machine:
-  - throughput of the release binary (messages/s, MB/s) on short
-    {"id_str","text"} lines and on full v1.1 tweet JSON (about 4 KB a line),
-  - the parse-only floor on the same lines (examples/parse_floor.rs: serde_json
-    into a Value, and validation only), and the ratio to it,
-  - peak RSS, bytes per indexed message at --capacity C, and whether RSS stays
-    flat once the index is full (10 x C messages streamed through it).
+Measures in one run, on this machine, on these streams:
+  - realistic: the shared synthetic stream ../shared/data/synthetic/dev-200k.jsonl.gz
+    (gunzipped to a temporary file) when it is there, otherwise a generated
+    stream shaped like it (examples/gen_stream.rs v1: v1.1 objects of about
+    500 bytes with user and entities, 30% copies, 15% template families, a
+    long-tail vocabulary, 200,000 lines);
+  - crisislex: the real CrisisLex T26 tweets (../shared/data/crisislex_t26_labeled.jsonl),
+    when it is there;
+  - short: the easy generated {"id_str","text"} lines (about 150 bytes);
+  - full: generated full v1.1 tweets (about 4 KB a line);
+the v1.1 streams with --id-field id_str --text-field text. For each:
+  - throughput of the release binary (messages/s, MB/s),
+  - the parse-only floors on the same lines in the same run
+    (examples/parse_floor.rs: serde_json into a Value, and validation only),
+    and the ratio to each,
+  - peak RSS.
+Then memory: peak RSS of the first 10,000 realistic lines at the default
+capacity, bytes per indexed message at --capacity C, and whether RSS stays
+flat once the index is full (10 x C messages streamed through it).
 
-Usage: scripts/bench.py [--short N] [--full N] [--file PATH ...] [--capacity C] [--skip-memory]
+Usage: scripts/bench.py [--realistic N] [--short N] [--full N] [--no-crisislex]
+                        [--file PATH ...] [--capacity C] [--skip-memory]
   --file PATH   also measure a JSON-lines file of your own (repeatable), next to
-                the same floors; --short 0 --full 0 skip the generated streams
+                the same floors; --realistic 0 --short 0 --full 0 --no-crisislex
+                skip the built-in streams
 Figures go to stdout as a markdown report.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
 import resource
 import subprocess
@@ -33,6 +47,10 @@ BIN = RELEASE / "dedup-stream"
 GEN = RELEASE / "examples" / "gen_stream"
 FLOOR = RELEASE / "examples" / "parse_floor"
 WORK = REPO / "target" / "bench"
+SHARED = REPO.parent / "shared" / "data"
+DEV_200K = SHARED / "synthetic" / "dev-200k.jsonl.gz"
+CRISISLEX = SHARED / "crisislex_t26_labeled.jsonl"
+V11_FIELDS = ["--id-field", "id_str", "--text-field", "text"]
 
 
 def build() -> None:
@@ -50,6 +68,36 @@ def stream(count: int, shape: str) -> Path:
     return path
 
 
+def realistic(count: int) -> tuple[str, Path]:
+    """The shared synthetic stream gunzipped into a temporary file (its first
+    `count` lines), or a generated stream shaped like it."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    if DEV_200K.exists():
+        path = WORK / f"dev-200k-{count}.jsonl"
+        if not path.exists():
+            tmp = path.with_suffix(".tmp")
+            with gzip.open(DEV_200K, "rb") as packed, open(tmp, "wb") as out:
+                for n, line in enumerate(packed):
+                    if n >= count:
+                        break
+                    out.write(line)
+            tmp.rename(path)
+        return "realistic: dev-200k", path
+    return "realistic: generated v1", stream(count, "v1")
+
+
+def head(path: Path, lines: int) -> Path:
+    """A file of the first `lines` lines of `path`."""
+    out_path = path.with_name(f"{path.stem}-head{lines}.jsonl")
+    if not out_path.exists():
+        with open(path, "rb") as source, open(out_path, "wb") as out:
+            for n, line in enumerate(source):
+                if n >= lines:
+                    break
+                out.write(line)
+    return out_path
+
+
 def timed(cmd: list, stdin_path: Path, stdout=subprocess.DEVNULL) -> tuple[float, int, bytes]:
     """Runs cmd with a file on stdin; returns (seconds, peak RSS in bytes, stdout)."""
     with open(stdin_path, "rb") as stdin:
@@ -64,7 +112,7 @@ def timed(cmd: list, stdin_path: Path, stdout=subprocess.DEVNULL) -> tuple[float
     return seconds, usage.ru_maxrss * 1024, out
 
 
-def throughput(path: Path, threads: int | None) -> dict:
+def throughput(path: Path, threads: int | None, extra: list) -> dict:
     size = path.stat().st_size
     count, last = 0, b"\n"
     with open(path, "rb") as lines:
@@ -73,7 +121,7 @@ def throughput(path: Path, threads: int | None) -> dict:
     count += last != b"\n"  # a last line without its newline
     # Best of three for each command, runs interleaved, so that a noisy
     # neighbour on a shared machine weighs on all of them alike.
-    args = [BIN, "--quiet"] + ([f"--threads={threads}"] if threads else [])
+    args = [BIN, "--quiet"] + ([f"--threads={threads}"] if threads else []) + extra
     floor_value = floor_ignored = seconds = float("inf")
     peak = 0
     for _ in range(3):
@@ -149,6 +197,9 @@ def memory(capacity: int, multiple: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--realistic", type=int, default=200_000,
+                        help="lines of the realistic stream (default 200,000)")
+    parser.add_argument("--no-crisislex", action="store_true", help="skip the CrisisLex stream")
     parser.add_argument("--short", type=int, default=2_000_000, help="short-line messages (default 2,000,000)")
     parser.add_argument("--full", type=int, default=200_000, help="full v1.1 messages (default 200,000)")
     parser.add_argument("--capacity", type=int, default=1_000_000, help="index capacity for the memory run")
@@ -161,14 +212,26 @@ def main() -> None:
     print(f"# dedup-stream end-to-end benchmark\n\nmachine: {os.cpu_count()} CPUs; best of 3 interleaved runs of each command\n")
     print("| stream | messages | bytes/line | messages/s | MB/s | floor: Value msgs/s | ratio | floor: validate msgs/s | ratio | peak RSS |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    runs = [(shape, stream(count, shape)) for count, shape in [(args.short, "short"), (args.full, "full")] if count > 0]
-    runs += [(path.name, path) for path in args.file]
-    for name, path in runs:
-        r = throughput(path, args.threads)
+    runs = []
+    if args.realistic > 0:
+        name, path = realistic(args.realistic)
+        runs.append((name, path, V11_FIELDS))
+    if CRISISLEX.exists() and not args.no_crisislex:
+        runs.append(("crisislex T26 (real)", CRISISLEX, V11_FIELDS))
+    runs += [(shape, stream(count, shape), []) for count, shape in [(args.short, "short"), (args.full, "full")]
+             if count > 0]
+    runs += [(path.name, path, []) for path in args.file]
+    for name, path, extra in runs:
+        r = throughput(path, args.threads, extra)
         print(f"| {name} | {r['messages']:,} | {r['line_bytes']:.0f} | {r['msgs_per_s']:,.0f} | {r['mb_per_s']:.0f} "
               f"| {r['floor_value_msgs_per_s']:,.0f} | {r['ratio_value']:.2f} "
               f"| {r['floor_ignored_msgs_per_s']:,.0f} | {r['ratio_ignored']:.2f} | {r['peak_rss_mb']:.0f} MB |")
     if not args.skip_memory:
+        small_name, small_source = realistic(max(args.realistic, 10_000))
+        small = head(small_source, 10_000)
+        _, small_peak, _ = timed([BIN, "--quiet"] + V11_FIELDS, small)
+        print(f"\n## Memory\n\nfirst 10,000 lines of {small_name} at the default capacity: "
+              f"**peak RSS {small_peak / 1e6:.0f} MB**")
         m = memory(args.capacity, 10)
         print(f"\n## Memory at --capacity {m['capacity']:,} ({m['messages']:,} messages streamed)\n")
         print(f"peak RSS {m['peak_rss_mb']:.0f} MB; baseline (capacity 1,000) {m['baseline_peak_rss_mb']:.0f} MB; "

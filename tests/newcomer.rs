@@ -480,7 +480,7 @@ fn gen_stream_prints_help_instead_of_a_million_lines() {
     assert!(output.status.success());
     let help = String::from_utf8(output.stdout).unwrap();
     assert!(
-        help.contains("Usage: gen_stream [COUNT] [short|full] [SEED]"),
+        help.contains("Usage: gen_stream [COUNT] [short|full|v1] [SEED]"),
         "{help}"
     );
     assert_eq!(

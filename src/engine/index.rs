@@ -157,8 +157,8 @@ impl std::fmt::Debug for Index {
     }
 }
 
-/// Largest capacity whose tables are allocated up front (see
-/// [`Index::new`]); larger indexes grow as they fill.
+/// Largest capacity whose entries and LRU table are allocated up front (see
+/// [`Index::new`]); larger indexes grow them as they fill.
 pub const PRESIZE_LIMIT: usize = 1 << 25;
 
 /// The posting key of a whole shingle set: distinct from band keys but for
@@ -172,11 +172,15 @@ impl Index {
     /// slots per key; each message is expected to bring about
     /// `keys_per_message` keys.
     ///
-    /// Up to [`PRESIZE_LIMIT`] messages, the tables are allocated for a full
-    /// index up front: a hash table that grows doubles, and holds old and new
-    /// copies while it does, so growing a full-size table would add a third
-    /// to the peak memory at the moment the index fills. Untouched pages of a
-    /// preallocated table cost no memory until used.
+    /// Memory grows with what is indexed. The postings table starts small and
+    /// grows (see [`super::postings`]): its keys are random, so a table sized
+    /// for a full index would have every page touched, zeroed by the kernel
+    /// and held, within the first few thousand messages. The entries and the
+    /// LRU's table are filled in slot order (see [`SlotHasher`]), so up to
+    /// [`PRESIZE_LIMIT`] messages they are allocated for a full index up
+    /// front, which costs only the pages filled so far, and never doubles
+    /// (holding old and new copies) while the index fills; the LRU's table
+    /// costs one control byte per slot from the start.
     pub fn new(capacity: NonZeroUsize, max_bucket: usize, keys_per_message: usize) -> Index {
         let presize = capacity.get() <= PRESIZE_LIMIT;
         Index {
@@ -194,11 +198,7 @@ impl Index {
             } else {
                 Vec::new()
             },
-            postings: Postings::with_capacity(if presize {
-                capacity.get() * keys_per_message
-            } else {
-                0
-            }),
+            postings: Postings::with_capacity(capacity.get().saturating_mul(keys_per_message)),
             max_bucket,
             evictions: 0,
         }
@@ -227,6 +227,12 @@ impl Index {
     /// Postings held now (for memory accounting).
     pub fn postings(&self) -> usize {
         self.postings.len()
+    }
+
+    /// Cells of the postings table now, 8 bytes each (for memory
+    /// accounting: it grows with the postings held).
+    pub fn postings_cells(&self) -> usize {
+        self.postings.cells()
     }
 
     /// The slot holding exactly this shingle set (whose [`set_fingerprint`]
@@ -468,6 +474,57 @@ mod tests {
         }
         let lru: Vec<u64> = index.iter_lru_first().map(|e| e.seq).collect();
         assert_eq!(lru, [6, 7, 8, 9], "prefetching touches no recency");
+    }
+
+    #[test]
+    fn lookups_and_evictions_stay_right_while_the_postings_grow() {
+        let capacity = 3_000;
+        let mut index = Index::new(NonZeroUsize::new(capacity).unwrap(), 8, 3);
+        let set = |seq: u64| [seq as u32 * 2, seq as u32 * 2 + 1];
+        let keys = |seq: u64| [seq as u32 ^ 0x5555_0000, 7_000_000 + (seq as u32) / 4];
+        let mut cells = index.postings_cells();
+        let mut grew = 0;
+        for seq in 0..10_000u64 {
+            let evicted = insert(&mut index, seq, &set(seq), &keys(seq));
+            let expected_victim = seq.checked_sub(capacity as u64);
+            assert_eq!(evicted, expected_victim.map(MessageId::Integer));
+            if index.postings_cells() != cells {
+                cells = index.postings_cells();
+                grew += 1;
+                // Right after a grow, every live message is found by its
+                // exact key and each of its band keys; evicted ones are not.
+                let oldest = seq.saturating_sub(capacity as u64 - 1);
+                for live in oldest..=seq {
+                    let slot = index.exact(set_fingerprint(&set(live)), &set(live));
+                    let slot = slot.expect("a live message is found");
+                    assert_eq!(index.peek(slot).unwrap().seq, live);
+                    let mut found = Vec::new();
+                    index.candidates(&keys(live)[..1], &mut found);
+                    assert_eq!(found, [slot]);
+                }
+                for gone in seq.saturating_sub(capacity as u64 + 50)..oldest {
+                    assert!(
+                        index
+                            .exact(set_fingerprint(&set(gone)), &set(gone))
+                            .is_none()
+                    );
+                    let mut found = Vec::new();
+                    index.candidates(&keys(gone)[..1], &mut found);
+                    assert!(found.is_empty());
+                }
+            }
+        }
+        assert!(grew >= 5, "the postings grew {grew} times");
+        assert_eq!(index.len(), capacity);
+        assert_eq!(
+            index.postings(),
+            capacity * 3,
+            "two band keys and the exact key each"
+        );
+        assert!(
+            index.postings_cells() <= capacity * 3 * 5 / 2,
+            "no larger than a table sized for a full index"
+        );
     }
 
     #[test]

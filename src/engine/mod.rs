@@ -520,6 +520,7 @@ impl Deduper {
         self.candidates.extend(exact);
         self.candidates.sort_unstable();
         self.candidates.dedup();
+        let filter = verdict::SetFilter::new(sketch.shingles);
         let mut best: Option<(u32, f64, u64)> = None;
         for &slot in &self.candidates {
             let Some(entry) = self.index.peek(slot) else {
@@ -528,9 +529,10 @@ impl Deduper {
             // Only a candidate that reaches the best so far (or the
             // threshold) matters, so the comparison may give up early.
             let floor = best.map_or(self.config.threshold, |(_, s, _)| s);
-            let Some(s) = verdict::similarity_at_least(
+            let Some(s) = verdict::similarity_at_least_filtered(
                 self.config.measure,
                 sketch.shingles,
+                &filter,
                 entry.shingles(),
                 floor,
             ) else {

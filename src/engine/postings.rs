@@ -15,26 +15,55 @@
 //! Removal shifts later cells of the run back into the hole (Knuth's
 //! algorithm R), so there are no tombstones and lookups never slow down on
 //! an endless stream.
+//!
+//! The table grows with what it holds: it starts small and doubles whenever
+//! a fifth of it is in use, up to its full size (the expected postings at
+//! load 0.4), and doubles at load 0.8 past it. Sized for a full index up
+//! front instead, its keys would land on every page of it from the first
+//! messages on: a short run would pay for the kernel's zeroing of the
+//! whole table, and hold it all. A key's home keeps its
+//! order when the table grows (it is the key's spread scaled to the table),
+//! so growing copies the old cells into the new table front to back and
+//! hands each copied stretch of the old one back to the kernel: the two
+//! together never hold many more pages than the new one alone, and a full
+//! index holds no more than a table sized for it from the start.
 
-use super::hint::{huge_pages, prefetch};
+use super::hint::{huge_pages, prefetch, release_pages};
 
-/// Most of the cells in use before the table grows: low enough that probe
-/// runs stay short.
+/// Most of the cells in use before a table at its full size grows (it holds
+/// more postings than expected): low enough that probe runs stay short.
 const MAX_LOAD: f64 = 0.8;
 
 /// Cells in a 64-byte cache line.
 const CELLS_PER_LINE: usize = 64 / size_of::<u64>();
 
-/// Load the table is sized for.
+/// Load a table at its full size is sized for.
 const TARGET_LOAD: f64 = 0.4;
+
+/// Load at which a table below its full size doubles. Lower than
+/// [`TARGET_LOAD`]: every lookup reads to the end of its key's run, and
+/// runs lengthen quickly with the load, so a growing index keeps them short
+/// for a little memory (the table of a full index is the same size).
+const GROW_LOAD: f64 = 0.2;
+
+/// Cells of a new table.
+const MIN_CELLS: usize = 16;
+
+/// Cells copied between two hand-backs of the old table's pages while
+/// growing: 2 MiB, one huge page.
+const RELEASE_STRIDE: usize = (2 << 20) / size_of::<u64>();
 
 /// The postings table.
 #[derive(Clone)]
 pub struct Postings {
     cells: Vec<u64>,
     len: usize,
-    /// Postings held when the table must grow: [`MAX_LOAD`] of the cells.
+    /// Postings held when the table must grow (see [`grow_at`]).
     grow_at: usize,
+    /// Cells of a table sized for the expected postings at [`TARGET_LOAD`]:
+    /// growth doubles up to here and no further while the table holds no
+    /// more than expected.
+    full_size: usize,
 }
 
 impl std::fmt::Debug for Postings {
@@ -42,12 +71,20 @@ impl std::fmt::Debug for Postings {
         f.debug_struct("Postings")
             .field("len", &self.len)
             .field("cells", &self.cells.len())
+            .field("full_size", &self.full_size)
             .finish()
     }
 }
 
-fn max_len(cells: usize) -> usize {
-    (cells as f64 * MAX_LOAD) as usize
+/// Postings a table of `cells` holds before it grows: [`GROW_LOAD`] of
+/// it below its full size, [`MAX_LOAD`] at or past it.
+fn grow_at(cells: usize, full_size: usize) -> usize {
+    let load = if cells < full_size {
+        GROW_LOAD
+    } else {
+        MAX_LOAD
+    };
+    ((cells as f64 * load) as usize).max(1)
 }
 
 fn cell(key: u32, slot: u32) -> u64 {
@@ -63,17 +100,21 @@ fn slot_of(cell: u64) -> u32 {
 }
 
 impl Postings {
-    /// A table sized for `expected` postings. Untouched pages cost no
-    /// memory, so sizing for a full index up front is cheap, and it never
-    /// has to grow (and hold two copies) while it fills.
+    /// An empty table that grows to a full size fit for `expected`
+    /// postings, and past it if it must.
     pub fn with_capacity(expected: usize) -> Postings {
-        let cells = vec![0; ((expected as f64 / TARGET_LOAD) as usize).max(16)];
-        huge_pages(&cells);
+        let full_size = ((expected as f64 / TARGET_LOAD) as usize).max(MIN_CELLS);
         Postings {
-            grow_at: max_len(cells.len()),
-            cells,
+            cells: vec![0; MIN_CELLS],
             len: 0,
+            grow_at: grow_at(MIN_CELLS, full_size),
+            full_size,
         }
+    }
+
+    /// Cells in the table now (for memory accounting: 8 bytes each).
+    pub fn cells(&self) -> usize {
+        self.cells.len()
     }
 
     /// Postings held.
@@ -195,20 +236,36 @@ impl Postings {
         }
     }
 
-    /// Doubles the table (only indexes too large to size up front grow).
+    /// Doubles the table, or grows it to its full size if that is nearer.
     fn grow(&mut self) {
-        let doubled = vec![0; self.cells.len() * 2];
-        huge_pages(&doubled);
-        let old = std::mem::replace(&mut self.cells, doubled);
-        self.grow_at = max_len(self.cells.len());
+        let size = if self.cells.len() < self.full_size {
+            (self.cells.len() * 2).min(self.full_size)
+        } else {
+            self.cells.len() * 2
+        };
+        let grown = vec![0; size];
+        huge_pages(&grown);
+        let mut old = std::mem::replace(&mut self.cells, grown);
+        self.grow_at = grow_at(size, self.full_size);
         self.len = 0;
-        for c in old.into_iter().filter(|&c| c != 0) {
-            let mut at = self.home(key_of(c));
-            while self.cells[at] != 0 {
-                at = self.next(at);
+        // Homes are in key-spread order in both tables, so the cells copied
+        // in old order land front to back in the new one (but for the few
+        // that wrapped around the old table's end), and the old table's
+        // pages can go back to the kernel as soon as they are copied.
+        let mut released = 0;
+        for start in (0..old.len()).step_by(RELEASE_STRIDE) {
+            let end = (start + RELEASE_STRIDE).min(old.len());
+            for &c in &old[start..end] {
+                if c != 0 {
+                    let mut at = self.home(key_of(c));
+                    while self.cells[at] != 0 {
+                        at = self.next(at);
+                    }
+                    self.cells[at] = c;
+                    self.len += 1;
+                }
             }
-            self.cells[at] = c;
-            self.len += 1;
+            released += release_pages(&mut old[released..end]);
         }
     }
 }
@@ -248,12 +305,53 @@ mod tests {
         assert_eq!(slots(&p, 3), [0, 1, 2]);
     }
 
+    #[test]
+    fn grows_with_what_it_holds_and_finds_everything_after() {
+        // Large enough that growing copies many strides and hands pages back.
+        let mut p = Postings::with_capacity(2_000_000);
+        assert_eq!(p.cells(), MIN_CELLS, "starts small");
+        let key = |n: u32| n.wrapping_mul(0x9e37_79b1);
+        for n in 0..600_000u32 {
+            assert!(p.insert_capped(key(n % 300_000), n, 8));
+        }
+        assert!(p.cells() >= 600_000 * 5, "grew to keep the load at 0.2");
+        assert!(p.cells() <= 5_000_000, "no larger than its full size");
+        for n in (0..300_000u32).step_by(7) {
+            assert_eq!(slots(&p, key(n)), [n, n + 300_000]);
+        }
+        for n in 0..300_000u32 {
+            p.remove(key(n), n);
+        }
+        for n in (0..300_000u32).step_by(7) {
+            assert_eq!(slots(&p, key(n)), [n + 300_000]);
+        }
+        assert_eq!(p.len(), 300_000);
+    }
+
+    #[test]
+    fn grows_past_its_full_size_when_it_holds_more_than_expected() {
+        let mut p = Postings::with_capacity(100);
+        for n in 0..10_000u32 {
+            p.insert_capped(n.wrapping_mul(0x9e37_79b1), n, 8);
+        }
+        assert_eq!(p.len(), 10_000);
+        assert!(p.cells() as f64 * MAX_LOAD >= 10_000.0);
+        for n in 0..10_000u32 {
+            assert_eq!(slots(&p, n.wrapping_mul(0x9e37_79b1)), [n]);
+        }
+    }
+
     proptest::proptest! {
         /// Any sequence of inserts and removes leaves exactly what a plain
         /// map of sets would hold, whatever collides, wraps or grows.
         #[test]
-        fn agrees_with_a_map(ops in proptest::collection::vec((0u32..12, 0u32..6, proptest::bool::ANY), 0..300)) {
-            let mut p = Postings::with_capacity(2);
+        fn agrees_with_a_map(
+            expected in proptest::sample::select(vec![0usize, 10, 30]),
+            ops in proptest::collection::vec((0u32..12, 0u32..6, proptest::bool::ANY), 0..300),
+        ) {
+            // Full sizes of 16, 25 and 75 cells: the table grows by doubling,
+            // to a full size that is no power of two, and past it.
+            let mut p = Postings::with_capacity(expected);
             let mut model: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
             for (key, slot, add) in ops {
                 // Spread the few keys so that homes collide and wrap.

@@ -1,5 +1,6 @@
 //! Normalise, tokenise and shingle any UTF-8 text (and URL pairs): no
-//! panic, and a set within the cap, sorted and deduplicated.
+//! panic, and a set within the cap, sorted and deduplicated, empty exactly
+//! when nothing is left of the text once normalised.
 #![no_main]
 
 use std::borrow::Cow;
@@ -41,7 +42,12 @@ fuzz_target!(|data: &[u8]| {
     let mut scratch = Scratch::default();
     for preparer in PREPARERS.iter() {
         let sketch = preparer.sketch(text, &urls, &mut scratch);
-        assert!(!sketch.shingles.is_empty() || text.trim().is_empty());
+        // Empty exactly when nothing is left once normalised.
+        let blank = preparer
+            .normalise(text, &urls, &mut Scratch::default())
+            .trim()
+            .is_empty();
+        assert_eq!(sketch.shingles.is_empty(), blank, "{text:?}");
         assert!(sketch.shingles.len() <= MAX_SHINGLES);
         assert!(sketch.shingles.windows(2).all(|w| w[0] < w[1]));
         let again = preparer.sketch(text, &urls, &mut Scratch::default());

@@ -11,23 +11,7 @@ use std::fs;
 use common::{fixture, run};
 
 /// Fixture name and the options it runs with.
-const CASES: &[(&str, &[&str])] = &[
-    ("retweet_storm", &[]),
-    ("v2_tweets", &[]),
-    ("cjk", &[]),
-    ("bad_lines", &[]),
-    (
-        "news_items",
-        &[
-            "--id-field",
-            "id",
-            "--text-field",
-            "title",
-            "--text-field",
-            "summary",
-        ],
-    ),
-];
+const CASES: &[(&str, &[&str])] = common::FIXTURE_FEEDS;
 
 fn check(name: &str, args: &[&str]) {
     let input = fs::read(fixture(&format!("{name}.jsonl"))).expect("fixture exists");

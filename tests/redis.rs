@@ -18,26 +18,8 @@ use std::time::{Duration, Instant};
 use common::redis::{RedisCluster, RedisServer, available};
 use common::{bin, fixture, run};
 
-/// The fixture feeds and their options (as `tests/fixtures.rs` runs them).
-const FEEDS: &[(&str, &[&str])] = &[
-    ("retweet_storm.jsonl", &[]),
-    ("v2_tweets.jsonl", &[]),
-    ("cjk.jsonl", &[]),
-    ("bad_lines.jsonl", &[]),
-    (
-        "news_items.jsonl",
-        &[
-            "--id-field",
-            "id",
-            "--text-field",
-            "title",
-            "--text-field",
-            "summary",
-        ],
-    ),
-    ("eval/crisislex.jsonl", &[]),
-    ("eval/retweets.jsonl", &[]),
-];
+/// The evaluation feeds, run beside the fixture feeds.
+const EVAL_FEEDS: &[&str] = &["eval/crisislex.jsonl", "eval/retweets.jsonl"];
 
 /// The 10,000-message synthetic stream.
 fn synthetic() -> Vec<u8> {
@@ -99,14 +81,13 @@ fn the_redis_index_writes_what_the_memory_index_writes() {
     let redis = RedisServer::start();
     let url = redis.url();
     let synthetic = synthetic();
-    let mut feeds: Vec<(String, Vec<u8>, Vec<&str>)> = FEEDS
+    let mut feeds: Vec<(String, Vec<u8>, Vec<&str>)> = common::FIXTURE_FEEDS
         .iter()
+        .map(|(name, args)| (format!("{name}.jsonl"), args.to_vec()))
+        .chain(EVAL_FEEDS.iter().map(|name| (name.to_string(), Vec::new())))
         .map(|(name, args)| {
-            (
-                name.to_string(),
-                std::fs::read(fixture(name)).unwrap(),
-                args.to_vec(),
-            )
+            let input = std::fs::read(fixture(&name)).unwrap();
+            (name, input, args)
         })
         .collect();
     feeds.push((
@@ -164,17 +145,7 @@ fn the_redis_index_writes_what_the_memory_index_writes() {
         }
     }
     // The small index did evict, and reports it.
-    let info = Command::new(bin())
-        .args([
-            "index",
-            "info",
-            "--index",
-            &url,
-            "--index-name",
-            "identical-7-40",
-        ])
-        .output()
-        .unwrap();
+    let info = index_command("info", &url, "identical-7-40");
     let info = String::from_utf8(info.stdout).unwrap();
     assert!(info.contains("messages:  40 indexed"), "{info}");
     assert!(info.contains("capacity=40"), "{info}");
@@ -217,6 +188,14 @@ fn long_texts() -> Vec<u8> {
         .enumerate()
         .flat_map(|(i, t)| format!("{{\"id\":{i},\"text\":\"{t}\"}}\n").into_bytes())
         .collect()
+}
+
+/// `dedup-stream index ACTION --index URL --index-name NAME`.
+fn index_command(action: &str, url: &str, name: &str) -> std::process::Output {
+    Command::new(bin())
+        .args(["index", action, "--index", url, "--index-name", name])
+        .output()
+        .unwrap()
 }
 
 /// Runs the filter on `input` with the index in Redis, in the background.
@@ -369,10 +348,7 @@ fn redis_memory_stays_flat_past_capacity_and_drop_leaves_nothing() {
         (later as f64) < full as f64 * 1.10,
         "used_memory {full} when full, {later} after three times as many messages"
     );
-    let info = Command::new(bin())
-        .args(["index", "info", "--index", &url, "--index-name", "flat"])
-        .output()
-        .unwrap();
+    let info = index_command("info", &url, "flat");
     let info = String::from_utf8(info.stdout).unwrap();
     assert!(
         info.contains("2000 indexed, 8000 checked, 6000 evicted"),
@@ -398,10 +374,7 @@ fn redis_memory_stays_flat_past_capacity_and_drop_leaves_nothing() {
         .success()
     );
     assert!(!redis.keys_with_prefix("{flat}:").is_empty());
-    let dropped = Command::new(bin())
-        .args(["index", "drop", "--index", &url, "--index-name", "flat"])
-        .output()
-        .unwrap();
+    let dropped = index_command("drop", &url, "flat");
     assert!(dropped.status.success());
     assert!(String::from_utf8_lossy(&dropped.stdout).contains("keys removed"));
     assert!(
@@ -409,10 +382,7 @@ fn redis_memory_stays_flat_past_capacity_and_drop_leaves_nothing() {
         "no key of the index is left"
     );
     assert!(!redis.keys_with_prefix("{other}:").is_empty());
-    let gone = Command::new(bin())
-        .args(["index", "info", "--index", &url, "--index-name", "flat"])
-        .output()
-        .unwrap();
+    let gone = index_command("info", &url, "flat");
     assert_eq!(gone.status.code(), Some(1));
 }
 
@@ -446,15 +416,9 @@ fn a_redis_cluster_holds_indexes_on_several_nodes() {
             &input,
         );
         same_output(&memory, &clustered, &format!("index {name}"));
-        let info = Command::new(bin())
-            .args(["index", "info", "--index", &url, "--index-name", name])
-            .output()
-            .unwrap();
+        let info = index_command("info", &url, name);
         assert!(String::from_utf8_lossy(&info.stdout).contains("messages:  12 indexed"));
-        let dropped = Command::new(bin())
-            .args(["index", "drop", "--index", &url, "--index-name", name])
-            .output()
-            .unwrap();
+        let dropped = index_command("drop", &url, name);
         assert!(
             dropped.status.success(),
             "{}",

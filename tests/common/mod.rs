@@ -8,6 +8,26 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+/// The fixture feeds with expected outputs (`fixtures/NAME.jsonl`,
+/// `fixtures/expected/NAME.jsonl`) and the options each runs with.
+pub const FIXTURE_FEEDS: &[(&str, &[&str])] = &[
+    ("retweet_storm", &[]),
+    ("v2_tweets", &[]),
+    ("cjk", &[]),
+    ("bad_lines", &[]),
+    (
+        "news_items",
+        &[
+            "--id-field",
+            "id",
+            "--text-field",
+            "title",
+            "--text-field",
+            "summary",
+        ],
+    ),
+];
+
 /// The binary under test.
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_dedup-stream")

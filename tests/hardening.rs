@@ -4,94 +4,15 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
+use common::served::Served;
 use common::{run, stdout_lines, verdicts};
 use dedup_stream::snapshot::{self, Loaded};
 use dedup_stream::{Deduper, EngineConfig};
-
-/// A `dedup-stream serve` process, killed when dropped.
-struct Served {
-    child: Child,
-    stderr: std::sync::mpsc::Receiver<String>,
-    log: Vec<String>,
-}
-
-impl Served {
-    fn start(args: &[&str]) -> Served {
-        Served::spawn(Command::new(common::bin()).arg("serve").args(args))
-    }
-
-    /// Starts `serve` under a shell that first runs `ulimit ULIMIT`.
-    #[cfg(unix)]
-    fn start_with_ulimit(ulimit: &str, args: &[&str]) -> Served {
-        let script = format!("ulimit {ulimit} && exec \"$0\" serve \"$@\"");
-        Served::spawn(
-            Command::new("sh")
-                .args(["-c", &script, common::bin()])
-                .args(args),
-        )
-    }
-
-    fn spawn(command: &mut Command) -> Served {
-        let mut child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the binary starts");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(stderr).lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        Served {
-            child,
-            stderr: rx,
-            log: Vec::new(),
-        }
-    }
-
-    /// Waits (up to a generous deadline) for a stderr line containing
-    /// `needle`, and returns it.
-    fn wait_for(&mut self, needle: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(line) = self.log.iter().find(|l| l.contains(needle)) {
-                return line.clone();
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.stderr.recv_timeout(left) {
-                Ok(line) => self.log.push(line),
-                Err(_) => panic!("no {needle:?} on stderr: {:#?}", self.log),
-            }
-        }
-    }
-
-    /// Every stderr line so far.
-    fn drain_log(&mut self) -> &[String] {
-        while let Ok(line) = self.stderr.try_recv() {
-            self.log.push(line);
-        }
-        &self.log
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Polls `done` every 50 ms until it holds, failing after a generous
 /// deadline (a bound on a hang, not a timing assertion).

@@ -4,8 +4,9 @@
 
 mod common;
 
+use common::served::Served;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -548,95 +549,6 @@ async fn shutdown_answers_every_line_received_then_closes() {
 }
 
 // ---- The binary: signals and state files ----
-
-/// A `dedup-stream serve` process.
-struct Served {
-    child: Child,
-    stderr: std::sync::mpsc::Receiver<String>,
-    log: Vec<String>,
-}
-
-impl Served {
-    fn start(args: &[&str]) -> Served {
-        let mut child = Command::new(common::bin())
-            .arg("serve")
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the binary starts");
-        let stderr = child.stderr.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(stderr).lines() {
-                let Ok(line) = line else { return };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        Served {
-            child,
-            stderr: rx,
-            log: Vec::new(),
-        }
-    }
-
-    /// Waits for a stderr line containing `needle`.
-    fn wait_for(&mut self, needle: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(line) = self.log.iter().find(|l| l.contains(needle)) {
-                return line.clone();
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.stderr.recv_timeout(left) {
-                Ok(line) => self.log.push(line),
-                Err(_) => panic!("no {needle:?} on stderr: {:#?}", self.log),
-            }
-        }
-    }
-
-    /// The TCP address it printed.
-    fn tcp_addr(&mut self) -> ListenAddr {
-        let line = self.wait_for("listening address=1");
-        let addr = line.rsplit("address=").next().unwrap().trim();
-        addr.parse().unwrap()
-    }
-
-    fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .args([&format!("-{name}"), &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-
-    /// Waits for the exit status, with everything it wrote on stderr.
-    fn wait(mut self) -> (std::process::ExitStatus, Vec<String>) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let status = loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                break status;
-            }
-            assert!(Instant::now() < deadline, "the server did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        while let Ok(line) = self.stderr.recv_timeout(Duration::from_millis(500)) {
-            self.log.push(line);
-        }
-        (status, std::mem::take(&mut self.log))
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 const STORY: &str = "Flooding has closed the coastal highway north of the city tonight, police say";
 

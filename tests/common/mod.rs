@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod redis;
+pub mod served;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -151,21 +151,32 @@ fn the_redis_index_writes_what_the_memory_index_writes() {
     assert!(info.contains("capacity=40"), "{info}");
 }
 
+/// Pseudo-random words `w0`… of a vocabulary (xorshift: the same seed, the
+/// same words).
+struct Words {
+    seed: u64,
+    vocabulary: u64,
+}
+
+impl Words {
+    fn new(seed: u64, vocabulary: u64) -> Words {
+        Words { seed, vocabulary }
+    }
+
+    fn next(&mut self) -> String {
+        self.seed ^= self.seed << 13;
+        self.seed ^= self.seed >> 7;
+        self.seed ^= self.seed << 17;
+        format!("w{}", self.seed % self.vocabulary)
+    }
+}
+
 /// Long texts, whose shingle sets are cut to their smallest fingerprints
 /// and compared on a common part: copies, halves, edits, texts with a
 /// comment added, and unrelated texts of the same vocabulary.
 fn long_texts() -> Vec<u8> {
-    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-    let mut words = |n: usize| -> Vec<String> {
-        (0..n)
-            .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                format!("w{}", seed % 3_000)
-            })
-            .collect()
-    };
+    let mut vocabulary = Words::new(0x9e37_79b9_7f4a_7c15, 3_000);
+    let mut words = |n: usize| -> Vec<String> { (0..n).map(|_| vocabulary.next()).collect() };
     let a = words(1_500);
     let b = words(1_200);
     let mut edited = a.clone();
@@ -314,13 +325,8 @@ fn redis_memory_stays_flat_past_capacity_and_drop_leaves_nothing() {
     let redis = RedisServer::start();
     let url = redis.url();
     // Distinct messages of 12 to 30 pseudo-random words.
-    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-    let mut word = || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        format!("w{}", seed % 50_000)
-    };
+    let mut vocabulary = Words::new(0x2545_f491_4f6c_dd1d, 50_000);
+    let mut word = || vocabulary.next();
     let mut batch = |from: usize, n: usize| {
         let mut out = Vec::new();
         for id in from..from + n {

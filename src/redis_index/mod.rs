@@ -1,15 +1,18 @@
 //! The index kept in Redis: one index shared by a fleet of workers.
 //!
 //! [`RedisIndex`] is an [`IndexStore`]: the workers prepare their messages
-//! (normalise, tokenise, shingle, sketch) as ever, and send them to Redis a
-//! few hundred at a time, where a Lua script (`decide.lua`, loaded once and
-//! called by its hash) decides each message exactly as the in-memory engine
-//! would: exact lookup, LSH and anchor candidates, exact verification of
-//! the shingle sets, refresh of the match, insertion, eviction of the least
-//! recently used message with all its postings. Redis runs one script at a
-//! time, so every decision is atomic: two workers can never both call two
-//! near-duplicates new, and every verdict is the one the in-memory engine
-//! gives had it seen the messages in the order Redis ran them.
+//! (normalise, tokenise, shingle, sketch) as ever, read the posting lists of
+//! a few hundred at a time (`lookup.lua`), verify the candidates themselves,
+//! and send each message with its verdict and the lists it was computed
+//! from to a Lua script (`decide.lua`, loaded once and called by its hash).
+//! The script takes a verdict whose lists have not changed, verifies what
+//! was added since, decides from scratch only when the claimed match left
+//! the index, and then refreshes the match, inserts the message and evicts
+//! the least recently used one with all its postings, exactly as the
+//! in-memory engine does. Redis runs one script at a time, so every
+//! decision is atomic: two workers can never both call two near-duplicates
+//! new, and every verdict is the one the in-memory engine gives had it seen
+//! the messages in the order Redis ran them.
 //!
 //! The keys of one index all carry the hash tag `{NAME}`, so they share one
 //! hash slot and a Redis Cluster keeps each index on one node (and runs its
@@ -346,20 +349,27 @@ impl RedisIndex {
                 &self.lookup_script
             };
             let meta = &self.meta_key;
-            let result = self.link.retry("deciding", |c, retry| {
-                if let Some((at, own_tokens)) = flags_at {
-                    // A repeated call looks its tokens up instead of
-                    // deciding them again; a first call of this worker's
-                    // own tokens clears the memo of the call before, which
-                    // has been answered.
-                    args[at] = if retry || !own_tokens {
-                        b"r".to_vec()
-                    } else {
-                        b"c".to_vec()
-                    };
-                }
-                invoke(script, meta, args, c)
-            });
+            let result = self.link.retry(
+                if decide {
+                    "deciding"
+                } else {
+                    "reading posting lists"
+                },
+                |c, retry| {
+                    if let Some((at, own_tokens)) = flags_at {
+                        // A repeated call looks its tokens up instead of
+                        // deciding them again; a first call of this worker's
+                        // own tokens clears the memo of the call before, which
+                        // has been answered.
+                        args[at] = if retry || !own_tokens {
+                            b"r".to_vec()
+                        } else {
+                            b"c".to_vec()
+                        };
+                    }
+                    invoke(script, meta, args, c)
+                },
+            );
             match result {
                 Err(RetryError::Failed(e)) if e.code() == Some("DEDUP_NOINDEX") && !recreated => {
                     // Redis lost the index (restarted without persistence,

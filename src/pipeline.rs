@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!  reader thread        tokio: buffered(threads)         engine thread     writer thread
-//!  Read ────lines──▶ [batches] ──spawn_blocking(prepare)──▶ [prepared] ──▶ Deduper ──▶ [bytes] ──▶ Write
+//!  Read ────lines──▶ [batches] ──spawn_blocking(prepare)──▶ [prepared] ──▶ IndexStore ──▶ [bytes] ──▶ Write
 //!            (bounded)            (ordered, in parallel)     (bounded)      (in order)  (bounded)
 //! ```
 //!

@@ -55,7 +55,7 @@ TARGETS = {
 }
 
 # binary options that take a value (everything else is treated as a flag)
-VALUE_OPTS = {"--threshold", "--capacity", "--shingle", "--measure", "--id-field", "--text-field"}
+VALUE_OPTS = {"--threshold", "--capacity", "--shingle", "--sample", "--measure", "--id-field", "--text-field"}
 
 DEFAULT_ID_PATHS = ["id_str", "id", "data.id"]
 DEFAULT_TEXT_PATHS = ["extended_tweet.full_text", "full_text", "text", "data.text"]

@@ -9,8 +9,8 @@ use std::time::Duration;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use dedup_stream::config::{
-    DEFAULT_CAPACITY, DEFAULT_MAX_BUCKET, DEFAULT_MEASURE, DEFAULT_SHINGLE, DEFAULT_THRESHOLD,
-    EngineConfig, Measure, Shingling,
+    DEFAULT_CAPACITY, DEFAULT_MAX_BUCKET, DEFAULT_MEASURE, DEFAULT_SAMPLE, DEFAULT_SHINGLE,
+    DEFAULT_THRESHOLD, EngineConfig, Measure, Sampling, Shingling,
 };
 use dedup_stream::consume::{self, ConsumeConfig, Output};
 use dedup_stream::pipeline::{self, Emit, OnInvalid, PipelineConfig};
@@ -228,10 +228,17 @@ pub struct EngineArgs {
     #[arg(long, default_value_t = DEFAULT_THRESHOLD, value_name = "F", value_parser = parse_threshold)]
     pub threshold: f64,
 
-    /// How texts are cut into shingles: words:N (word N-grams) or chars:N
-    /// (character N-grams).
+    /// How texts are cut into shingles: words:N (word N-grams), chars:N
+    /// (character N-grams) or spots:N (each English stop word and the next N
+    /// other words, SpotSigs).
     #[arg(long, default_value_t = DEFAULT_SHINGLE, value_name = "KIND:N", value_parser = parse_shingling)]
     pub shingle: Shingling,
+
+    /// Which shingles are kept: all, or mod:M (those whose fingerprint is 0
+    /// modulo M, for long documents; a text with fewer than 32 such
+    /// shingles keeps all of its own).
+    #[arg(long, default_value_t = DEFAULT_SAMPLE, value_name = "all|mod:M", value_parser = parse_sampling)]
+    pub sample: Sampling,
 
     /// How shingle sets are compared: jaccard (|A∩B|/|A∪B|) or containment
     /// (|A∩B|/min(|A|,|B|)).
@@ -569,6 +576,10 @@ fn parse_shingling(s: &str) -> Result<Shingling, ConfigError> {
     s.parse()
 }
 
+fn parse_sampling(s: &str) -> Result<Sampling, ConfigError> {
+    s.parse()
+}
+
 fn parse_measure(s: &str) -> Result<Measure, ConfigError> {
     s.parse()
 }
@@ -610,6 +621,7 @@ impl EngineArgs {
             threshold: self.threshold,
             capacity,
             shingling: self.shingle,
+            sampling: self.sample,
             measure: self.measure,
             max_bucket,
         };

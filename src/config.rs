@@ -24,6 +24,10 @@ pub const DEFAULT_CAPACITY: usize = 1_000_000;
 /// ones make a one-word edit cost too much of the overlap.
 pub const DEFAULT_SHINGLE: Shingling = Shingling::Words(2);
 
+/// Default sampling: none, every shingle is kept. Sampling is for long
+/// documents; a tweet has too few shingles to spare any.
+pub const DEFAULT_SAMPLE: Sampling = Sampling::All;
+
 /// Default similarity measure: containment, because truncated retweets and
 /// copies with a comment added are the duplicates that matter most on
 /// social feeds, and Jaccard misses both once the cut or the comment is long.
@@ -43,6 +47,11 @@ pub enum Shingling {
     /// Character k-grams: every run of `N` consecutive characters of the
     /// normalised text, spaces folded to one.
     Chars(usize),
+    /// Spot signatures (SpotSigs): each English stop word followed by the
+    /// next `N` words that are not stop words (see
+    /// [`crate::engine::shingle`] for the list and the fallback of texts
+    /// with too few stop words).
+    Spots(usize),
 }
 
 impl fmt::Display for Shingling {
@@ -50,6 +59,7 @@ impl fmt::Display for Shingling {
         match self {
             Shingling::Words(n) => write!(f, "words:{n}"),
             Shingling::Chars(n) => write!(f, "chars:{n}"),
+            Shingling::Spots(n) => write!(f, "spots:{n}"),
         }
     }
 }
@@ -67,8 +77,51 @@ impl FromStr for Shingling {
         match kind {
             "words" | "word" | "w" => Ok(Shingling::Words(width)),
             "chars" | "char" | "c" => Ok(Shingling::Chars(width)),
+            "spots" | "spot" | "s" => Ok(Shingling::Spots(width)),
             _ => Err(bad()),
         }
+    }
+}
+
+/// Which of a text's shingles are kept (after shingling, before the cap of
+/// [`MAX_SHINGLES`](crate::engine::shingle::MAX_SHINGLES)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sampling {
+    /// Every shingle.
+    All,
+    /// Only the shingles whose fingerprint is 0 modulo `M` (Broder's mod-m
+    /// sample), for long documents; a text with too few such shingles keeps
+    /// all of its own (see [`crate::engine::shingle::MIN_SAMPLED`]).
+    Mod(u32),
+}
+
+/// Largest modulus `--sample mod:M` takes: beyond it a sample of a feed
+/// item's body is a handful of shingles.
+pub const MAX_SAMPLE_MODULUS: u32 = 64;
+
+impl fmt::Display for Sampling {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Sampling::All => f.write_str("all"),
+            Sampling::Mod(m) => write!(f, "mod:{m}"),
+        }
+    }
+}
+
+impl FromStr for Sampling {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || ConfigError::Sample(s.to_string());
+        if matches!(s, "all" | "none") {
+            return Ok(Sampling::All);
+        }
+        let modulus = s.strip_prefix("mod:").ok_or_else(bad)?;
+        let modulus: u32 = modulus.parse().map_err(|_| bad())?;
+        if !(2..=MAX_SAMPLE_MODULUS).contains(&modulus) {
+            return Err(bad());
+        }
+        Ok(Sampling::Mod(modulus))
     }
 }
 
@@ -116,6 +169,8 @@ pub struct EngineConfig {
     pub capacity: NonZeroUsize,
     /// How texts are cut into shingles.
     pub shingling: Shingling,
+    /// Which shingles are kept.
+    pub sampling: Sampling,
     /// How shingle sets are compared.
     pub measure: Measure,
     /// The most indexed messages one LSH bucket holds.
@@ -128,6 +183,7 @@ impl Default for EngineConfig {
             threshold: DEFAULT_THRESHOLD,
             capacity: NonZeroUsize::new(DEFAULT_CAPACITY).expect("non-zero constant"),
             shingling: DEFAULT_SHINGLE,
+            sampling: DEFAULT_SAMPLE,
             measure: DEFAULT_MEASURE,
             max_bucket: DEFAULT_MAX_BUCKET,
         }
@@ -135,6 +191,17 @@ impl Default for EngineConfig {
 }
 
 impl EngineConfig {
+    /// What decides a text's shingle set, as text: the shingling, and the
+    /// sampling when there is one (`words:2`, `spots:2+mod:4`). State files
+    /// and the Redis index record it; without sampling it is the shingling
+    /// alone, as they recorded before sampling existed.
+    pub fn shingle_settings(&self) -> String {
+        match self.sampling {
+            Sampling::All => self.shingling.to_string(),
+            sampling => format!("{}+{sampling}", self.shingling),
+        }
+    }
+
     /// Checks every field's range.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !(self.threshold > 0.0 && self.threshold <= 1.0) {
@@ -159,9 +226,28 @@ mod tests {
         assert_eq!("words:3".parse::<Shingling>().unwrap(), Shingling::Words(3));
         assert_eq!("chars:5".parse::<Shingling>().unwrap(), Shingling::Chars(5));
         assert_eq!(Shingling::Chars(4).to_string(), "chars:4");
-        for bad in ["words", "words:0", "bytes:3", "words:x", "chars:33"] {
+        assert_eq!("spots:2".parse::<Shingling>().unwrap(), Shingling::Spots(2));
+        assert_eq!(Shingling::Spots(1).to_string(), "spots:1");
+        for bad in [
+            "words", "words:0", "bytes:3", "words:x", "chars:33", "spots:0",
+        ] {
             assert!(bad.parse::<Shingling>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn sampling_parses_prints_and_joins_the_shingle_settings() {
+        assert_eq!("mod:4".parse::<Sampling>().unwrap(), Sampling::Mod(4));
+        assert_eq!("all".parse::<Sampling>().unwrap(), Sampling::All);
+        assert_eq!(Sampling::Mod(8).to_string(), "mod:8");
+        for bad in ["mod:1", "mod:0", "mod:65", "mod:x", "mod", "4", "every"] {
+            assert!(bad.parse::<Sampling>().is_err(), "{bad}");
+        }
+        let mut config = EngineConfig::default();
+        assert_eq!(config.shingle_settings(), "words:2", "as before sampling");
+        config.shingling = Shingling::Spots(2);
+        config.sampling = Sampling::Mod(4);
+        assert_eq!(config.shingle_settings(), "spots:2+mod:4");
     }
 
     #[test]

@@ -69,7 +69,7 @@ pub mod snapshot;
 pub mod stats;
 pub mod stream;
 
-pub use config::{EngineConfig, Measure, Shingling};
+pub use config::{EngineConfig, Measure, Sampling, Shingling};
 pub use engine::{Deduper, Match, Preparer, Sketch, SketchBuf, Verdict};
 pub use error::{ConfigError, Error, InvalidLine, InvalidReason, StoreError};
 pub use record::{Decoder, FieldSpec, MessageId};

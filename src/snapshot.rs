@@ -9,7 +9,9 @@
 //! magic        8 bytes   "\x89DDSTAT\n"
 //! version      u32       1
 //! fingerprint  u64       shingle compatibility fingerprint (below)
-//! shingling    u8 + N    length, then the shingling as text ("words:2")
+//! shingling    u8 + N    length, then the shingle settings as text
+//!                        ("words:2", "spots:2+mod:4": see
+//!                        [`EngineConfig::shingle_settings`])
 //! count        u64       number of entries
 //! entries      count ×   least recently used first:
 //!   seq          u64       arrival sequence number
@@ -27,7 +29,7 @@
 //! sets were capped, is cut to its smallest on load); LSH band keys are recomputed on load, so a state
 //! file stays usable when the threshold, the measure, the capacity or the
 //! bucket cap change. What makes stored shingles meaningless is a change
-//! in how texts become shingles: the shingling option, or a version of the
+//! in how texts become shingles: the shingling or sampling option, or a version of the
 //! engine that normalises or tokenises differently. The fingerprint catches
 //! both: it is a hash of the shingles the running engine computes for a
 //! fixed set of probe texts, so any change to those stages changes it, with
@@ -64,7 +66,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::config::{EngineConfig, Shingling};
+use crate::config::EngineConfig;
 use crate::engine::{Deduper, Preparer, Scratch};
 use crate::record::MessageId;
 
@@ -102,9 +104,9 @@ pub enum ErrorKind {
     },
     /// The file's shingles are not comparable with this engine's.
     Incompatible {
-        /// The shingling recorded in the file.
+        /// The shingle settings recorded in the file.
         found: String,
-        /// The shingling of the running engine.
+        /// The shingle settings of the running engine.
         expected: String,
     },
     /// The checksum does not match: the file is corrupt.
@@ -126,8 +128,8 @@ impl std::fmt::Display for ErrorKind {
             ),
             ErrorKind::Incompatible { found, expected } if found != expected => write!(
                 f,
-                "written with --shingle {found}, this run uses --shingle {expected}; \
-                 run with the same shingling, or start empty"
+                "written with shingling {found}, this run uses {expected} (--shingle, \
+                 --sample); run with the same settings, or start empty"
             ),
             ErrorKind::Incompatible { .. } => f.write_str(
                 "written by a version of dedup-stream that prepares texts differently; \
@@ -174,7 +176,7 @@ pub fn fingerprint(config: &EngineConfig) -> u64 {
     let preparer = Preparer::new(config);
     let mut scratch = Scratch::default();
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-    hasher.update(config.shingling.to_string().as_bytes());
+    hasher.update(config.shingle_settings().as_bytes());
     for (i, probe) in PROBES.iter().enumerate() {
         let urls = if i == 2 {
             vec![(
@@ -200,12 +202,12 @@ pub fn fingerprint(config: &EngineConfig) -> u64 {
 /// owner: it reads the index once, in least-recently-used-first order.
 pub fn encode(deduper: &Deduper) -> Vec<u8> {
     let index = deduper.index();
-    let shingling = deduper.config().shingling.to_string();
+    let shingling = deduper.config().shingle_settings();
     let mut out = Vec::with_capacity(64 + index.len() * 128);
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     out.extend_from_slice(&fingerprint(deduper.config()).to_le_bytes());
-    // A shingling's text is a few bytes ("chars:32" at most).
+    // The settings' text is a few bytes ("chars:32+mod:64" at most).
     out.push(shingling.len() as u8);
     out.extend_from_slice(shingling.as_bytes());
     out.extend_from_slice(&(index.len() as u64).to_le_bytes());
@@ -311,14 +313,14 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
     let file_fingerprint = r.u64()?;
     let shingling_len = usize::from(r.u8()?);
     let shingling = String::from_utf8_lossy(r.take(shingling_len)?).into_owned();
-    let expected = deduper.config().shingling;
+    let expected = deduper.config().shingle_settings();
     if file_fingerprint != fingerprint(deduper.config()) {
         return Err(ErrorKind::Incompatible {
             found: shingling,
-            expected: expected.to_string(),
+            expected,
         });
     }
-    if shingling.parse::<Shingling>().ok() != Some(expected) {
+    if shingling != expected {
         return Err(ErrorKind::Malformed(
             "the shingling does not match the fingerprint",
         ));
@@ -589,6 +591,7 @@ fn sync_dir(_dir: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{Sampling, Shingling};
     use crate::engine::Verdict;
     use std::num::NonZeroUsize;
 
@@ -748,6 +751,33 @@ mod tests {
         assert!(matches!(err, ErrorKind::Incompatible { .. }));
         assert!(err.to_string().contains("words:2"), "{err}");
         assert!(err.to_string().contains("words:3"), "{err}");
+    }
+
+    #[test]
+    fn other_sampling_is_refused_and_says_so() {
+        let sampled = |sampling| {
+            Deduper::new(EngineConfig {
+                shingling: Shingling::Spots(2),
+                sampling,
+                ..EngineConfig::default()
+            })
+            .unwrap()
+        };
+        let mut d = sampled(Sampling::Mod(4));
+        for (n, text) in TEXTS.iter().enumerate() {
+            d.check_text(MessageId::Integer(n as u64), text);
+        }
+        let bytes = encode(&d);
+        assert_eq!(
+            decode_into(&bytes, &mut sampled(Sampling::Mod(4))).unwrap(),
+            4
+        );
+        let err = decode_into(&bytes, &mut sampled(Sampling::Mod(2))).unwrap_err();
+        assert!(matches!(err, ErrorKind::Incompatible { .. }));
+        assert!(err.to_string().contains("spots:2+mod:4"), "{err}");
+        assert!(err.to_string().contains("spots:2+mod:2"), "{err}");
+        let err = decode_into(&bytes, &mut sampled(Sampling::All)).unwrap_err();
+        assert!(err.to_string().contains("uses spots:2 "), "{err}");
     }
 
     #[test]

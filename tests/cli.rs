@@ -102,6 +102,7 @@ fn bad_usage_exits_2() {
     for args in [
         &["--threshold", "1.5"][..],
         &["--shingle", "bytes:3"],
+        &["--sample", "mod:1"],
         &["--measure", "cosine"],
         &["--capacity", "0"],
         &["--no-such-option"],

@@ -56,6 +56,7 @@ fn measures() -> impl Strategy<Value = (Measure, Shingling)> {
             Shingling::Words(2),
             Shingling::Words(3),
             Shingling::Chars(4),
+            Shingling::Spots(2),
         ]),
     )
 }

@@ -16,6 +16,7 @@ static PREPARERS: LazyLock<Vec<Preparer>> = LazyLock::new(|| {
         Shingling::Words(2),
         Shingling::Words(5),
         Shingling::Chars(3),
+        Shingling::Spots(2),
     ]
     .into_iter()
     .map(|shingling| {

@@ -37,7 +37,7 @@ pub mod verdict;
 
 use std::borrow::Cow;
 
-use crate::config::{EngineConfig, Measure, Shingling};
+use crate::config::{EngineConfig, Measure, Sampling, Shingling};
 use crate::error::{ConfigError, StoreError};
 use crate::record::MessageId;
 pub use index::PrefetchStage;
@@ -101,6 +101,7 @@ pub struct Preparer {
     normaliser: Normaliser,
     tokeniser: Tokeniser,
     shingling: Shingling,
+    sampling: Sampling,
     sketcher: Sketcher,
 }
 
@@ -111,6 +112,7 @@ impl Preparer {
             normaliser: Normaliser::new(),
             tokeniser: Tokeniser::new(),
             shingling: config.shingling,
+            sampling: config.sampling,
             sketcher: Sketcher::new(lsh_params(config)),
         }
     }
@@ -169,6 +171,7 @@ impl Preparer {
         }
         shingle::shingle_into(
             self.shingling,
+            self.sampling,
             &scratch.tokens,
             &scratch.joined,
             &mut scratch.char_starts,
@@ -255,17 +258,39 @@ impl Preparer {
             };
         }
         let (hashes, tokens): (Vec<u64>, Vec<String>) = explained.into_iter().unzip();
+        let word_shingles = |width: usize| -> Vec<(u32, String)> {
+            let width = width.min(tokens.len());
+            (0..=tokens.len() - width)
+                .map(|i| {
+                    (
+                        shingle::fingerprint(&hashes[i..i + width]),
+                        tokens[i..i + width].join(" "),
+                    )
+                })
+                .collect()
+        };
         let mut shingles: Vec<(u32, String)> = match self.shingling {
-            Shingling::Words(width) => {
-                let width = width.min(tokens.len());
-                (0..=tokens.len() - width)
-                    .map(|i| {
-                        (
-                            shingle::fingerprint(&hashes[i..i + width]),
-                            tokens[i..i + width].join(" "),
-                        )
-                    })
-                    .collect()
+            Shingling::Words(width) => word_shingles(width),
+            Shingling::Spots(width) => {
+                let mut chains = Vec::new();
+                if shingle::spot_chains(&hashes, width, &mut chains) {
+                    chains
+                        .chunks_exact(width + 1)
+                        .map(|chain| {
+                            (
+                                shingle::spot_fingerprint(chain.iter().map(|&at| hashes[at])),
+                                // The stop word, then its chain.
+                                chain
+                                    .iter()
+                                    .map(|&at| tokens[at].as_str())
+                                    .collect::<Vec<_>>()
+                                    .join(" "),
+                            )
+                        })
+                        .collect()
+                } else {
+                    word_shingles(width + 1)
+                }
             }
             Shingling::Chars(width) => {
                 let joined: Vec<char> = tokens.join(" ").chars().collect();
@@ -282,7 +307,13 @@ impl Preparer {
         };
         shingles.sort();
         shingles.dedup_by_key(|(f, _)| *f);
-        // The sample the stream compares (shingle::MAX_SHINGLES).
+        // The sample the stream compares (--sample, then
+        // shingle::MAX_SHINGLES).
+        let mut kept: Vec<u32> = shingles.iter().map(|(f, _)| *f).collect();
+        shingle::sample(self.sampling, &mut kept);
+        if kept.len() < shingles.len() {
+            shingles.retain(|(f, _)| kept.binary_search(f).is_ok());
+        }
         shingles.truncate(shingle::MAX_SHINGLES);
         Explained {
             normalised,

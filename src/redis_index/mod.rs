@@ -142,7 +142,7 @@ pub fn settings_text(config: &EngineConfig) -> String {
     format!(
         "format={FORMAT} shingle={} threshold={} measure={} bands={} rows={} anchors={ANCHOR_TOKENS} \
          capacity={} max_bucket={}",
-        config.shingling,
+        config.shingle_settings(),
         config.threshold,
         config.measure,
         lsh.bands,

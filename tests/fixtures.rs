@@ -8,13 +8,13 @@ mod common;
 
 use std::fs;
 
-use common::{fixture, run};
+use common::{feed_input, fixture, run};
 
 /// Fixture name and the options it runs with.
 const CASES: &[(&str, &[&str])] = common::FIXTURE_FEEDS;
 
 fn check(name: &str, args: &[&str]) {
-    let input = fs::read(fixture(&format!("{name}.jsonl"))).expect("fixture exists");
+    let input = fs::read(fixture(&feed_input(name))).expect("fixture exists");
     let mut all_args = vec!["--quiet"];
     all_args.extend_from_slice(args);
     let output = run(&all_args, &input);
@@ -93,9 +93,19 @@ fn news_items() {
 }
 
 #[test]
+fn long_items_sampled() {
+    check(CASES[5].0, CASES[5].1);
+}
+
+#[test]
+fn long_items_spots() {
+    check(CASES[6].0, CASES[6].1);
+}
+
+#[test]
 fn output_is_the_same_for_every_thread_count() {
     for (name, args) in CASES {
-        let input = fs::read(fixture(&format!("{name}.jsonl"))).unwrap();
+        let input = fs::read(fixture(&feed_input(name))).unwrap();
         let mut outputs = Vec::new();
         for threads in ["1", "2", "7"] {
             let mut all = vec!["--quiet", "--threads", threads];

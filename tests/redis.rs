@@ -83,7 +83,7 @@ fn the_redis_index_writes_what_the_memory_index_writes() {
     let synthetic = synthetic();
     let mut feeds: Vec<(String, Vec<u8>, Vec<&str>)> = common::FIXTURE_FEEDS
         .iter()
-        .map(|(name, args)| (format!("{name}.jsonl"), args.to_vec()))
+        .map(|(name, args)| (common::feed_input(name), args.to_vec()))
         .chain(EVAL_FEEDS.iter().map(|name| (name.to_string(), Vec::new())))
         .map(|(name, args)| {
             let input = std::fs::read(fixture(&name)).unwrap();
@@ -112,6 +112,25 @@ fn the_redis_index_writes_what_the_memory_index_writes() {
     .collect();
     feeds.push(("empty texts".into(), empty, Vec::new()));
     feeds.push(("long texts".into(), long_texts(), Vec::new()));
+    // Sketches made another way are the workers' own: the index only
+    // stores and compares them.
+    feeds.push((
+        "synthetic, spot signatures".into(),
+        synthetic.clone(),
+        vec![
+            "--id-field",
+            "id_str",
+            "--text-field",
+            "text",
+            "--shingle",
+            "spots:2",
+        ],
+    ));
+    feeds.push((
+        "long texts, sampled".into(),
+        long_texts(),
+        vec!["--sample", "mod:4"],
+    ));
     for (n, (name, input, args)) in feeds.iter().enumerate() {
         // At the default capacity, and small enough that most messages are
         // evicted again.
@@ -145,7 +164,11 @@ fn the_redis_index_writes_what_the_memory_index_writes() {
         }
     }
     // The small index did evict, and reports it.
-    let info = index_command("info", &url, "identical-7-40");
+    let synthetic_feed = feeds
+        .iter()
+        .position(|(name, _, _)| name == "synthetic")
+        .unwrap();
+    let info = index_command("info", &url, &format!("identical-{synthetic_feed}-40"));
     let info = String::from_utf8(info.stdout).unwrap();
     assert!(info.contains("messages:  40 indexed"), "{info}");
     assert!(info.contains("capacity=40"), "{info}");

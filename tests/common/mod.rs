@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 /// The fixture feeds with expected outputs (`fixtures/NAME.jsonl`,
-/// `fixtures/expected/NAME.jsonl`) and the options each runs with.
+/// `fixtures/expected/NAME.jsonl`) and the options each runs with. A name
+/// `FILE@VARIANT` replays `fixtures/FILE.jsonl` with other options (see
+/// [`feed_input`]).
 pub const FIXTURE_FEEDS: &[(&str, &[&str])] = &[
     ("retweet_storm", &[]),
     ("v2_tweets", &[]),
@@ -27,7 +29,40 @@ pub const FIXTURE_FEEDS: &[(&str, &[&str])] = &[
             "summary",
         ],
     ),
+    (
+        "long_items",
+        &[
+            "--id-field",
+            "id",
+            "--text-field",
+            "title",
+            "--text-field",
+            "body",
+            "--sample",
+            "mod:4",
+        ],
+    ),
+    (
+        "long_items@spots",
+        &[
+            "--id-field",
+            "id",
+            "--text-field",
+            "title",
+            "--text-field",
+            "body",
+            "--shingle",
+            "spots:2",
+        ],
+    ),
 ];
+
+/// The input file of a fixture feed: `NAME.jsonl`, or `FILE.jsonl` for a
+/// variant `FILE@VARIANT`.
+pub fn feed_input(name: &str) -> String {
+    let file = name.split_once('@').map_or(name, |(file, _)| file);
+    format!("{file}.jsonl")
+}
 
 /// The binary under test.
 pub fn bin() -> &'static str {

@@ -559,7 +559,7 @@ fn compare(args: &CompareArgs) -> Exit {
          only in A ({oac}): {only_a}\n\
          only in B ({obc}): {only_b}\n",
         measure = config.measure,
-        shingling = config.shingling,
+        shingling = config.shingle_settings(),
         threshold = config.threshold,
         an = a
             .normalised

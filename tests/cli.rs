@@ -264,6 +264,36 @@ fn compare_explains_a_verdict() {
     assert!(text.contains("\"coastal highway\""), "{text}");
 }
 
+#[test]
+fn compare_shows_spot_signatures_and_the_sampling() {
+    let output = Command::new(bin())
+        .args([
+            "compare",
+            "--shingle",
+            "spots:2",
+            "--sample",
+            "mod:4",
+            "Home | News: The cat sat on the warm mat by the front door",
+            "the cat sat on the warm mat by",
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.starts_with("similarity: 1.0000 (containment, spots:2+mod:4)"),
+        "{text}"
+    );
+    // The stop word, then the next two words that are not stop words; the
+    // menu has no stop word, and a chain the end cuts short is left out.
+    assert!(text.contains("shared (3): "), "{text}");
+    for chain in ["\"the cat sat\"", "\"on warm mat\"", "\"the warm mat\""] {
+        assert!(text.contains(chain), "{text}");
+    }
+    assert!(text.contains("only in A (2): "), "{text}");
+    assert!(text.contains("only in B (0):"), "{text}");
+}
+
 /// SIGTERM and SIGINT stop the filter at a line boundary: every line already
 /// read is decided and written, and the exit status says which signal.
 #[test]

@@ -321,6 +321,15 @@ fn a_worker_of_other_settings_is_refused_and_state_files_are_for_memory() {
         "{stderr}"
     );
     assert!(other.stdout.is_empty(), "nothing is tagged");
+    // The sampling is part of the shingle settings, and named only when
+    // there is one.
+    let sampled = run(&["--quiet", "--index", &url, "--sample", "mod:4"], input);
+    assert_eq!(sampled.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&sampled.stderr);
+    assert!(
+        stderr.contains("shingle=words:2 ") && stderr.contains("shingle=words:2+mod:4 "),
+        "{stderr}"
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("x.state");

@@ -136,7 +136,10 @@ pub fn key_prefix(name: &str) -> String {
 }
 
 /// The settings an index is made with, as the text stored beside it: what
-/// must be the same for every worker that shares it.
+/// must be the same for every worker that shares it. The shingle field
+/// names the sampling only when there is one
+/// ([`EngineConfig::shingle_settings`]), so the text, and `FORMAT`, are
+/// those of indexes made before sampling existed.
 pub fn settings_text(config: &EngineConfig) -> String {
     let lsh = lsh_params(config);
     format!(

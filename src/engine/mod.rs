@@ -740,6 +740,44 @@ mod tests {
     }
 
     #[test]
+    fn explain_shows_the_shingles_the_stream_compares() {
+        let long: String = (0..400)
+            .map(|i| format!("w{} the x{} ", i % 97, i % 89))
+            .collect();
+        let texts = [
+            "Flooding closes the coastal highway north of the city tonight, police say",
+            "the cat sat on the warm mat by the front door",
+            "Der Zug nach Hamburg fährt heute in zwei Stunden ab",
+            "😂😂😂",
+            "hi",
+            long.as_str(),
+        ];
+        for (shingling, sampling) in [
+            (Shingling::Words(2), Sampling::All),
+            (Shingling::Words(2), Sampling::Mod(2)),
+            (Shingling::Spots(1), Sampling::All),
+            (Shingling::Spots(2), Sampling::Mod(4)),
+            (Shingling::Chars(4), Sampling::Mod(8)),
+        ] {
+            let preparer = Preparer::new(&EngineConfig {
+                shingling,
+                sampling,
+                ..EngineConfig::default()
+            });
+            for text in texts {
+                let explained: Vec<u32> = preparer
+                    .explain(text, &[])
+                    .shingles
+                    .iter()
+                    .map(|(f, _)| *f)
+                    .collect();
+                let sketch = preparer.sketch(text, &[], &mut Scratch::default());
+                assert_eq!(explained, sketch.shingles, "{shingling} {sampling}: {text}");
+            }
+        }
+    }
+
+    #[test]
     fn texts_without_words_still_match_themselves() {
         let mut d = deduper(10);
         assert_eq!(d.check_text(id(1), "😂😂😂"), Verdict::New);

@@ -41,7 +41,7 @@
 //! ```text
 //! {"id_str":"1","text":"hello"}
 //! {"id_str":"1","text":"hello","dedup":{"status":"new"}}
-//! {"id_str":"2","text":"hello!","dedup":{"status":"duplicate","duplicate_of":"1","similarity":1}}
+//! {"id_str":"2","text":"hello!","dedup":{"status":"duplicate","duplicate_of":"1","similarity":1,"cluster":"1"}}
 //! ```
 //!
 //! Every other byte of the line is written back unchanged, the id is copied as

@@ -63,6 +63,38 @@ fn measures() -> impl Strategy<Value = (Measure, Shingling)> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
+    /// While a chain stays indexed (nothing is evicted), following
+    /// `duplicate_of` from any duplicate ends at a new message, and that
+    /// message's id is the duplicate's `cluster`.
+    #[test]
+    fn duplicate_of_links_end_at_the_cluster(
+        texts in texts(),
+        (measure, shingling) in measures(),
+    ) {
+        let mut d = engine(1000, measure, shingling);
+        let verdicts: Vec<Verdict> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, text)| d.check_text(MessageId::Integer(i as u64), text))
+            .collect();
+        prop_assert_eq!(d.index().evictions(), 0);
+        for verdict in &verdicts {
+            let Verdict::Duplicate(m) = verdict else { continue };
+            let mut at = m.of.clone();
+            // Each link goes to an earlier message, so the walk ends.
+            loop {
+                let MessageId::Integer(n) = at else {
+                    unreachable!("ids are integers")
+                };
+                match &verdicts[n as usize] {
+                    Verdict::Duplicate(earlier) => at = earlier.of.clone(),
+                    Verdict::New => break,
+                }
+            }
+            prop_assert_eq!(&at, &m.cluster);
+        }
+    }
+
     /// The index never holds more than its capacity, and a reported
     /// duplicate always names a message the index held when the decision
     /// was made, so an evicted message is never reported.

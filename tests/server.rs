@@ -207,7 +207,12 @@ async fn concurrent_clients_get_their_verdicts_in_order() {
             if i % 5 == 4 {
                 assert_eq!(
                     reply["dedup"],
-                    json!({"status": "duplicate", "duplicate_of": format!("{c}-{}", i - 1), "similarity": 1}),
+                    json!({
+                        "status": "duplicate",
+                        "duplicate_of": format!("{c}-{}", i - 1),
+                        "similarity": 1,
+                        "cluster": format!("{c}-{}", i - 1),
+                    }),
                     "client {c} message {i}"
                 );
             } else {
@@ -236,7 +241,7 @@ async fn a_duplicate_across_connections_is_found_and_queries_leave_no_trace() {
     .await;
     assert_eq!(
         b[0]["dedup"],
-        json!({"status": "duplicate", "duplicate_of": "1", "similarity": 1})
+        json!({"status": "duplicate", "duplicate_of": "1", "similarity": 1, "cluster": "1"})
     );
     // A query finds the duplicate but indexes nothing.
     let other = "The bakery on fifth street reopens on Monday with a brand new menu";
@@ -350,7 +355,7 @@ async fn verdict_replies_carry_only_the_id_and_the_verdict() {
     assert_eq!(replies[1], json!({"id": "a", "dedup": {"status": "new"}}));
     assert_eq!(
         replies[2],
-        json!({"id": 7, "dedup": {"status": "duplicate", "duplicate_of": "a", "similarity": 1}})
+        json!({"id": 7, "dedup": {"status": "duplicate", "duplicate_of": "a", "similarity": 1, "cluster": "a"}})
     );
     server.stop().await;
 }
@@ -624,7 +629,7 @@ async fn a_restart_with_state_finds_duplicates_of_earlier_messages() {
     let r = exchange(&addr, vec![message("200", &format!("RT @police: {STORY}"))]).await;
     assert_eq!(
         r[0]["dedup"],
-        json!({"status": "duplicate", "duplicate_of": "100", "similarity": 1})
+        json!({"status": "duplicate", "duplicate_of": "100", "similarity": 1, "cluster": "100"})
     );
     // SIGINT drains and saves too, and is a clean stop (exit status 0).
     second.signal("INT");

@@ -35,6 +35,12 @@ pub struct Entry {
     pub seq: u64,
     /// The id reported when a later message duplicates this one.
     pub id: MessageId,
+    /// The message's time (milliseconds since the Unix epoch; see
+    /// [`super::window`]), 0 when no window is in force.
+    pub time: i64,
+    /// The cluster it belongs to when that is not its own id (it was a
+    /// near-duplicate): boxed, so that the many new messages pay 8 bytes.
+    cluster: Option<Box<MessageId>>,
     /// The band keys, then the sorted shingle set, in one allocation of
     /// exactly their size. (Reusing the evicted entry's allocation saves a
     /// malloc and a free, but a slot then keeps the room of the longest
@@ -48,6 +54,12 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// The id of the first message of the chain this one belongs to (see
+    /// [`super::Match::cluster`]).
+    pub fn cluster(&self) -> &MessageId {
+        self.cluster.as_deref().unwrap_or(&self.id)
+    }
+
     /// The message's sorted shingle set.
     pub fn shingles(&self) -> &[u32] {
         &self.data[self.bands as usize..]
@@ -102,6 +114,10 @@ pub struct Insert<'a> {
     pub band_keys: &'a [u32],
     /// [`set_fingerprint`] of `shingles`.
     pub set_fingerprint: u64,
+    /// The message's time (see [`Entry::time`]).
+    pub time: i64,
+    /// Its cluster, `None` when it is its own (it was new).
+    pub cluster: Option<&'a MessageId>,
 }
 
 /// The hash of a slot in the LRU's table: the slot itself in the low bits,
@@ -345,12 +361,16 @@ impl Index {
             entry.bands = message.band_keys.len() as u32;
             entry.exact = exact;
             entry.seq = message.seq;
+            entry.time = message.time;
+            entry.cluster = message.cluster.map(|c| Box::new(c.clone()));
             self.evictions += 1;
             (slot, Some(std::mem::replace(&mut entry.id, id)))
         } else {
             self.entries.push(Entry {
                 seq: message.seq,
                 id,
+                time: message.time,
+                cluster: message.cluster.map(|c| Box::new(c.clone())),
                 data,
                 bands: message.band_keys.len() as u32,
                 exact,
@@ -392,6 +412,8 @@ mod tests {
                 shingles,
                 band_keys: keys,
                 set_fingerprint: set_fingerprint(shingles),
+                time: 0,
+                cluster: None,
             },
         )
     }

@@ -301,6 +301,16 @@ pub fn lsh_params(config: &EngineConfig) -> LshParams {
     LshParams::for_threshold(config.threshold)
 }
 
+/// What a state file keeps of an indexed message beyond its shingles (see
+/// [`Deduper::restore`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Restored<'a> {
+    /// Its cluster, `None` when it is its own id.
+    pub cluster: Option<&'a MessageId>,
+    /// Its time (see [`index::Entry::time`]).
+    pub time: i64,
+}
+
 /// Counters of the engine's decisions.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EngineCounts {
@@ -391,6 +401,11 @@ impl Deduper {
         }
         let (verdict, identical) = self.decide(sketch, true);
         if !identical {
+            // A near-duplicate joins the chain of what it matched.
+            let cluster = match &verdict {
+                Verdict::Duplicate(m) => Some(&m.cluster),
+                Verdict::New => None,
+            };
             self.index.insert(
                 id,
                 Insert {
@@ -398,6 +413,8 @@ impl Deduper {
                     shingles: sketch.shingles,
                     band_keys: sketch.band_keys,
                     set_fingerprint: sketch.set_fingerprint,
+                    time: 0,
+                    cluster,
                 },
             );
         }
@@ -445,10 +462,17 @@ impl Deduper {
     }
 
     /// Restores an indexed message (from a snapshot) without deciding: its
-    /// shingle set and its anchor keys (see [`Deduper::anchor_keys`]). The
-    /// LSH band keys are recomputed from the shingles, so a state file
-    /// outlives a change of threshold.
-    pub fn restore(&mut self, id: MessageId, seq: u64, shingles: &[u32], anchor_keys: &[u32]) {
+    /// shingle set, its anchor keys (see [`Deduper::anchor_keys`]) and its
+    /// [`Restored`] cluster and time. The LSH band keys are recomputed from
+    /// the shingles, so a state file outlives a change of threshold.
+    pub fn restore(
+        &mut self,
+        id: MessageId,
+        seq: u64,
+        shingles: &[u32],
+        anchor_keys: &[u32],
+        restored: Restored<'_>,
+    ) {
         let mut band_keys =
             Vec::with_capacity(self.preparer.lsh_params().bands + anchor_keys.len());
         let mut mixed = Vec::new();
@@ -463,6 +487,8 @@ impl Deduper {
                 shingles,
                 band_keys: &band_keys,
                 set_fingerprint: set_fingerprint(shingles),
+                time: restored.time,
+                cluster: restored.cluster,
             },
         );
         self.next_seq = self.next_seq.max(seq + 1);
@@ -495,13 +521,12 @@ impl Deduper {
                 if refresh {
                     self.index.touch(slot);
                 }
-                let of = self
-                    .index
-                    .peek(slot)
-                    .expect("candidate is indexed")
-                    .id
-                    .clone();
-                Verdict::Duplicate(Match { of, similarity })
+                let entry = self.index.peek(slot).expect("candidate is indexed");
+                Verdict::Duplicate(Match {
+                    of: entry.id.clone(),
+                    similarity,
+                    cluster: entry.cluster().clone(),
+                })
             }
             _ => {
                 self.counts.new += 1;
@@ -630,6 +655,58 @@ mod tests {
             d.index().len(),
             3,
             "exact copies are not indexed; the truncation and the comment are"
+        );
+    }
+
+    /// The cluster of a verdict, or `None` for a new message.
+    fn cluster(v: &Verdict) -> Option<(MessageId, MessageId)> {
+        match v {
+            Verdict::Duplicate(m) => Some((m.of.clone(), m.cluster.clone())),
+            Verdict::New => None,
+        }
+    }
+
+    #[test]
+    fn a_chain_keeps_the_cluster_of_its_head_after_the_head_is_evicted() {
+        let mut d = deduper(3);
+        let words = |edits: &[(usize, &str)]| {
+            let mut w: Vec<&str> = "the river burst its banks overnight and the old mill road \
+                 is closed until further notice say county officials"
+                .split(' ')
+                .collect();
+            for &(at, word) in edits {
+                w[at] = word;
+            }
+            w.join(" ")
+        };
+        let c_text = words(&[(18, "officers"), (0, "a")]);
+        assert_eq!(d.check_text(id(1), &words(&[])), Verdict::New);
+        let b = d.check_text(id(2), &words(&[(18, "officers")]));
+        assert_eq!(cluster(&b), Some((id(1), id(1))));
+        let c = d.check_text(id(3), &c_text);
+        assert_eq!(cluster(&c), Some((id(2), id(1))), "joins 2's chain");
+        // An exact copy is not indexed, but still reports the cluster.
+        let copy = d.check_text(id(4), &c_text);
+        assert_eq!(cluster(&copy), Some((id(3), id(1))));
+        assert_eq!(
+            d.check_text(id(5), "something else entirely about a bake sale"),
+            Verdict::New
+        );
+        assert!(
+            d.index().iter_lru_first().all(|e| e.id != id(1)),
+            "the head is evicted"
+        );
+        let e = d.check_text(id(6), &format!("{c_text} this morning"));
+        assert_eq!(cluster(&e), Some((id(3), id(1))), "the cluster outlives it");
+        let clusters: Vec<(MessageId, MessageId)> = d
+            .index()
+            .iter_lru_first()
+            .map(|e| (e.id.clone(), e.cluster().clone()))
+            .collect();
+        assert_eq!(
+            clusters,
+            [(id(5), id(5)), (id(3), id(1)), (id(6), id(1))],
+            "a new message is its own cluster"
         );
     }
 

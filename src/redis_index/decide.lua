@@ -13,7 +13,9 @@
 --   lru             sorted set: slot -> recency stamp (lowest: evicted next)
 --   e:<slot>        string: one indexed message (slot: 4 bytes, big-endian)
 --                   seq (2 x u32) | n keys (u8) | n shingles (u32) |
---                   posting keys (u32 each) | shingles (u32 each) | id (JSON)
+--                   posting keys (u32 each) | shingles (u32 each) |
+--                   id length (u32) | id (JSON) | cluster (JSON; empty when
+--                   it is the message's own id: it was new)
 --   p               hash: posting key (4 bytes) -> cells, in order of
 --                   insertion: slot (4 bytes) and the low 32 bits of its
 --                   message's seq, so a cell names one message, not just a
@@ -50,12 +52,13 @@
 --   band and anchor keys, then the exact-set key), the sorted shingle set
 --   (u32 each), the id's JSON, the claim ('' for none): flags byte (1: an
 --   exact copy, 2: a match), the exact copy's cell, the match's cell, shared,
---   of (u32 each), the id's length (u16) and the matched id, then each
---   key's list as read: its length in bytes (u16) and its last cell (8
---   bytes, zeros when empty).
+--   of (u32 each), the id's length (u16) and the matched id, the cluster's
+--   length (u16) and the matched cluster, then each key's list as read:
+--   its length in bytes (u16) and its last cell (8 bytes, zeros when
+--   empty).
 -- Reply: one verdict per message ('n', or 'd' .. shared u32 .. of u32 ..
---   matched id), then the number of messages indexed, of evictions, and of
---   claims not taken.
+--   the matched id's length u32 .. matched id .. its cluster), then the
+--   number of messages indexed, of evictions, and of claims not taken.
 
 -- (prelude.lua, prepended, checks the settings and sets P, the prefix.)
 
@@ -311,7 +314,7 @@ local function next_victim()
   end
 end
 
-local function insert(keys, ks, shingles, ns, id)
+local function insert(keys, ks, shingles, ns, id, cluster)
   local slot
   if len >= capacity then
     -- The least recently used message gives up its slot and every posting.
@@ -335,7 +338,7 @@ local function insert(keys, ks, shingles, ns, id)
   touch(slot)
   local lo = seq % TWO32
   local e = struct.pack('>I4I4BI4', math.floor(seq / TWO32), lo, #ks, ns)
-    .. keys .. shingles .. id
+    .. keys .. shingles .. struct.pack('>I4', #id) .. id .. cluster
   entry_cache[slot] = e
   dirty_entries[slot] = true
   parsed_cache[slot] = nil
@@ -416,15 +419,22 @@ local function holds_set(cell, shingles, ns)
   return ens == ns and string.sub(e, from, from + 4 * ns - 1) == shingles
 end
 
--- The matched id stored in an entry.
+-- The id and the cluster stored in an entry.
 local function id_of(slot)
   local e = entry(slot)
   local _, nk, ens = header(e)
-  return string.sub(e, 14 + 4 * nk + 4 * ens)
+  local at = 14 + 4 * nk + 4 * ens
+  local idlen = struct.unpack('>I4', e, at)
+  local id = string.sub(e, at + 4, at + 3 + idlen)
+  local cluster = string.sub(e, at + 4 + idlen)
+  if cluster == '' then
+    cluster = id
+  end
+  return id, cluster
 end
 
 -- What a claim says: the exact copy's cell (or nil), the match's cell (or
--- nil), shared, of, the matched id, and where its lists begin.
+-- nil), shared, of, the matched id and cluster, and where its lists begin.
 local function claimed(claim)
   local flags, exact, best, num, den, idlen = struct.unpack('>Bc8c8I4I4H', claim)
   if flags % 2 == 0 then
@@ -433,7 +443,10 @@ local function claimed(claim)
   if flags < 2 then
     best = nil
   end
-  return exact, best, num, den, string.sub(claim, 28, 27 + idlen), 28 + idlen
+  local clen = struct.unpack('>H', claim, 28 + idlen)
+  local from = 30 + idlen
+  return exact, best, num, den, string.sub(claim, 28, 27 + idlen),
+    string.sub(claim, from, from + clen - 1), from + clen
 end
 
 -- A worker's claim (see the top): the exact copy, the match, its shared
@@ -445,7 +458,7 @@ end
 -- verdict's parts, or nil when the claim cannot stand (then all is decided
 -- here).
 local function take_claim(ks, shingles, ns, claim)
-  local exact, best, num, den, match_id, pos = claimed(claim)
+  local exact, best, num, den, match_id, match_cluster, pos = claimed(claim)
   local nrec = #ks
   local fresh = {}
   local changed = false
@@ -471,7 +484,7 @@ local function take_claim(ks, shingles, ns, claim)
     end
   end
   if not changed then
-    return exact, best, num, den, match_id
+    return exact, best, num, den, match_id, match_cluster
   end
   if (exact and not indexed(exact)) or (best and not indexed(best)) then
     return nil
@@ -508,7 +521,7 @@ local function take_claim(ks, shingles, ns, claim)
       end
       if best_s == nil or s > best_s or cseq < best_seq then
         best, best_s, best_seq, num, den = cell, s, cseq, shared, of
-        match_id = id_of(slot)
+        match_id, match_cluster = id_of(slot)
       end
     end
   end
@@ -520,7 +533,7 @@ local function take_claim(ks, shingles, ns, claim)
   if new_exact then
     consider(new_exact)
   end
-  return exact, best, num, den, match_id
+  return exact, best, num, den, match_id, match_cluster
 end
 
 -- The whole decision, as the in-memory engine makes it.
@@ -570,11 +583,11 @@ local function decide_here(ks, shingles, ns)
   if exact then
     consider(exact)
   end
-  local match_id = ''
+  local match_id, match_cluster = '', ''
   if best then
-    match_id = id_of(string.sub(best, 1, 4))
+    match_id, match_cluster = id_of(string.sub(best, 1, 4))
   end
-  return exact, best, best_num, best_den, match_id
+  return exact, best, best_num, best_den, match_id, match_cluster
 end
 
 local function decide(op, keys, shingles, id, claim)
@@ -584,7 +597,7 @@ local function decide(op, keys, shingles, id, claim)
     return 'n'
   end
   local ks = split_keys(keys)
-  local exact, best, num, den, match_id
+  local exact, best, num, den, match_id, cluster
   if claim ~= '' and all_fresh then
     local untouched = true
     for _, key in ipairs(ks) do
@@ -594,28 +607,31 @@ local function decide(op, keys, shingles, id, claim)
       end
     end
     if untouched then
-      exact, best, num, den, match_id = claimed(claim)
+      exact, best, num, den, match_id, cluster = claimed(claim)
     end
   end
   if claim ~= '' and not match_id then
-    exact, best, num, den, match_id = take_claim(ks, shingles, ns, claim)
+    exact, best, num, den, match_id, cluster = take_claim(ks, shingles, ns, claim)
     if not match_id then
       claims_refused = claims_refused + 1
     end
   end
   if not match_id then
-    exact, best, num, den, match_id = decide_here(ks, shingles, ns)
+    exact, best, num, den, match_id, cluster = decide_here(ks, shingles, ns)
   end
   local verdict = 'n'
   if best then
     if op == 'c' then
       touch(string.sub(best, 1, 4))
     end
-    verdict = 'd' .. struct.pack('>I4I4', num, den) .. match_id
+    verdict = 'd' .. struct.pack('>I4I4I4', num, den, #match_id) .. match_id .. cluster
+  else
+    -- A new message is its own cluster.
+    cluster = ''
   end
   if op == 'c' then
     if not exact then
-      insert(keys, ks, shingles, ns, id)
+      insert(keys, ks, shingles, ns, id, cluster)
     end
     seq = seq + 1
   end

@@ -10,7 +10,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use dedup_stream::config::{
     DEFAULT_CAPACITY, DEFAULT_MAX_BUCKET, DEFAULT_MEASURE, DEFAULT_SHINGLE, DEFAULT_THRESHOLD,
-    EngineConfig, Measure, Shingling,
+    EngineConfig, Measure, Shingling, Window,
 };
 use dedup_stream::consume::{self, ConsumeConfig, Output};
 use dedup_stream::pipeline::{self, Emit, OnInvalid, PipelineConfig};
@@ -237,6 +237,12 @@ pub struct EngineArgs {
     /// (|A∩B|/min(|A|,|B|)).
     #[arg(long, default_value_t = DEFAULT_MEASURE, value_parser = parse_measure)]
     pub measure: Measure,
+
+    /// Match only messages at most DURATION older than the newest seen
+    /// (by created_at when a record has one, else arrival time), and evict
+    /// older ones: a whole number and ms, s, m, h or d (10m, 24h, 7d).
+    #[arg(long, value_name = "DURATION", value_parser = parse_window)]
+    pub window: Option<Window>,
 }
 
 /// Options the filter and the server share: the index's size and where
@@ -573,6 +579,10 @@ fn parse_measure(s: &str) -> Result<Measure, ConfigError> {
     s.parse()
 }
 
+fn parse_window(s: &str) -> Result<Window, ConfigError> {
+    s.parse()
+}
+
 fn parse_location(s: &str) -> Result<IndexLocation, StoreError> {
     s.parse()
 }
@@ -612,6 +622,7 @@ impl EngineArgs {
             shingling: self.shingle,
             measure: self.measure,
             max_bucket,
+            window: self.window,
         };
         config.validate()?;
         Ok(config)

@@ -10,6 +10,8 @@
 //! version      u32       3
 //! fingerprint  u64       shingle compatibility fingerprint (below)
 //! shingling    u8 + N    length, then the shingling as text ("words:2")
+//! newest       i64       the newest message time seen under --window
+//!                        (engine::window), -1 when none
 //! count        u64       number of entries
 //! entries      count ×   least recently used first:
 //!   seq          u64       arrival sequence number
@@ -25,7 +27,7 @@
 //! checksum     u32       CRC-32 of every byte before it
 //! ```
 //!
-//! Version 2 files (the same without cluster and time) are still read:
+//! Version 2 files (the same without newest, cluster and time) are still read:
 //! each entry is its own cluster, with no time (under `--window` such
 //! entries count as old as can be, and expire with the first message that
 //! has a time).
@@ -221,6 +223,7 @@ pub fn encode(deduper: &Deduper) -> Vec<u8> {
     // A shingling's text is a few bytes ("chars:32" at most).
     out.push(shingling.len() as u8);
     out.extend_from_slice(shingling.as_bytes());
+    out.extend_from_slice(&deduper.newest_time().unwrap_or(-1).to_le_bytes());
     out.extend_from_slice(&(index.len() as u64).to_le_bytes());
     for entry in index.iter_lru_first() {
         out.extend_from_slice(&entry.seq.to_le_bytes());
@@ -368,6 +371,11 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
         ));
     }
 
+    let newest = if version == PREVIOUS_VERSION {
+        None
+    } else {
+        Some(r.u64()? as i64).filter(|&t| t >= 0)
+    };
     let count = r.u64()?;
     // The smallest entry is 20 bytes (a two-byte raw id, no shingle): a
     // count beyond that is corrupt, and must not size an allocation.
@@ -431,6 +439,7 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
         return Err(ErrorKind::Malformed("bytes after the last entry"));
     }
     let restored = entries.len();
+    deduper.restore_newest_time(newest);
     for (id, seq, cluster, time, shingle_range, anchor_range) in entries {
         let restored = Restored {
             cluster: cluster.as_ref(),

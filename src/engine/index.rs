@@ -17,7 +17,14 @@
 //!
 //! Eviction removes the message from both, so nothing ever points at an
 //! evicted message and memory stays flat on an endless stream.
+//!
+//! Under `--window` (see [`super::window`]) a fourth structure, `expiry`,
+//! orders the messages by time, so that those older than the window leave
+//! at once, wherever they are in the LRU order; their slots go on a free
+//! list, reused before the index grows, so a freed slot's entry is never
+//! reached: nothing points at it.
 
+use std::collections::BTreeSet;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::num::NonZeroUsize;
 
@@ -160,6 +167,10 @@ pub struct Index {
     postings: Postings,
     max_bucket: usize,
     evictions: u64,
+    /// Under a window: (time, slot) of every indexed message.
+    expiry: Option<BTreeSet<(i64, u32)>>,
+    /// Slots emptied by expiry, to fill first.
+    free: Vec<u32>,
 }
 
 impl std::fmt::Debug for Index {
@@ -217,6 +228,54 @@ impl Index {
             postings: Postings::with_capacity(capacity.get().saturating_mul(keys_per_message)),
             max_bucket,
             evictions: 0,
+            expiry: None,
+            free: Vec::new(),
+        }
+    }
+
+    /// The index, keeping messages in time order too, so that
+    /// [`Index::expire`] finds the old ones without a scan.
+    pub fn with_expiry(mut self) -> Index {
+        self.expiry = Some(BTreeSet::new());
+        self
+    }
+
+    /// Evicts every message whose time is before `horizon`; returns how
+    /// many. Their slots are reused before the index grows. Without
+    /// [`Index::with_expiry`], does nothing.
+    pub fn expire(&mut self, horizon: i64) -> usize {
+        let Some(expiry) = &mut self.expiry else {
+            return 0;
+        };
+        let mut expired = 0;
+        while let Some(&(time, slot)) = expiry.first()
+            && time < horizon
+        {
+            expiry.pop_first();
+            self.recency.pop(&slot);
+            let entry = &mut self.entries[slot as usize];
+            forget(&mut self.postings, slot, entry);
+            // Its room goes now; the slot is reused whole.
+            entry.data = Box::default();
+            entry.bands = 0;
+            entry.cluster = None;
+            self.free.push(slot);
+            expired += 1;
+        }
+        self.evictions += expired as u64;
+        expired
+    }
+
+    /// Sets the time of the message in `slot` to `time` if that is later
+    /// (an exact copy, not indexed itself, renews it).
+    pub fn renew(&mut self, slot: u32, time: i64) {
+        let entry = &mut self.entries[slot as usize];
+        if let Some(expiry) = &mut self.expiry
+            && time > entry.time
+        {
+            expiry.remove(&(entry.time, slot));
+            expiry.insert((time, slot));
+            entry.time = time;
         }
     }
 
@@ -322,7 +381,8 @@ impl Index {
     /// The entry in `slot`, without touching its recency.
     pub fn peek(&self, slot: u32) -> Option<&Entry> {
         // Every slot below the length is live: slots are filled in order and
-        // an evicted slot is refilled at once.
+        // an evicted slot is refilled at once. (An expired one is on the
+        // free list, and nothing names it until it is refilled.)
         self.entries.get(slot as usize)
     }
 
@@ -357,6 +417,9 @@ impl Index {
             self.recency.promote(&slot);
             let entry = &mut self.entries[slot as usize];
             forget(&mut self.postings, slot, entry);
+            if let Some(expiry) = &mut self.expiry {
+                expiry.remove(&(entry.time, slot));
+            }
             entry.data = data;
             entry.bands = message.band_keys.len() as u32;
             entry.exact = exact;
@@ -365,6 +428,17 @@ impl Index {
             entry.cluster = message.cluster.map(|c| Box::new(c.clone()));
             self.evictions += 1;
             (slot, Some(std::mem::replace(&mut entry.id, id)))
+        } else if let Some(slot) = self.free.pop() {
+            let entry = &mut self.entries[slot as usize];
+            entry.data = data;
+            entry.bands = message.band_keys.len() as u32;
+            entry.exact = exact;
+            entry.seq = message.seq;
+            entry.time = message.time;
+            entry.cluster = message.cluster.map(|c| Box::new(c.clone()));
+            entry.id = id;
+            self.recency.push(slot, ());
+            (slot, None)
         } else {
             self.entries.push(Entry {
                 seq: message.seq,
@@ -381,6 +455,9 @@ impl Index {
         };
         for &key in message.band_keys.iter().chain(std::iter::once(&exact)) {
             self.postings.insert_capped(key, slot, self.max_bucket);
+        }
+        if let Some(expiry) = &mut self.expiry {
+            expiry.insert((message.time, slot));
         }
         evicted
     }

@@ -23,6 +23,9 @@
 //! - **A match refreshes the matched message.** A story still being copied
 //!   stays in the index however old its first message is, and what is
 //!   evicted is what nobody has repeated for longest.
+//!
+//! Under `--window`, messages also leave the index once they are older
+//! than the window: [`window`] states the rule.
 
 pub mod bitmap;
 pub mod hint;
@@ -34,6 +37,7 @@ pub mod sketch;
 pub mod store;
 pub mod tokenise;
 pub mod verdict;
+pub mod window;
 
 use std::borrow::Cow;
 
@@ -338,6 +342,7 @@ pub struct Deduper {
     preparer: Preparer,
     index: Index,
     next_seq: u64,
+    clock: window::Clock,
     counts: EngineCounts,
     candidates: Vec<u32>,
     scratch: Scratch,
@@ -357,16 +362,23 @@ impl Deduper {
     /// An engine with an empty index.
     pub fn new(config: EngineConfig) -> Result<Deduper, ConfigError> {
         config.validate()?;
+        // Band keys, two anchors and the exact-set key.
+        let index = Index::new(
+            config.capacity,
+            config.max_bucket,
+            lsh_params(&config).bands + 3,
+        );
+        let clock = window::Clock::new(config.window.map(|w| w.millis()));
         Ok(Deduper {
             preparer: Preparer::new(&config),
-            // Band keys, two anchors and the exact-set key.
-            index: Index::new(
-                config.capacity,
-                config.max_bucket,
-                lsh_params(&config).bands + 3,
-            ),
+            index: if clock.is_on() {
+                index.with_expiry()
+            } else {
+                index
+            },
             config,
             next_seq: 0,
+            clock,
             counts: EngineCounts::default(),
             candidates: Vec::new(),
             scratch: Scratch::default(),
@@ -394,13 +406,30 @@ impl Deduper {
     }
 
     /// Decides on a message and indexes it unless an identical shingle set
-    /// is indexed already.
+    /// is indexed already. Under a window, the message is taken to be as
+    /// new as the newest seen (see [`Deduper::check_at`]).
     pub fn check(&mut self, id: MessageId, sketch: Sketch<'_>) -> Verdict {
+        let now = self.clock.newest().unwrap_or(0);
+        self.check_at(id, sketch, now)
+    }
+
+    /// [`Deduper::check`] for a message of time `time` (milliseconds since
+    /// the epoch): under a window, first expires what is older than the
+    /// window (see [`window`]). Without one, the time is ignored.
+    pub fn check_at(&mut self, id: MessageId, sketch: Sketch<'_>, time: i64) -> Verdict {
+        let horizon = self.clock.advance(time);
+        if let Some(horizon) = horizon {
+            self.index.expire(horizon);
+        }
+        // Without a window, no time is kept: state files stay the same.
+        let time = if horizon.is_some() { time } else { 0 };
         if sketch.shingles.is_empty() {
             return self.nothing_to_compare();
         }
         let (verdict, identical) = self.decide(sketch, true);
-        if !identical {
+        if let Some(slot) = identical {
+            self.index.renew(slot, time);
+        } else if horizon.is_none_or(|horizon| time >= horizon) {
             // A near-duplicate joins the chain of what it matched.
             let cluster = match &verdict {
                 Verdict::Duplicate(m) => Some(&m.cluster),
@@ -413,7 +442,7 @@ impl Deduper {
                     shingles: sketch.shingles,
                     band_keys: sketch.band_keys,
                     set_fingerprint: sketch.set_fingerprint,
-                    time: 0,
+                    time,
                     cluster,
                 },
             );
@@ -487,7 +516,7 @@ impl Deduper {
                 shingles,
                 band_keys: &band_keys,
                 set_fingerprint: set_fingerprint(shingles),
-                time: restored.time,
+                time: if self.clock.is_on() { restored.time } else { 0 },
                 cluster: restored.cluster,
             },
         );
@@ -505,8 +534,22 @@ impl Deduper {
         self.next_seq
     }
 
-    /// The verdict, and whether an identical shingle set is indexed.
-    fn decide(&mut self, sketch: Sketch<'_>, refresh: bool) -> (Verdict, bool) {
+    /// The newest message time seen under a window (see [`window`]).
+    pub fn newest_time(&self) -> Option<i64> {
+        self.clock.newest()
+    }
+
+    /// Restores the newest message time seen (from a state file), so that
+    /// a run resumed from a state file expires what the whole run would.
+    /// Ignored without a window.
+    pub fn restore_newest_time(&mut self, newest: Option<i64>) {
+        if self.clock.is_on() {
+            self.clock.restore(newest);
+        }
+    }
+
+    /// The verdict, and the slot of the identical shingle set, if indexed.
+    fn decide(&mut self, sketch: Sketch<'_>, refresh: bool) -> (Verdict, Option<u32>) {
         self.counts.messages += 1;
         let exact = self.index.exact(sketch.set_fingerprint, sketch.shingles);
         let best = match (self.config.measure, exact) {
@@ -533,7 +576,7 @@ impl Deduper {
                 Verdict::New
             }
         };
-        (verdict, exact.is_some())
+        (verdict, exact)
     }
 
     /// The most similar indexed message (ties: the earliest), if any is at
@@ -601,7 +644,7 @@ impl IndexStore for Deduper {
             }
             self.prefetch_evictions();
             verdicts.push(match ask.op {
-                Op::Check => self.check(ask.id.clone(), ask.sketch),
+                Op::Check => self.check_at(ask.id.clone(), ask.sketch, ask.time),
                 Op::Query => self.query(ask.sketch),
             });
         }

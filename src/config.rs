@@ -69,7 +69,7 @@ impl fmt::Display for Window {
         let ms = self.millis();
         let (unit, size) = WINDOW_UNITS
             .into_iter()
-            .find(|(_, size)| ms % size == 0)
+            .find(|(_, size)| ms.is_multiple_of(*size))
             .expect("ms divides everything");
         write!(f, "{}{unit}", ms / size)
     }
@@ -250,7 +250,16 @@ mod tests {
             assert_eq!(printed.parse::<Window>().unwrap(), window);
         }
         for bad in [
-            "", "0s", "10", "m", "-5m", "1.5h", "10 m", "10M", "5w", "99999999999999d",
+            "",
+            "0s",
+            "10",
+            "m",
+            "-5m",
+            "1.5h",
+            "10 m",
+            "10M",
+            "5w",
+            "99999999999999d",
         ] {
             assert!(bad.parse::<Window>().is_err(), "{bad}");
         }

@@ -26,7 +26,9 @@ pub enum ConfigError {
     #[error("field path must be dotted names like data.text, got {0:?}")]
     FieldPath(String),
     /// The window is not a positive whole number and a unit.
-    #[error("window must be a positive whole number and a unit (ms, s, m, h, d), like 10m, 24h or 7d, got {0:?}")]
+    #[error(
+        "window must be a positive whole number and a unit (ms, s, m, h, d), like 10m, 24h or 7d, got {0:?}"
+    )]
     Window(String),
 }
 

@@ -48,11 +48,7 @@ fn number(digits: &[u8]) -> Option<i64> {
     if digits.is_empty() || digits.len() > 9 || !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    Some(
-        digits
-            .iter()
-            .fold(0, |n, d| n * 10 + i64::from(d - b'0')),
-    )
+    Some(digits.iter().fold(0, |n, d| n * 10 + i64::from(d - b'0')))
 }
 
 /// Checks the ranges of a date and time and gives its milliseconds,
@@ -63,7 +59,20 @@ fn millis(
     offset_minutes: i64,
 ) -> Option<i64> {
     let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-    let month_days = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    let month_days = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
     if !(1..=12).contains(&month)
         || !(1..=month_days[(month - 1) as usize]).contains(&day)
         || hour > 23
@@ -175,9 +184,15 @@ mod tests {
         assert_eq!(parse_created_at("2018-10-10T22:19:24+02:00"), Some(v1));
         assert_eq!(parse_created_at("Wed Oct 10 15:19:24 -0500 2018"), Some(v1));
         assert_eq!(parse_created_at("2018-10-10T20:19:24.25Z"), Some(v1 + 250));
-        assert_eq!(parse_created_at("2018-10-10T20:19:24.123456Z"), Some(v1 + 123));
+        assert_eq!(
+            parse_created_at("2018-10-10T20:19:24.123456Z"),
+            Some(v1 + 123)
+        );
         assert_eq!(parse_created_at("1970-01-01T00:00:00Z"), Some(0));
-        assert_eq!(parse_created_at("2000-02-29T00:00:00Z"), Some(951_782_400_000));
+        assert_eq!(
+            parse_created_at("2000-02-29T00:00:00Z"),
+            Some(951_782_400_000)
+        );
     }
 
     #[test]

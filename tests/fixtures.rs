@@ -93,6 +93,11 @@ fn news_items() {
 }
 
 #[test]
+fn window() {
+    check(CASES[5].0, CASES[5].1);
+}
+
+#[test]
 fn output_is_the_same_for_every_thread_count() {
     for (name, args) in CASES {
         let input = fs::read(fixture(&format!("{name}.jsonl"))).unwrap();

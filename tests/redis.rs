@@ -95,6 +95,20 @@ fn the_redis_index_writes_what_the_memory_index_writes() {
         synthetic.clone(),
         vec!["--id-field", "id_str", "--text-field", "text"],
     ));
+    // Under a window (by created_at): expired messages leave both indexes
+    // alike, in the middle of calls and across them.
+    feeds.push((
+        "synthetic, --window 20s".into(),
+        synthetic.clone(),
+        vec![
+            "--id-field",
+            "id_str",
+            "--text-field",
+            "text",
+            "--window",
+            "20s",
+        ],
+    ));
     // Texts with nothing left once normalised: new, never candidates.
     let empty: Vec<u8> = [
         "",
@@ -144,8 +158,10 @@ fn the_redis_index_writes_what_the_memory_index_writes() {
             );
         }
     }
-    // The small index did evict, and reports it.
-    let info = index_command("info", &url, "identical-7-40");
+    // The small index did evict, and reports it (the synthetic feed comes
+    // after the fixtures and the evaluation feeds).
+    let synthetic_at = common::FIXTURE_FEEDS.len() + EVAL_FEEDS.len();
+    let info = index_command("info", &url, &format!("identical-{synthetic_at}-40"));
     let info = String::from_utf8(info.stdout).unwrap();
     assert!(info.contains("messages:  40 indexed"), "{info}");
     assert!(info.contains("capacity=40"), "{info}");

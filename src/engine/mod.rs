@@ -417,6 +417,8 @@ impl Deduper {
     /// the epoch): under a window, first expires what is older than the
     /// window (see [`window`]). Without one, the time is ignored.
     pub fn check_at(&mut self, id: MessageId, sketch: Sketch<'_>, time: i64) -> Verdict {
+        // The range the Redis index keeps exactly (crate::timestamp).
+        let time = time.clamp(0, crate::timestamp::MAX_TIME);
         let horizon = self.clock.advance(time);
         if let Some(horizon) = horizon {
             self.index.expire(horizon);
@@ -751,6 +753,118 @@ mod tests {
             [(id(5), id(5)), (id(3), id(1)), (id(6), id(1))],
             "a new message is its own cluster"
         );
+    }
+
+    fn windowed(window_ms: u64) -> Deduper {
+        Deduper::new(EngineConfig {
+            capacity: NonZeroUsize::new(100).unwrap(),
+            window: crate::config::Window::from_millis(window_ms),
+            ..EngineConfig::default()
+        })
+        .unwrap()
+    }
+
+    /// Checks `text` as message `n` of time `time`.
+    fn at(d: &mut Deduper, n: u64, text: &str, time: i64) -> Verdict {
+        let sketch = d.preparer().sketch(text, &[], &mut Scratch::default());
+        d.check_at(id(n), sketch.as_sketch(), time)
+    }
+
+    const STORY: &str = "the river burst its banks overnight and the old mill road is closed";
+
+    #[test]
+    fn messages_older_than_the_window_are_not_matched_and_leave() {
+        let mut d = windowed(100);
+        assert_eq!(at(&mut d, 1, STORY, 1_000), Verdict::New);
+        assert!(
+            at(&mut d, 2, &format!("{STORY} today"), 1_100).is_duplicate(),
+            "exactly the window apart: still matched"
+        );
+        assert_eq!(d.index().len(), 2, "a near-duplicate is indexed");
+        assert_eq!(
+            at(&mut d, 3, &format!("{STORY}!!"), 1_201),
+            Verdict::New,
+            "both are older than the window"
+        );
+        assert_eq!(d.index().len(), 1);
+        assert_eq!(d.index().evictions(), 2);
+    }
+
+    #[test]
+    fn an_exact_copy_renews_a_near_duplicate_does_not() {
+        let mut d = windowed(100);
+        at(&mut d, 1, STORY, 0);
+        // An exact copy (not indexed) renews 1 to its time.
+        assert!(at(&mut d, 2, STORY, 80).is_duplicate());
+        assert_eq!(d.index().len(), 1);
+        assert!(at(&mut d, 3, STORY, 170).is_duplicate(), "renewed at 80");
+        // A near-duplicate is indexed with its own time; 1 keeps 170.
+        assert!(at(&mut d, 4, &format!("{STORY} today"), 260).is_duplicate());
+        let times: Vec<(MessageId, i64)> = d
+            .index()
+            .iter_lru_first()
+            .map(|e| (e.id.clone(), e.time))
+            .collect();
+        assert_eq!(times, [(id(1), 170), (id(4), 260)]);
+        // At 275, 1 (170) is gone and 4 (260) is the chain's last link.
+        let v = at(&mut d, 5, &format!("{STORY} today"), 275);
+        assert!(
+            matches!(&v, Verdict::Duplicate(m) if m.of == id(4) && m.cluster == id(1)),
+            "{v:?}"
+        );
+        assert_eq!(d.index().len(), 1);
+    }
+
+    #[test]
+    fn the_window_reaches_back_from_the_newest_time_seen() {
+        let mut d = windowed(100);
+        at(&mut d, 1, STORY, 1_000);
+        at(
+            &mut d,
+            2,
+            "a different story about a bake sale on main street",
+            2_000,
+        );
+        // Out of order: 500 is not the clock; 2000 is, and 1 is gone.
+        assert_eq!(at(&mut d, 3, STORY, 500), Verdict::New);
+        assert_eq!(
+            d.index().len(),
+            1,
+            "a message older than the window is not indexed"
+        );
+        // A late message is still matched against what is indexed.
+        assert!(
+            at(
+                &mut d,
+                4,
+                "a different story about a bake sale on main street",
+                1_950
+            )
+            .is_duplicate()
+        );
+        assert_eq!(d.newest_time(), Some(2_000));
+    }
+
+    #[test]
+    fn a_quiet_stream_shrinks_the_index_to_the_window() {
+        let mut d = windowed(25);
+        for n in 0..40u64 {
+            let text = format!("message number {n} says something of its own w{n} x{n}");
+            assert_eq!(at(&mut d, n, &text, n as i64 * 10), Verdict::New);
+            assert!(d.index().len() <= 3, "{n}: {}", d.index().len());
+        }
+        assert_eq!(d.index().evictions(), 37);
+        // Freed slots are reused: the entries never grew past the window.
+        assert!(d.index().postings() <= 3 * (lsh_params(d.config()).bands + 3));
+    }
+
+    #[test]
+    fn without_a_window_times_are_not_kept() {
+        let mut d = deduper(10);
+        at(&mut d, 1, STORY, 1_000);
+        assert!(at(&mut d, 2, STORY, 1_000_000_000).is_duplicate());
+        assert_eq!(d.index().iter_lru_first().next().unwrap().time, 0);
+        assert_eq!(d.newest_time(), None);
     }
 
     #[test]

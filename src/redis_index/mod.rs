@@ -147,14 +147,17 @@ pub fn settings_text(config: &EngineConfig) -> String {
     let lsh = lsh_params(config);
     format!(
         "format={FORMAT} shingle={} threshold={} measure={} bands={} rows={} anchors={ANCHOR_TOKENS} \
-         capacity={} max_bucket={}",
+         capacity={} max_bucket={} window_ms={}",
         config.shingling,
         config.threshold,
         config.measure,
         lsh.bands,
         lsh.rows,
         config.capacity,
-        config.max_bucket
+        config.max_bucket,
+        config
+            .window
+            .map_or_else(|| "none".to_string(), |w| w.millis().to_string())
     )
 }
 
@@ -656,6 +659,8 @@ impl RedisIndex {
                 Op::Check => b'c',
                 Op::Query => b'q',
             }];
+            // Times are ms since the epoch, below 2^53 (crate::timestamp).
+            op.extend_from_slice(&(ask.time.max(0) as u64).to_be_bytes());
             op.extend_from_slice(ask.token.unwrap_or_default());
             args.push(op);
             let claim = if self.verify_here {

@@ -27,6 +27,7 @@ pub const FIXTURE_FEEDS: &[(&str, &[&str])] = &[
             "summary",
         ],
     ),
+    ("window", &["--window", "1h"]),
 ];
 
 /// The binary under test.

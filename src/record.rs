@@ -844,6 +844,29 @@ mod tests {
     }
 
     #[test]
+    fn created_at_is_read_at_the_top_or_under_data_not_from_the_user() {
+        let time = |line: &str| decode(line).unwrap().created_at_millis();
+        assert_eq!(
+            time(
+                r#"{"id":1,"text":"x","created_at":"Wed Oct 10 20:19:24 +0000 2018","user":{"created_at":"Mon Jan 01 00:00:00 +0000 2007"}}"#
+            ),
+            Some(1_539_202_764_000)
+        );
+        assert_eq!(
+            time(r#"{"data":{"id":"1","text":"x","created_at":"2018-10-10T20:19:24.000Z"}}"#),
+            Some(1_539_202_764_000)
+        );
+        for absent in [
+            r#"{"id":1,"text":"x","user":{"created_at":"Mon Jan 01 00:00:00 +0000 2007"}}"#,
+            r#"{"id":1,"text":"x","created_at":1539202764}"#,
+            r#"{"id":1,"text":"x","created_at":"last tuesday"}"#,
+            r#"{"id":1,"text":"x","created_at":"2018-10-10T20:19:24\u002e000Z"}"#,
+        ] {
+            assert_eq!(time(absent), None, "{absent}");
+        }
+    }
+
+    #[test]
     fn discovery_takes_the_first_present_field() {
         let r = decode(r#"{"id":1,"id_str":"1","text":"short","full_text":"full"}"#).unwrap();
         assert_eq!(r.id, MessageId::DigitString(1));

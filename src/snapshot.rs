@@ -783,6 +783,49 @@ mod tests {
     }
 
     #[test]
+    fn a_run_resumed_from_a_state_file_expires_what_the_whole_run_would() {
+        let windowed = || {
+            Deduper::new(EngineConfig {
+                capacity: NonZeroUsize::new(100).unwrap(),
+                window: crate::config::Window::from_millis(1_000),
+                ..EngineConfig::default()
+            })
+            .unwrap()
+        };
+        let stream: Vec<(&str, i64)> = vec![
+            (TEXTS[0], 10_000),
+            (TEXTS[1], 10_100),
+            (TEXTS[0], 10_900),
+            (TEXTS[2], 11_200),
+            // Late: the clock stays at 11200, so 10100 is gone.
+            (TEXTS[1], 10_000),
+            (TEXTS[0], 11_800),
+            (TEXTS[2], 12_300),
+        ];
+        let check = |d: &mut Deduper, n: usize, (text, time): (&str, i64)| {
+            let sketch = d.preparer().sketch(text, &[], &mut Scratch::default());
+            d.check_at(MessageId::Integer(n as u64), sketch.as_sketch(), time)
+        };
+        let mut whole = windowed();
+        let all: Vec<Verdict> = (0..stream.len())
+            .map(|n| check(&mut whole, n, stream[n]))
+            .collect();
+        for cut in 0..stream.len() {
+            let mut first = windowed();
+            let mut verdicts: Vec<Verdict> =
+                (0..cut).map(|n| check(&mut first, n, stream[n])).collect();
+            let mut second = windowed();
+            decode_into(&encode(&first), &mut second).unwrap();
+            assert_eq!(entries(&second), entries(&first), "cut at {cut}");
+            assert_eq!(second.newest_time(), first.newest_time());
+            verdicts.extend((cut..stream.len()).map(|n| check(&mut second, n, stream[n])));
+            assert_eq!(verdicts, all, "cut at {cut}");
+        }
+        assert_eq!(all[4], Verdict::New, "the late copy finds 10100 expired");
+        assert!(all[2].is_duplicate() && all[5].is_duplicate(), "{all:?}");
+    }
+
+    #[test]
     fn version_2_files_are_read_with_each_entry_its_own_cluster() {
         let original = chained();
         let mut restored = deduper(Shingling::Words(2));

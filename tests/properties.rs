@@ -63,6 +63,47 @@ fn measures() -> impl Strategy<Value = (Measure, Shingling)> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
+    /// Under a window, a duplicate names only a message indexed when it was
+    /// decided whose time is within the window of the newest time seen,
+    /// however the times are ordered; nothing older stays indexed.
+    #[test]
+    fn a_window_never_matches_or_keeps_an_older_message(
+        texts in texts(),
+        steps in prop::collection::vec(-30i64..60, 60),
+        window in 1u64..100,
+        (measure, shingling) in measures(),
+    ) {
+        let mut d = Deduper::new(EngineConfig {
+            capacity: NonZeroUsize::new(1000).unwrap(),
+            measure,
+            shingling,
+            window: dedup_stream::config::Window::from_millis(window),
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        let preparer = d.preparer().clone();
+        let mut scratch = dedup_stream::engine::Scratch::default();
+        let (mut time, mut newest) = (1_000i64, i64::MIN);
+        for (i, text) in texts.iter().enumerate() {
+            time += steps[i];
+            newest = newest.max(time);
+            let horizon = newest - window as i64;
+            let matchable: Vec<MessageId> = d
+                .index()
+                .iter_lru_first()
+                .filter(|e| e.time >= horizon)
+                .map(|e| e.id.clone())
+                .collect();
+            let sketch = preparer.sketch(text, &[], &mut scratch);
+            let verdict = d.check_at(MessageId::Integer(i as u64), sketch.as_sketch(), time);
+            if let Verdict::Duplicate(m) = verdict {
+                prop_assert!(matchable.contains(&m.of), "{:?} not in {:?}", m.of, matchable);
+            }
+            prop_assert!(d.index().iter_lru_first().all(|e| e.time >= horizon));
+            prop_assert_eq!(d.newest_time(), Some(newest));
+        }
+    }
+
     /// While a chain stays indexed (nothing is evicted), following
     /// `duplicate_of` from any duplicate ends at a new message, and that
     /// message's id is the duplicate's `cluster`.

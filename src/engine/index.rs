@@ -627,6 +627,48 @@ mod tests {
     }
 
     #[test]
+    fn expired_messages_leave_everything_and_their_slots_are_reused() {
+        let mut index = Index::new(NonZeroUsize::new(3).unwrap(), 8, 3).with_expiry();
+        let timed = |index: &mut Index, seq: u64, time: i64| {
+            let shingles = [seq as u32];
+            index.insert(
+                MessageId::Integer(seq),
+                Insert {
+                    seq,
+                    shingles: &shingles,
+                    band_keys: &[100 + seq as u32],
+                    set_fingerprint: set_fingerprint(&shingles),
+                    time,
+                    cluster: None,
+                },
+            )
+        };
+        timed(&mut index, 0, 50);
+        timed(&mut index, 1, 10);
+        timed(&mut index, 2, 30);
+        let slot = index.exact(set_fingerprint(&[1]), &[1]).unwrap();
+        index.renew(slot, 60);
+        index.renew(slot, 20);
+        assert_eq!(index.peek(slot).unwrap().time, 60, "only later times renew");
+        assert_eq!(index.expire(40), 1, "2 (30) goes; 1 was renewed");
+        assert_eq!(index.len(), 2);
+        assert_eq!(index.evictions(), 1);
+        assert!(index.exact(set_fingerprint(&[2]), &[2]).is_none());
+        let mut found = Vec::new();
+        index.candidates(&[102], &mut found);
+        assert!(found.is_empty());
+        // The freed slot is filled before anything is evicted.
+        assert!(timed(&mut index, 3, 70).is_none());
+        assert_eq!(index.len(), 3);
+        assert_eq!(index.exact(set_fingerprint(&[3]), &[3]), Some(2));
+        // Full again: the least recently used goes, and its time with it.
+        assert_eq!(timed(&mut index, 4, 80), Some(MessageId::Integer(0)));
+        assert_eq!(index.expire(65), 1, "only 1 (60) is older; 0 left already");
+        let left: Vec<(u64, i64)> = index.iter_lru_first().map(|e| (e.seq, e.time)).collect();
+        assert_eq!(left, [(3, 70), (4, 80)]);
+    }
+
+    #[test]
     fn buckets_are_capped() {
         let mut index = Index::new(NonZeroUsize::new(10).unwrap(), 3, 2);
         for seq in 0..6 {

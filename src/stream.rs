@@ -107,7 +107,13 @@ impl<S> Dedup<S> {
             .deduper
             .preparer()
             .sketch(&record.text, &record.urls, &mut self.scratch);
-        let verdict = self.deduper.check(record.id.clone(), sketch.as_sketch());
+        // Its time, for a window: its created_at, or now.
+        let time = record
+            .created_at_millis()
+            .unwrap_or_else(crate::timestamp::now_millis);
+        let verdict = self
+            .deduper
+            .check_at(record.id.clone(), sketch.as_sketch(), time);
         let mut out = Vec::with_capacity(line.len() + 80);
         write_tagged(&mut out, line, record.splice, |out| verdict.write_json(out));
         Ok(Tagged {

@@ -22,7 +22,7 @@
 //! assert_eq!(first.verdict, Verdict::New);
 //! let second = tagged.next().await.unwrap().unwrap();
 //! assert!(second.verdict.is_duplicate());
-//! assert!(second.line.ends_with(b"\"similarity\":1}}\n"));
+//! assert!(second.line.ends_with(b"\"similarity\":1,\"cluster\":1}}\n"));
 //! assert_eq!(tagged.next().await.unwrap().unwrap_err().line, 3);
 //! assert!(tagged.next().await.is_none());
 //! // The engine comes back, with everything it indexed (to save it, say).

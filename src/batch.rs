@@ -97,6 +97,9 @@ pub struct PreparedMessage {
     pub splice: Splice,
     /// What the message asks for.
     pub op: Op,
+    /// Its time (see [`Ask::time`]): its `created_at`, or else when its
+    /// batch was prepared.
+    pub time: i64,
     shingles: Range<usize>,
     band_keys: Range<usize>,
     set_fingerprint: u64,
@@ -148,6 +151,9 @@ pub fn prepare(
         band_keys: Vec::with_capacity(raw.lines.len() * (preparer.lsh_params().bands + 2)),
         raw: RawBatch::default(),
     };
+    // The arrival time of the batch's lines without a created_at: read
+    // once, when the first such line comes.
+    let mut arrival = None;
     for line in &raw.lines {
         let item = match line {
             RawLine::TooLong { number, max } => Item::Invalid(InvalidLine {
@@ -162,6 +168,9 @@ pub fn prepare(
                         reason,
                     }),
                     Ok(record) => {
+                        let time = record.created_at_millis().unwrap_or_else(|| {
+                            *arrival.get_or_insert_with(crate::timestamp::now_millis)
+                        });
                         let shingle_start = batch.shingles.len();
                         let band_start = batch.band_keys.len();
                         let set_fingerprint = preparer.sketch_into(
@@ -177,6 +186,7 @@ pub fn prepare(
                             id: record.id,
                             splice: record.splice,
                             op: read_op.map_or(Op::Check, |read| read(bytes)),
+                            time,
                             shingles: shingle_start..batch.shingles.len(),
                             band_keys: band_start..batch.band_keys.len(),
                             set_fingerprint,
@@ -202,6 +212,7 @@ pub fn asks(batch: &PreparedBatch, limit: usize) -> Vec<Ask<'_>> {
                 sketch: batch.sketch(message),
                 op: message.op,
                 token: None,
+                time: message.time,
             }),
             Item::Invalid(_) => None,
         })

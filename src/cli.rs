@@ -10,7 +10,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use dedup_stream::config::{
     DEFAULT_CAPACITY, DEFAULT_MAX_BUCKET, DEFAULT_MEASURE, DEFAULT_SAMPLE, DEFAULT_SHINGLE,
-    DEFAULT_THRESHOLD, EngineConfig, Measure, Sampling, Shingling,
+    DEFAULT_THRESHOLD, EngineConfig, Measure, Sampling, Shingling, Window,
 };
 use dedup_stream::consume::{self, ConsumeConfig, Output};
 use dedup_stream::pipeline::{self, Emit, OnInvalid, PipelineConfig};
@@ -244,6 +244,12 @@ pub struct EngineArgs {
     /// (|A∩B|/min(|A|,|B|)).
     #[arg(long, default_value_t = DEFAULT_MEASURE, value_parser = parse_measure)]
     pub measure: Measure,
+
+    /// Match only messages at most DURATION older than the newest seen
+    /// (by created_at when a record has one, else arrival time), and evict
+    /// older ones: a whole number and ms, s, m, h or d (10m, 24h, 7d).
+    #[arg(long, value_name = "DURATION", value_parser = parse_window)]
+    pub window: Option<Window>,
 }
 
 /// Options the filter and the server share: the index's size and where
@@ -584,6 +590,10 @@ fn parse_measure(s: &str) -> Result<Measure, ConfigError> {
     s.parse()
 }
 
+fn parse_window(s: &str) -> Result<Window, ConfigError> {
+    s.parse()
+}
+
 fn parse_location(s: &str) -> Result<IndexLocation, StoreError> {
     s.parse()
 }
@@ -624,6 +634,7 @@ impl EngineArgs {
             sampling: self.sample,
             measure: self.measure,
             max_bucket,
+            window: self.window,
         };
         config.validate()?;
         Ok(config)

@@ -39,6 +39,73 @@ pub const DEFAULT_MEASURE: Measure = Measure::Containment;
 /// every lookup into a scan.
 pub const DEFAULT_MAX_BUCKET: usize = 64;
 
+/// How long a message stays matchable (`--window`): messages older than
+/// this, measured back from the newest message time seen, are no longer
+/// matched and leave the index (see [`crate::engine::window`]). Whole
+/// milliseconds, at least one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Window(std::num::NonZeroU64);
+
+/// Units a [`Window`] is written in, largest first.
+const WINDOW_UNITS: [(&str, u64); 5] = [
+    ("d", 86_400_000),
+    ("h", 3_600_000),
+    ("m", 60_000),
+    ("s", 1_000),
+    ("ms", 1),
+];
+
+impl Window {
+    /// A window of `millis` milliseconds; `None` for 0.
+    pub fn from_millis(millis: u64) -> Option<Window> {
+        std::num::NonZeroU64::new(millis).map(Window)
+    }
+
+    /// Its length in milliseconds.
+    pub fn millis(self) -> u64 {
+        self.0.get()
+    }
+}
+
+impl fmt::Display for Window {
+    /// The largest unit that divides it: `10m`, `36h`, `1500ms`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.millis();
+        let (unit, size) = WINDOW_UNITS
+            .into_iter()
+            .find(|(_, size)| ms.is_multiple_of(*size))
+            .expect("ms divides everything");
+        write!(f, "{}{unit}", ms / size)
+    }
+}
+
+impl FromStr for Window {
+    type Err = ConfigError;
+
+    /// A positive whole number and a unit: `ms`, `s`, `m`, `h` or `d`
+    /// (`90s`, `10m`, `24h`, `7d`); at most about 285,000 years.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || ConfigError::Window(s.to_string());
+        let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+        let (number, unit) = s.split_at(digits);
+        let number: u64 = number.parse().map_err(|_| bad())?;
+        let (_, size) = WINDOW_UNITS
+            .into_iter()
+            .find(|(name, _)| *name == unit)
+            .ok_or_else(bad)?;
+        number
+            .checked_mul(size)
+            .filter(|&ms| ms < MAX_WINDOW_MS)
+            .and_then(Window::from_millis)
+            .ok_or_else(bad)
+    }
+}
+
+/// Longer than any window anyone needs, and small enough that message
+/// times (milliseconds, below 2^53 so that Redis's Lua holds them exactly)
+/// minus a window never overflow.
+const MAX_WINDOW_MS: u64 = 1 << 53;
+
 /// How a normalised text is cut into shingles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Shingling {
@@ -175,6 +242,8 @@ pub struct EngineConfig {
     pub measure: Measure,
     /// The most indexed messages one LSH bucket holds.
     pub max_bucket: usize,
+    /// How long a message stays matchable; `None`: until it is evicted.
+    pub window: Option<Window>,
 }
 
 impl Default for EngineConfig {
@@ -186,6 +255,7 @@ impl Default for EngineConfig {
             sampling: DEFAULT_SAMPLE,
             measure: DEFAULT_MEASURE,
             max_bucket: DEFAULT_MAX_BUCKET,
+            window: None,
         }
     }
 }
@@ -248,6 +318,37 @@ mod tests {
         config.shingling = Shingling::Spots(2);
         config.sampling = Sampling::Mod(4);
         assert_eq!(config.shingle_settings(), "spots:2+mod:4");
+    }
+
+    #[test]
+    fn windows_parse_and_print() {
+        for (text, ms, printed) in [
+            ("10m", 600_000, "10m"),
+            ("24h", 86_400_000, "1d"),
+            ("7d", 604_800_000, "7d"),
+            ("90s", 90_000, "90s"),
+            ("1500ms", 1_500, "1500ms"),
+            ("120m", 7_200_000, "2h"),
+        ] {
+            let window: Window = text.parse().unwrap();
+            assert_eq!(window.millis(), ms, "{text}");
+            assert_eq!(window.to_string(), printed);
+            assert_eq!(printed.parse::<Window>().unwrap(), window);
+        }
+        for bad in [
+            "",
+            "0s",
+            "10",
+            "m",
+            "-5m",
+            "1.5h",
+            "10 m",
+            "10M",
+            "5w",
+            "99999999999999d",
+        ] {
+            assert!(bad.parse::<Window>().is_err(), "{bad}");
+        }
     }
 
     #[test]

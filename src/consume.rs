@@ -368,6 +368,7 @@ impl<S: IndexStore> Worker<'_, S> {
                     sketch: prepared.sketch(message),
                     op: message.op,
                     token: Some(entry.id.as_bytes()),
+                    time: message.time,
                 });
             }
         }

@@ -29,6 +29,11 @@ pub enum ConfigError {
     /// A field path is empty or has an empty component.
     #[error("field path must be dotted names like data.text, got {0:?}")]
     FieldPath(String),
+    /// The window is not a positive whole number and a unit.
+    #[error(
+        "window must be a positive whole number and a unit (ms, s, m, h, d), like 10m, 24h or 7d, got {0:?}"
+    )]
+    Window(String),
 }
 
 /// Why one input line could not be processed. The line is skipped (or, when

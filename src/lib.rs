@@ -44,6 +44,7 @@
 //!   so an index survives restarts.
 //! - [`stream`]: the engine as an async `Stream` adapter, for Rust
 //!   consumers that embed it.
+//! - [`timestamp`]: message times for `--window` (`created_at`, or arrival).
 //! - [`redis_index`]: the index kept in Redis, shared by a fleet of
 //!   workers, behind the same [`engine::IndexStore`] trait as the in-memory
 //!   one; [`consume`]: a worker that reads a Redis Streams consumer group.
@@ -68,6 +69,7 @@ pub mod server;
 pub mod snapshot;
 pub mod stats;
 pub mod stream;
+pub mod timestamp;
 
 pub use config::{EngineConfig, Measure, Sampling, Shingling};
 pub use engine::{Deduper, Match, Preparer, Sketch, SketchBuf, Verdict};

@@ -41,7 +41,7 @@
 //! ```text
 //! {"id_str":"1","text":"hello"}
 //! {"id_str":"1","text":"hello","dedup":{"status":"new"}}
-//! {"id_str":"2","text":"hello!","dedup":{"status":"duplicate","duplicate_of":"1","similarity":1}}
+//! {"id_str":"2","text":"hello!","dedup":{"status":"duplicate","duplicate_of":"1","similarity":1,"cluster":"1"}}
 //! ```
 //!
 //! Every other byte of the line is written back unchanged, the id is copied as
@@ -145,6 +145,8 @@ const URL_PARENTS: [&str; 11] = [
     "data.entities.urls[]",
 ];
 const REFERENCED: &str = "referenced_tweets[]";
+/// Where a message's time is (v1.1 and v2 tweets; see [`crate::timestamp`]).
+const CREATED_AT_PATHS: [&str; 2] = ["created_at", "data.created_at"];
 
 impl Default for FieldSpec {
     fn default() -> Self {
@@ -287,6 +289,17 @@ pub struct Record<'a> {
     pub urls: Vec<(Cow<'a, str>, Cow<'a, str>)>,
     /// Where the tag goes: the offset of the closing brace.
     pub splice: Splice,
+    /// The first `created_at` found that is a string, its text as in the
+    /// line (read by [`Record::created_at_millis`]).
+    pub created_at: Option<&'a str>,
+}
+
+impl Record<'_> {
+    /// The message's `created_at` in milliseconds since the epoch, when it
+    /// has one in a known format (see [`crate::timestamp`]).
+    pub fn created_at_millis(&self) -> Option<i64> {
+        self.created_at.and_then(crate::timestamp::parse_created_at)
+    }
 }
 
 /// Where and how the tag is spliced into a line.
@@ -310,6 +323,7 @@ pub struct Decoder {
     referenced_type: u16,
     referenced_text: u16,
     referenced_url_pair: (u16, u16),
+    created_at: Vec<u16>,
 }
 
 #[derive(Debug, Default)]
@@ -400,9 +414,14 @@ impl Decoder {
                 &parse(&format!("{REFERENCED}.entities.urls[].expanded_url")),
             ),
         );
+        let created_at = CREATED_AT_PATHS
+            .iter()
+            .map(|p| add(&mut tree, &parse(p)))
+            .collect();
         Decoder {
             tree,
             spec,
+            created_at,
             ids,
             texts,
             retweet_texts,
@@ -496,11 +515,19 @@ impl Decoder {
                 }
             }
         }
+        // A date has no escapes: a string with one is no date.
+        let created_at = self.created_at.iter().find_map(|&path| {
+            let raw = found(path).next()?.raw.get();
+            raw.strip_prefix('"')?
+                .strip_suffix('"')
+                .filter(|text| !text.contains('\\'))
+        });
         Ok(Record {
             id,
             text,
             urls,
             splice,
+            created_at,
         })
     }
 
@@ -814,6 +841,29 @@ mod tests {
             o.extend_from_slice(b"{}")
         });
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn created_at_is_read_at_the_top_or_under_data_not_from_the_user() {
+        let time = |line: &str| decode(line).unwrap().created_at_millis();
+        assert_eq!(
+            time(
+                r#"{"id":1,"text":"x","created_at":"Wed Oct 10 20:19:24 +0000 2018","user":{"created_at":"Mon Jan 01 00:00:00 +0000 2007"}}"#
+            ),
+            Some(1_539_202_764_000)
+        );
+        assert_eq!(
+            time(r#"{"data":{"id":"1","text":"x","created_at":"2018-10-10T20:19:24.000Z"}}"#),
+            Some(1_539_202_764_000)
+        );
+        for absent in [
+            r#"{"id":1,"text":"x","user":{"created_at":"Mon Jan 01 00:00:00 +0000 2007"}}"#,
+            r#"{"id":1,"text":"x","created_at":1539202764}"#,
+            r#"{"id":1,"text":"x","created_at":"last tuesday"}"#,
+            r#"{"id":1,"text":"x","created_at":"2018-10-10T20:19:24\u002e000Z"}"#,
+        ] {
+            assert_eq!(time(absent), None, "{absent}");
+        }
     }
 
     #[test]

@@ -1,27 +1,38 @@
 //! State files: the index saved to disk and loaded back, so that a restart
 //! (or tomorrow's batch) still finds duplicates of what came before.
 //!
-//! # Format (version 2)
+//! # Format (version 3)
 //!
 //! All integers are little-endian.
 //!
 //! ```text
 //! magic        8 bytes   "\x89DDSTAT\n"
-//! version      u32       1
+//! version      u32       3
 //! fingerprint  u64       shingle compatibility fingerprint (below)
 //! shingling    u8 + N    length, then the shingle settings as text
 //!                        ("words:2", "spots:2+mod:4": see
 //!                        [`EngineConfig::shingle_settings`])
+//! newest       i64       the newest message time seen under --window
+//!                        (engine::window), -1 when none
 //! count        u64       number of entries
 //! entries      count ×   least recently used first:
 //!   seq          u64       arrival sequence number
 //!   id kind      u8        0: digit string, 1: integer, 2: raw JSON text
 //!   id           u64       (kinds 0 and 1) the number
 //!                u32 + N   (kind 2) length, then the id's JSON text
+//!   cluster kind u8        as the id's, or 3: the entry's own id (it was new)
+//!   cluster      …         (kinds 0 to 2) as the id
+//!   time         i64       the message's time, milliseconds since the Unix
+//!                          epoch (engine::window), 0 when saved without one
 //!   shingles     u32 + 4N  count, then the sorted shingle fingerprints
 //!   anchors      u8 + 4N   count (0 to 2), then the anchor keys
 //! checksum     u32       CRC-32 of every byte before it
 //! ```
+//!
+//! Version 2 files (the same without newest, cluster and time) are still read:
+//! each entry is its own cluster, with no time (under `--window` such
+//! entries count as old as can be, and expire with the first message that
+//! has a time).
 //!
 //! Shingle sets and anchor keys (which come from the tokens, not the
 //! shingles) are stored (a set of more than
@@ -67,15 +78,18 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::config::EngineConfig;
-use crate::engine::{Deduper, Preparer, Scratch};
+use crate::engine::{Deduper, Preparer, Restored, Scratch};
 use crate::record::MessageId;
 
 /// The first bytes of every state file. The high first byte and the line
 /// feed catch files mangled by text-mode transfers.
 pub const MAGIC: [u8; 8] = *b"\x89DDSTAT\n";
 
-/// The format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 2;
+/// The format version this build writes (and reads).
+pub const FORMAT_VERSION: u32 = 3;
+
+/// The previous format version, still read (see the module doc).
+pub const PREVIOUS_VERSION: u32 = 2;
 
 /// Texts whose shingles make up the compatibility fingerprint: cases,
 /// punctuation, mentions, hashtags, links, emoji and CJK, so that a change to
@@ -124,7 +138,8 @@ impl std::fmt::Display for ErrorKind {
             ErrorKind::NotAStateFile => f.write_str("not a dedup-stream state file"),
             ErrorKind::Version { found } => write!(
                 f,
-                "format version {found}, this build reads version {FORMAT_VERSION}"
+                "format version {found}, this build reads versions {PREVIOUS_VERSION} and \
+                 {FORMAT_VERSION}"
             ),
             ErrorKind::Incompatible { found, expected } if found != expected => write!(
                 f,
@@ -210,24 +225,17 @@ pub fn encode(deduper: &Deduper) -> Vec<u8> {
     // The settings' text is a few bytes ("chars:32+mod:64" at most).
     out.push(shingling.len() as u8);
     out.extend_from_slice(shingling.as_bytes());
+    out.extend_from_slice(&deduper.newest_time().unwrap_or(-1).to_le_bytes());
     out.extend_from_slice(&(index.len() as u64).to_le_bytes());
     for entry in index.iter_lru_first() {
         out.extend_from_slice(&entry.seq.to_le_bytes());
-        match &entry.id {
-            MessageId::DigitString(n) => {
-                out.push(0);
-                out.extend_from_slice(&n.to_le_bytes());
-            }
-            MessageId::Integer(n) => {
-                out.push(1);
-                out.extend_from_slice(&n.to_le_bytes());
-            }
-            MessageId::Raw(raw) => {
-                out.push(2);
-                out.extend_from_slice(&(raw.len() as u32).to_le_bytes());
-                out.extend_from_slice(raw.as_bytes());
-            }
+        encode_id(&entry.id, &mut out);
+        if entry.cluster() == &entry.id {
+            out.push(OWN_CLUSTER);
+        } else {
+            encode_id(entry.cluster(), &mut out);
         }
+        out.extend_from_slice(&entry.time.to_le_bytes());
         let shingles = entry.shingles();
         out.extend_from_slice(&(shingles.len() as u32).to_le_bytes());
         for shingle in shingles {
@@ -243,6 +251,28 @@ pub fn encode(deduper: &Deduper) -> Vec<u8> {
     let checksum = crc32fast::hash(&out);
     out.extend_from_slice(&checksum.to_le_bytes());
     out
+}
+
+/// The cluster kind of an entry that is its own cluster.
+const OWN_CLUSTER: u8 = 3;
+
+/// Appends an id: its kind, then its number or its JSON text.
+fn encode_id(id: &MessageId, out: &mut Vec<u8>) {
+    match id {
+        MessageId::DigitString(n) => {
+            out.push(0);
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+        MessageId::Integer(n) => {
+            out.push(1);
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+        MessageId::Raw(raw) => {
+            out.push(2);
+            out.extend_from_slice(&(raw.len() as u32).to_le_bytes());
+            out.extend_from_slice(raw.as_bytes());
+        }
+    }
 }
 
 /// A cursor over a state file's bytes that reports running out as
@@ -276,6 +306,23 @@ impl<'a> Reader<'a> {
         b.copy_from_slice(self.take(8)?);
         Ok(u64::from_le_bytes(b))
     }
+
+    /// An id of `kind` (see [`encode_id`]).
+    fn id(&mut self, kind: u8) -> Result<MessageId, ErrorKind> {
+        Ok(match kind {
+            0 => MessageId::DigitString(self.u64()?),
+            1 => MessageId::Integer(self.u64()?),
+            2 => {
+                let len = self.u32()? as usize;
+                let raw = std::str::from_utf8(self.take(len)?)
+                    .map_err(|_| ErrorKind::Malformed("an id is not UTF-8"))?;
+                MessageId::from_json(raw).ok_or(ErrorKind::Malformed(
+                    "an id is not a JSON string or integer",
+                ))?
+            }
+            _ => return Err(ErrorKind::Malformed("unknown id kind")),
+        })
+    }
 }
 
 /// Decodes a state file's bytes into `deduper`. Everything is checked before
@@ -289,7 +336,7 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
         bytes: &bytes[MAGIC.len()..],
     };
     let version = header.u32()?;
-    if version != FORMAT_VERSION {
+    if version != FORMAT_VERSION && version != PREVIOUS_VERSION {
         return Err(ErrorKind::Version { found: version });
     }
     // The checksum covers the whole file: check it before trusting any
@@ -326,10 +373,15 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
         ));
     }
 
+    let newest = if version == PREVIOUS_VERSION {
+        None
+    } else {
+        Some(r.u64()? as i64).filter(|&t| t >= 0)
+    };
     let count = r.u64()?;
-    // The smallest entry is 22 bytes: a count beyond that is corrupt, and
-    // must not size an allocation.
-    if count > (r.bytes.len() / 22) as u64 {
+    // The smallest entry is 20 bytes (a two-byte raw id, no shingle): a
+    // count beyond that is corrupt, and must not size an allocation.
+    if count > (r.bytes.len() / 20) as u64 {
         return Err(ErrorKind::Malformed("more entries than the file can hold"));
     }
     let mut entries = Vec::with_capacity(count as usize);
@@ -337,18 +389,16 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
     let mut anchors: Vec<u32> = Vec::new();
     for _ in 0..count {
         let seq = r.u64()?;
-        let id = match r.u8()? {
-            0 => MessageId::DigitString(r.u64()?),
-            1 => MessageId::Integer(r.u64()?),
-            2 => {
-                let len = r.u32()? as usize;
-                let raw = std::str::from_utf8(r.take(len)?)
-                    .map_err(|_| ErrorKind::Malformed("an id is not UTF-8"))?;
-                MessageId::from_json(raw).ok_or(ErrorKind::Malformed(
-                    "an id is not a JSON string or integer",
-                ))?
-            }
-            _ => return Err(ErrorKind::Malformed("unknown id kind")),
+        let kind = r.u8()?;
+        let id = r.id(kind)?;
+        let (cluster, time) = if version == PREVIOUS_VERSION {
+            (None, 0)
+        } else {
+            let cluster = match r.u8()? {
+                OWN_CLUSTER => None,
+                kind => Some(r.id(kind)?),
+            };
+            (cluster, r.u64()? as i64)
         };
         let n = r.u32()? as usize;
         let raw = r.take(n.checked_mul(4).ok_or(ErrorKind::Truncated)?)?;
@@ -378,14 +428,32 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
             b.copy_from_slice(chunk);
             anchors.push(u32::from_le_bytes(b));
         }
-        entries.push((id, seq, shingle_range, anchor_start..anchors.len()));
+        entries.push((
+            id,
+            seq,
+            cluster,
+            time,
+            shingle_range,
+            anchor_start..anchors.len(),
+        ));
     }
     if !r.bytes.is_empty() {
         return Err(ErrorKind::Malformed("bytes after the last entry"));
     }
     let restored = entries.len();
-    for (id, seq, shingle_range, anchor_range) in entries {
-        deduper.restore(id, seq, &shingles[shingle_range], &anchors[anchor_range]);
+    deduper.restore_newest_time(newest);
+    for (id, seq, cluster, time, shingle_range, anchor_range) in entries {
+        let restored = Restored {
+            cluster: cluster.as_ref(),
+            time,
+        };
+        deduper.restore(
+            id,
+            seq,
+            &shingles[shingle_range],
+            &anchors[anchor_range],
+            restored,
+        );
     }
     Ok(restored)
 }
@@ -625,19 +693,154 @@ mod tests {
         d
     }
 
+    /// What an entry holds: the id, seq, cluster, time, shingles and keys.
+    type Held = (MessageId, u64, MessageId, i64, Vec<u32>, Vec<u32>);
+
     /// Everything an entry holds, anchor and band keys included.
-    fn entries(d: &Deduper) -> Vec<(MessageId, u64, Vec<u32>, Vec<u32>)> {
+    fn entries(d: &Deduper) -> Vec<Held> {
         d.index()
             .iter_lru_first()
             .map(|e| {
                 (
                     e.id.clone(),
                     e.seq,
+                    e.cluster().clone(),
+                    e.time,
                     e.shingles().to_vec(),
                     e.band_keys().to_vec(),
                 )
             })
             .collect()
+    }
+
+    /// A state file of version 2 (no clusters, no times), as that version
+    /// wrote it.
+    fn encode_v2(d: &Deduper) -> Vec<u8> {
+        let mut out = encode(d);
+        out.truncate(MAGIC.len());
+        out.extend_from_slice(&PREVIOUS_VERSION.to_le_bytes());
+        out.extend_from_slice(&fingerprint(d.config()).to_le_bytes());
+        let shingling = d.config().shingling.to_string();
+        out.push(shingling.len() as u8);
+        out.extend_from_slice(shingling.as_bytes());
+        out.extend_from_slice(&(d.index().len() as u64).to_le_bytes());
+        for entry in d.index().iter_lru_first() {
+            out.extend_from_slice(&entry.seq.to_le_bytes());
+            encode_id(&entry.id, &mut out);
+            out.extend_from_slice(&(entry.shingles().len() as u32).to_le_bytes());
+            for shingle in entry.shingles() {
+                out.extend_from_slice(&shingle.to_le_bytes());
+            }
+            let anchors = d.anchor_keys(entry);
+            out.push(anchors.len() as u8);
+            for anchor in anchors {
+                out.extend_from_slice(&anchor.to_le_bytes());
+            }
+        }
+        let checksum = crc32fast::hash(&out);
+        out.extend_from_slice(&checksum.to_le_bytes());
+        out
+    }
+
+    /// A chain: 2 a near-duplicate of 1, 3 of 2; then 4, its own.
+    fn chained() -> Deduper {
+        let mut d = deduper(Shingling::Words(2));
+        let text = "the river burst its banks overnight and the old mill road is closed";
+        d.check_text(MessageId::Integer(1), text);
+        for (n, more) in [(2, " today"), (3, " today again")] {
+            let v = d.check_text(MessageId::Integer(n), &format!("{text}{more}"));
+            assert!(v.is_duplicate(), "{v:?}");
+        }
+        d.check_text(MessageId::Raw("\"x\"".into()), TEXTS[1]);
+        d
+    }
+
+    #[test]
+    fn clusters_survive_a_round_trip() {
+        let original = chained();
+        let clusters: Vec<MessageId> = original
+            .index()
+            .iter_lru_first()
+            .map(|e| e.cluster().clone())
+            .collect();
+        assert_eq!(
+            clusters,
+            [1, 2, 3]
+                .map(|_| MessageId::Integer(1))
+                .into_iter()
+                .chain([MessageId::Raw("\"x\"".into())])
+                .collect::<Vec<_>>()
+        );
+        let bytes = encode(&original);
+        let mut restored = deduper(Shingling::Words(2));
+        assert_eq!(decode_into(&bytes, &mut restored).unwrap(), 4);
+        assert_eq!(entries(&restored), entries(&original));
+        let v = restored.check_text(
+            MessageId::Integer(9),
+            "the river burst its banks overnight and the old mill road is closed today again!",
+        );
+        assert!(
+            matches!(&v, Verdict::Duplicate(m) if m.cluster == MessageId::Integer(1)),
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn a_run_resumed_from_a_state_file_expires_what_the_whole_run_would() {
+        let windowed = || {
+            Deduper::new(EngineConfig {
+                capacity: NonZeroUsize::new(100).unwrap(),
+                window: crate::config::Window::from_millis(1_000),
+                ..EngineConfig::default()
+            })
+            .unwrap()
+        };
+        let stream: Vec<(&str, i64)> = vec![
+            (TEXTS[0], 10_000),
+            (TEXTS[1], 10_100),
+            (TEXTS[0], 10_900),
+            (TEXTS[2], 11_200),
+            // Late: the clock stays at 11200, so 10100 is gone.
+            (TEXTS[1], 10_000),
+            (TEXTS[0], 11_800),
+            (TEXTS[2], 12_300),
+        ];
+        let check = |d: &mut Deduper, n: usize, (text, time): (&str, i64)| {
+            let sketch = d.preparer().sketch(text, &[], &mut Scratch::default());
+            d.check_at(MessageId::Integer(n as u64), sketch.as_sketch(), time)
+        };
+        let mut whole = windowed();
+        let all: Vec<Verdict> = (0..stream.len())
+            .map(|n| check(&mut whole, n, stream[n]))
+            .collect();
+        for cut in 0..stream.len() {
+            let mut first = windowed();
+            let mut verdicts: Vec<Verdict> =
+                (0..cut).map(|n| check(&mut first, n, stream[n])).collect();
+            let mut second = windowed();
+            decode_into(&encode(&first), &mut second).unwrap();
+            assert_eq!(entries(&second), entries(&first), "cut at {cut}");
+            assert_eq!(second.newest_time(), first.newest_time());
+            verdicts.extend((cut..stream.len()).map(|n| check(&mut second, n, stream[n])));
+            assert_eq!(verdicts, all, "cut at {cut}");
+        }
+        assert_eq!(all[4], Verdict::New, "the late copy finds 10100 expired");
+        assert!(all[2].is_duplicate() && all[5].is_duplicate(), "{all:?}");
+    }
+
+    #[test]
+    fn version_2_files_are_read_with_each_entry_its_own_cluster() {
+        let original = chained();
+        let mut restored = deduper(Shingling::Words(2));
+        assert_eq!(
+            decode_into(&encode_v2(&original), &mut restored).unwrap(),
+            4
+        );
+        let own: Vec<Held> = entries(&original)
+            .into_iter()
+            .map(|(id, seq, _, time, shingles, keys)| (id.clone(), seq, id, time, shingles, keys))
+            .collect();
+        assert_eq!(entries(&restored), own);
     }
 
     #[test]

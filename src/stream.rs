@@ -22,7 +22,7 @@
 //! assert_eq!(first.verdict, Verdict::New);
 //! let second = tagged.next().await.unwrap().unwrap();
 //! assert!(second.verdict.is_duplicate());
-//! assert!(second.line.ends_with(b"\"similarity\":1}}\n"));
+//! assert!(second.line.ends_with(b"\"similarity\":1,\"cluster\":1}}\n"));
 //! assert_eq!(tagged.next().await.unwrap().unwrap_err().line, 3);
 //! assert!(tagged.next().await.is_none());
 //! // The engine comes back, with everything it indexed (to save it, say).
@@ -107,7 +107,13 @@ impl<S> Dedup<S> {
             .deduper
             .preparer()
             .sketch(&record.text, &record.urls, &mut self.scratch);
-        let verdict = self.deduper.check(record.id.clone(), sketch.as_sketch());
+        // Its time, for a window: its created_at, or now.
+        let time = record
+            .created_at_millis()
+            .unwrap_or_else(crate::timestamp::now_millis);
+        let verdict = self
+            .deduper
+            .check_at(record.id.clone(), sketch.as_sketch(), time);
         let mut out = Vec::with_capacity(line.len() + 80);
         write_tagged(&mut out, line, record.splice, |out| verdict.write_json(out));
         Ok(Tagged {

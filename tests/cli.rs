@@ -35,7 +35,7 @@ fn tags_new_and_duplicates_in_input_order() {
     assert_eq!(v[1], serde_json::json!({"status": "new"}));
     assert_eq!(
         v[2],
-        serde_json::json!({"status": "duplicate", "duplicate_of": "1", "similarity": 1})
+        serde_json::json!({"status": "duplicate", "duplicate_of": "1", "similarity": 1, "cluster": "1"})
     );
     assert!(
         output.stderr.is_empty(),

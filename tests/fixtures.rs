@@ -103,6 +103,11 @@ fn long_items_spots() {
 }
 
 #[test]
+fn window() {
+    check(CASES[7].0, CASES[7].1);
+}
+
+#[test]
 fn output_is_the_same_for_every_thread_count() {
     for (name, args) in CASES {
         let input = fs::read(fixture(&feed_input(name))).unwrap();

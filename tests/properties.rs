@@ -64,6 +64,79 @@ fn measures() -> impl Strategy<Value = (Measure, Shingling)> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
+    /// Under a window, a duplicate names only a message indexed when it was
+    /// decided whose time is within the window of the newest time seen,
+    /// however the times are ordered; nothing older stays indexed.
+    #[test]
+    fn a_window_never_matches_or_keeps_an_older_message(
+        texts in texts(),
+        steps in prop::collection::vec(-30i64..60, 60),
+        window in 1u64..100,
+        (measure, shingling) in measures(),
+    ) {
+        let mut d = Deduper::new(EngineConfig {
+            capacity: NonZeroUsize::new(1000).unwrap(),
+            measure,
+            shingling,
+            window: dedup_stream::config::Window::from_millis(window),
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        let preparer = d.preparer().clone();
+        let mut scratch = dedup_stream::engine::Scratch::default();
+        let (mut time, mut newest) = (1_000i64, i64::MIN);
+        for (i, text) in texts.iter().enumerate() {
+            time += steps[i];
+            newest = newest.max(time);
+            let horizon = newest - window as i64;
+            let matchable: Vec<MessageId> = d
+                .index()
+                .iter_lru_first()
+                .filter(|e| e.time >= horizon)
+                .map(|e| e.id.clone())
+                .collect();
+            let sketch = preparer.sketch(text, &[], &mut scratch);
+            let verdict = d.check_at(MessageId::Integer(i as u64), sketch.as_sketch(), time);
+            if let Verdict::Duplicate(m) = verdict {
+                prop_assert!(matchable.contains(&m.of), "{:?} not in {:?}", m.of, matchable);
+            }
+            prop_assert!(d.index().iter_lru_first().all(|e| e.time >= horizon));
+            prop_assert_eq!(d.newest_time(), Some(newest));
+        }
+    }
+
+    /// While a chain stays indexed (nothing is evicted), following
+    /// `duplicate_of` from any duplicate ends at a new message, and that
+    /// message's id is the duplicate's `cluster`.
+    #[test]
+    fn duplicate_of_links_end_at_the_cluster(
+        texts in texts(),
+        (measure, shingling) in measures(),
+    ) {
+        let mut d = engine(1000, measure, shingling);
+        let verdicts: Vec<Verdict> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, text)| d.check_text(MessageId::Integer(i as u64), text))
+            .collect();
+        prop_assert_eq!(d.index().evictions(), 0);
+        for verdict in &verdicts {
+            let Verdict::Duplicate(m) = verdict else { continue };
+            let mut at = m.of.clone();
+            // Each link goes to an earlier message, so the walk ends.
+            loop {
+                let MessageId::Integer(n) = at else {
+                    unreachable!("ids are integers")
+                };
+                match &verdicts[n as usize] {
+                    Verdict::Duplicate(earlier) => at = earlier.of.clone(),
+                    Verdict::New => break,
+                }
+            }
+            prop_assert_eq!(&at, &m.cluster);
+        }
+    }
+
     /// The index never holds more than its capacity, and a reported
     /// duplicate always names a message the index held when the decision
     /// was made, so an evicted message is never reported.

@@ -95,6 +95,20 @@ fn the_redis_index_writes_what_the_memory_index_writes() {
         synthetic.clone(),
         vec!["--id-field", "id_str", "--text-field", "text"],
     ));
+    // Under a window (by created_at): expired messages leave both indexes
+    // alike, in the middle of calls and across them.
+    feeds.push((
+        "synthetic, --window 20s".into(),
+        synthetic.clone(),
+        vec![
+            "--id-field",
+            "id_str",
+            "--text-field",
+            "text",
+            "--window",
+            "20s",
+        ],
+    ));
     // Texts with nothing left once normalised: new, never candidates.
     let empty: Vec<u8> = [
         "",

@@ -34,6 +34,10 @@ struct TestServer {
 
 impl TestServer {
     async fn start(config: ServerConfig) -> TestServer {
+        TestServer::start_with(config, EngineConfig::default()).await
+    }
+
+    async fn start_with(config: ServerConfig, engine: EngineConfig) -> TestServer {
         let dir = tempfile::tempdir().unwrap();
         let tcp = ListenAddr::Tcp("127.0.0.1:0".parse().unwrap())
             .bind()
@@ -47,7 +51,7 @@ impl TestServer {
         let (tcp_addr, unix_addr) = (tcp.local_addr(), unix.local_addr());
         let admin_addr = admin.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let deduper = Deduper::new(EngineConfig::default()).unwrap();
+        let deduper = Deduper::new(engine).unwrap();
         let listeners = Listeners {
             data: vec![tcp, unix],
             admin: Some(admin),
@@ -207,7 +211,12 @@ async fn concurrent_clients_get_their_verdicts_in_order() {
             if i % 5 == 4 {
                 assert_eq!(
                     reply["dedup"],
-                    json!({"status": "duplicate", "duplicate_of": format!("{c}-{}", i - 1), "similarity": 1}),
+                    json!({
+                        "status": "duplicate",
+                        "duplicate_of": format!("{c}-{}", i - 1),
+                        "similarity": 1,
+                        "cluster": format!("{c}-{}", i - 1),
+                    }),
                     "client {c} message {i}"
                 );
             } else {
@@ -236,7 +245,7 @@ async fn a_duplicate_across_connections_is_found_and_queries_leave_no_trace() {
     .await;
     assert_eq!(
         b[0]["dedup"],
-        json!({"status": "duplicate", "duplicate_of": "1", "similarity": 1})
+        json!({"status": "duplicate", "duplicate_of": "1", "similarity": 1, "cluster": "1"})
     );
     // A query finds the duplicate but indexes nothing.
     let other = "The bakery on fifth street reopens on Monday with a brand new menu";
@@ -263,6 +272,44 @@ async fn a_duplicate_across_connections_is_found_and_queries_leave_no_trace() {
     assert_eq!(c[0]["dedup"], json!({"status": "new"}));
     let deduper = server.stop().await;
     assert_eq!(deduper.index().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_window_the_sidecar_forgets_what_is_older() {
+    let server = TestServer::start_with(
+        quick_config(),
+        EngineConfig {
+            window: "1h".parse().ok(),
+            ..EngineConfig::default()
+        },
+    )
+    .await;
+    let story = "Flooding has closed the coastal highway north of the city tonight, police say";
+    let timed = |id: &str, text: &str, at: &str| {
+        format!(
+            "{}\n",
+            json!({"id_str": id, "text": text, "created_at": at})
+        )
+    };
+    let replies = exchange(
+        &server.tcp,
+        vec![
+            timed("1", story, "2018-10-10T20:00:00Z"),
+            timed("2", &format!("{story}!"), "2018-10-10T20:59:00Z"),
+            timed(
+                "3",
+                "an unrelated message about a bake sale today",
+                "2018-10-10T22:00:00Z",
+            ),
+            timed("4", story, "2018-10-10T22:01:00Z"),
+        ],
+    )
+    .await;
+    let statuses: Vec<&Value> = replies.iter().map(|r| &r["dedup"]["status"]).collect();
+    assert_eq!(statuses, ["new", "duplicate", "new", "new"], "{replies:?}");
+    let deduper = server.stop().await;
+    assert_eq!(deduper.index().len(), 2, "1 expired; 3 and 4 are indexed");
+    assert_eq!(deduper.index().evictions(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -350,7 +397,7 @@ async fn verdict_replies_carry_only_the_id_and_the_verdict() {
     assert_eq!(replies[1], json!({"id": "a", "dedup": {"status": "new"}}));
     assert_eq!(
         replies[2],
-        json!({"id": 7, "dedup": {"status": "duplicate", "duplicate_of": "a", "similarity": 1}})
+        json!({"id": 7, "dedup": {"status": "duplicate", "duplicate_of": "a", "similarity": 1, "cluster": "a"}})
     );
     server.stop().await;
 }
@@ -624,7 +671,7 @@ async fn a_restart_with_state_finds_duplicates_of_earlier_messages() {
     let r = exchange(&addr, vec![message("200", &format!("RT @police: {STORY}"))]).await;
     assert_eq!(
         r[0]["dedup"],
-        json!({"status": "duplicate", "duplicate_of": "100", "similarity": 1})
+        json!({"status": "duplicate", "duplicate_of": "100", "similarity": 1, "cluster": "100"})
     );
     // SIGINT drains and saves too, and is a clean stop (exit status 0).
     second.signal("INT");

@@ -17,7 +17,14 @@
 //!
 //! Eviction removes the message from both, so nothing ever points at an
 //! evicted message and memory stays flat on an endless stream.
+//!
+//! Under `--window` (see [`super::window`]) a fourth structure, `expiry`,
+//! orders the messages by time, so that those older than the window leave
+//! at once, wherever they are in the LRU order; their slots go on a free
+//! list, reused before the index grows, so a freed slot's entry is never
+//! reached: nothing points at it.
 
+use std::collections::BTreeSet;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::num::NonZeroUsize;
 
@@ -35,6 +42,12 @@ pub struct Entry {
     pub seq: u64,
     /// The id reported when a later message duplicates this one.
     pub id: MessageId,
+    /// The message's time (milliseconds since the Unix epoch; see
+    /// [`super::window`]), 0 when no window is in force.
+    pub time: i64,
+    /// The cluster it belongs to when that is not its own id (it was a
+    /// near-duplicate): boxed, so that the many new messages pay 8 bytes.
+    cluster: Option<Box<MessageId>>,
     /// The band keys, then the sorted shingle set, in one allocation of
     /// exactly their size. (Reusing the evicted entry's allocation saves a
     /// malloc and a free, but a slot then keeps the room of the longest
@@ -48,6 +61,12 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// The id of the first message of the chain this one belongs to (see
+    /// [`super::Match::cluster`]).
+    pub fn cluster(&self) -> &MessageId {
+        self.cluster.as_deref().unwrap_or(&self.id)
+    }
+
     /// The message's sorted shingle set.
     pub fn shingles(&self) -> &[u32] {
         &self.data[self.bands as usize..]
@@ -102,6 +121,10 @@ pub struct Insert<'a> {
     pub band_keys: &'a [u32],
     /// [`set_fingerprint`] of `shingles`.
     pub set_fingerprint: u64,
+    /// The message's time (see [`Entry::time`]).
+    pub time: i64,
+    /// Its cluster, `None` when it is its own (it was new).
+    pub cluster: Option<&'a MessageId>,
 }
 
 /// The hash of a slot in the LRU's table: the slot itself in the low bits,
@@ -144,6 +167,10 @@ pub struct Index {
     postings: Postings,
     max_bucket: usize,
     evictions: u64,
+    /// Under a window: (time, slot) of every indexed message.
+    expiry: Option<BTreeSet<(i64, u32)>>,
+    /// Slots emptied by expiry, to fill first.
+    free: Vec<u32>,
 }
 
 impl std::fmt::Debug for Index {
@@ -201,6 +228,54 @@ impl Index {
             postings: Postings::with_capacity(capacity.get().saturating_mul(keys_per_message)),
             max_bucket,
             evictions: 0,
+            expiry: None,
+            free: Vec::new(),
+        }
+    }
+
+    /// The index, keeping messages in time order too, so that
+    /// [`Index::expire`] finds the old ones without a scan.
+    pub fn with_expiry(mut self) -> Index {
+        self.expiry = Some(BTreeSet::new());
+        self
+    }
+
+    /// Evicts every message whose time is before `horizon`; returns how
+    /// many. Their slots are reused before the index grows. Without
+    /// [`Index::with_expiry`], does nothing.
+    pub fn expire(&mut self, horizon: i64) -> usize {
+        let Some(expiry) = &mut self.expiry else {
+            return 0;
+        };
+        let mut expired = 0;
+        while let Some(&(time, slot)) = expiry.first()
+            && time < horizon
+        {
+            expiry.pop_first();
+            self.recency.pop(&slot);
+            let entry = &mut self.entries[slot as usize];
+            forget(&mut self.postings, slot, entry);
+            // Its room goes now; the slot is reused whole.
+            entry.data = Box::default();
+            entry.bands = 0;
+            entry.cluster = None;
+            self.free.push(slot);
+            expired += 1;
+        }
+        self.evictions += expired as u64;
+        expired
+    }
+
+    /// Sets the time of the message in `slot` to `time` if that is later
+    /// (an exact copy, not indexed itself, renews it).
+    pub fn renew(&mut self, slot: u32, time: i64) {
+        let entry = &mut self.entries[slot as usize];
+        if let Some(expiry) = &mut self.expiry
+            && time > entry.time
+        {
+            expiry.remove(&(entry.time, slot));
+            expiry.insert((time, slot));
+            entry.time = time;
         }
     }
 
@@ -306,7 +381,8 @@ impl Index {
     /// The entry in `slot`, without touching its recency.
     pub fn peek(&self, slot: u32) -> Option<&Entry> {
         // Every slot below the length is live: slots are filled in order and
-        // an evicted slot is refilled at once.
+        // an evicted slot is refilled at once. (An expired one is on the
+        // free list, and nothing names it until it is refilled.)
         self.entries.get(slot as usize)
     }
 
@@ -341,16 +417,34 @@ impl Index {
             self.recency.promote(&slot);
             let entry = &mut self.entries[slot as usize];
             forget(&mut self.postings, slot, entry);
+            if let Some(expiry) = &mut self.expiry {
+                expiry.remove(&(entry.time, slot));
+            }
             entry.data = data;
             entry.bands = message.band_keys.len() as u32;
             entry.exact = exact;
             entry.seq = message.seq;
+            entry.time = message.time;
+            entry.cluster = message.cluster.map(|c| Box::new(c.clone()));
             self.evictions += 1;
             (slot, Some(std::mem::replace(&mut entry.id, id)))
+        } else if let Some(slot) = self.free.pop() {
+            let entry = &mut self.entries[slot as usize];
+            entry.data = data;
+            entry.bands = message.band_keys.len() as u32;
+            entry.exact = exact;
+            entry.seq = message.seq;
+            entry.time = message.time;
+            entry.cluster = message.cluster.map(|c| Box::new(c.clone()));
+            entry.id = id;
+            self.recency.push(slot, ());
+            (slot, None)
         } else {
             self.entries.push(Entry {
                 seq: message.seq,
                 id,
+                time: message.time,
+                cluster: message.cluster.map(|c| Box::new(c.clone())),
                 data,
                 bands: message.band_keys.len() as u32,
                 exact,
@@ -361,6 +455,9 @@ impl Index {
         };
         for &key in message.band_keys.iter().chain(std::iter::once(&exact)) {
             self.postings.insert_capped(key, slot, self.max_bucket);
+        }
+        if let Some(expiry) = &mut self.expiry {
+            expiry.insert((message.time, slot));
         }
         evicted
     }
@@ -392,6 +489,8 @@ mod tests {
                 shingles,
                 band_keys: keys,
                 set_fingerprint: set_fingerprint(shingles),
+                time: 0,
+                cluster: None,
             },
         )
     }
@@ -525,6 +624,48 @@ mod tests {
             index.postings_cells() <= capacity * 3 * 5 / 2,
             "no larger than a table sized for a full index"
         );
+    }
+
+    #[test]
+    fn expired_messages_leave_everything_and_their_slots_are_reused() {
+        let mut index = Index::new(NonZeroUsize::new(3).unwrap(), 8, 3).with_expiry();
+        let timed = |index: &mut Index, seq: u64, time: i64| {
+            let shingles = [seq as u32];
+            index.insert(
+                MessageId::Integer(seq),
+                Insert {
+                    seq,
+                    shingles: &shingles,
+                    band_keys: &[100 + seq as u32],
+                    set_fingerprint: set_fingerprint(&shingles),
+                    time,
+                    cluster: None,
+                },
+            )
+        };
+        timed(&mut index, 0, 50);
+        timed(&mut index, 1, 10);
+        timed(&mut index, 2, 30);
+        let slot = index.exact(set_fingerprint(&[1]), &[1]).unwrap();
+        index.renew(slot, 60);
+        index.renew(slot, 20);
+        assert_eq!(index.peek(slot).unwrap().time, 60, "only later times renew");
+        assert_eq!(index.expire(40), 1, "2 (30) goes; 1 was renewed");
+        assert_eq!(index.len(), 2);
+        assert_eq!(index.evictions(), 1);
+        assert!(index.exact(set_fingerprint(&[2]), &[2]).is_none());
+        let mut found = Vec::new();
+        index.candidates(&[102], &mut found);
+        assert!(found.is_empty());
+        // The freed slot is filled before anything is evicted.
+        assert!(timed(&mut index, 3, 70).is_none());
+        assert_eq!(index.len(), 3);
+        assert_eq!(index.exact(set_fingerprint(&[3]), &[3]), Some(2));
+        // Full again: the least recently used goes, and its time with it.
+        assert_eq!(timed(&mut index, 4, 80), Some(MessageId::Integer(0)));
+        assert_eq!(index.expire(65), 1, "only 1 (60) is older; 0 left already");
+        let left: Vec<(u64, i64)> = index.iter_lru_first().map(|e| (e.seq, e.time)).collect();
+        assert_eq!(left, [(3, 70), (4, 80)]);
     }
 
     #[test]

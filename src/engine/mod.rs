@@ -23,6 +23,9 @@
 //! - **A match refreshes the matched message.** A story still being copied
 //!   stays in the index however old its first message is, and what is
 //!   evicted is what nobody has repeated for longest.
+//!
+//! Under `--window`, messages also leave the index once they are older
+//! than the window: [`window`] states the rule.
 
 pub mod bitmap;
 pub mod hint;
@@ -34,6 +37,7 @@ pub mod sketch;
 pub mod store;
 pub mod tokenise;
 pub mod verdict;
+pub mod window;
 
 use std::borrow::Cow;
 
@@ -332,6 +336,16 @@ pub fn lsh_params(config: &EngineConfig) -> LshParams {
     LshParams::for_threshold(config.threshold)
 }
 
+/// What a state file keeps of an indexed message beyond its shingles (see
+/// [`Deduper::restore`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Restored<'a> {
+    /// Its cluster, `None` when it is its own id.
+    pub cluster: Option<&'a MessageId>,
+    /// Its time (see [`index::Entry::time`]).
+    pub time: i64,
+}
+
 /// Counters of the engine's decisions.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EngineCounts {
@@ -359,6 +373,7 @@ pub struct Deduper {
     preparer: Preparer,
     index: Index,
     next_seq: u64,
+    clock: window::Clock,
     counts: EngineCounts,
     candidates: Vec<u32>,
     scratch: Scratch,
@@ -378,16 +393,23 @@ impl Deduper {
     /// An engine with an empty index.
     pub fn new(config: EngineConfig) -> Result<Deduper, ConfigError> {
         config.validate()?;
+        // Band keys, two anchors and the exact-set key.
+        let index = Index::new(
+            config.capacity,
+            config.max_bucket,
+            lsh_params(&config).bands + 3,
+        );
+        let clock = window::Clock::new(config.window.map(|w| w.millis()));
         Ok(Deduper {
             preparer: Preparer::new(&config),
-            // Band keys, two anchors and the exact-set key.
-            index: Index::new(
-                config.capacity,
-                config.max_bucket,
-                lsh_params(&config).bands + 3,
-            ),
+            index: if clock.is_on() {
+                index.with_expiry()
+            } else {
+                index
+            },
             config,
             next_seq: 0,
+            clock,
             counts: EngineCounts::default(),
             candidates: Vec::new(),
             scratch: Scratch::default(),
@@ -415,13 +437,37 @@ impl Deduper {
     }
 
     /// Decides on a message and indexes it unless an identical shingle set
-    /// is indexed already.
+    /// is indexed already. Under a window, the message is taken to be as
+    /// new as the newest seen (see [`Deduper::check_at`]).
     pub fn check(&mut self, id: MessageId, sketch: Sketch<'_>) -> Verdict {
+        let now = self.clock.newest().unwrap_or(0);
+        self.check_at(id, sketch, now)
+    }
+
+    /// [`Deduper::check`] for a message of time `time` (milliseconds since
+    /// the epoch): under a window, first expires what is older than the
+    /// window (see [`window`]). Without one, the time is ignored.
+    pub fn check_at(&mut self, id: MessageId, sketch: Sketch<'_>, time: i64) -> Verdict {
+        // The range the Redis index keeps exactly (crate::timestamp).
+        let time = time.clamp(0, crate::timestamp::MAX_TIME);
+        let horizon = self.clock.advance(time);
+        if let Some(horizon) = horizon {
+            self.index.expire(horizon);
+        }
+        // Without a window, no time is kept: state files stay the same.
+        let time = if horizon.is_some() { time } else { 0 };
         if sketch.shingles.is_empty() {
             return self.nothing_to_compare();
         }
         let (verdict, identical) = self.decide(sketch, true);
-        if !identical {
+        if let Some(slot) = identical {
+            self.index.renew(slot, time);
+        } else if horizon.is_none_or(|horizon| time >= horizon) {
+            // A near-duplicate joins the chain of what it matched.
+            let cluster = match &verdict {
+                Verdict::Duplicate(m) => Some(&m.cluster),
+                Verdict::New => None,
+            };
             self.index.insert(
                 id,
                 Insert {
@@ -429,6 +475,8 @@ impl Deduper {
                     shingles: sketch.shingles,
                     band_keys: sketch.band_keys,
                     set_fingerprint: sketch.set_fingerprint,
+                    time,
+                    cluster,
                 },
             );
         }
@@ -476,10 +524,17 @@ impl Deduper {
     }
 
     /// Restores an indexed message (from a snapshot) without deciding: its
-    /// shingle set and its anchor keys (see [`Deduper::anchor_keys`]). The
-    /// LSH band keys are recomputed from the shingles, so a state file
-    /// outlives a change of threshold.
-    pub fn restore(&mut self, id: MessageId, seq: u64, shingles: &[u32], anchor_keys: &[u32]) {
+    /// shingle set, its anchor keys (see [`Deduper::anchor_keys`]) and its
+    /// [`Restored`] cluster and time. The LSH band keys are recomputed from
+    /// the shingles, so a state file outlives a change of threshold.
+    pub fn restore(
+        &mut self,
+        id: MessageId,
+        seq: u64,
+        shingles: &[u32],
+        anchor_keys: &[u32],
+        restored: Restored<'_>,
+    ) {
         let mut band_keys =
             Vec::with_capacity(self.preparer.lsh_params().bands + anchor_keys.len());
         let mut mixed = Vec::new();
@@ -494,6 +549,8 @@ impl Deduper {
                 shingles,
                 band_keys: &band_keys,
                 set_fingerprint: set_fingerprint(shingles),
+                time: if self.clock.is_on() { restored.time } else { 0 },
+                cluster: restored.cluster,
             },
         );
         self.next_seq = self.next_seq.max(seq + 1);
@@ -510,8 +567,22 @@ impl Deduper {
         self.next_seq
     }
 
-    /// The verdict, and whether an identical shingle set is indexed.
-    fn decide(&mut self, sketch: Sketch<'_>, refresh: bool) -> (Verdict, bool) {
+    /// The newest message time seen under a window (see [`window`]).
+    pub fn newest_time(&self) -> Option<i64> {
+        self.clock.newest()
+    }
+
+    /// Restores the newest message time seen (from a state file), so that
+    /// a run resumed from a state file expires what the whole run would.
+    /// Ignored without a window.
+    pub fn restore_newest_time(&mut self, newest: Option<i64>) {
+        if self.clock.is_on() {
+            self.clock.restore(newest);
+        }
+    }
+
+    /// The verdict, and the slot of the identical shingle set, if indexed.
+    fn decide(&mut self, sketch: Sketch<'_>, refresh: bool) -> (Verdict, Option<u32>) {
         self.counts.messages += 1;
         let exact = self.index.exact(sketch.set_fingerprint, sketch.shingles);
         let best = match (self.config.measure, exact) {
@@ -526,20 +597,19 @@ impl Deduper {
                 if refresh {
                     self.index.touch(slot);
                 }
-                let of = self
-                    .index
-                    .peek(slot)
-                    .expect("candidate is indexed")
-                    .id
-                    .clone();
-                Verdict::Duplicate(Match { of, similarity })
+                let entry = self.index.peek(slot).expect("candidate is indexed");
+                Verdict::Duplicate(Match {
+                    of: entry.id.clone(),
+                    similarity,
+                    cluster: entry.cluster().clone(),
+                })
             }
             _ => {
                 self.counts.new += 1;
                 Verdict::New
             }
         };
-        (verdict, exact.is_some())
+        (verdict, exact)
     }
 
     /// The most similar indexed message (ties: the earliest), if any is at
@@ -607,7 +677,7 @@ impl IndexStore for Deduper {
             }
             self.prefetch_evictions();
             verdicts.push(match ask.op {
-                Op::Check => self.check(ask.id.clone(), ask.sketch),
+                Op::Check => self.check_at(ask.id.clone(), ask.sketch, ask.time),
                 Op::Query => self.query(ask.sketch),
             });
         }
@@ -662,6 +732,170 @@ mod tests {
             3,
             "exact copies are not indexed; the truncation and the comment are"
         );
+    }
+
+    /// The cluster of a verdict, or `None` for a new message.
+    fn cluster(v: &Verdict) -> Option<(MessageId, MessageId)> {
+        match v {
+            Verdict::Duplicate(m) => Some((m.of.clone(), m.cluster.clone())),
+            Verdict::New => None,
+        }
+    }
+
+    #[test]
+    fn a_chain_keeps_the_cluster_of_its_head_after_the_head_is_evicted() {
+        let mut d = deduper(3);
+        let words = |edits: &[(usize, &str)]| {
+            let mut w: Vec<&str> = "the river burst its banks overnight and the old mill road \
+                 is closed until further notice say county officials"
+                .split(' ')
+                .collect();
+            for &(at, word) in edits {
+                w[at] = word;
+            }
+            w.join(" ")
+        };
+        let c_text = words(&[(18, "officers"), (0, "a")]);
+        assert_eq!(d.check_text(id(1), &words(&[])), Verdict::New);
+        let b = d.check_text(id(2), &words(&[(18, "officers")]));
+        assert_eq!(cluster(&b), Some((id(1), id(1))));
+        let c = d.check_text(id(3), &c_text);
+        assert_eq!(cluster(&c), Some((id(2), id(1))), "joins 2's chain");
+        // An exact copy is not indexed, but still reports the cluster.
+        let copy = d.check_text(id(4), &c_text);
+        assert_eq!(cluster(&copy), Some((id(3), id(1))));
+        assert_eq!(
+            d.check_text(id(5), "something else entirely about a bake sale"),
+            Verdict::New
+        );
+        assert!(
+            d.index().iter_lru_first().all(|e| e.id != id(1)),
+            "the head is evicted"
+        );
+        let e = d.check_text(id(6), &format!("{c_text} this morning"));
+        assert_eq!(cluster(&e), Some((id(3), id(1))), "the cluster outlives it");
+        let clusters: Vec<(MessageId, MessageId)> = d
+            .index()
+            .iter_lru_first()
+            .map(|e| (e.id.clone(), e.cluster().clone()))
+            .collect();
+        assert_eq!(
+            clusters,
+            [(id(5), id(5)), (id(3), id(1)), (id(6), id(1))],
+            "a new message is its own cluster"
+        );
+    }
+
+    fn windowed(window_ms: u64) -> Deduper {
+        Deduper::new(EngineConfig {
+            capacity: NonZeroUsize::new(100).unwrap(),
+            window: crate::config::Window::from_millis(window_ms),
+            ..EngineConfig::default()
+        })
+        .unwrap()
+    }
+
+    /// Checks `text` as message `n` of time `time`.
+    fn at(d: &mut Deduper, n: u64, text: &str, time: i64) -> Verdict {
+        let sketch = d.preparer().sketch(text, &[], &mut Scratch::default());
+        d.check_at(id(n), sketch.as_sketch(), time)
+    }
+
+    const STORY: &str = "the river burst its banks overnight and the old mill road is closed";
+
+    #[test]
+    fn messages_older_than_the_window_are_not_matched_and_leave() {
+        let mut d = windowed(100);
+        assert_eq!(at(&mut d, 1, STORY, 1_000), Verdict::New);
+        assert!(
+            at(&mut d, 2, &format!("{STORY} today"), 1_100).is_duplicate(),
+            "exactly the window apart: still matched"
+        );
+        assert_eq!(d.index().len(), 2, "a near-duplicate is indexed");
+        assert_eq!(
+            at(&mut d, 3, &format!("{STORY}!!"), 1_201),
+            Verdict::New,
+            "both are older than the window"
+        );
+        assert_eq!(d.index().len(), 1);
+        assert_eq!(d.index().evictions(), 2);
+    }
+
+    #[test]
+    fn an_exact_copy_renews_a_near_duplicate_does_not() {
+        let mut d = windowed(100);
+        at(&mut d, 1, STORY, 0);
+        // An exact copy (not indexed) renews 1 to its time.
+        assert!(at(&mut d, 2, STORY, 80).is_duplicate());
+        assert_eq!(d.index().len(), 1);
+        assert!(at(&mut d, 3, STORY, 170).is_duplicate(), "renewed at 80");
+        // A near-duplicate is indexed with its own time; 1 keeps 170.
+        assert!(at(&mut d, 4, &format!("{STORY} today"), 260).is_duplicate());
+        let times: Vec<(MessageId, i64)> = d
+            .index()
+            .iter_lru_first()
+            .map(|e| (e.id.clone(), e.time))
+            .collect();
+        assert_eq!(times, [(id(1), 170), (id(4), 260)]);
+        // At 275, 1 (170) is gone and 4 (260) is the chain's last link.
+        let v = at(&mut d, 5, &format!("{STORY} today"), 275);
+        assert!(
+            matches!(&v, Verdict::Duplicate(m) if m.of == id(4) && m.cluster == id(1)),
+            "{v:?}"
+        );
+        assert_eq!(d.index().len(), 1);
+    }
+
+    #[test]
+    fn the_window_reaches_back_from_the_newest_time_seen() {
+        let mut d = windowed(100);
+        at(&mut d, 1, STORY, 1_000);
+        at(
+            &mut d,
+            2,
+            "a different story about a bake sale on main street",
+            2_000,
+        );
+        // Out of order: 500 is not the clock; 2000 is, and 1 is gone.
+        assert_eq!(at(&mut d, 3, STORY, 500), Verdict::New);
+        assert_eq!(
+            d.index().len(),
+            1,
+            "a message older than the window is not indexed"
+        );
+        // A late message is still matched against what is indexed.
+        assert!(
+            at(
+                &mut d,
+                4,
+                "a different story about a bake sale on main street",
+                1_950
+            )
+            .is_duplicate()
+        );
+        assert_eq!(d.newest_time(), Some(2_000));
+    }
+
+    #[test]
+    fn a_quiet_stream_shrinks_the_index_to_the_window() {
+        let mut d = windowed(25);
+        for n in 0..40u64 {
+            let text = format!("message number {n} says something of its own w{n} x{n}");
+            assert_eq!(at(&mut d, n, &text, n as i64 * 10), Verdict::New);
+            assert!(d.index().len() <= 3, "{n}: {}", d.index().len());
+        }
+        assert_eq!(d.index().evictions(), 37);
+        // Freed slots are reused: the entries never grew past the window.
+        assert!(d.index().postings() <= 3 * (lsh_params(d.config()).bands + 3));
+    }
+
+    #[test]
+    fn without_a_window_times_are_not_kept() {
+        let mut d = deduper(10);
+        at(&mut d, 1, STORY, 1_000);
+        assert!(at(&mut d, 2, STORY, 1_000_000_000).is_duplicate());
+        assert_eq!(d.index().iter_lru_first().next().unwrap().time, 0);
+        assert_eq!(d.newest_time(), None);
     }
 
     #[test]

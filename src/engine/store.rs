@@ -42,6 +42,10 @@ pub struct Ask<'a> {
     /// verdict it gave the first time instead of deciding it twice. `None`:
     /// the store needs none (the in-memory index) or makes its own.
     pub token: Option<&'a [u8]>,
+    /// The message's time, in milliseconds since the Unix epoch (its
+    /// `created_at`, or when it arrived): what `--window` measures (see
+    /// [`super::window`]). Unused without a window.
+    pub time: i64,
 }
 
 /// How full an index is.

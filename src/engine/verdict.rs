@@ -20,6 +20,11 @@ pub struct Match {
     pub of: MessageId,
     /// Similarity under the configured measure, in [0, 1].
     pub similarity: f64,
+    /// The id of the first message of the chain the duplicate joins: the
+    /// cluster of the matched message (its own id when it was new, its
+    /// cluster when it was a duplicate itself). Kept with every indexed
+    /// message, so it outlives the eviction of the chain's head.
+    pub cluster: MessageId,
 }
 
 impl Verdict {
@@ -29,7 +34,7 @@ impl Verdict {
     }
 
     /// Appends the verdict's JSON object: `{"status":"new"}` or
-    /// `{"status":"duplicate","duplicate_of":ID,"similarity":S}`.
+    /// `{"status":"duplicate","duplicate_of":ID,"similarity":S,"cluster":ID}`.
     pub fn write_json(&self, out: &mut Vec<u8>) {
         match self {
             Verdict::New => out.extend_from_slice(br#"{"status":"new"}"#),
@@ -38,6 +43,8 @@ impl Verdict {
                 m.of.write_json(out);
                 out.extend_from_slice(br#","similarity":"#);
                 write_similarity(m.similarity, out);
+                out.extend_from_slice(br#","cluster":"#);
+                m.cluster.write_json(out);
                 out.push(b'}');
             }
         }
@@ -298,11 +305,12 @@ mod tests {
         Verdict::Duplicate(Match {
             of: MessageId::DigitString(1234567890123456789),
             similarity: 0.75,
+            cluster: MessageId::Integer(17),
         })
         .write_json(&mut out);
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            r#"{"status":"duplicate","duplicate_of":"1234567890123456789","similarity":0.75}"#
+            r#"{"status":"duplicate","duplicate_of":"1234567890123456789","similarity":0.75,"cluster":17}"#
         );
     }
 }

@@ -7,18 +7,26 @@
 -- verdict.rs) step for step; tests hold the two outputs byte for byte.
 --
 -- Keys, all under the prefix '{NAME}:' (one hash slot):
---   meta            hash: seq (next arrival number), len (slots in use),
---                   stamp (last recency stamp), evictions
+--   meta            hash: seq (next arrival number), len (messages indexed),
+--                   slots (slots ever used; absent: len), stamp (last
+--                   recency stamp), evictions, newest (under a window: the
+--                   newest message time seen)
 --   cfg             hash: settings (the text every worker must match)
 --   lru             sorted set: slot -> recency stamp (lowest: evicted next)
 --   e:<slot>        string: one indexed message (slot: 4 bytes, big-endian)
 --                   seq (2 x u32) | n keys (u8) | n shingles (u32) |
---                   posting keys (u32 each) | shingles (u32 each) | id (JSON)
+--                   posting keys (u32 each) | shingles (u32 each) |
+--                   id length (u32) | id (JSON) | cluster (JSON; empty when
+--                   it is the message's own id: it was new)
 --   p               hash: posting key (4 bytes) -> cells, in order of
 --                   insertion: slot (4 bytes) and the low 32 bits of its
 --                   message's seq, so a cell names one message, not just a
 --                   place. One hash, so a call reads and writes every list
 --                   it needs in a few commands, not one per list.
+--   t               sorted set, under a window: slot -> the message's time
+--                   (ms since the epoch; engine/window.rs)
+--   free            list, under a window: slots emptied by expiry, filled
+--                   before new ones
 --   memo:<scope>    hash: message token -> the verdict it got (or call
 --                   token -> the whole reply), so that a message asked again
 --                   (a lost reply, a redelivered queue entry) gets the same
@@ -46,18 +54,23 @@
 --   worker read for its claims, concatenated in the order the messages first
 --   name their keys ('' for none), the number of message tokens to forget,
 --   those tokens, then five per message: op ('c' check,
---   'q' query) followed by the message's token, the posting keys (u32 each:
+--   'q' query) followed by the message's time (two u32: ms since the epoch)
+--   and its token, the posting keys (u32 each:
 --   band and anchor keys, then the exact-set key), the sorted shingle set
 --   (u32 each), the id's JSON, the claim ('' for none): flags byte (1: an
 --   exact copy, 2: a match), the exact copy's cell, the match's cell, shared,
---   of (u32 each), the id's length (u16) and the matched id, then each
---   key's list as read: its length in bytes (u16) and its last cell (8
---   bytes, zeros when empty).
+--   of (u32 each), the id's length (u16) and the matched id, the cluster's
+--   length (u16) and the matched cluster, then each key's list as read:
+--   its length in bytes (u16) and its last cell (8 bytes, zeros when
+--   empty).
 -- Reply: one verdict per message ('n', or 'd' .. shared u32 .. of u32 ..
---   matched id), then the number of messages indexed, of evictions, and of
---   claims not taken.
+--   the matched id's length u32 .. matched id .. its cluster), then the
+--   number of messages indexed, of evictions, and of claims not taken.
 
 -- (prelude.lua, prepended, checks the settings and sets P, the prefix.)
+
+-- The window in ms (--window), from the settings; nil for none.
+local window = tonumber(string.match(ARGV[1], ' window_ms=(%d+)'))
 
 local capacity = tonumber(ARGV[2])
 local max_bucket = tonumber(ARGV[3])
@@ -105,15 +118,19 @@ if nforget > 0 then
   chunked('HDEL', memo_key, tokens, 1)
 end
 
-local meta = redis.call('HMGET', KEYS[1], 'seq', 'len', 'stamp', 'evictions')
+local meta = redis.call('HMGET', KEYS[1], 'seq', 'len', 'stamp', 'evictions', 'newest', 'slots')
 local seq = tonumber(meta[1]) or 0
 local len = tonumber(meta[2]) or 0
 local stamp = tonumber(meta[3]) or 0
 local evictions = tonumber(meta[4]) or 0
+local newest = tonumber(meta[5])
+local slots = tonumber(meta[6]) or len
 
 local LRU = P .. 'lru'
 local ENTRY = P .. 'e:'
 local POSTINGS = P .. 'p'
+local TIMES = P .. 't'
+local FREE = P .. 'free'
 local TWO32 = 4294967296
 
 -- Integers as Redis reads them (Lua would print large ones with an exponent).
@@ -305,37 +322,87 @@ local function next_victim()
       slot = victims[1]
     end
     next_at = next_at + 1
-    if not renewed[slot] then
+    -- (An expired slot left the recency order after the page was read.)
+    if not renewed[slot] and entry(slot) then
       return slot
     end
   end
 end
 
-local function insert(keys, ks, shingles, ns, id)
+-- Removes every posting of the message in `slot`.
+local function drop_postings(slot)
+  local e = entry(slot)
+  local _, nk = header(e)
+  local cell = slot .. string.sub(e, 5, 8)
+  for r = 0, nk - 1 do
+    local key = string.sub(e, 14 + 4 * r, 17 + 4 * r)
+    local v = postings(key)
+    local at = find_cell(v, cell)
+    if at then
+      set_postings(key, string.sub(v, 1, at - 1) .. string.sub(v, at + 8))
+    end
+  end
+end
+
+-- Under a window: evicts every message whose time is before `horizon`
+-- (engine/window.rs, index.rs `expire`), with its postings, entry and
+-- recency; its slot goes on the free list.
+local expired_to = nil
+local function expire(horizon)
+  if expired_to and horizon <= expired_to then
+    return
+  end
+  expired_to = horizon
+  local old = redis.call('ZRANGEBYSCORE', TIMES, '-inf', '(' .. int(horizon))
+  if #old == 0 then
+    return
+  end
+  -- A stamp still to be written must not bring an expired slot back.
+  flush_stamps()
+  for _, slot in ipairs(old) do
+    drop_postings(slot)
+    entry_cache[slot] = false
+    dirty_entries[slot] = true
+    parsed_cache[slot] = nil
+    len = len - 1
+    evictions = evictions + 1
+  end
+  chunked('ZREM', LRU, old, 1)
+  chunked('ZREM', TIMES, old, 1)
+  chunked('LPUSH', FREE, old, 1)
+end
+
+-- Under a window: an exact copy renews the time of the message that
+-- stands for it, if its own is later.
+local function renew(slot, time)
+  local was = tonumber(redis.call('ZSCORE', TIMES, slot))
+  if was and time > was then
+    redis.call('ZADD', TIMES, int(time), slot)
+  end
+end
+
+local function insert(keys, ks, shingles, ns, id, cluster, time)
   local slot
   if len >= capacity then
     -- The least recently used message gives up its slot and every posting.
     slot = next_victim()
-    local e = entry(slot)
-    local _, nk = header(e)
-    local cell = slot .. string.sub(e, 5, 8)
-    for r = 0, nk - 1 do
-      local key = string.sub(e, 14 + 4 * r, 17 + 4 * r)
-      local v = postings(key)
-      local at = find_cell(v, cell)
-      if at then
-        set_postings(key, string.sub(v, 1, at - 1) .. string.sub(v, at + 8))
-      end
-    end
+    drop_postings(slot)
     evictions = evictions + 1
   else
-    slot = struct.pack('>I4', len)
+    slot = window and redis.call('RPOP', FREE)
+    if not slot then
+      slot = struct.pack('>I4', slots)
+      slots = slots + 1
+    end
     len = len + 1
+  end
+  if window then
+    redis.call('ZADD', TIMES, int(time), slot)
   end
   touch(slot)
   local lo = seq % TWO32
   local e = struct.pack('>I4I4BI4', math.floor(seq / TWO32), lo, #ks, ns)
-    .. keys .. shingles .. id
+    .. keys .. shingles .. struct.pack('>I4', #id) .. id .. cluster
   entry_cache[slot] = e
   dirty_entries[slot] = true
   parsed_cache[slot] = nil
@@ -416,15 +483,22 @@ local function holds_set(cell, shingles, ns)
   return ens == ns and string.sub(e, from, from + 4 * ns - 1) == shingles
 end
 
--- The matched id stored in an entry.
+-- The id and the cluster stored in an entry.
 local function id_of(slot)
   local e = entry(slot)
   local _, nk, ens = header(e)
-  return string.sub(e, 14 + 4 * nk + 4 * ens)
+  local at = 14 + 4 * nk + 4 * ens
+  local idlen = struct.unpack('>I4', e, at)
+  local id = string.sub(e, at + 4, at + 3 + idlen)
+  local cluster = string.sub(e, at + 4 + idlen)
+  if cluster == '' then
+    cluster = id
+  end
+  return id, cluster
 end
 
 -- What a claim says: the exact copy's cell (or nil), the match's cell (or
--- nil), shared, of, the matched id, and where its lists begin.
+-- nil), shared, of, the matched id and cluster, and where its lists begin.
 local function claimed(claim)
   local flags, exact, best, num, den, idlen = struct.unpack('>Bc8c8I4I4H', claim)
   if flags % 2 == 0 then
@@ -433,7 +507,10 @@ local function claimed(claim)
   if flags < 2 then
     best = nil
   end
-  return exact, best, num, den, string.sub(claim, 28, 27 + idlen), 28 + idlen
+  local clen = struct.unpack('>H', claim, 28 + idlen)
+  local from = 30 + idlen
+  return exact, best, num, den, string.sub(claim, 28, 27 + idlen),
+    string.sub(claim, from, from + clen - 1), from + clen
 end
 
 -- A worker's claim (see the top): the exact copy, the match, its shared
@@ -445,7 +522,7 @@ end
 -- verdict's parts, or nil when the claim cannot stand (then all is decided
 -- here).
 local function take_claim(ks, shingles, ns, claim)
-  local exact, best, num, den, match_id, pos = claimed(claim)
+  local exact, best, num, den, match_id, match_cluster, pos = claimed(claim)
   local nrec = #ks
   local fresh = {}
   local changed = false
@@ -471,7 +548,7 @@ local function take_claim(ks, shingles, ns, claim)
     end
   end
   if not changed then
-    return exact, best, num, den, match_id
+    return exact, best, num, den, match_id, match_cluster
   end
   if (exact and not indexed(exact)) or (best and not indexed(best)) then
     return nil
@@ -508,7 +585,7 @@ local function take_claim(ks, shingles, ns, claim)
       end
       if best_s == nil or s > best_s or cseq < best_seq then
         best, best_s, best_seq, num, den = cell, s, cseq, shared, of
-        match_id = id_of(slot)
+        match_id, match_cluster = id_of(slot)
       end
     end
   end
@@ -520,7 +597,7 @@ local function take_claim(ks, shingles, ns, claim)
   if new_exact then
     consider(new_exact)
   end
-  return exact, best, num, den, match_id
+  return exact, best, num, den, match_id, match_cluster
 end
 
 -- The whole decision, as the in-memory engine makes it.
@@ -570,21 +647,30 @@ local function decide_here(ks, shingles, ns)
   if exact then
     consider(exact)
   end
-  local match_id = ''
+  local match_id, match_cluster = '', ''
   if best then
-    match_id = id_of(string.sub(best, 1, 4))
+    match_id, match_cluster = id_of(string.sub(best, 1, 4))
   end
-  return exact, best, best_num, best_den, match_id
+  return exact, best, best_num, best_den, match_id, match_cluster
 end
 
-local function decide(op, keys, shingles, id, claim)
+local function decide(op, keys, shingles, id, claim, time)
+  -- The window's clock moves with checks only, empty texts included.
+  local horizon
+  if window and op == 'c' then
+    if not newest or time > newest then
+      newest = time
+    end
+    horizon = newest - window
+    expire(horizon)
+  end
   local ns = #shingles / 4
   if ns == 0 then
     -- Nothing to compare: new, and never a candidate.
     return 'n'
   end
   local ks = split_keys(keys)
-  local exact, best, num, den, match_id
+  local exact, best, num, den, match_id, cluster
   if claim ~= '' and all_fresh then
     local untouched = true
     for _, key in ipairs(ks) do
@@ -594,28 +680,36 @@ local function decide(op, keys, shingles, id, claim)
       end
     end
     if untouched then
-      exact, best, num, den, match_id = claimed(claim)
+      exact, best, num, den, match_id, cluster = claimed(claim)
     end
   end
   if claim ~= '' and not match_id then
-    exact, best, num, den, match_id = take_claim(ks, shingles, ns, claim)
+    exact, best, num, den, match_id, cluster = take_claim(ks, shingles, ns, claim)
     if not match_id then
       claims_refused = claims_refused + 1
     end
   end
   if not match_id then
-    exact, best, num, den, match_id = decide_here(ks, shingles, ns)
+    exact, best, num, den, match_id, cluster = decide_here(ks, shingles, ns)
   end
   local verdict = 'n'
   if best then
     if op == 'c' then
       touch(string.sub(best, 1, 4))
     end
-    verdict = 'd' .. struct.pack('>I4I4', num, den) .. match_id
+    verdict = 'd' .. struct.pack('>I4I4I4', num, den, #match_id) .. match_id .. cluster
+  else
+    -- A new message is its own cluster.
+    cluster = ''
   end
   if op == 'c' then
-    if not exact then
-      insert(keys, ks, shingles, ns, id)
+    if exact then
+      if window then
+        renew(string.sub(exact, 1, 4), time)
+      end
+    elseif not horizon or time >= horizon then
+      -- (A message older than the window is not indexed.)
+      insert(keys, ks, shingles, ns, id, cluster, time)
     end
     seq = seq + 1
   end
@@ -649,13 +743,14 @@ local reply = {}
 local memo_written = false
 local memo_fields = {}
 for m = first, #ARGV, 5 do
-  local op, token = string.sub(ARGV[m], 1, 1), string.sub(ARGV[m], 2)
+  local op, token = string.sub(ARGV[m], 1, 1), string.sub(ARGV[m], 10)
+  local hi, lo = struct.unpack('>I4I4', ARGV[m], 2)
   local verdict
   if look_up_memo and token ~= '' then
     verdict = redis.call('HGET', memo_key, token) or nil
   end
   if not verdict then
-    verdict = decide(op, ARGV[m + 1], ARGV[m + 2], ARGV[m + 3], ARGV[m + 4])
+    verdict = decide(op, ARGV[m + 1], ARGV[m + 2], ARGV[m + 3], ARGV[m + 4], hi * TWO32 + lo)
     if has_memo and token ~= '' and op == 'c' then
       memo_fields[#memo_fields + 1] = token
       memo_fields[#memo_fields + 1] = verdict
@@ -666,12 +761,17 @@ end
 
 -- Write what changed.
 flush_stamps()
-local entries = {}
+local entries, gone = {}, {}
 for slot in pairs(dirty_entries) do
-  entries[#entries + 1] = ENTRY .. slot
-  entries[#entries + 1] = entry_cache[slot]
+  if entry_cache[slot] then
+    entries[#entries + 1] = ENTRY .. slot
+    entries[#entries + 1] = entry_cache[slot]
+  else
+    gone[#gone + 1] = ENTRY .. slot
+  end
 end
 chunked('MSET', nil, entries, 2)
+chunked('DEL', nil, gone, 1)
 local lists, emptied = {}, {}
 for key in pairs(dirty_postings) do
   local v = posting_cache[key]
@@ -685,7 +785,10 @@ end
 chunked('HSET', POSTINGS, lists, 2)
 chunked('HDEL', POSTINGS, emptied, 1)
 redis.call('HSET', KEYS[1], 'seq', int(seq), 'len', int(len), 'stamp', int(stamp),
-  'evictions', int(evictions))
+  'evictions', int(evictions), 'slots', int(slots))
+if newest then
+  redis.call('HSET', KEYS[1], 'newest', int(newest))
+end
 reply[#reply + 1] = len
 reply[#reply + 1] = evictions
 reply[#reply + 1] = claims_refused

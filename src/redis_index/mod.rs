@@ -59,7 +59,7 @@ const CALL_BYTES: usize = 1 << 20;
 
 /// Format of the keys and values; part of the stored settings, so a worker
 /// of another format is refused.
-const FORMAT: u32 = 3;
+const FORMAT: u32 = 4;
 
 /// Most indexed messages a worker keeps in its cache of candidates (each is
 /// immutable: a slot given to another message is another cell).
@@ -72,12 +72,15 @@ struct Cached {
     shingles: Box<[u32]>,
     /// The id's JSON, as the verdict reports it.
     id: Vec<u8>,
+    /// The cluster's JSON; empty when it is the message's own id.
+    cluster: Vec<u8>,
 }
 
 impl Cached {
     /// Reads an entry as decide.lua writes it: seq (two u32), number of
     /// keys (u8), of shingles (u32), the keys (u32 each), the shingles
-    /// (u32 each), the id's JSON.
+    /// (u32 each), the id's length (u32), its JSON, the cluster's JSON
+    /// (empty: the id).
     fn parse(bytes: &[u8]) -> Option<Cached> {
         let u32_at = |at: usize| -> Option<u32> {
             Some(u32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
@@ -92,10 +95,13 @@ impl Cached {
             .chunks_exact(4)
             .map(|c| u32::from_be_bytes(c.try_into().expect("4 bytes")))
             .collect();
+        let id_len = u32_at(to)? as usize;
+        let id = bytes.get(to + 4..to.checked_add(4 + id_len)?)?;
         Some(Cached {
             seq,
             shingles: set,
-            id: bytes.get(to..)?.to_vec(),
+            id: id.to_vec(),
+            cluster: bytes.get(to + 4 + id_len..)?.to_vec(),
         })
     }
 }
@@ -144,14 +150,17 @@ pub fn settings_text(config: &EngineConfig) -> String {
     let lsh = lsh_params(config);
     format!(
         "format={FORMAT} shingle={} threshold={} measure={} bands={} rows={} anchors={ANCHOR_TOKENS} \
-         capacity={} max_bucket={}",
+         capacity={} max_bucket={} window_ms={}",
         config.shingle_settings(),
         config.threshold,
         config.measure,
         lsh.bands,
         lsh.rows,
         config.capacity,
-        config.max_bucket
+        config.max_bucket,
+        config
+            .window
+            .map_or_else(|| "none".to_string(), |w| w.millis().to_string())
     )
 }
 
@@ -549,7 +558,16 @@ impl RedisIndex {
         let mut claim = Vec::with_capacity(64);
         claim.push(u8::from(exact.is_some()) | (u8::from(best.is_some()) << 1));
         claim.extend_from_slice(exact.as_ref().unwrap_or(&[0; 8]));
-        let id = best.and_then(|(cell, ..)| self.cache.peek(&cell).map(|e| e.id.clone()));
+        let matched = best.and_then(|(cell, ..)| self.cache.peek(&cell));
+        let id = matched.map(|e| e.id.clone());
+        // The cluster as the script returns it: the id when it is its own.
+        let cluster = matched.map(|e| {
+            if e.cluster.is_empty() {
+                e.id.clone()
+            } else {
+                e.cluster.clone()
+            }
+        });
         match best {
             Some((cell, shared, of, _)) => {
                 claim.extend_from_slice(&cell);
@@ -564,6 +582,12 @@ impl RedisIndex {
         };
         claim.extend_from_slice(&id_len.to_be_bytes());
         claim.extend_from_slice(&id);
+        let cluster = cluster.unwrap_or_default();
+        let Ok(cluster_len) = u16::try_from(cluster.len()) else {
+            return Vec::new();
+        };
+        claim.extend_from_slice(&cluster_len.to_be_bytes());
+        claim.extend_from_slice(&cluster);
         // Each list by its length and last cell: enough to tell that it has
         // not changed (see decide.lua).
         for rec in &recs {
@@ -638,6 +662,8 @@ impl RedisIndex {
                 Op::Check => b'c',
                 Op::Query => b'q',
             }];
+            // Times are ms since the epoch, below 2^53 (crate::timestamp).
+            op.extend_from_slice(&(ask.time.max(0) as u64).to_be_bytes());
             op.extend_from_slice(ask.token.unwrap_or_default());
             args.push(op);
             let claim = if self.verify_here {
@@ -726,18 +752,22 @@ fn invoke(
 }
 
 /// Reads one verdict as the script writes it: `n`, or `d`, the shared
-/// shingles and what they are counted against (big-endian u32 each), then
-/// the matched message's id as JSON.
+/// shingles and what they are counted against (big-endian u32 each), the
+/// length of the matched message's id (u32), its id as JSON, then its
+/// cluster as JSON.
 fn decode_verdict(bytes: &[u8]) -> Option<Verdict> {
     match bytes.split_first()? {
         (b'n', []) => Some(Verdict::New),
-        (b'd', rest) if rest.len() > 8 => {
+        (b'd', rest) if rest.len() > 12 => {
             let shared = u32::from_be_bytes(rest[..4].try_into().ok()?);
             let of = u32::from_be_bytes(rest[4..8].try_into().ok()?);
-            let id = MessageId::from_json(std::str::from_utf8(&rest[8..]).ok()?)?;
+            let id_len = u32::from_be_bytes(rest[8..12].try_into().ok()?) as usize;
+            let (id, cluster) = rest[12..].split_at_checked(id_len)?;
+            let json = |bytes| MessageId::from_json(std::str::from_utf8(bytes).ok()?);
             Some(Verdict::Duplicate(Match {
-                of: id,
+                of: json(id)?,
                 similarity: f64::from(shared) / f64::from(of),
+                cluster: json(cluster)?,
             }))
         }
         _ => None,

@@ -202,6 +202,7 @@ mod tests {
             &Verdict::Duplicate(Match {
                 of: MessageId::Raw("\"a\"".into()),
                 similarity: 0.5,
+                cluster: MessageId::Integer(1),
             }),
         );
         let text = String::from_utf8(out).unwrap();
@@ -219,7 +220,7 @@ mod tests {
         );
         assert_eq!(
             lines[2],
-            serde_json::json!({"id": 3, "dedup": {"status": "duplicate", "duplicate_of": "a", "similarity": 0.5}})
+            serde_json::json!({"id": 3, "dedup": {"status": "duplicate", "duplicate_of": "a", "similarity": 0.5, "cluster": 1}})
         );
     }
 }

@@ -55,6 +55,7 @@ pub const FIXTURE_FEEDS: &[(&str, &[&str])] = &[
             "spots:2",
         ],
     ),
+    ("window", &["--window", "1h"]),
 ];
 
 /// The input file of a fixture feed: `NAME.jsonl`, or `FILE.jsonl` for a

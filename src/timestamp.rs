@@ -1,0 +1,227 @@
+//! Message times, for `--window`: a record's `created_at` read as
+//! milliseconds since the Unix epoch, or the time a line arrived.
+//!
+//! Two formats are read, the two a tweet's `created_at` comes in: Twitter
+//! v1.1's `"Wed Oct 10 20:19:24 +0000 2018"` and v2's RFC 3339
+//! `"2018-10-10T20:19:24.000Z"` (any UTC offset, any fraction of a second,
+//! kept to the millisecond). A value in neither format counts as absent,
+//! and the line's arrival time is used instead (see
+//! [`crate::engine::window`]). Times before the epoch are taken as the
+//! epoch, and times are capped below 2^53 ms (the year 287,396), so that
+//! they stay exact in the Redis index's Lua numbers.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The latest time kept exactly: later ones are cut to it.
+pub const MAX_TIME: i64 = (1 << 53) - 1;
+
+/// Milliseconds since the Unix epoch now: the arrival time of a line
+/// without a `created_at`.
+pub fn now_millis() -> i64 {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    i64::try_from(ms).unwrap_or(MAX_TIME).min(MAX_TIME)
+}
+
+/// A `created_at` value (the text inside the JSON string) in either
+/// format, as milliseconds since the epoch; `None` when it is in neither.
+pub fn parse_created_at(text: &str) -> Option<i64> {
+    let ms = parse_v1(text.as_bytes()).or_else(|| parse_rfc3339(text.as_bytes()))?;
+    Some(ms.clamp(0, MAX_TIME))
+}
+
+/// Days from 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's
+/// `days_from_civil`).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let month_index = (month + 9) % 12;
+    let day_of_year = (153 * month_index + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+/// A run of ASCII digits as a number.
+fn number(digits: &[u8]) -> Option<i64> {
+    if digits.is_empty() || digits.len() > 9 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(digits.iter().fold(0, |n, d| n * 10 + i64::from(d - b'0')))
+}
+
+/// Checks the ranges of a date and time and gives its milliseconds,
+/// `offset_minutes` east of UTC.
+fn millis(
+    (year, month, day): (i64, i64, i64),
+    (hour, minute, second, milli): (i64, i64, i64, i64),
+    offset_minutes: i64,
+) -> Option<i64> {
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    let month_days = [
+        31,
+        if leap { 29 } else { 28 },
+        31,
+        30,
+        31,
+        30,
+        31,
+        31,
+        30,
+        31,
+        30,
+        31,
+    ];
+    if !(1..=12).contains(&month)
+        || !(1..=month_days[(month - 1) as usize]).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
+        return None;
+    }
+    let seconds = days_from_civil(year, month, day) * 86_400 + hour * 3_600 + minute * 60 + second
+        - offset_minutes * 60;
+    Some(seconds * 1_000 + milli)
+}
+
+/// `HHMM` or `HH:MM` after a sign, as minutes.
+fn offset(sign: u8, rest: &[u8]) -> Option<i64> {
+    let (hours, minutes) = match rest {
+        [h1, h2, b':', m1, m2] | [h1, h2, m1, m2] => (number(&[*h1, *h2])?, number(&[*m1, *m2])?),
+        _ => return None,
+    };
+    if hours > 23 || minutes > 59 {
+        return None;
+    }
+    let minutes = hours * 60 + minutes;
+    match sign {
+        b'+' => Some(minutes),
+        b'-' => Some(-minutes),
+        _ => None,
+    }
+}
+
+/// `Wed Oct 10 20:19:24 +0000 2018`. The weekday is not checked: it says
+/// nothing the date does not.
+fn parse_v1(b: &[u8]) -> Option<i64> {
+    const MONTHS: [&[u8; 3]; 12] = [
+        b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov",
+        b"Dec",
+    ];
+    if b.len() < 30 || b[3] != b' ' || b[7] != b' ' || b[10] != b' ' || b[19] != b' ' {
+        return None;
+    }
+    if b[13] != b':' || b[16] != b':' || b[25] != b' ' {
+        return None;
+    }
+    let month = MONTHS.iter().position(|m| m[..] == b[4..7])? as i64 + 1;
+    let day = number(&b[8..10])?;
+    let time = (
+        number(&b[11..13])?,
+        number(&b[14..16])?,
+        number(&b[17..19])?,
+        0,
+    );
+    let offset = offset(b[20], &b[21..25])?;
+    // Up to six digits: far enough, and no overflow below.
+    if b.len() > 32 {
+        return None;
+    }
+    let year = number(&b[26..])?;
+    millis((year, month, day), time, offset)
+}
+
+/// `2018-10-10T20:19:24.000Z`, `2018-10-10T22:19:24+02:00`, with or
+/// without a fraction.
+fn parse_rfc3339(b: &[u8]) -> Option<i64> {
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    if !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    let date = (number(&b[..4])?, number(&b[5..7])?, number(&b[8..10])?);
+    let (hour, minute, second) = (
+        number(&b[11..13])?,
+        number(&b[14..16])?,
+        number(&b[17..19])?,
+    );
+    let mut rest = &b[19..];
+    let mut milli = 0;
+    if let [b'.', tail @ ..] = rest {
+        let digits = tail.iter().take_while(|c| c.is_ascii_digit()).count();
+        if digits == 0 {
+            return None;
+        }
+        // Milliseconds: the first three digits, padded.
+        let mut first = [b'0'; 3];
+        for (slot, digit) in first.iter_mut().zip(&tail[..digits]) {
+            *slot = *digit;
+        }
+        milli = number(&first)?;
+        rest = &tail[digits..];
+    }
+    let offset = match rest {
+        [b'Z' | b'z'] => 0,
+        [sign, tail @ ..] => offset(*sign, tail)?,
+        [] => return None,
+    };
+    millis(date, (hour, minute, second, milli), offset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_formats_give_the_same_instant() {
+        let v1 = parse_created_at("Wed Oct 10 20:19:24 +0000 2018").unwrap();
+        assert_eq!(v1, 1_539_202_764_000);
+        assert_eq!(parse_created_at("2018-10-10T20:19:24.000Z"), Some(v1));
+        assert_eq!(parse_created_at("2018-10-10T20:19:24Z"), Some(v1));
+        assert_eq!(parse_created_at("2018-10-10T22:19:24+02:00"), Some(v1));
+        assert_eq!(parse_created_at("Wed Oct 10 15:19:24 -0500 2018"), Some(v1));
+        assert_eq!(parse_created_at("2018-10-10T20:19:24.25Z"), Some(v1 + 250));
+        assert_eq!(
+            parse_created_at("2018-10-10T20:19:24.123456Z"),
+            Some(v1 + 123)
+        );
+        assert_eq!(parse_created_at("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(
+            parse_created_at("2000-02-29T00:00:00Z"),
+            Some(951_782_400_000)
+        );
+    }
+
+    #[test]
+    fn anything_else_is_absent() {
+        for bad in [
+            "",
+            "yesterday",
+            "2018-10-10",
+            "2018-13-10T20:19:24Z",
+            "2019-02-29T00:00:00Z",
+            "2018-10-10T25:19:24Z",
+            "2018-10-10T20:19:24",
+            "2018-10-10T20:19:24.Z",
+            "Wed Foo 10 20:19:24 +0000 2018",
+            "Wed Oct 10 20:19:24 +0000",
+            "Wed Oct 10 20:19:24 0000 2018",
+            "1539202764",
+        ] {
+            assert_eq!(parse_created_at(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn times_are_kept_in_range() {
+        assert_eq!(parse_created_at("1969-12-31T23:59:59Z"), Some(0));
+        assert_eq!(
+            parse_created_at("Wed Oct 10 20:19:24 +0000 999999"),
+            Some(MAX_TIME)
+        );
+        assert!(now_millis() > 1_500_000_000_000);
+    }
+}

@@ -42,6 +42,18 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_BIN = REPO / "target" / "release" / "dedup-stream"
 DEFAULT_DATA = REPO.parent / "shared" / "data"
 
+# The labelled synthetic streams (../shared/data/synthetic/README.md): name,
+# data, truth, and the F1 of the peers tuned on dev.jsonl, as that README
+# gives them, to print beside ours.
+SYNTHETIC = [
+    ("dev (10,000)", "dev.jsonl", "dev.truth.tsv",
+     "exact Jaccard 0.992, rensa 0.989, datasketch 0.984"),
+    ("dev-200k (200,000)", "dev-200k.jsonl.gz", "dev-200k.truth.tsv.gz",
+     "rensa 0.980 (0.982 on siblings), datasketch 0.976 (0.977)"),
+]
+# Issue 12's targets on them: (F1, precision).
+SYNTHETIC_TARGETS = {"dev (10,000)": (0.995, 0.997), "dev-200k (200,000)": (0.99, 0.995)}
+
 RETWEET_STREAMS = ["rtweet_fixtures", "twarc_csv_testdata", "tweepy_cassettes_v1", "json_benchmark_twitter"]
 INFO_STREAMS = ["tweepy_cassettes_v2"]  # no retweet metadata: every tagged duplicate is "beyond ground truth"
 CRISISLEX = "crisislex_t26_labeled"
@@ -764,14 +776,81 @@ def print_verdicts(p, s):
 def curve_table(rows):
     out = ["| threshold | retweet recall (4 streams) | CrisisLex silver recall | PIT FP rate (0,5)+(1,4) | "
            "URL FP rate (label 0) | precision, tweet streams (lower bound) | PIT (5,0)+(4,1) rate | URL label-1 rate | "
-           "retweet recall (chain-aware) | output contract |",
-           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+           "retweet recall (chain-aware) | output contract | synthetic F1, dev | synthetic F1, dev-200k |",
+           "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     for t, s in rows:
         out.append(f"| {t} | {pct(s['retweet_recall'])} | {pct(s['crisislex_silver_recall'])} | {pct(s['pit_fp_rate'])} | "
                    f"{pct(s['url_fp_rate'])} | {pct(s['precision_lower_bound'])} | {pct(s['pit_pos_rate'])} | "
                    f"{pct(s['url_pos_rate'])} | {pct(s['retweet_recall_chain_aware'])} | "
-                   f"{'ok' if not (s.get('contract_problems') or s.get('errors')) else 'PROBLEMS'} |")
+                   f"{'ok' if not (s.get('contract_problems') or s.get('errors')) else 'PROBLEMS'} | "
+                   f"{s.get('synthetic_f1_dev', float('nan')):.4f} | {s.get('synthetic_f1_dev_200k', float('nan')):.4f} |")
     return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------- synthetic
+
+def eval_synthetic(binary, opts, data_dir, timeout):
+    """Scores the binary on the labelled synthetic streams with their own
+    scorer (score.py); one row per stream found, gunzipping to a temporary
+    directory where needed."""
+    import gzip
+    import shlex
+    import tempfile
+    base = Path(data_dir) / "synthetic"
+    scorer = base / "score.py"
+    rows = []
+    if not scorer.exists():
+        return rows
+    cmd = " ".join(shlex.quote(a) for a in [str(binary), *opts, "--id-field", "id_str",
+                                            "--text-field", "text", "--quiet"])
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, data, truth, peers in SYNTHETIC:
+            paths = []
+            for f in (data, truth):
+                src = base / f
+                if not src.exists():
+                    break
+                if f.endswith(".gz"):
+                    dst = Path(tmp) / f[:-3]
+                    with gzip.open(src, "rb") as fin, open(dst, "wb") as fout:
+                        while chunk := fin.read(1 << 20):
+                            fout.write(chunk)
+                    paths.append(dst)
+                else:
+                    paths.append(src)
+            if len(paths) != 2:
+                continue
+            out = Path(tmp) / "score.json"
+            run = subprocess.run([sys.executable, str(scorer), "--cmd", cmd, "--data", str(paths[0]),
+                                  "--truth", str(paths[1]), "--allow-extra-keys", "--json-out", str(out),
+                                  "--timeout", str(int(timeout))],
+                                 capture_output=True, text=True)
+            if not out.exists():
+                rows.append({"stream": name, "error": (run.stderr or run.stdout)[-500:]})
+                continue
+            m = json.loads(out.read_text())
+            rows.append({"stream": name, "precision": m["precision"], "recall": m["recall"],
+                         "f1": m["f1"], "contract_ok": m["contract_ok"], "peers": peers,
+                         "wrong_tags": m.get("false_tags_by_ctype", {})})
+            out.unlink()
+    return rows
+
+
+def print_synthetic(rows, w=sys.stdout):
+    if not rows:
+        return
+    w.write("\n## Labelled synthetic streams (../shared/data/synthetic, score.py)\n\n")
+    w.write("| stream | precision | recall | F1 | target (F1, precision) | tuned peers' F1 | wrong tags by type |\n")
+    w.write("|---|---:|---:|---:|---|---|---|\n")
+    for r in rows:
+        if "error" in r:
+            w.write(f"| {r['stream']} | error: {r['error']!r} | | | | | |\n")
+            continue
+        f1_t, p_t = SYNTHETIC_TARGETS[r["stream"]]
+        met = "met" if r["f1"] >= f1_t and r["precision"] >= p_t else "NOT met"
+        wrong = ", ".join(f"{k} {v}" for k, v in list(r["wrong_tags"].items())[:5])
+        w.write(f"| {r['stream']} | {r['precision']:.4f} | {r['recall']:.4f} | **{r['f1']:.4f}** | "
+                f"{f1_t}, {p_t}: {met} | {r['peers']} | {wrong} |\n")
 
 
 # ----------------------------------------------------------------------------- fixtures
@@ -923,6 +1002,8 @@ def main(argv=None):
     ap.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 2), help="parallel binary runs")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per binary run")
     ap.add_argument("--make-fixtures", metavar="DIR", help="write the labelled slice from --data to DIR and exit")
+    ap.add_argument("--no-synthetic", action="store_true",
+                    help="skip the labelled synthetic streams (DATA/synthetic), which run by default with --data")
     cfg = ap.parse_args(argv)
     opts = cfg.opt + passthrough
 
@@ -943,12 +1024,21 @@ def main(argv=None):
     rep = evaluate(streams, pairs, binary, opts, cfg)
     rep["missing"] = missing
     rep["verdicts"] = verdicts(rep["summary"])
+    synthetic = []
+    if not cfg.fixtures and not cfg.no_synthetic:
+        synthetic = eval_synthetic(binary, opts, cfg.data, cfg.timeout)
+        rep["synthetic"] = synthetic
     curve_rows = []
     if cfg.curve:
         base = strip_opts(opts, {"--threshold"})
         quiet = argparse.Namespace(**{**vars(cfg), "show_fp": 0, "show_extra": 0, "show_miss": 0})
         for t in [x.strip() for x in cfg.curve.split(",") if x.strip()]:
             r = evaluate(streams, pairs, binary, base + ["--threshold", t], quiet)
+            if not cfg.fixtures and not cfg.no_synthetic:
+                for row in eval_synthetic(binary, base + ["--threshold", t], cfg.data, cfg.timeout):
+                    if "f1" in row:
+                        key = "synthetic_f1_" + row["stream"].split(" ")[0].replace("-", "_")
+                        r["summary"][key] = row["f1"]
             curve_rows.append((t, r["summary"]))
         rep["curve"] = [{"threshold": t, **s} for t, s in curve_rows]
 
@@ -956,6 +1046,7 @@ def main(argv=None):
         print(json.dumps(rep, indent=2, ensure_ascii=False))
     else:
         print_report(rep, cfg)
+        print_synthetic(synthetic)
         if curve_rows:
             print("\n## Threshold curve\n")
             print(f"options: {' '.join(strip_opts(opts, {'--threshold'})) or '(defaults)'}; "

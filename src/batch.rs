@@ -103,6 +103,7 @@ pub struct PreparedMessage {
     shingles: Range<usize>,
     band_keys: Range<usize>,
     set_fingerprint: u64,
+    truncated: bool,
 }
 
 /// A batch whose lines are all prepared, in input order.
@@ -123,6 +124,7 @@ impl PreparedBatch {
             shingles: &self.shingles[message.shingles.clone()],
             band_keys: &self.band_keys[message.band_keys.clone()],
             set_fingerprint: message.set_fingerprint,
+            truncated: message.truncated,
         }
     }
 
@@ -190,6 +192,7 @@ pub fn prepare(
                             shingles: shingle_start..batch.shingles.len(),
                             band_keys: band_start..batch.band_keys.len(),
                             set_fingerprint,
+                            truncated: scratch.truncated(),
                         })
                     }
                 }

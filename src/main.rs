@@ -531,7 +531,13 @@ fn compare(args: &CompareArgs) -> Exit {
     }
     let (a, b) = (&explained[0], &explained[1]);
     let set = |e: &Explained| e.shingles.iter().map(|(f, _)| *f).collect::<Vec<u32>>();
-    let similarity = dedup_stream::engine::similarity(config.measure, &set(a), &set(b));
+    // B is taken as the later message, as a stream would see the two.
+    let hints = dedup_stream::engine::PairHints {
+        anchored: dedup_stream::engine::share_anchor(&a.anchors, &b.anchors),
+        truncated: b.truncated,
+        earlier_truncated: a.truncated,
+    };
+    let similarity = dedup_stream::engine::similarity(config.measure, &set(b), &set(a), hints);
     let verdict = if similarity >= config.threshold {
         "duplicate"
     } else {

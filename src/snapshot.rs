@@ -10,7 +10,7 @@
 //! version      u32       3
 //! fingerprint  u64       shingle compatibility fingerprint (below)
 //! shingling    u8 + N    length, then the shingle settings as text
-//!                        ("words:2", "spots:2+mod:4": see
+//!                        ("words:1-2", "spots:2+mod:4": see
 //!                        [`EngineConfig::shingle_settings`])
 //! newest       i64       the newest message time seen under --window
 //!                        (engine::window), -1 when none
@@ -25,7 +25,8 @@
 //!   time         i64       the message's time, milliseconds since the Unix
 //!                          epoch (engine::window), 0 when saved without one
 //!   shingles     u32 + 4N  count, then the sorted shingle fingerprints
-//!   anchors      u8 + 4N   count (0 to 2), then the anchor keys
+//!   anchors      u8 + 4N   count (0 to 2), plus 0x80 when the text was cut
+//!                          (engine::Sketch::truncated), then the anchor keys
 //! checksum     u32       CRC-32 of every byte before it
 //! ```
 //!
@@ -242,8 +243,9 @@ pub fn encode(deduper: &Deduper) -> Vec<u8> {
             out.extend_from_slice(&shingle.to_le_bytes());
         }
         let anchors = deduper.anchor_keys(entry);
-        // At most two anchors (engine::push_anchor_keys).
-        out.push(anchors.len() as u8);
+        // At most two anchors (engine::push_anchor_keys); the high bit says
+        // the text was cut.
+        out.push(anchors.len() as u8 | if entry.truncated() { 0x80 } else { 0 });
         for anchor in anchors {
             out.extend_from_slice(&anchor.to_le_bytes());
         }
@@ -418,7 +420,9 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
         // sample a text gets today, so copies of it still match.
         shingles.truncate(start + crate::engine::shingle::MAX_SHINGLES);
         let shingle_range = start..shingles.len();
-        let anchor_count = usize::from(r.u8()?);
+        let anchor_byte = r.u8()?;
+        let truncated = anchor_byte & 0x80 != 0;
+        let anchor_count = usize::from(anchor_byte & 0x7f);
         if anchor_count > 2 {
             return Err(ErrorKind::Malformed("more than two anchor keys"));
         }
@@ -433,6 +437,7 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
             seq,
             cluster,
             time,
+            truncated,
             shingle_range,
             anchor_start..anchors.len(),
         ));
@@ -442,10 +447,11 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
     }
     let restored = entries.len();
     deduper.restore_newest_time(newest);
-    for (id, seq, cluster, time, shingle_range, anchor_range) in entries {
+    for (id, seq, cluster, time, truncated, shingle_range, anchor_range) in entries {
         let restored = Restored {
             cluster: cluster.as_ref(),
             time,
+            truncated,
         };
         deduper.restore(
             id,
@@ -882,6 +888,7 @@ mod tests {
         let bytes = encode(&filled());
         let mut small = Deduper::new(EngineConfig {
             capacity: NonZeroUsize::new(2).unwrap(),
+            shingling: Shingling::Words(2),
             ..EngineConfig::default()
         })
         .unwrap();
@@ -989,6 +996,7 @@ mod tests {
         let mut d = Deduper::new(EngineConfig {
             threshold: 0.8,
             measure: crate::config::Measure::Containment,
+            shingling: Shingling::Words(2),
             ..EngineConfig::default()
         })
         .unwrap();

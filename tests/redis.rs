@@ -309,8 +309,14 @@ fn four_workers_share_one_index() {
             "{id} and {target} each a duplicate of the other"
         );
     }
+    // Four workers interleave their parts in an order no single process
+    // sees, so some copies reach the index before what they copy, and the
+    // verdict depends on which comes first (a cut copy indexed first does
+    // not make its later, longer original a duplicate of it). The counts
+    // agree within 1.5%; identical output in one order is
+    // the_redis_index_writes_what_the_memory_index_writes.
     let found = of.len();
-    let tolerance = expected / 200; // 0.5%
+    let tolerance = expected * 3 / 200;
     assert!(
         found.abs_diff(expected) <= tolerance,
         "four workers found {found} duplicates, one process {expected}"
@@ -341,7 +347,7 @@ fn a_worker_of_other_settings_is_refused_and_state_files_are_for_memory() {
     assert_eq!(sampled.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&sampled.stderr);
     assert!(
-        stderr.contains("shingle=words:2 ") && stderr.contains("shingle=words:2+mod:4 "),
+        stderr.contains("shingle=words:1-2 ") && stderr.contains("shingle=words:1-2+mod:4 "),
         "{stderr}"
     );
 

@@ -761,7 +761,7 @@ fn a_corrupt_state_file_is_refused_and_left_as_it_was() {
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("words:2") && stderr.contains("chars:5"),
+        stderr.contains("words:1-2") && stderr.contains("chars:5"),
         "{stderr}"
     );
     assert_eq!(std::fs::read(&state).unwrap(), good);

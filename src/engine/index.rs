@@ -54,7 +54,9 @@ pub struct Entry {
     /// message it ever held, and memory creeps up over a long stream.)
     data: Box<[u32]>,
     /// How many of `data` are band keys.
-    bands: u32,
+    bands: u16,
+    /// Whether its text was cut (see [`super::Sketch::truncated`]).
+    truncated: bool,
     /// The posting key of the whole set (see [`exact_key`]), kept so that
     /// eviction need not hash the set again.
     exact: u32,
@@ -70,6 +72,11 @@ impl Entry {
     /// The message's sorted shingle set.
     pub fn shingles(&self) -> &[u32] {
         &self.data[self.bands as usize..]
+    }
+
+    /// Whether its text was cut (it ended in an ellipsis).
+    pub fn truncated(&self) -> bool {
+        self.truncated
     }
 
     /// The message's LSH band keys.
@@ -125,6 +132,8 @@ pub struct Insert<'a> {
     pub time: i64,
     /// Its cluster, `None` when it is its own (it was new).
     pub cluster: Option<&'a MessageId>,
+    /// Whether its text was cut.
+    pub truncated: bool,
 }
 
 /// The hash of a slot in the LRU's table: the slot itself in the low bits,
@@ -421,7 +430,8 @@ impl Index {
                 expiry.remove(&(entry.time, slot));
             }
             entry.data = data;
-            entry.bands = message.band_keys.len() as u32;
+            entry.bands = message.band_keys.len() as u16;
+            entry.truncated = message.truncated;
             entry.exact = exact;
             entry.seq = message.seq;
             entry.time = message.time;
@@ -431,7 +441,8 @@ impl Index {
         } else if let Some(slot) = self.free.pop() {
             let entry = &mut self.entries[slot as usize];
             entry.data = data;
-            entry.bands = message.band_keys.len() as u32;
+            entry.bands = message.band_keys.len() as u16;
+            entry.truncated = message.truncated;
             entry.exact = exact;
             entry.seq = message.seq;
             entry.time = message.time;
@@ -446,7 +457,8 @@ impl Index {
                 time: message.time,
                 cluster: message.cluster.map(|c| Box::new(c.clone())),
                 data,
-                bands: message.band_keys.len() as u32,
+                bands: message.band_keys.len() as u16,
+                truncated: message.truncated,
                 exact,
             });
             let slot = (self.entries.len() - 1) as u32;
@@ -491,6 +503,7 @@ mod tests {
                 set_fingerprint: set_fingerprint(shingles),
                 time: 0,
                 cluster: None,
+                truncated: false,
             },
         )
     }
@@ -640,6 +653,7 @@ mod tests {
                     set_fingerprint: set_fingerprint(&shingles),
                     time,
                     cluster: None,
+                    truncated: false,
                 },
             )
         };

@@ -50,7 +50,7 @@ use normalise::Normaliser;
 use sketch::{LshParams, Sketcher};
 pub use store::{Ask, IndexStats, IndexStore, Op};
 use tokenise::{Tokeniser, token_hash};
-pub use verdict::{Match, Verdict, similarity};
+pub use verdict::{Match, PairHints, Verdict, similarity};
 
 /// A message's sketch: what the index needs to find and verify candidates.
 #[derive(Clone, Copy, Debug)]
@@ -61,6 +61,9 @@ pub struct Sketch<'a> {
     pub band_keys: &'a [u32],
     /// Fingerprint of the whole shingle set (the exact-duplicate key).
     pub set_fingerprint: u64,
+    /// Whether the text was cut (it ended in an ellipsis): a shorter copy
+    /// of a longer text is expected to be (see [`verdict::by_containment`]).
+    pub truncated: bool,
 }
 
 /// An owned [`Sketch`].
@@ -72,6 +75,8 @@ pub struct SketchBuf {
     pub band_keys: Vec<u32>,
     /// Fingerprint of the whole shingle set.
     pub set_fingerprint: u64,
+    /// Whether the text was cut.
+    pub truncated: bool,
 }
 
 impl SketchBuf {
@@ -81,6 +86,7 @@ impl SketchBuf {
             shingles: &self.shingles,
             band_keys: &self.band_keys,
             set_fingerprint: self.set_fingerprint,
+            truncated: self.truncated,
         }
     }
 }
@@ -96,6 +102,15 @@ pub struct Scratch {
     char_starts: Vec<usize>,
     set: Vec<u32>,
     mixed: Vec<u64>,
+    truncated: bool,
+}
+
+impl Scratch {
+    /// Whether the text last sketched with these buffers was cut (see
+    /// [`Sketch::truncated`]).
+    pub fn truncated(&self) -> bool {
+        self.truncated
+    }
 }
 
 /// The stateless stages: normalise, tokenise, shingle, sketch. Cheap to
@@ -140,8 +155,9 @@ impl Preparer {
     }
 
     /// Sketches `text`, appending its shingles and band keys to the given
-    /// vectors; returns the set fingerprint. Appending lets a batch of
-    /// messages share two allocations.
+    /// vectors; returns the set fingerprint (and [`Scratch::truncated`]
+    /// says whether the text was cut). Appending lets a batch of messages
+    /// share two allocations.
     pub fn sketch_into(
         &self,
         text: &str,
@@ -150,8 +166,9 @@ impl Preparer {
         shingles: &mut Vec<u32>,
         band_keys: &mut Vec<u32>,
     ) -> u64 {
-        self.normaliser
-            .normalise_into(text, urls, &mut scratch.normalised, &mut scratch.spare);
+        scratch.truncated =
+            self.normaliser
+                .normalise_into(text, urls, &mut scratch.normalised, &mut scratch.spare);
         scratch.tokens.clear();
         scratch.joined.clear();
         let want_joined = matches!(self.shingling, Shingling::Chars(_));
@@ -198,6 +215,7 @@ impl Preparer {
         let mut buf = SketchBuf::default();
         buf.set_fingerprint =
             self.sketch_into(text, urls, scratch, &mut buf.shingles, &mut buf.band_keys);
+        buf.truncated = scratch.truncated;
         buf
     }
 }
@@ -234,6 +252,14 @@ pub fn push_anchor_keys(tokens: &[u64], out: &mut Vec<u32>) {
     }
 }
 
+/// Whether two messages begin or end alike: they share an anchor key (a
+/// prefix key only ever equals a prefix key, a suffix key a suffix key).
+/// Such a pair may be compared by containment whatever their lengths (see
+/// [`verdict::by_containment`]).
+pub fn share_anchor(a: &[u32], b: &[u32]) -> bool {
+    a.iter().any(|key| b.contains(key))
+}
+
 /// A text as the engine sees it, for explaining a comparison.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Explained {
@@ -242,6 +268,10 @@ pub struct Explained {
     /// Each distinct shingle: its fingerprint and its readable form, sorted
     /// by fingerprint (the order of the shingle set).
     pub shingles: Vec<(u32, String)>,
+    /// Its anchor keys (see [`push_anchor_keys`]).
+    pub anchors: Vec<u32>,
+    /// Whether the text was cut (see [`Sketch::truncated`]).
+    pub truncated: bool,
 }
 
 impl Preparer {
@@ -249,7 +279,10 @@ impl Preparer {
     /// for the stream.
     pub fn explain(&self, text: &str, urls: &[(Cow<'_, str>, Cow<'_, str>)]) -> Explained {
         let mut scratch = Scratch::default();
-        let normalised = self.normalise(text, urls, &mut scratch).to_string();
+        let truncated =
+            self.normaliser
+                .normalise_into(text, urls, &mut scratch.normalised, &mut scratch.spare);
+        let normalised = scratch.normalised.clone();
         let mut explained = self.tokeniser.token_texts(&normalised);
         if explained.is_empty() && !normalised.trim().is_empty() {
             let fallback = normalised.trim().to_string();
@@ -259,6 +292,8 @@ impl Preparer {
             return Explained {
                 normalised,
                 shingles: Vec::new(),
+                anchors: Vec::new(),
+                truncated,
             };
         }
         let (hashes, tokens): (Vec<u64>, Vec<String>) = explained.into_iter().unzip();
@@ -275,6 +310,9 @@ impl Preparer {
         };
         let mut shingles: Vec<(u32, String)> = match self.shingling {
             Shingling::Words(width) => word_shingles(width),
+            Shingling::WordsUpTo(longest) => (1..=longest.min(tokens.len()))
+                .flat_map(word_shingles)
+                .collect(),
             Shingling::Spots(width) => {
                 let mut chains = Vec::new();
                 if shingle::spot_chains(&hashes, width, &mut chains) {
@@ -319,9 +357,13 @@ impl Preparer {
             shingles.retain(|(f, _)| kept.binary_search(f).is_ok());
         }
         shingles.truncate(shingle::MAX_SHINGLES);
+        let mut anchors = Vec::new();
+        push_anchor_keys(&hashes, &mut anchors);
         Explained {
             normalised,
             shingles,
+            anchors,
+            truncated,
         }
     }
 }
@@ -344,6 +386,8 @@ pub struct Restored<'a> {
     pub cluster: Option<&'a MessageId>,
     /// Its time (see [`index::Entry::time`]).
     pub time: i64,
+    /// Whether its text was cut (see [`Sketch::truncated`]).
+    pub truncated: bool,
 }
 
 /// Counters of the engine's decisions.
@@ -477,6 +521,7 @@ impl Deduper {
                     set_fingerprint: sketch.set_fingerprint,
                     time,
                     cluster,
+                    truncated: sketch.truncated,
                 },
             );
         }
@@ -551,6 +596,7 @@ impl Deduper {
                 set_fingerprint: set_fingerprint(shingles),
                 time: if self.clock.is_on() { restored.time } else { 0 },
                 cluster: restored.cluster,
+                truncated: restored.truncated,
             },
         );
         self.next_seq = self.next_seq.max(seq + 1);
@@ -622,6 +668,8 @@ impl Deduper {
         self.candidates.sort_unstable();
         self.candidates.dedup();
         let filter = verdict::SetFilter::new(sketch.shingles);
+        let bands = self.preparer.lsh_params().bands;
+        let anchors = sketch.band_keys.get(bands..).unwrap_or_default();
         let mut best: Option<(u32, f64, u64)> = None;
         for &slot in &self.candidates {
             let Some(entry) = self.index.peek(slot) else {
@@ -635,6 +683,14 @@ impl Deduper {
                 sketch.shingles,
                 &filter,
                 entry.shingles(),
+                verdict::PairHints {
+                    anchored: share_anchor(
+                        anchors,
+                        entry.band_keys().get(bands..).unwrap_or_default(),
+                    ),
+                    truncated: sketch.truncated,
+                    earlier_truncated: entry.truncated(),
+                },
                 floor,
             ) else {
                 continue;

@@ -54,14 +54,16 @@ impl Normaliser {
     }
 
     /// Normalises `text` into `out` (cleared first). `urls` maps short URLs
-    /// to their expansions. `scratch` is a reusable buffer.
+    /// to their expansions. `scratch` is a reusable buffer. Returns whether
+    /// the text was cut (it ended in an ellipsis, which went with the cut
+    /// word before it).
     pub fn normalise_into(
         &self,
         text: &str,
         urls: &[(Cow<'_, str>, Cow<'_, str>)],
         out: &mut String,
         scratch: &mut String,
-    ) {
+    ) -> bool {
         out.clear();
         scratch.clear();
         // Feeds escape twice now and then (`&amp;amp;`): decode until stable,
@@ -127,9 +129,11 @@ impl Normaliser {
         if out.contains("via") {
             replace_in_place(out, scratch, &self.trailing_via, "");
         }
-        if out.ends_with("...") {
+        let truncated = out.ends_with("...");
+        if truncated {
             replace_in_place(out, scratch, &self.truncation, "");
         }
+        truncated
     }
 }
 

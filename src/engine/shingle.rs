@@ -236,6 +236,11 @@ pub fn shingle_into(
     out.clear();
     match shingling {
         Shingling::Words(width) => word_shingles(tokens, width, out),
+        Shingling::WordsUpTo(longest) => {
+            for width in 1..=longest.min(tokens.len().max(1)) {
+                word_shingles(tokens, width, out);
+            }
+        }
         Shingling::Spots(width) => {
             if spot_chains(tokens, width, char_starts) {
                 out.extend(

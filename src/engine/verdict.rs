@@ -101,9 +101,74 @@ pub fn intersection_at_least(a: &[u32], b: &[u32], need: usize) -> Option<usize>
 /// say more, so below this the pair is compared by Jaccard instead.
 pub const MIN_CONTAINED_SHINGLES: usize = 3;
 
-/// Exact similarity of two sorted, deduplicated shingle sets.
-pub fn similarity(measure: Measure, a: &[u32], b: &[u32]) -> f64 {
-    similarity_at_least(measure, a, b, 0.0).unwrap_or(0.0)
+/// The share of the longer set the shorter must reach for containment to
+/// apply to a pair that neither begins nor ends alike, unless the shorter
+/// is a later text that was cut: 3/5, as (numerator, denominator).
+///
+/// Containment says a text is a copy of another when one holds the other,
+/// and that is true of copies (a truncated retweet holds part of its
+/// original; a copy with a comment holds all of it) but also of a short
+/// sentence said among much else in an unrelated text ("They need to make
+/// this day!"), which on a large index of template or grammar-made texts
+/// was the largest source of wrong tags. What tells the two apart is what
+/// copies keep: a cut copy ends in an ellipsis; a commented copy begins or
+/// ends as its original does (they share an anchor, see
+/// [`super::push_anchor_keys`]) or adds a few words, so that the original
+/// is most of it. See [`by_containment`].
+pub const MIN_CONTAINED_SHARE: (usize, usize) = (3, 5);
+
+/// What the verdict knows of a pair besides the two sets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PairHints {
+    /// The two texts begin or end alike: they share an anchor key (see
+    /// [`super::share_anchor`]).
+    pub anchored: bool,
+    /// The later text (the message being decided) was cut: it ended in an
+    /// ellipsis.
+    pub truncated: bool,
+    /// The earlier text (the indexed one) was cut.
+    pub earlier_truncated: bool,
+}
+
+/// Whether a pair is compared by containment (against the smaller set)
+/// rather than Jaccard. Under [`Measure::Containment`], the smaller set
+/// needs at least [`MIN_CONTAINED_SHINGLES`], and then:
+/// - when the message being decided (`later`, of `later_len` shingles) is
+///   the smaller: it was cut, or the two begin or end alike, or it is at
+///   least [`MIN_CONTAINED_SHARE`] of the other;
+/// - when the indexed one is the smaller (a comment added): it was not cut,
+///   and the two begin or end alike or it is at least
+///   [`MIN_CONTAINED_SHARE`] of the other.
+///
+/// Sizes are those of the parts compared ([`super::shingle::comparable`]).
+pub fn by_containment(
+    measure: Measure,
+    later_len: usize,
+    earlier_len: usize,
+    hints: PairHints,
+) -> bool {
+    let (num, den) = MIN_CONTAINED_SHARE;
+    let smaller = later_len.min(earlier_len);
+    let larger = later_len.max(earlier_len);
+    measure == Measure::Containment
+        && smaller >= MIN_CONTAINED_SHINGLES
+        && if later_len <= earlier_len {
+            // A copy shorter than what it copies: cut, or beginning or
+            // ending as it does, or most of it.
+            hints.truncated || hints.anchored || smaller * den >= larger * num
+        } else {
+            // A copy longer than what it copies: a comment added. A text
+            // that was cut is contained in no longer one: what it lost is
+            // unknown, and a cut template is little more than the template.
+            !hints.earlier_truncated && (hints.anchored || smaller * den >= larger * num)
+        }
+}
+
+/// Exact similarity of two sorted, deduplicated shingle sets: `a` the
+/// message being decided (the later), `b` the indexed one (see
+/// [`by_containment`] for why the order matters).
+pub fn similarity(measure: Measure, a: &[u32], b: &[u32], hints: PairHints) -> f64 {
+    similarity_at_least(measure, a, b, hints, 0.0).unwrap_or(0.0)
 }
 
 /// A 256-bit summary of a shingle set: one bit per value of a shingle's
@@ -137,10 +202,17 @@ impl SetFilter {
     }
 }
 
-/// Exact similarity of two sorted, deduplicated shingle sets if it is at
-/// least `floor`; `None`, often early, if it is below.
-pub fn similarity_at_least(measure: Measure, a: &[u32], b: &[u32], floor: f64) -> Option<f64> {
-    similarity_at_least_with(measure, a, None, b, floor)
+/// Exact similarity of two sorted, deduplicated shingle sets (`a` the
+/// later, as in [`similarity`]) if it is at least `floor`; `None`, often
+/// early, if it is below.
+pub fn similarity_at_least(
+    measure: Measure,
+    a: &[u32],
+    b: &[u32],
+    hints: PairHints,
+    floor: f64,
+) -> Option<f64> {
+    similarity_at_least_with(measure, a, None, b, hints, floor)
 }
 
 /// [`similarity_at_least`], given `a`'s [`SetFilter`]: a candidate whose
@@ -151,9 +223,10 @@ pub fn similarity_at_least_filtered(
     a: &[u32],
     a_filter: &SetFilter,
     b: &[u32],
+    hints: PairHints,
     floor: f64,
 ) -> Option<f64> {
-    similarity_at_least_with(measure, a, Some(a_filter), b, floor)
+    similarity_at_least_with(measure, a, Some(a_filter), b, hints, floor)
 }
 
 fn similarity_at_least_with(
@@ -161,6 +234,7 @@ fn similarity_at_least_with(
     a: &[u32],
     a_filter: Option<&SetFilter>,
     b: &[u32],
+    hints: PairHints,
     floor: f64,
 ) -> Option<f64> {
     // Capped sets (long texts) are compared on a common sample; `a`'s
@@ -170,7 +244,7 @@ fn similarity_at_least_with(
         return (floor <= 0.0).then_some(0.0);
     }
     let smaller = a.len().min(b.len());
-    let containment = measure == Measure::Containment && smaller >= MIN_CONTAINED_SHINGLES;
+    let containment = by_containment(measure, a.len(), b.len(), hints);
     // The fewest shared shingles that could reach `floor`, rounded down
     // (and a hair lower against rounding), so that no pair at the floor is
     // ever cut off; the exact test is on the exact similarity below.
@@ -217,17 +291,60 @@ mod tests {
     fn measures_are_exact() {
         let a = [1, 2, 3, 4];
         let b = [3, 4, 5, 6];
-        assert_eq!(similarity(Measure::Jaccard, &a, &b), 2.0 / 6.0);
-        assert_eq!(similarity(Measure::Containment, &a, &b), 0.5);
-        assert_eq!(similarity(Measure::Containment, &[3, 4, 5], &b), 1.0);
+        assert_eq!(similarity(Measure::Jaccard, &a, &b, PLAIN), 2.0 / 6.0);
+        assert_eq!(similarity(Measure::Containment, &a, &b, PLAIN), 0.5);
+        assert_eq!(similarity(Measure::Containment, &[3, 4, 5], &b, PLAIN), 1.0);
         // Too small to be "contained": Jaccard.
-        assert_eq!(similarity(Measure::Containment, &[3, 4], &b), 0.5);
-        assert_eq!(similarity(Measure::Jaccard, &a, &a), 1.0);
-        assert_eq!(similarity(Measure::Jaccard, &[], &a), 0.0);
+        assert_eq!(similarity(Measure::Containment, &[3, 4], &b, PLAIN), 0.5);
+        assert_eq!(similarity(Measure::Jaccard, &a, &a, PLAIN), 1.0);
+        assert_eq!(similarity(Measure::Jaccard, &[], &a, PLAIN), 0.0);
+    }
+
+    const PLAIN: PairHints = PairHints {
+        anchored: false,
+        truncated: false,
+        earlier_truncated: false,
+    };
+
+    #[test]
+    fn containment_needs_what_copies_keep() {
+        let short = [1, 2, 3];
+        let long: Vec<u32> = (1..=10).collect();
+        let contained = |later: &[u32], earlier: &[u32], hints| {
+            similarity(Measure::Containment, later, earlier, hints)
+        };
+        // A later, short text inside a longer one: contained only if it was
+        // cut or begins or ends alike; otherwise Jaccard.
+        assert_eq!(contained(&short, &long, PLAIN), 0.3);
+        let cut = PairHints {
+            truncated: true,
+            ..PLAIN
+        };
+        let anchored = PairHints {
+            anchored: true,
+            ..PLAIN
+        };
+        assert_eq!(contained(&short, &long, cut), 1.0);
+        assert_eq!(contained(&short, &long, anchored), 1.0);
+        // An earlier, short text inside a later, longer one: a comment added.
+        // A few words (3 of 5): contained; more: only if anchored.
+        assert_eq!(contained(&[1, 2, 3, 4, 5], &short, PLAIN), 1.0);
+        assert_eq!(contained(&[1, 2, 3, 4, 5, 6], &short, PLAIN), 0.5);
+        assert_eq!(contained(&[1, 2, 3, 4, 5, 6], &short, anchored), 1.0);
+        // ... and never when the earlier text was cut.
+        let earlier_cut = PairHints {
+            anchored: true,
+            earlier_truncated: true,
+            ..PLAIN
+        };
+        assert_eq!(contained(&[1, 2, 3, 4, 5], &short, earlier_cut), 0.6);
+        assert!(!by_containment(Measure::Jaccard, 3, 10, cut));
+        // Too small to be contained, whatever the hints.
+        assert_eq!(contained(&[1, 2], &long, cut), 0.2);
     }
 
     /// Similarity by the textbook definitions, over hash sets.
-    fn reference_similarity(measure: Measure, a: &[u32], b: &[u32]) -> f64 {
+    fn reference_similarity(measure: Measure, a: &[u32], b: &[u32], hints: PairHints) -> f64 {
         use std::collections::HashSet;
         let (sa, sb): (HashSet<_>, HashSet<_>) = (a.iter().collect(), b.iter().collect());
         if sa.is_empty() || sb.is_empty() {
@@ -235,7 +352,17 @@ mod tests {
         }
         let shared = sa.intersection(&sb).count() as f64;
         let smaller = sa.len().min(sb.len());
-        if measure == Measure::Containment && smaller >= MIN_CONTAINED_SHINGLES {
+        let larger = sa.len().max(sb.len());
+        // The rule of by_containment, in words: a later, shorter text
+        // needs to be cut, anchored or 3/5 of the earlier; an earlier,
+        // shorter one must not be cut and needs an anchor or 3/5.
+        let share = smaller as f64 / larger as f64 >= 0.6;
+        let rule = if sa.len() <= sb.len() {
+            hints.truncated || hints.anchored || share
+        } else {
+            !hints.earlier_truncated && (hints.anchored || share)
+        };
+        if measure == Measure::Containment && smaller >= MIN_CONTAINED_SHINGLES && rule {
             shared / smaller as f64
         } else {
             shared / sa.union(&sb).count() as f64
@@ -256,16 +383,20 @@ mod tests {
             b in sorted_set(),
             floor in 0.0f64..=1.0,
             jaccard in any::<bool>(),
+            anchored in any::<bool>(),
+            truncated in any::<bool>(),
+            earlier_truncated in any::<bool>(),
         ) {
+            let hints = PairHints { anchored, truncated, earlier_truncated };
             let measure = if jaccard { Measure::Jaccard } else { Measure::Containment };
-            let exact = reference_similarity(measure, &a, &b);
-            prop_assert_eq!(similarity(measure, &a, &b), exact);
+            let exact = reference_similarity(measure, &a, &b, hints);
+            prop_assert_eq!(similarity(measure, &a, &b, hints), exact);
             prop_assert_eq!(
-                similarity_at_least(measure, &a, &b, floor),
+                similarity_at_least(measure, &a, &b, hints, floor),
                 (exact >= floor).then_some(exact)
             );
             // A tie with the floor is kept: the earliest of equals wins.
-            prop_assert_eq!(similarity_at_least(measure, &a, &b, exact), Some(exact));
+            prop_assert_eq!(similarity_at_least(measure, &a, &b, hints, exact), Some(exact));
         }
 
         /// The filter never turns away a pair that reaches the floor:
@@ -278,20 +409,24 @@ mod tests {
             shared in proptest::collection::btree_set(0u32..3000, 0..30),
             floor in 0.0f64..=1.0,
             jaccard in any::<bool>(),
+            anchored in any::<bool>(),
+            truncated in any::<bool>(),
+            earlier_truncated in any::<bool>(),
         ) {
+            let hints = PairHints { anchored, truncated, earlier_truncated };
             let measure = if jaccard { Measure::Jaccard } else { Measure::Containment };
             let a: Vec<u32> = a.union(&shared).copied().collect();
             let b: Vec<u32> = b.union(&shared).copied().collect();
             let filter = SetFilter::new(&a);
             prop_assert!(filter.bound(&b) >= intersection(&a, &b));
-            let exact = similarity(measure, &a, &b);
+            let exact = similarity(measure, &a, &b, hints);
             prop_assert_eq!(
-                similarity_at_least_filtered(measure, &a, &filter, &b, floor),
-                similarity_at_least(measure, &a, &b, floor)
+                similarity_at_least_filtered(measure, &a, &filter, &b, hints, floor),
+                similarity_at_least(measure, &a, &b, hints, floor)
             );
             prop_assert_eq!(
-                similarity_at_least_filtered(measure, &a, &filter, &b, exact),
-                similarity_at_least(measure, &a, &b, exact)
+                similarity_at_least_filtered(measure, &a, &filter, &b, hints, exact),
+                similarity_at_least(measure, &a, &b, hints, exact)
             );
         }
     }

@@ -47,7 +47,7 @@
 --
 -- KEYS[1]: '{NAME}:meta'.
 -- ARGV: settings, capacity, max_bucket, threshold, measure ('j' or 'c'),
---   fewest shingles for containment, most shingles a set keeps (a longer
+--   containment's bounds ("3,3,5"), most shingles a set keeps (a longer
 --   text's set is its smallest ones), memo scope ('' for none), flags ('r':
 --   look tokens up in the memo first; 'c': empty the memo first), the call's
 --   token ('' when the messages carry their own), the posting lists the
@@ -76,7 +76,18 @@ local capacity = tonumber(ARGV[2])
 local max_bucket = tonumber(ARGV[3])
 local threshold = tonumber(ARGV[4])
 local jaccard = ARGV[5] == 'j'
-local min_contained = tonumber(ARGV[6])
+-- Containment's bounds (engine::verdict::by_containment): the fewest
+-- shingles, and the share num/den of the longer set an earlier, shorter
+-- message must reach; and the number of LSH bands, past which a
+-- message's keys are its anchors (then the exact-set key, last).
+local min_contained, share_num, share_den, bands =
+  string.match(ARGV[6], '^(%d+),(%d+),(%d+),(%d+)$')
+min_contained, share_num, share_den, bands =
+  tonumber(min_contained), tonumber(share_num), tonumber(share_den), tonumber(bands)
+-- The anchor keys of the message being decided, and whether its text was
+-- cut (set for each message).
+local my_anchors = {}
+local my_cut = false
 local max_shingles = tonumber(ARGV[7])
 local memo_key = P .. 'memo:' .. ARGV[8]
 local has_memo = ARGV[8] ~= ''
@@ -202,10 +213,15 @@ local function entry(slot)
   return e
 end
 
--- seq, number of keys, number of shingles
+-- seq, number of keys, number of shingles, whether the text was cut
 local function header(e)
   local hi, lo, nk, ns = struct.unpack('>I4I4BI4', e)
-  return hi * TWO32 + lo, nk, ns
+  -- The key count's high bit says the text was cut.
+  local cut = nk >= 128
+  if cut then
+    nk = nk - 128
+  end
+  return hi * TWO32 + lo, nk, ns, cut
 end
 
 local formats = {}
@@ -235,8 +251,12 @@ local function parsed(slot)
     if not e then
       return nil
     end
-    local s, nk, ns = header(e)
-    c = {seq = s, set = numbers(e, 14 + 4 * nk, ns)}
+    local s, nk, ns, cut = header(e)
+    local anchors = {}
+    for r = bands + 1, nk - 1 do
+      anchors[#anchors + 1] = string.sub(e, 10 + 4 * r, 13 + 4 * r)
+    end
+    c = {seq = s, set = numbers(e, 14 + 4 * nk, ns), anchors = anchors, cut = cut}
     parsed_cache[slot] = c
   end
   return c
@@ -401,7 +421,7 @@ local function insert(keys, ks, shingles, ns, id, cluster, time)
   end
   touch(slot)
   local lo = seq % TWO32
-  local e = struct.pack('>I4I4BI4', math.floor(seq / TWO32), lo, #ks, ns)
+  local e = struct.pack('>I4I4BI4', math.floor(seq / TWO32), lo, #ks + (my_cut and 128 or 0), ns)
     .. keys .. shingles .. struct.pack('>I4', #id) .. id .. cluster
   entry_cache[slot] = e
   dirty_entries[slot] = true
@@ -465,7 +485,26 @@ local function compare(mine, slot)
   end
   local shared = shared_count(a, b)
   local smaller = ns < nc and ns or nc
-  if not jaccard and smaller >= min_contained then
+  local larger = ns < nc and nc or ns
+  local anchored = false
+  for _, mine_key in ipairs(my_anchors) do
+    for _, key in ipairs(c.anchors) do
+      if mine_key == key then
+        anchored = true
+      end
+    end
+  end
+  -- engine::verdict::by_containment: a later, shorter text must be cut,
+  -- anchored or most of the earlier; an earlier, shorter one must not be
+  -- cut, and anchored or most of the later.
+  local most = smaller * share_den >= larger * share_num
+  local rule
+  if ns <= nc then
+    rule = my_cut or anchored or most
+  else
+    rule = not c.cut and (anchored or most)
+  end
+  if not jaccard and smaller >= min_contained and rule then
     return shared, smaller, c.seq
   end
   return shared, ns + nc - shared, c.seq
@@ -670,6 +709,10 @@ local function decide(op, keys, shingles, id, claim, time)
     return 'n'
   end
   local ks = split_keys(keys)
+  my_anchors = {}
+  for r = bands + 1, #ks - 1 do
+    my_anchors[#my_anchors + 1] = ks[r]
+  end
   local exact, best, num, den, match_id, cluster
   if claim ~= '' and all_fresh then
     local untouched = true
@@ -744,6 +787,9 @@ local memo_written = false
 local memo_fields = {}
 for m = first, #ARGV, 5 do
   local op, token = string.sub(ARGV[m], 1, 1), string.sub(ARGV[m], 10)
+  -- An upper-case op: the text was cut.
+  my_cut = op == 'C' or op == 'Q'
+  op = string.lower(op)
   local hi, lo = struct.unpack('>I4I4', ARGV[m], 2)
   local verdict
   if look_up_memo and token ~= '' then

@@ -40,8 +40,12 @@ pub use connection::{DEFAULT_TIMEOUT, IndexLocation, Link, RetryError, is_transi
 use crate::config::{EngineConfig, Measure};
 use crate::engine::index::exact_key;
 use crate::engine::shingle::{MAX_SHINGLES, comparable};
-use crate::engine::verdict::{MIN_CONTAINED_SHINGLES, intersection};
-use crate::engine::{ANCHOR_TOKENS, Ask, IndexStats, IndexStore, Match, Op, Verdict, lsh_params};
+use crate::engine::verdict::{
+    MIN_CONTAINED_SHARE, MIN_CONTAINED_SHINGLES, PairHints, by_containment, intersection,
+};
+use crate::engine::{
+    ANCHOR_TOKENS, Ask, IndexStats, IndexStore, Match, Op, Verdict, lsh_params, share_anchor,
+};
 use crate::error::StoreError;
 use crate::record::MessageId;
 use crate::server::metrics::Metrics;
@@ -59,7 +63,7 @@ const CALL_BYTES: usize = 1 << 20;
 
 /// Format of the keys and values; part of the stored settings, so a worker
 /// of another format is refused.
-const FORMAT: u32 = 4;
+const FORMAT: u32 = 5;
 
 /// Most indexed messages a worker keeps in its cache of candidates (each is
 /// immutable: a slot given to another message is another cell).
@@ -74,6 +78,11 @@ struct Cached {
     id: Vec<u8>,
     /// The cluster's JSON; empty when it is the message's own id.
     cluster: Vec<u8>,
+    /// Its anchor keys (its keys past the LSH bands, before the exact-set
+    /// key).
+    anchors: Box<[u32]>,
+    /// Whether its text was cut (the high bit of the key count).
+    truncated: bool,
 }
 
 impl Cached {
@@ -81,13 +90,17 @@ impl Cached {
     /// keys (u8), of shingles (u32), the keys (u32 each), the shingles
     /// (u32 each), the id's length (u32), its JSON, the cluster's JSON
     /// (empty: the id).
-    fn parse(bytes: &[u8]) -> Option<Cached> {
+    fn parse(bytes: &[u8], bands: usize) -> Option<Cached> {
         let u32_at = |at: usize| -> Option<u32> {
             Some(u32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
         };
         let seq = (u64::from(u32_at(0)?) << 32) | u64::from(u32_at(4)?);
-        let keys = usize::from(*bytes.get(8)?);
+        let keys = usize::from(*bytes.get(8)? & 0x7f);
+        let truncated = *bytes.get(8)? & 0x80 != 0;
         let shingles = u32_at(9)? as usize;
+        let anchors = (bands..keys.saturating_sub(1))
+            .map(|r| u32_at(13 + 4 * r))
+            .collect::<Option<Box<[u32]>>>()?;
         let from = 13 + 4 * keys;
         let to = from.checked_add(shingles.checked_mul(4)?)?;
         let set = bytes
@@ -102,6 +115,8 @@ impl Cached {
             shingles: set,
             id: id.to_vec(),
             cluster: bytes.get(to + 4 + id_len..)?.to_vec(),
+            anchors,
+            truncated,
         })
     }
 }
@@ -112,20 +127,22 @@ impl Cached {
 /// [`comparable`]), containment counts against the smaller, unless it is
 /// too small to be contained, Jaccard against the union. `None` when a part
 /// is empty: the pair is no candidate.
-fn similarity_parts(measure: Measure, a: &[u32], b: &[u32]) -> Option<(usize, usize)> {
+fn similarity_parts(
+    measure: Measure,
+    a: &[u32],
+    b: &[u32],
+    hints: PairHints,
+) -> Option<(usize, usize)> {
     let (a, b) = comparable(a, b);
     if a.is_empty() || b.is_empty() {
         return None;
     }
     let shared = intersection(a, b);
-    let smaller = a.len().min(b.len());
-    Some(
-        if measure == Measure::Containment && smaller >= MIN_CONTAINED_SHINGLES {
-            (shared, smaller)
-        } else {
-            (shared, a.len() + b.len() - shared)
-        },
-    )
+    Some(if by_containment(measure, a.len(), b.len(), hints) {
+        (shared, a.len().min(b.len()))
+    } else {
+        (shared, a.len() + b.len() - shared)
+    })
 }
 
 /// Checks an index name: it becomes the hash tag `{NAME}` of every key.
@@ -173,7 +190,7 @@ pub struct RedisIndex {
     meta_key: String,
     settings: String,
     /// The numbers the script needs, as text: capacity, bucket cap,
-    /// threshold, measure, fewest shingles for containment, most shingles a
+    /// threshold, measure, containment's bounds, most shingles a
     /// set keeps.
     params: [String; 6],
     decide_script: Script,
@@ -182,6 +199,8 @@ pub struct RedisIndex {
     /// `{NAME}:`.
     prefix: String,
     measure: Measure,
+    /// LSH bands: a message's keys past them are its anchors.
+    bands: usize,
     threshold: f64,
     /// Indexed messages read to verify candidates, by cell (slot and low
     /// seq bits).
@@ -278,7 +297,16 @@ impl RedisIndex {
                     Measure::Jaccard => "j".into(),
                     Measure::Containment => "c".into(),
                 },
-                MIN_CONTAINED_SHINGLES.to_string(),
+                // "3,3,5,B": the fewest shingles and the share of the
+                // longer set containment needs
+                // (engine::verdict::by_containment), and the LSH bands,
+                // past which a message's keys are its anchors.
+                format!(
+                    "{MIN_CONTAINED_SHINGLES},{},{},{}",
+                    MIN_CONTAINED_SHARE.0,
+                    MIN_CONTAINED_SHARE.1,
+                    lsh_params(config).bands
+                ),
                 MAX_SHINGLES.to_string(),
             ],
             decide_script: Script::new(
@@ -290,6 +318,7 @@ impl RedisIndex {
             create_script: Script::new(include_str!("create.lua")),
             prefix: prefix.clone(),
             measure: config.measure,
+            bands: lsh_params(config).bands,
             threshold: config.threshold,
             cache: LruCache::new(
                 NonZeroUsize::new(config.capacity.get().min(CACHE_ENTRIES))
@@ -484,7 +513,9 @@ impl RedisIndex {
             for (cell, entry) in wanted.iter().zip(entries) {
                 // A slot given to another message since the lists were
                 // read is left out: its claims are not made.
-                if let Some(entry) = entry.as_deref().and_then(Cached::parse)
+                if let Some(entry) = entry
+                    .as_deref()
+                    .and_then(|bytes| Cached::parse(bytes, self.bands))
                     && entry.seq as u32
                         == u32::from_be_bytes(cell[4..].try_into().expect("4 bytes"))
                 {
@@ -536,8 +567,16 @@ impl RedisIndex {
                 let Some(entry) = self.cache.peek(cell) else {
                     return Vec::new();
                 };
+                let hints = PairHints {
+                    anchored: share_anchor(
+                        ask.sketch.band_keys.get(self.bands..).unwrap_or_default(),
+                        &entry.anchors,
+                    ),
+                    truncated: ask.sketch.truncated,
+                    earlier_truncated: entry.truncated,
+                };
                 let Some((shared, of)) =
-                    similarity_parts(self.measure, ask.sketch.shingles, &entry.shingles)
+                    similarity_parts(self.measure, ask.sketch.shingles, &entry.shingles, hints)
                 else {
                     continue;
                 };
@@ -658,9 +697,12 @@ impl RedisIndex {
         args.extend(self.forget[..forget].iter().cloned());
         let mut claims = 0;
         for (ask, recs) in asks.iter().zip(records) {
-            let mut op = vec![match ask.op {
-                Op::Check => b'c',
-                Op::Query => b'q',
+            // Upper case: the text was cut (engine::verdict::PairHints).
+            let mut op = vec![match (ask.op, ask.sketch.truncated) {
+                (Op::Check, false) => b'c',
+                (Op::Check, true) => b'C',
+                (Op::Query, false) => b'q',
+                (Op::Query, true) => b'Q',
             }];
             // Times are ms since the epoch, below 2^53 (crate::timestamp).
             op.extend_from_slice(&(ask.time.max(0) as u64).to_be_bytes());

@@ -102,6 +102,7 @@ pub struct Scratch {
     char_starts: Vec<usize>,
     set: Vec<u32>,
     mixed: Vec<u64>,
+    banded: Vec<u32>,
     truncated: bool,
 }
 
@@ -199,8 +200,9 @@ impl Preparer {
             &mut scratch.set,
         );
         shingles.extend_from_slice(&scratch.set);
+        let banded = shingle::lsh_shingles(self.shingling, &scratch.set, &mut scratch.banded);
         self.sketcher
-            .band_keys(&scratch.set, &mut scratch.mixed, band_keys);
+            .band_keys(banded, &mut scratch.mixed, band_keys);
         push_anchor_keys(&scratch.tokens, band_keys);
         set_fingerprint(&scratch.set)
     }
@@ -310,9 +312,16 @@ impl Preparer {
         };
         let mut shingles: Vec<(u32, String)> = match self.shingling {
             Shingling::Words(width) => word_shingles(width),
-            Shingling::WordsUpTo(longest) => (1..=longest.min(tokens.len()))
-                .flat_map(word_shingles)
-                .collect(),
+            Shingling::WordsUpTo(longest) => {
+                let widest = longest.min(tokens.len());
+                (1..=widest)
+                    .flat_map(|width| {
+                        word_shingles(width)
+                            .into_iter()
+                            .map(move |(f, text)| (shingle::tag_width(f, width == widest), text))
+                    })
+                    .collect()
+            }
             Shingling::Spots(width) => {
                 let mut chains = Vec::new();
                 if shingle::spot_chains(&hashes, width, &mut chains) {
@@ -582,10 +591,11 @@ impl Deduper {
     ) {
         let mut band_keys =
             Vec::with_capacity(self.preparer.lsh_params().bands + anchor_keys.len());
-        let mut mixed = Vec::new();
+        let (mut mixed, mut banded) = (Vec::new(), Vec::new());
+        let banded = shingle::lsh_shingles(self.config.shingling, shingles, &mut banded);
         self.preparer
             .sketcher
-            .band_keys(shingles, &mut mixed, &mut band_keys);
+            .band_keys(banded, &mut mixed, &mut band_keys);
         band_keys.extend_from_slice(anchor_keys);
         self.index.insert(
             id,

@@ -53,8 +53,9 @@
 //! # Sampling (`--sample mod:M`)
 //!
 //! Broder's mod-m sample, as the PHP Shingler of the seed article used: of
-//! a long document keep only the shingles whose fingerprint is 0 modulo `M`,
-//! about one in `M`. Two texts' samples are the same random selection of
+//! a long document keep only the shingles whose fingerprint, less its lowest
+//! bit (which `words:1-N` uses to mark widths), is 0 modulo `M`, about one
+//! in `M`. Two texts' samples are the same random selection of
 //! their shared shingles, so similarities estimate those of the whole sets.
 //! A text with fewer than [`MIN_SAMPLED`] such shingles keeps all of its
 //! own: a tweet has none to spare. Sampling comes before the cap of
@@ -200,10 +201,35 @@ pub fn spot_fingerprint(chain: impl IntoIterator<Item = u64>) -> u32 {
 /// at least [`MIN_SAMPLED`].
 pub fn sample(sampling: Sampling, set: &mut Vec<u32>) {
     if let Sampling::Mod(modulus) = sampling {
-        let kept = set.iter().filter(|&&f| f % modulus == 0).count();
+        // The lowest bit may say a shingle's width (tag_width): sample on
+        // the others, so that every width is sampled alike.
+        let kept = set.iter().filter(|&&f| (f >> 1) % modulus == 0).count();
         if kept >= MIN_SAMPLED {
-            set.retain(|&f| f % modulus == 0);
+            set.retain(|&f| (f >> 1) % modulus == 0);
         }
+    }
+}
+
+/// Marks a `words:1-N` fingerprint by its width in its lowest bit: set for
+/// the widest runs of the text (N words, or all of a shorter text), clear
+/// for the narrower ones. The LSH bands are cut from the widest alone (see
+/// [`lsh_shingles`]): single words are shared by too many unrelated texts
+/// to make good candidates, and the set alone says which are which, so
+/// band keys can be recomputed from a stored set.
+pub fn tag_width(fingerprint: u32, widest: bool) -> u32 {
+    (fingerprint & !1) | u32::from(widest)
+}
+
+/// The shingles the LSH bands are cut from: under `words:1-N` the widest
+/// runs (see [`tag_width`]), copied into `buf`; otherwise the whole set.
+pub fn lsh_shingles<'s>(shingling: Shingling, set: &'s [u32], buf: &'s mut Vec<u32>) -> &'s [u32] {
+    match shingling {
+        Shingling::WordsUpTo(_) => {
+            buf.clear();
+            buf.extend(set.iter().copied().filter(|f| f & 1 == 1));
+            buf
+        }
+        _ => set,
     }
 }
 
@@ -237,8 +263,13 @@ pub fn shingle_into(
     match shingling {
         Shingling::Words(width) => word_shingles(tokens, width, out),
         Shingling::WordsUpTo(longest) => {
-            for width in 1..=longest.min(tokens.len().max(1)) {
+            let widest = longest.min(tokens.len().max(1));
+            for width in 1..=widest {
+                let from = out.len();
                 word_shingles(tokens, width, out);
+                for f in &mut out[from..] {
+                    *f = tag_width(*f, width == widest);
+                }
             }
         }
         Shingling::Spots(width) => {
@@ -311,6 +342,44 @@ pub fn char_fingerprint(gram: &str) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn words_up_to_two_are_words_and_pairs_marked_by_width() {
+        let tokens = [11u64, 22, 33];
+        let mut set = Vec::new();
+        shingle_into(
+            Shingling::WordsUpTo(2),
+            Sampling::All,
+            &tokens,
+            "",
+            &mut Vec::new(),
+            &mut set,
+        );
+        let mut want: Vec<u32> = tokens
+            .windows(1)
+            .map(|w| tag_width(fingerprint(w), false))
+            .chain(tokens.windows(2).map(|w| tag_width(fingerprint(w), true)))
+            .collect();
+        want.sort_unstable();
+        assert_eq!(set, want);
+        // The bands are cut from the pairs alone.
+        let mut buf = Vec::new();
+        let banded = lsh_shingles(Shingling::WordsUpTo(2), &set, &mut buf);
+        assert_eq!(banded.len(), 2);
+        assert!(banded.iter().all(|f| f & 1 == 1));
+        // A one-word text: its word is its widest run.
+        shingle_into(
+            Shingling::WordsUpTo(2),
+            Sampling::All,
+            &tokens[..1],
+            "",
+            &mut Vec::new(),
+            &mut set,
+        );
+        assert_eq!(set, [tag_width(fingerprint(&tokens[..1]), true)]);
+        // Other shinglings band the whole set.
+        assert_eq!(lsh_shingles(Shingling::Words(2), &set, &mut buf), &set[..]);
+    }
 
     fn words(tokens: &[u64], width: usize) -> Vec<u32> {
         let mut out = Vec::new();
@@ -540,18 +609,20 @@ mod tests {
         let mut all: Vec<u32> = long.windows(2).map(fingerprint).collect();
         all.sort_unstable();
         let kept = sampled(&long, 4);
-        assert!(kept.iter().all(|f| f % 4 == 0));
+        assert!(kept.iter().all(|f| (f >> 1) % 4 == 0));
         assert_eq!(
             kept,
             all.iter()
                 .copied()
-                .filter(|f| f % 4 == 0)
+                .filter(|f| (f >> 1) % 4 == 0)
                 .collect::<Vec<_>>()
         );
         assert!((200..300).contains(&kept.len()), "{}", kept.len());
         // The limit: exactly MIN_SAMPLED multiples sample, one fewer keeps all.
-        let mut set: Vec<u32> = (0..MIN_SAMPLED as u32).map(|i| i * 4).collect();
-        set.extend((0..100).map(|i| i * 4 + 1));
+        // (Sampled on the fingerprint less its lowest bit: 8i is kept,
+        // 8i + 2 is not.)
+        let mut set: Vec<u32> = (0..MIN_SAMPLED as u32).map(|i| i * 8).collect();
+        set.extend((0..100).map(|i| i * 8 + 2));
         set.sort_unstable();
         let mut at_limit = set.clone();
         sample(Sampling::Mod(4), &mut at_limit);
@@ -575,13 +646,13 @@ mod tests {
         );
         // Some 2,500 multiples of 8, capped to the smallest 512 of them.
         assert_eq!(out.len(), MAX_SHINGLES);
-        assert!(out.iter().all(|f| f % 8 == 0));
+        assert!(out.iter().all(|f| (f >> 1) % 8 == 0));
         let mut all: Vec<u32> = tokens.windows(2).map(fingerprint).collect();
         all.sort_unstable();
         all.dedup();
         let expected: Vec<u32> = all
             .into_iter()
-            .filter(|f| f % 8 == 0)
+            .filter(|f| (f >> 1) % 8 == 0)
             .take(MAX_SHINGLES)
             .collect();
         assert_eq!(out, expected);

@@ -137,6 +137,12 @@ impl Hasher for SlotHasher {
     }
 }
 
+/// How many candidates' entries (and then sets) [`Index::prefetch`] loads
+/// for one message, at most. Most messages have a few candidates; a
+/// template family's, up to the bucket cap under each band key, mostly the
+/// same ones.
+pub const PREFETCH_BUDGET: usize = 32;
+
 /// The LRU-bounded candidate index.
 pub struct Index {
     recency: LruCache<u32, (), BuildHasherDefault<SlotHasher>>,
@@ -144,6 +150,9 @@ pub struct Index {
     postings: Postings,
     max_bucket: usize,
     evictions: u64,
+    /// One bit per slot, all clear between calls of
+    /// [`Index::distinct_candidates`]: the slots met so far while it runs.
+    seen: Vec<u64>,
 }
 
 impl std::fmt::Debug for Index {
@@ -201,6 +210,7 @@ impl Index {
             postings: Postings::with_capacity(capacity.get().saturating_mul(keys_per_message)),
             max_bucket,
             evictions: 0,
+            seen: Vec::new(),
         }
     }
 
@@ -256,19 +266,73 @@ impl Index {
         }
     }
 
+    /// Appends to `out` every slot that shares a band key with `band_keys`,
+    /// and `extra`, each once, in the order first met.
+    ///
+    /// A template family's messages share most band keys, so its members
+    /// come back once per key: with [`Index::candidates`] a message of a big
+    /// family collected about twenty copies of each and sorted them all to
+    /// drop the repeats. Here a bit per slot drops them as they come.
+    pub fn distinct_candidates(
+        &mut self,
+        band_keys: &[u32],
+        extra: Option<u32>,
+        out: &mut Vec<u32>,
+    ) {
+        let start = out.len();
+        let words = self.entries.len().div_ceil(64);
+        if self.seen.len() < words {
+            self.seen.resize(words, 0);
+        }
+        let seen = &mut self.seen;
+        let mut add = |slot: u32| {
+            let (word, bit) = (slot as usize / 64, 1u64 << (slot % 64));
+            // Every posted slot is below the entries' length; a slot that
+            // were not would only widen the bitmap.
+            if word >= seen.len() {
+                seen.resize(word + 1, 0);
+            }
+            if seen[word] & bit == 0 {
+                seen[word] |= bit;
+                out.push(slot);
+            }
+        };
+        for &key in band_keys {
+            self.postings.for_each(key, &mut add);
+        }
+        extra.into_iter().for_each(add);
+        for &slot in &out[start..] {
+            self.seen[slot as usize / 64] = 0;
+        }
+    }
+
     /// Starts loading one stage of what deciding on a message will read
     /// (see [`PrefetchStage`]). A hint: it changes nothing but timing.
+    ///
+    /// The entries and sets stages load at most [`PREFETCH_BUDGET`] slots'
+    /// data a message: a message of a template family finds the same
+    /// family members under most of its band keys (up to the bucket cap
+    /// each), and walking all of them twice more for hints cost more than
+    /// the misses it saved.
     pub fn prefetch(&self, band_keys: &[u32], set_fingerprint: u64, stage: PrefetchStage) {
         let exact = exact_key(set_fingerprint);
+        let mut budget = PREFETCH_BUDGET;
         for &key in band_keys.iter().chain(std::iter::once(&exact)) {
             match stage {
                 PrefetchStage::Postings => self.postings.prefetch(key),
                 PrefetchStage::Entries | PrefetchStage::Sets => {
-                    self.postings.for_each(key, |slot| match self.peek(slot) {
-                        Some(entry) if stage == PrefetchStage::Entries => prefetch_entry(entry),
-                        Some(entry) => prefetch(entry.data.as_ptr()),
-                        None => {}
-                    })
+                    self.postings.for_each_while(key, |slot| {
+                        match self.peek(slot) {
+                            Some(entry) if stage == PrefetchStage::Entries => prefetch_entry(entry),
+                            Some(entry) => prefetch(entry.data.as_ptr()),
+                            None => {}
+                        }
+                        budget -= 1;
+                        budget > 0
+                    });
+                    if budget == 0 {
+                        return;
+                    }
                 }
             }
         }

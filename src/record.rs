@@ -1057,6 +1057,28 @@ mod tests {
     }
 
     #[test]
+    fn nothing_of_one_line_is_left_for_the_next() {
+        // The captures' buffer is shared by the lines a thread decodes: a
+        // line refused halfway, or one with URLs, leaves nothing behind.
+        let decoder = Decoder::new(FieldSpec::default());
+        let with_urls = r#"{"id":1,"text":"x","entities":{"urls":[{"url":"https://t.co/a","expanded_url":"https://a.example"}]}}"#;
+        assert_eq!(decoder.decode(with_urls.as_bytes()).unwrap().urls.len(), 1);
+        let cut =
+            r#"{"id":2,"text":"y","entities":{"urls":[{"url":"https://t.co/b","expanded_url":"#;
+        assert!(matches!(
+            decoder.decode(cut.as_bytes()).unwrap_err(),
+            InvalidReason::Json(_)
+        ));
+        let r = decoder.decode(br#"{"id":3,"text":"z"}"#).unwrap();
+        assert!(r.urls.is_empty());
+        assert_eq!((r.id, r.text.as_ref()), (MessageId::Integer(3), "z"));
+        assert!(matches!(
+            decoder.decode(br#"{"text":"no id"}"#).unwrap_err(),
+            InvalidReason::NoId(_)
+        ));
+    }
+
+    #[test]
     fn chosen_fields_are_joined_and_may_overlap() {
         let spec = FieldSpec::new(Some("guid"), vec!["title".into(), "summary".into()]).unwrap();
         let decoder = Decoder::new(spec);

@@ -601,4 +601,38 @@ mod tests {
         index.candidates(&[7], &mut found);
         assert_eq!(found.len(), 3);
     }
+
+    proptest::proptest! {
+        /// The distinct candidates are the candidates without their repeats,
+        /// call after call (each leaves its bits clear for the next), with
+        /// the extra slot counted once, evictions and all.
+        #[test]
+        fn distinct_candidates_are_the_candidates_once_each(
+            messages in proptest::collection::vec(proptest::collection::vec(0u32..12, 1..5), 1..150),
+            asks in proptest::collection::vec((proptest::collection::vec(0u32..12, 0..6), proptest::option::of(0u32..200)), 1..20),
+        ) {
+            let mut index = Index::new(NonZeroUsize::new(97).unwrap(), 8, 4);
+            for (seq, keys) in messages.iter().enumerate() {
+                insert(&mut index, seq as u64, &[seq as u32], keys);
+            }
+            for (keys, extra) in asks {
+                let extra = extra.filter(|&slot| (slot as usize) < index.entries.len());
+                let mut expected = Vec::new();
+                index.candidates(&keys, &mut expected);
+                expected.extend(extra);
+                expected.sort_unstable();
+                expected.dedup();
+                let mut found = vec![u32::MAX];
+                index.distinct_candidates(&keys, extra, &mut found);
+                proptest::prop_assert_eq!(found[0], u32::MAX, "what was in `out` stays");
+                let mut found = found.split_off(1);
+                let met = found.len();
+                found.sort_unstable();
+                found.dedup();
+                proptest::prop_assert_eq!(found.len(), met, "no slot twice");
+                proptest::prop_assert_eq!(&found, &expected);
+                proptest::prop_assert!(index.seen.iter().all(|&word| word == 0));
+            }
+        }
+    }
 }

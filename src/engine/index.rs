@@ -150,9 +150,6 @@ pub struct Index {
     postings: Postings,
     max_bucket: usize,
     evictions: u64,
-    /// One bit per slot, all clear between calls of
-    /// [`Index::distinct_candidates`]: the slots met so far while it runs.
-    seen: Vec<u64>,
 }
 
 impl std::fmt::Debug for Index {
@@ -210,7 +207,6 @@ impl Index {
             postings: Postings::with_capacity(capacity.get().saturating_mul(keys_per_message)),
             max_bucket,
             evictions: 0,
-            seen: Vec::new(),
         }
     }
 
@@ -263,46 +259,6 @@ impl Index {
     pub fn candidates(&self, band_keys: &[u32], out: &mut Vec<u32>) {
         for &key in band_keys {
             self.postings.for_each(key, |slot| out.push(slot));
-        }
-    }
-
-    /// Appends to `out` every slot that shares a band key with `band_keys`,
-    /// and `extra`, each once, in the order first met.
-    ///
-    /// A template family's messages share most band keys, so its members
-    /// come back once per key: with [`Index::candidates`] a message of a big
-    /// family collected about twenty copies of each and sorted them all to
-    /// drop the repeats. Here a bit per slot drops them as they come.
-    pub fn distinct_candidates(
-        &mut self,
-        band_keys: &[u32],
-        extra: Option<u32>,
-        out: &mut Vec<u32>,
-    ) {
-        let start = out.len();
-        let words = self.entries.len().div_ceil(64);
-        if self.seen.len() < words {
-            self.seen.resize(words, 0);
-        }
-        let seen = &mut self.seen;
-        let mut add = |slot: u32| {
-            let (word, bit) = (slot as usize / 64, 1u64 << (slot % 64));
-            // Every posted slot is below the entries' length; a slot that
-            // were not would only widen the bitmap.
-            if word >= seen.len() {
-                seen.resize(word + 1, 0);
-            }
-            if seen[word] & bit == 0 {
-                seen[word] |= bit;
-                out.push(slot);
-            }
-        };
-        for &key in band_keys {
-            self.postings.for_each(key, &mut add);
-        }
-        extra.into_iter().for_each(add);
-        for &slot in &out[start..] {
-            self.seen[slot as usize / 64] = 0;
         }
     }
 
@@ -600,39 +556,5 @@ mod tests {
         let mut found = Vec::new();
         index.candidates(&[7], &mut found);
         assert_eq!(found.len(), 3);
-    }
-
-    proptest::proptest! {
-        /// The distinct candidates are the candidates without their repeats,
-        /// call after call (each leaves its bits clear for the next), with
-        /// the extra slot counted once, evictions and all.
-        #[test]
-        fn distinct_candidates_are_the_candidates_once_each(
-            messages in proptest::collection::vec(proptest::collection::vec(0u32..12, 1..5), 1..150),
-            asks in proptest::collection::vec((proptest::collection::vec(0u32..12, 0..6), proptest::option::of(0u32..200)), 1..20),
-        ) {
-            let mut index = Index::new(NonZeroUsize::new(97).unwrap(), 8, 4);
-            for (seq, keys) in messages.iter().enumerate() {
-                insert(&mut index, seq as u64, &[seq as u32], keys);
-            }
-            for (keys, extra) in asks {
-                let extra = extra.filter(|&slot| (slot as usize) < index.entries.len());
-                let mut expected = Vec::new();
-                index.candidates(&keys, &mut expected);
-                expected.extend(extra);
-                expected.sort_unstable();
-                expected.dedup();
-                let mut found = vec![u32::MAX];
-                index.distinct_candidates(&keys, extra, &mut found);
-                proptest::prop_assert_eq!(found[0], u32::MAX, "what was in `out` stays");
-                let mut found = found.split_off(1);
-                let met = found.len();
-                found.sort_unstable();
-                found.dedup();
-                proptest::prop_assert_eq!(found.len(), met, "no slot twice");
-                proptest::prop_assert_eq!(&found, &expected);
-                proptest::prop_assert!(index.seen.iter().all(|&word| word == 0));
-            }
-        }
     }
 }

@@ -516,10 +516,10 @@ impl Deduper {
     fn best_match(&mut self, sketch: Sketch<'_>, exact: Option<u32>) -> Option<(u32, f64)> {
         self.candidates.clear();
         self.index
-            .distinct_candidates(sketch.band_keys, exact, &mut self.candidates);
-        // Slot order, as before the repeats were dropped on the way: the
-        // comparisons run in the same order whatever the buckets hold.
+            .candidates(sketch.band_keys, &mut self.candidates);
+        self.candidates.extend(exact);
         self.candidates.sort_unstable();
+        self.candidates.dedup();
         let filter = verdict::SetFilter::new(sketch.shingles);
         let mut best: Option<(u32, f64, u64)> = None;
         for &slot in &self.candidates {

@@ -25,9 +25,14 @@
 use std::io::{self, BufWriter, Write};
 
 /// xorshift64*: tiny, fast, and the same on every machine.
-struct Rng(u64);
+pub struct Rng(u64);
 
 impl Rng {
+    /// The generator `main` makes for a seed.
+    pub fn with_seed(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+
     fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
@@ -108,9 +113,9 @@ fn main() -> io::Result<()> {
             std::process::exit(2);
         }
     };
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = Rng::with_seed(seed);
     if shape == Shape::V1 {
-        return v1::write(count, &mut rng);
+        return v1::write(count, &mut rng, io::stdout().lock());
     }
     let full = shape == Shape::Full;
 
@@ -255,8 +260,9 @@ impl Envelope {
     }
 }
 
-/// The `v1` shape: v1.1 objects like the shared synthetic stream's.
-mod v1 {
+/// The `v1` shape: v1.1 objects like the shared synthetic stream's (the
+/// criterion benches include this file to make it too).
+pub mod v1 {
     use super::{Rng, SYLLABLES, json_string};
     use std::fmt::Write as _;
     use std::io::{self, BufWriter, Write};
@@ -264,7 +270,8 @@ mod v1 {
     const FAMILIES: usize = 6;
     const STATES: &[&str] = &["CA", "NY", "TX", "FL", "WA", "IL", "MA", "OR", "GA", "CO"];
 
-    pub fn write(count: u64, rng: &mut Rng) -> io::Result<()> {
+    /// Writes `count` lines to `out`.
+    pub fn write(count: u64, rng: &mut Rng, out: impl Write) -> io::Result<()> {
         // A long tail: 60,000 words, drawn with a Zipf-like skew.
         let vocabulary: Vec<String> = (0..60_000)
             .map(|_| {
@@ -283,7 +290,7 @@ mod v1 {
         let word =
             |rng: &mut Rng| -> usize { (vocabulary.len() as f64 * rng.unit().powi(3)) as usize };
         let mut recent: Vec<String> = Vec::with_capacity(4_000);
-        let mut out = BufWriter::with_capacity(1 << 20, io::stdout().lock());
+        let mut out = BufWriter::with_capacity(1 << 20, out);
         let mut line = String::new();
         for n in 0..count {
             let copy = !recent.is_empty() && rng.unit() < 0.30;

@@ -169,6 +169,12 @@ impl Hasher for SlotHasher {
     }
 }
 
+/// How many candidates' entries (and then sets) [`Index::prefetch`] loads
+/// for one message, at most. Most messages have a few candidates; a
+/// template family's, up to the bucket cap under each band key, mostly the
+/// same ones.
+pub const PREFETCH_BUDGET: usize = 32;
+
 /// The LRU-bounded candidate index.
 pub struct Index {
     recency: LruCache<u32, (), BuildHasherDefault<SlotHasher>>,
@@ -342,17 +348,31 @@ impl Index {
 
     /// Starts loading one stage of what deciding on a message will read
     /// (see [`PrefetchStage`]). A hint: it changes nothing but timing.
+    ///
+    /// The entries and sets stages load at most [`PREFETCH_BUDGET`] slots'
+    /// data a message: a message of a template family finds the same
+    /// family members under most of its band keys (up to the bucket cap
+    /// each), and walking all of them twice more for hints cost more than
+    /// the misses it saved.
     pub fn prefetch(&self, band_keys: &[u32], set_fingerprint: u64, stage: PrefetchStage) {
         let exact = exact_key(set_fingerprint);
+        let mut budget = PREFETCH_BUDGET;
         for &key in band_keys.iter().chain(std::iter::once(&exact)) {
             match stage {
                 PrefetchStage::Postings => self.postings.prefetch(key),
                 PrefetchStage::Entries | PrefetchStage::Sets => {
-                    self.postings.for_each(key, |slot| match self.peek(slot) {
-                        Some(entry) if stage == PrefetchStage::Entries => prefetch_entry(entry),
-                        Some(entry) => prefetch(entry.data.as_ptr()),
-                        None => {}
-                    })
+                    self.postings.for_each_while(key, |slot| {
+                        match self.peek(slot) {
+                            Some(entry) if stage == PrefetchStage::Entries => prefetch_entry(entry),
+                            Some(entry) => prefetch(entry.data.as_ptr()),
+                            None => {}
+                        }
+                        budget -= 1;
+                        budget > 0
+                    });
+                    if budget == 0 {
+                        return;
+                    }
                 }
             }
         }

@@ -169,6 +169,18 @@ impl Postings {
         }
     }
 
+    /// Calls `f` with the slots posted under `key` until it returns false.
+    pub fn for_each_while(&self, key: u32, mut f: impl FnMut(u32) -> bool) {
+        let mut at = self.home(key);
+        loop {
+            let c = self.cells[at];
+            if c == 0 || (key_of(c) == key && !f(slot_of(c))) {
+                return;
+            }
+            at = self.next(at);
+        }
+    }
+
     /// Adds `(key, slot)` unless `key` has `max_bucket` postings already.
     /// Returns whether it was added.
     pub fn insert_capped(&mut self, key: u32, slot: u32, max_bucket: usize) -> bool {

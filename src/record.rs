@@ -553,7 +553,7 @@ impl Decoder {
         }
         // A date has no escapes: a string with one is no date.
         let created_at = self.created_at.iter().find_map(|&path| {
-            let raw = found(path).next()?.raw.get();
+            let raw = found(path).next()?.raw(line);
             raw.strip_prefix('"')?
                 .strip_suffix('"')
                 .filter(|text| !text.contains('\\'))

@@ -182,6 +182,14 @@ pub fn prepare(
                             &mut batch.shingles,
                             &mut batch.band_keys,
                         );
+                        if batch.shingles.len() == shingle_start && preparer.refuses_empty() {
+                            batch.band_keys.truncate(band_start);
+                            batch.items.push(Item::Invalid(InvalidLine {
+                                line: *number,
+                                reason: InvalidReason::NothingToCompare,
+                            }));
+                            continue;
+                        }
                         Item::Message(PreparedMessage {
                             number: *number,
                             line: range.clone(),

@@ -9,8 +9,9 @@ use std::time::Duration;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use dedup_stream::config::{
-    DEFAULT_CAPACITY, DEFAULT_MAX_BUCKET, DEFAULT_MEASURE, DEFAULT_SAMPLE, DEFAULT_SHINGLE,
-    DEFAULT_THRESHOLD, EngineConfig, Measure, Sampling, Shingling, Window,
+    DEFAULT_CAPACITY, DEFAULT_EMPTY_TEXT, DEFAULT_MAX_BUCKET, DEFAULT_MEASURE, DEFAULT_SAMPLE,
+    DEFAULT_SHINGLE, DEFAULT_THRESHOLD, EmptyText, EngineConfig, Measure, Sampling, Shingling,
+    Window,
 };
 use dedup_stream::consume::{self, ConsumeConfig, Output};
 use dedup_stream::pipeline::{self, Emit, OnInvalid, PipelineConfig};
@@ -104,6 +105,13 @@ pub struct IndexArgs {
     /// verdicts). For diagnosis.
     #[arg(long, hide = true)]
     pub redis_verifies: bool,
+
+    /// With the index in memory: the most memory it may hold (its entries,
+    /// shingle sets and postings), in bytes or with a unit, K, M or G
+    /// (powers of 1024: 512M, 2G), at least 1M; past it the least recently
+    /// used messages are evicted, whatever --capacity allows.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_index_bytes: Option<NonZeroUsize>,
 }
 
 /// `consume`'s options.
@@ -250,6 +258,12 @@ pub struct EngineArgs {
     /// older ones: a whole number and ms, s, m, h or d (10m, 24h, 7d).
     #[arg(long, value_name = "DURATION", value_parser = parse_window)]
     pub window: Option<Window>,
+
+    /// What a message whose text is empty once normalised (blank, only a
+    /// link and an RT prefix) gets: new (tagged new, never a duplicate, not
+    /// indexed) or invalid (refused like a bad line, with its line number).
+    #[arg(long, default_value_t = DEFAULT_EMPTY_TEXT, value_name = "new|invalid", value_parser = parse_empty_text)]
+    pub empty_text: EmptyText,
 }
 
 /// Options the filter and the server share: the index's size and where
@@ -484,6 +498,43 @@ fn parse_capacity(s: &str) -> Result<NonZeroUsize, String> {
         .ok_or_else(range)
 }
 
+/// The smallest byte budget `--max-index-bytes` takes: a couple of
+/// thousand tweets.
+const MIN_INDEX_BYTES: u64 = 1 << 20;
+
+/// A size in bytes: a whole number with an optional unit, K, M or G
+/// (powers of 1024; a trailing B or iB is allowed: 64MiB, 64MB, 64M), at
+/// least [`MIN_INDEX_BYTES`].
+fn parse_size(s: &str) -> Result<NonZeroUsize, String> {
+    let bad = || {
+        format!("expected a size like 512M or 2G (K, M, G: powers of 1024), at least 1M, got {s:?}")
+    };
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let n: u64 = number.parse().map_err(|_| bad())?;
+    let unit = unit.to_ascii_uppercase();
+    let unit = unit
+        .strip_suffix("IB")
+        .or_else(|| unit.strip_suffix('B'))
+        .unwrap_or(&unit);
+    let shift = match unit {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => return Err(bad()),
+    };
+    let bytes = n.checked_mul(1 << shift).ok_or_else(bad)?;
+    if bytes < MIN_INDEX_BYTES {
+        return Err(bad());
+    }
+    usize::try_from(bytes)
+        .ok()
+        .and_then(NonZeroUsize::new)
+        .ok_or_else(bad)
+}
+
 /// A count that must be at least 1.
 fn at_least_one(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
@@ -590,6 +641,10 @@ fn parse_measure(s: &str) -> Result<Measure, ConfigError> {
     s.parse()
 }
 
+fn parse_empty_text(s: &str) -> Result<EmptyText, ConfigError> {
+    s.parse()
+}
+
 fn parse_window(s: &str) -> Result<Window, ConfigError> {
     s.parse()
 }
@@ -628,6 +683,8 @@ impl EngineArgs {
         max_bucket: usize,
     ) -> Result<EngineConfig, ConfigError> {
         let config = EngineConfig {
+            max_index_bytes: None,
+            empty_text: self.empty_text,
             threshold: self.threshold,
             capacity,
             shingling: self.shingle,
@@ -656,7 +713,11 @@ impl MessageArgs {
 impl FilterArgs {
     /// The engine config.
     pub fn engine_config(&self) -> Result<EngineConfig, ConfigError> {
-        self.message.engine_config(&self.engine)
+        let config = self.message.engine_config(&self.engine)?;
+        Ok(EngineConfig {
+            max_index_bytes: self.index.max_index_bytes,
+            ..config
+        })
     }
 
     /// The pipeline config.
@@ -724,7 +785,11 @@ impl ConsumeArgs {
 impl ServeArgs {
     /// The engine config.
     pub fn engine_config(&self) -> Result<EngineConfig, ConfigError> {
-        self.message.engine_config(&self.engine)
+        let config = self.message.engine_config(&self.engine)?;
+        Ok(EngineConfig {
+            max_index_bytes: self.index.max_index_bytes,
+            ..config
+        })
     }
 
     /// The server config.

@@ -36,6 +36,9 @@ pub const DEFAULT_SAMPLE: Sampling = Sampling::All;
 /// social feeds, and Jaccard misses both once the cut or the comment is long.
 pub const DEFAULT_MEASURE: Measure = Measure::Containment;
 
+/// Default for a text with nothing left once normalised: it is new.
+pub const DEFAULT_EMPTY_TEXT: EmptyText = EmptyText::New;
+
 /// Default cap on how many indexed messages one LSH bucket may hold. A bucket
 /// past it takes no more entries: the message stays reachable through its
 /// other bands, and a template shared by thousands of messages cannot turn
@@ -224,6 +227,43 @@ pub enum Measure {
     Containment,
 }
 
+/// What a message whose text has nothing left once normalised (`""`,
+/// blanks, only links and retweet markers) gets. It has nothing to compare,
+/// so it is never a duplicate and never indexed either way. The paths that
+/// read lines (the filter, the sidecar, the worker, [`crate::stream`])
+/// apply it; [`crate::Deduper::check`] itself answers such a sketch new.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EmptyText {
+    /// Tagged new.
+    #[default]
+    New,
+    /// Refused as an invalid line
+    /// ([`crate::InvalidReason::NothingToCompare`]), for pipelines that
+    /// would rather not pass such messages on.
+    Invalid,
+}
+
+impl fmt::Display for EmptyText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            EmptyText::New => "new",
+            EmptyText::Invalid => "invalid",
+        })
+    }
+}
+
+impl FromStr for EmptyText {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "new" => Ok(EmptyText::New),
+            "invalid" => Ok(EmptyText::Invalid),
+            _ => Err(ConfigError::EmptyText(s.to_string())),
+        }
+    }
+}
+
 impl fmt::Display for Measure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -263,6 +303,14 @@ pub struct EngineConfig {
     pub max_bucket: usize,
     /// How long a message stays matchable; `None`: until it is evicted.
     pub window: Option<Window>,
+    /// The most bytes of memory the in-memory index may hold (its entries,
+    /// their shingle sets and its postings table, as
+    /// [`crate::engine::index::Index::bytes`] counts them); past it the least
+    /// recently used messages are evicted. `None`: only `capacity` bounds it.
+    /// An index in Redis refuses it (Redis's own memory is its business).
+    pub max_index_bytes: Option<NonZeroUsize>,
+    /// What a message with nothing to compare gets (see [`EmptyText`]).
+    pub empty_text: EmptyText,
 }
 
 impl Default for EngineConfig {
@@ -275,6 +323,8 @@ impl Default for EngineConfig {
             measure: DEFAULT_MEASURE,
             max_bucket: DEFAULT_MAX_BUCKET,
             window: None,
+            max_index_bytes: None,
+            empty_text: DEFAULT_EMPTY_TEXT,
         }
     }
 }

@@ -34,6 +34,9 @@ pub enum ConfigError {
         "window must be a positive whole number and a unit (ms, s, m, h, d), like 10m, 24h or 7d, got {0:?}"
     )]
     Window(String),
+    /// The empty-text rule is not one of the known names.
+    #[error("empty-text must be new or invalid, got {0:?}")]
+    EmptyText(String),
 }
 
 /// Why one input line could not be processed. The line is skipped (or, when
@@ -74,6 +77,13 @@ pub enum InvalidReason {
     /// `"query"`.
     #[error("dedup_op must be \"check\" or \"query\", got {0}")]
     BadOp(String),
+    /// The text has nothing left once normalised (empty, blank, only a link
+    /// or mentions), and such messages are refused
+    /// ([`crate::config::EmptyText::Invalid`]).
+    #[error(
+        "text has nothing to compare once normalised (empty, blank, or only links and retweet markers)"
+    )]
+    NothingToCompare,
     /// A line (server only) was not complete within the line timeout of its
     /// first byte; the connection is closed.
     #[error("line not complete within the line timeout of {limit:?}: closing the connection")]
@@ -163,6 +173,9 @@ pub enum StoreError {
     /// it waited.
     #[error("Redis is unreachable ({0}); stopped while waiting for it")]
     Unavailable(String),
+    /// A setting the index in Redis does not take.
+    #[error("{0}")]
+    Unsupported(&'static str),
     /// Redis answered with an error that retrying will not cure.
     #[error("Redis refused: {0}")]
     Refused(String),

@@ -71,7 +71,7 @@ pub mod stats;
 pub mod stream;
 pub mod timestamp;
 
-pub use config::{EngineConfig, Measure, Sampling, Shingling};
+pub use config::{EmptyText, EngineConfig, Measure, Sampling, Shingling};
 pub use engine::{Deduper, Match, Preparer, Sketch, SketchBuf, Verdict};
 pub use error::{ConfigError, Error, InvalidLine, InvalidReason, StoreError};
 pub use record::{Decoder, FieldSpec, MessageId};

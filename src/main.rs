@@ -127,7 +127,7 @@ fn filter(args: &FilterArgs) -> Exit {
              dedup-stream FILE..."
         );
     }
-    if let Err(e) = scale::refuse_state(&args.index, &args.state) {
+    if let Err(e) = scale::refuse_memory_only(&args.index, &args.state) {
         return usage(e);
     }
     let config = match args.engine_config() {
@@ -281,9 +281,7 @@ async fn stop_on_signal(which: Arc<AtomicU8>, stop: Arc<AtomicBool>) {
 
 /// Writes `--stats`: the summary as one JSON object and a newline.
 fn write_stats<S: IndexStore>(path: &Path, finished: &pipeline::Finished<S>) -> io::Result<()> {
-    let json = finished
-        .summary
-        .to_json(finished.store.stats().len as usize);
+    let json = finished.summary.to_json(&finished.store.stats());
     std::fs::write(path, format!("{json}\n"))
 }
 
@@ -400,7 +398,7 @@ fn serve(args: &ServeArgs) -> Exit {
             path.display()
         ));
     }
-    if let Err(e) = scale::refuse_state(&args.index, &args.state) {
+    if let Err(e) = scale::refuse_memory_only(&args.index, &args.state) {
         return usage(e);
     }
     let engine = match args.engine_config() {

@@ -240,6 +240,7 @@ fn kind(reason: &InvalidReason) -> &'static str {
         InvalidReason::BadId(_) => "bad id",
         InvalidReason::BadOp(_) => "bad op",
         InvalidReason::LineTimeout { .. } => "line timeout",
+        InvalidReason::NothingToCompare => "nothing to compare",
     }
 }
 

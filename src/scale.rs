@@ -15,13 +15,25 @@ use dedup_stream::{Deduper, EngineConfig, Error, StoreError};
 use crate::cli::{ConsumeArgs, IndexAction, IndexAdminArgs, IndexArgs, StateArgs};
 use crate::{Exit, runtime, stop_on_signal, usage};
 
-/// A state file is for an index in memory: with Redis, its persistence
-/// keeps the index.
-pub fn refuse_state(index: &IndexArgs, state: &StateArgs) -> Result<(), String> {
-    if index.index != IndexLocation::Memory && state.state.is_some() {
+/// Options for an index in memory only: a state file (with Redis, its
+/// persistence keeps the index) and a byte budget (Redis's memory is
+/// bounded by --capacity, and by Redis).
+pub fn refuse_memory_only(index: &IndexArgs, state: &StateArgs) -> Result<(), String> {
+    if index.index == IndexLocation::Memory {
+        return Ok(());
+    }
+    if state.state.is_some() {
         return Err(format!(
             "--state keeps an index in memory; with --index {} Redis keeps the index, so use \
              Redis persistence (appendonly yes, or RDB snapshots) instead (README: Scaling out)",
+            index.index
+        ));
+    }
+    if index.max_index_bytes.is_some() {
+        return Err(format!(
+            "--max-index-bytes bounds an index in memory; with --index {} bound the index with \
+             --capacity (README: Scaling out gives its bytes per message), and give Redis a \
+             maxmemory above that with maxmemory-policy noeviction",
             index.index
         ));
     }

@@ -36,18 +36,27 @@ impl Summary {
 impl Summary {
     /// The summary as one JSON object, for scripts and pipelines
     /// (`--stats FILE`): every count, the elapsed seconds, messages per
-    /// second, and `index_size`, the messages held in the index at the end.
-    pub fn to_json(&self, index_size: usize) -> serde_json::Value {
-        serde_json::json!({
+    /// second, `index_size`, the messages held in the index at the end, and
+    /// for an index in memory `index_bytes`, the memory it held then (and
+    /// `index_max_bytes`, its budget, when it has one).
+    pub fn to_json(&self, index: &crate::engine::IndexStats) -> serde_json::Value {
+        let mut json = serde_json::json!({
             "messages": self.messages,
             "new": self.new,
             "duplicates": self.duplicates,
             "invalid": self.invalid,
             "evicted": self.evicted,
-            "index_size": index_size,
+            "index_size": index.len,
             "elapsed_seconds": self.elapsed.as_secs_f64(),
             "messages_per_second": self.messages_per_second(),
-        })
+        });
+        if let Some(bytes) = index.bytes {
+            json["index_bytes"] = bytes.into();
+        }
+        if let Some(max_bytes) = index.max_bytes {
+            json["index_max_bytes"] = max_bytes.into();
+        }
+        json
     }
 }
 

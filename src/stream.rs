@@ -41,7 +41,7 @@ use std::task::{Context, Poll};
 use futures::{Stream, StreamExt};
 
 use crate::engine::{Deduper, Scratch, Verdict};
-use crate::error::InvalidLine;
+use crate::error::{InvalidLine, InvalidReason};
 use crate::record::{Decoder, FieldSpec, MessageId, write_tagged};
 
 /// A message with its verdict.
@@ -107,6 +107,9 @@ impl<S> Dedup<S> {
             .deduper
             .preparer()
             .sketch(&record.text, &record.urls, &mut self.scratch);
+        if sketch.as_sketch().shingles.is_empty() && self.deduper.preparer().refuses_empty() {
+            return Err(invalid(InvalidReason::NothingToCompare));
+        }
         // Its time, for a window: its created_at, or now.
         let time = record
             .created_at_millis()

@@ -354,3 +354,35 @@ fn texts_empty_once_normalised_are_all_new() {
         "{verdicts:?}"
     );
 }
+
+/// `--empty-text invalid`: such texts are refused like bad lines, each
+/// named with its line number and the reason, and the other lines pass as
+/// before; a run where every line is such a text exits as one with no
+/// usable line.
+#[test]
+fn empty_text_invalid_refuses_texts_with_nothing_to_compare() {
+    let words = "Flooding closes the coastal highway north of the city tonight";
+    let input = format!(
+        "{{\"id\":1,\"text\":\"{words}\"}}\n{{\"id\":2,\"text\":\"  \"}}\n{{\"id\":3,\"text\":\"RT @news: https://t.co/abc\"}}\n{{\"id\":4,\"text\":\"RT @x: {words}\"}}\n"
+    );
+    let output = common::run(&["--quiet", "--empty-text", "invalid"], input.as_bytes());
+    assert!(output.status.success(), "{output:?}");
+    let lines = common::stdout_lines(&output);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[0].starts_with("{\"id\":1,"), "{lines:?}");
+    assert!(lines[1].contains("\"duplicate_of\":1"), "{lines:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for line in [2, 3] {
+        assert!(
+            stderr.contains(&format!("line {line}: text has nothing to compare")),
+            "{stderr}"
+        );
+    }
+    let all_empty = common::run(
+        &["--quiet", "--empty-text", "invalid"],
+        b"{\"id\":1,\"text\":\"\"}\n",
+    );
+    assert_eq!(all_empty.status.code(), Some(65), "{all_empty:?}");
+    let bad = common::run(&["--empty-text", "skip"], b"");
+    assert_eq!(bad.status.code(), Some(2));
+}

@@ -23,6 +23,12 @@
 //! at once, wherever they are in the LRU order; their slots go on a free
 //! list, reused before the index grows, so a freed slot's entry is never
 //! reached: nothing points at it.
+//!
+//! Under a byte budget (`--max-index-bytes`, [`Index::with_max_bytes`]) the
+//! index also counts the memory it holds (see [`Index::bytes`]) and evicts
+//! the least recently used messages, onto the same free list, whenever an
+//! insert takes it past the budget: long texts then take the room of
+//! several short ones, where the capacity alone counts messages.
 
 use std::collections::BTreeSet;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -184,8 +190,13 @@ pub struct Index {
     evictions: u64,
     /// Under a window: (time, slot) of every indexed message.
     expiry: Option<BTreeSet<(i64, u32)>>,
-    /// Slots emptied by expiry, to fill first.
+    /// Slots emptied by expiry or the byte budget, to fill first.
     free: Vec<u32>,
+    /// Bytes of the live entries' heap allocations and LRU bookkeeping
+    /// (see [`held_bytes`]).
+    held: usize,
+    /// The byte budget (see [`Index::with_max_bytes`]).
+    max_bytes: Option<usize>,
 }
 
 impl std::fmt::Debug for Index {
@@ -195,6 +206,7 @@ impl std::fmt::Debug for Index {
             .field("capacity", &self.recency.cap())
             .field("postings", &self.postings.len())
             .field("evictions", &self.evictions)
+            .field("bytes", &self.bytes())
             .finish()
     }
 }
@@ -245,6 +257,8 @@ impl Index {
             evictions: 0,
             expiry: None,
             free: Vec::new(),
+            held: 0,
+            max_bytes: None,
         }
     }
 
@@ -269,11 +283,8 @@ impl Index {
             expiry.pop_first();
             self.recency.pop(&slot);
             let entry = &mut self.entries[slot as usize];
-            forget(&mut self.postings, slot, entry);
-            // Its room goes now; the slot is reused whole.
-            entry.data = Box::default();
-            entry.bands = 0;
-            entry.cluster = None;
+            self.held -= held_bytes(entry);
+            release(&mut self.postings, slot, entry);
             self.free.push(slot);
             expired += 1;
         }
@@ -292,6 +303,61 @@ impl Index {
             expiry.insert((time, slot));
             entry.time = time;
         }
+    }
+
+    /// Evicts least recently used messages until the index holds at most
+    /// its byte budget, keeping at least the newest. Their slots are reused
+    /// before the index grows.
+    fn fit_budget(&mut self) {
+        let Some(budget) = self.max_bytes else {
+            return;
+        };
+        while self.bytes() > budget && self.recency.len() > 1 {
+            let Some((slot, ())) = self.recency.pop_lru() else {
+                return;
+            };
+            let entry = &mut self.entries[slot as usize];
+            if let Some(expiry) = &mut self.expiry {
+                expiry.remove(&(entry.time, slot));
+            }
+            self.held -= held_bytes(entry);
+            release(&mut self.postings, slot, entry);
+            self.free.push(slot);
+            self.evictions += 1;
+        }
+    }
+
+    /// Bytes of memory the index holds, as this module counts them: every
+    /// entry's place in the entries vector, the heap allocations of indexed
+    /// messages (shingle sets and band keys, long ids, clusters; with the
+    /// allocator's headers and rounding), the LRU's node and table bucket
+    /// per message, and the postings table (8 bytes a cell). Not counted:
+    /// a fixed part of a few bytes per slot of the capacity (the LRU
+    /// table's control bytes) and, under a window, the time order (about 40
+    /// bytes a message).
+    pub fn bytes(&self) -> usize {
+        self.held
+            + self.entries.len() * size_of::<Entry>()
+            + self.postings.cells() * size_of::<u64>()
+    }
+
+    /// The byte budget, if any (see [`Index::with_max_bytes`]).
+    pub fn max_bytes(&self) -> Option<usize> {
+        self.max_bytes
+    }
+
+    /// The index, holding at most `max_bytes` of memory as [`Index::bytes`]
+    /// counts it (see the module's documentation). Its postings table is
+    /// sized to be at most a third of the budget at its full size, so that
+    /// the messages have the rest.
+    pub fn with_max_bytes(mut self, max_bytes: usize) -> Index {
+        let full_size = self
+            .postings
+            .full_size()
+            .min(max_bytes / 3 / size_of::<u64>());
+        self.postings = Postings::with_full_size(full_size);
+        self.max_bytes = Some(max_bytes);
+        self
     }
 
     /// Messages indexed now.
@@ -441,58 +507,101 @@ impl Index {
             .chain(message.shingles)
             .copied()
             .collect();
-        let (slot, evicted) = if self.recency.len() >= self.capacity() {
-            let (&slot, ()) = self.recency.peek_lru().expect("a full index has entries");
-            self.recency.promote(&slot);
-            let entry = &mut self.entries[slot as usize];
-            forget(&mut self.postings, slot, entry);
-            if let Some(expiry) = &mut self.expiry {
-                expiry.remove(&(entry.time, slot));
-            }
-            entry.data = data;
-            entry.bands = message.band_keys.len() as u16;
-            entry.truncated = message.truncated;
-            entry.exact = exact;
-            entry.seq = message.seq;
-            entry.time = message.time;
-            entry.cluster = message.cluster.map(|c| Box::new(c.clone()));
-            self.evictions += 1;
-            (slot, Some(std::mem::replace(&mut entry.id, id)))
-        } else if let Some(slot) = self.free.pop() {
-            let entry = &mut self.entries[slot as usize];
-            entry.data = data;
-            entry.bands = message.band_keys.len() as u16;
-            entry.truncated = message.truncated;
-            entry.exact = exact;
-            entry.seq = message.seq;
-            entry.time = message.time;
-            entry.cluster = message.cluster.map(|c| Box::new(c.clone()));
-            entry.id = id;
-            self.recency.push(slot, ());
-            (slot, None)
-        } else {
-            self.entries.push(Entry {
-                seq: message.seq,
-                id,
-                time: message.time,
-                cluster: message.cluster.map(|c| Box::new(c.clone())),
-                data,
-                bands: message.band_keys.len() as u16,
-                truncated: message.truncated,
-                exact,
-            });
-            let slot = (self.entries.len() - 1) as u32;
-            self.recency.push(slot, ());
-            (slot, None)
+        let fresh = Entry {
+            seq: message.seq,
+            id,
+            time: message.time,
+            cluster: message.cluster.map(|c| Box::new(c.clone())),
+            data,
+            bands: message.band_keys.len() as u16,
+            truncated: message.truncated,
+            exact,
         };
+        let fresh_bytes = held_bytes(&fresh);
+        // Over the budget, the least recently used message gives its slot
+        // and LRU node to the newcomer, as at capacity: one in, one out,
+        // without freeing and allocating them again ([`Index::fit_budget`]
+        // evicts more if one was not enough).
+        let over_budget = self
+            .max_bytes
+            .is_some_and(|max| self.bytes() + fresh_bytes > max);
+        self.held += fresh_bytes;
+        let (slot, evicted) =
+            if self.recency.len() >= self.capacity() || (over_budget && !self.recency.is_empty()) {
+                let (&slot, ()) = self.recency.peek_lru().expect("a full index has entries");
+                self.recency.promote(&slot);
+                let entry = &mut self.entries[slot as usize];
+                forget(&mut self.postings, slot, entry);
+                if let Some(expiry) = &mut self.expiry {
+                    expiry.remove(&(entry.time, slot));
+                }
+                self.held -= held_bytes(entry);
+                self.evictions += 1;
+                (slot, Some(std::mem::replace(entry, fresh).id))
+            } else if let Some(slot) = self.free.pop() {
+                self.entries[slot as usize] = fresh;
+                self.recency.push(slot, ());
+                (slot, None)
+            } else {
+                self.entries.push(fresh);
+                let slot = (self.entries.len() - 1) as u32;
+                self.recency.push(slot, ());
+                (slot, None)
+            };
         for &key in message.band_keys.iter().chain(std::iter::once(&exact)) {
             self.postings.insert_capped(key, slot, self.max_bucket);
         }
         if let Some(expiry) = &mut self.expiry {
             expiry.insert((message.time, slot));
         }
+        self.fit_budget();
         evicted
     }
+}
+
+/// Bytes glibc's allocator takes for a request of `n` bytes: an 8-byte
+/// header, 16-byte granules, 32 bytes at least; nothing for no request.
+fn allocated_bytes(n: usize) -> usize {
+    if n == 0 {
+        0
+    } else {
+        (n + 8).next_multiple_of(16).max(32)
+    }
+}
+
+/// The LRU's bookkeeping per message: its list node (a 24-byte allocation)
+/// and its share of the table (an 8-byte bucket and a control byte, at a
+/// load between 7/16 and 7/8).
+const LRU_BYTES_PER_MESSAGE: usize = 32 + 16;
+
+/// Heap bytes an id holds.
+fn id_bytes(id: &MessageId) -> usize {
+    match id {
+        MessageId::Raw(text) => allocated_bytes(text.len()),
+        MessageId::DigitString(_) | MessageId::Integer(_) => 0,
+    }
+}
+
+/// What an indexed entry holds beyond its place in the entries vector: its
+/// heap allocations and its LRU bookkeeping.
+fn held_bytes(entry: &Entry) -> usize {
+    allocated_bytes(entry.data.len() * size_of::<u32>())
+        + id_bytes(&entry.id)
+        + entry.cluster.as_deref().map_or(0, |cluster| {
+            allocated_bytes(size_of::<MessageId>()) + id_bytes(cluster)
+        })
+        + LRU_BYTES_PER_MESSAGE
+}
+
+/// Empties the entry of a message that leaves without a newcomer in its
+/// slot (expired, or over the byte budget): its postings go, and its
+/// allocations, so that the slot is reused whole.
+fn release(postings: &mut Postings, slot: u32, entry: &mut Entry) {
+    forget(postings, slot, entry);
+    entry.data = Box::default();
+    entry.bands = 0;
+    entry.cluster = None;
+    entry.id = MessageId::Integer(0);
 }
 
 /// Prefetches both ends of an entry: it may straddle two cache lines.
@@ -700,6 +809,88 @@ mod tests {
         assert_eq!(index.expire(65), 1, "only 1 (60) is older; 0 left already");
         let left: Vec<(u64, i64)> = index.iter_lru_first().map(|e| (e.seq, e.time)).collect();
         assert_eq!(left, [(3, 70), (4, 80)]);
+    }
+
+    #[test]
+    fn a_byte_budget_evicts_the_least_recently_used_until_it_fits() {
+        let budget = 64 << 10;
+        let mut index =
+            Index::new(NonZeroUsize::new(100_000).unwrap(), 8, 3).with_max_bytes(budget);
+        assert_eq!(index.max_bytes(), Some(budget));
+        // Every tenth message is long: it takes the room of several.
+        let set = |seq: u64| -> Vec<u32> {
+            let len = if seq.is_multiple_of(10) { 400 } else { 20 };
+            (0..len).map(|i| seq as u32 * 1000 + i).collect()
+        };
+        let mut fitted = 0;
+        for seq in 0..2_000u64 {
+            insert(
+                &mut index,
+                seq,
+                &set(seq),
+                &[seq as u32, 1 << 30 | seq as u32],
+            );
+            let bytes = index.bytes();
+            assert!(bytes <= budget, "{bytes} > {budget} at {seq}");
+            fitted = fitted.max(index.len());
+        }
+        assert!(index.evictions() > 1_000, "{}", index.evictions());
+        assert!(fitted > 50, "64 KiB holds some messages: {fitted}");
+        assert!(index.entries.len() <= fitted + 1, "slots are reused");
+        // What is left is the most recent messages, in order; nothing of the
+        // evicted is found.
+        let left: Vec<u64> = index.iter_lru_first().map(|e| e.seq).collect();
+        let oldest = 2_000 - left.len() as u64;
+        assert_eq!(left, (oldest..2_000).collect::<Vec<_>>());
+        for gone in oldest - 100..oldest {
+            let gone_set = set(gone);
+            assert!(index.exact(set_fingerprint(&gone_set), &gone_set).is_none());
+            let mut found = Vec::new();
+            index.candidates(&[gone as u32], &mut found);
+            assert!(found.is_empty());
+        }
+        // A touched message survives, however old.
+        let oldest_set = set(oldest);
+        let slot = index.exact(set_fingerprint(&oldest_set), &oldest_set);
+        index.touch(slot.unwrap());
+        for seq in 2_000..2_100u64 {
+            insert(&mut index, seq, &set(seq), &[seq as u32]);
+        }
+        assert_eq!(index.peek(slot.unwrap()).unwrap().seq, oldest);
+    }
+
+    #[test]
+    fn bytes_count_what_is_held_and_return_when_it_goes() {
+        let mut index = Index::new(NonZeroUsize::new(10).unwrap(), 8, 3).with_expiry();
+        let empty = index.bytes();
+        let shingles: Vec<u32> = (0..100).collect();
+        let cluster = MessageId::Raw("\"a-long-string-id-of-forty-bytes-or-so...\"".into());
+        index.insert(
+            MessageId::Raw("\"another-string-id\"".into()),
+            Insert {
+                seq: 0,
+                shingles: &shingles,
+                band_keys: &[1, 2],
+                set_fingerprint: set_fingerprint(&shingles),
+                time: 5,
+                cluster: Some(&cluster),
+                truncated: false,
+            },
+        );
+        let one = index.bytes() - empty;
+        // The entry, its 102 keys and shingles, two ids, the LRU's share.
+        let least = size_of::<Entry>() + 102 * 4 + 40 + 20 + LRU_BYTES_PER_MESSAGE;
+        assert!(
+            (least..least + 200).contains(&one),
+            "{one} for at least {least}"
+        );
+        index.expire(10);
+        assert_eq!(index.len(), 0);
+        assert_eq!(
+            index.bytes() - empty,
+            size_of::<Entry>(),
+            "only the emptied slot's place is left"
+        );
     }
 
     #[test]

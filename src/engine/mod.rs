@@ -41,7 +41,7 @@ pub mod window;
 
 use std::borrow::Cow;
 
-use crate::config::{EngineConfig, Measure, Sampling, Shingling};
+use crate::config::{EmptyText, EngineConfig, Measure, Sampling, Shingling};
 use crate::error::{ConfigError, StoreError};
 use crate::record::MessageId;
 pub use index::PrefetchStage;
@@ -123,6 +123,7 @@ pub struct Preparer {
     shingling: Shingling,
     sampling: Sampling,
     sketcher: Sketcher,
+    empty_text: EmptyText,
 }
 
 impl Preparer {
@@ -134,7 +135,15 @@ impl Preparer {
             shingling: config.shingling,
             sampling: config.sampling,
             sketcher: Sketcher::new(lsh_params(config)),
+            empty_text: config.empty_text,
         }
+    }
+
+    /// Whether a message whose sketch has no shingles (its text is empty
+    /// once normalised) is refused as invalid rather than tagged new (see
+    /// [`EmptyText`]).
+    pub fn refuses_empty(&self) -> bool {
+        self.empty_text == EmptyText::Invalid
     }
 
     /// The LSH banding in use.
@@ -452,6 +461,10 @@ impl Deduper {
             config.max_bucket,
             lsh_params(&config).bands + 3,
         );
+        let index = match config.max_index_bytes {
+            Some(max_bytes) => index.with_max_bytes(max_bytes.get()),
+            None => index,
+        };
         let clock = window::Clock::new(config.window.map(|w| w.millis()));
         Ok(Deduper {
             preparer: Preparer::new(&config),
@@ -755,6 +768,8 @@ impl IndexStore for Deduper {
             len: self.index.len() as u64,
             capacity: self.index.capacity() as u64,
             evictions: self.index.evictions(),
+            bytes: Some(self.index.bytes() as u64),
+            max_bytes: self.index.max_bytes().map(|b| b as u64),
         }
     }
 }

@@ -103,7 +103,13 @@ impl Postings {
     /// An empty table that grows to a full size fit for `expected`
     /// postings, and past it if it must.
     pub fn with_capacity(expected: usize) -> Postings {
-        let full_size = ((expected as f64 / TARGET_LOAD) as usize).max(MIN_CELLS);
+        Postings::with_full_size((expected as f64 / TARGET_LOAD) as usize)
+    }
+
+    /// An empty table that grows to `full_size` cells, and past it only
+    /// when it holds more than [`MAX_LOAD`] of them.
+    pub fn with_full_size(full_size: usize) -> Postings {
+        let full_size = full_size.max(MIN_CELLS);
         Postings {
             cells: vec![0; MIN_CELLS],
             len: 0,
@@ -115,6 +121,11 @@ impl Postings {
     /// Cells in the table now (for memory accounting: 8 bytes each).
     pub fn cells(&self) -> usize {
         self.cells.len()
+    }
+
+    /// Cells of the table at its full size (see [`Postings::with_full_size`]).
+    pub fn full_size(&self) -> usize {
+        self.full_size
     }
 
     /// Postings held.

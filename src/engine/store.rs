@@ -57,6 +57,11 @@ pub struct IndexStats {
     pub capacity: u64,
     /// Messages evicted since it was created.
     pub evictions: u64,
+    /// Bytes of memory it holds, where the store counts them (the in-memory
+    /// index: [`super::index::Index::bytes`]).
+    pub bytes: Option<u64>,
+    /// Its byte budget, if it has one (`--max-index-bytes`).
+    pub max_bytes: Option<u64>,
 }
 
 /// An index that decides messages: in memory ([`Deduper`](super::Deduper))

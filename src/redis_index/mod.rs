@@ -266,6 +266,12 @@ impl RedisIndex {
         config
             .validate()
             .map_err(|e| StoreError::Refused(e.to_string()))?;
+        if config.max_index_bytes.is_some() {
+            return Err(StoreError::Unsupported(
+                "a byte budget (max_index_bytes) bounds an index in memory; bound an index in \
+                 Redis by its capacity",
+            ));
+        }
         check_name(name)?;
         let mut link = Link::new(location, options.timeout.unwrap_or(DEFAULT_TIMEOUT))?;
         if let Some(metrics) = options.metrics.clone() {

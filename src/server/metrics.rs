@@ -71,6 +71,11 @@ pub struct Metrics {
     pub index_capacity: AtomicU64,
     /// Messages evicted from the index since the start.
     pub evictions: AtomicU64,
+    /// Bytes of memory the index holds, plus one (0: not counted, as for
+    /// an index in Redis).
+    pub index_bytes: AtomicU64,
+    /// The index's byte budget (`--max-index-bytes`), 0 for none.
+    pub index_max_bytes: AtomicU64,
     /// Connections open now.
     pub connections_open: AtomicU64,
     /// Connections accepted since the start.
@@ -119,6 +124,10 @@ impl Metrics {
         self.index_entries.store(stats.len, Ordering::Relaxed);
         self.index_capacity.store(stats.capacity, Ordering::Relaxed);
         self.evictions.store(stats.evictions, Ordering::Relaxed);
+        self.index_bytes
+            .store(stats.bytes.map_or(0, |b| b + 1), Ordering::Relaxed);
+        self.index_max_bytes
+            .store(stats.max_bytes.unwrap_or(0), Ordering::Relaxed);
     }
 
     /// Whether the index store is reachable (always, for an index in
@@ -270,6 +279,27 @@ impl Metrics {
             header(&mut out, name, kind, help);
             let _ = writeln!(out, "{name} {}", get(value));
         }
+        if let Some(bytes) = get(&self.index_bytes).checked_sub(1) {
+            let name = "dedup_index_bytes";
+            header(
+                &mut out,
+                name,
+                "gauge",
+                "Bytes of memory the index in memory holds (entries, shingle sets, postings).",
+            );
+            let _ = writeln!(out, "{name} {bytes}");
+        }
+        let max_bytes = get(&self.index_max_bytes);
+        if max_bytes > 0 {
+            let name = "dedup_index_max_bytes";
+            header(
+                &mut out,
+                name,
+                "gauge",
+                "The index's byte budget (--max-index-bytes): past it the least recently used are evicted.",
+            );
+            let _ = writeln!(out, "{name} {max_bytes}");
+        }
         let name = "dedup_check_duration_seconds";
         header(
             &mut out,
@@ -305,6 +335,18 @@ mod tests {
         let text = m.render();
         assert!(text.contains("dedup_messages_total{op=\"check\",verdict=\"new\"} 3\n"));
         assert!(text.contains("# TYPE dedup_index_capacity gauge\ndedup_index_capacity 100\n"));
+        assert!(
+            !text.contains("dedup_index_bytes"),
+            "not counted: not reported"
+        );
+        m.record_index(crate::engine::IndexStats {
+            bytes: Some(0),
+            max_bytes: Some(1 << 20),
+            ..crate::engine::IndexStats::default()
+        });
+        let text = m.render();
+        assert!(text.contains("\ndedup_index_bytes 0\n"));
+        assert!(text.contains("\ndedup_index_max_bytes 1048576\n"));
         assert!(text.contains("dedup_check_duration_seconds_bucket{le=\"0.000025\"} 0\n"));
         assert!(text.contains("dedup_check_duration_seconds_bucket{le=\"0.00005\"} 2\n"));
         assert!(text.contains("dedup_check_duration_seconds_bucket{le=\"1\"} 2\n"));

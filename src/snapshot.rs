@@ -908,6 +908,42 @@ mod tests {
     }
 
     #[test]
+    fn a_byte_budget_keeps_the_most_recent_that_fit() {
+        let mut big = Deduper::new(EngineConfig {
+            shingling: Shingling::Words(2),
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        for seq in 0..5_000u64 {
+            let text = format!("message {seq} says w{} w{} w{}", seq * 3, seq * 5, seq * 7);
+            big.check_text(MessageId::Integer(seq), &text);
+        }
+        let budget = 1 << 20;
+        assert!(
+            big.index().bytes() > budget,
+            "the file holds more than the budget"
+        );
+        let bytes = encode(&big);
+        let mut small = Deduper::new(EngineConfig {
+            shingling: Shingling::Words(2),
+            max_index_bytes: NonZeroUsize::new(budget),
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        decode_into(&bytes, &mut small).unwrap();
+        assert!(small.index().bytes() <= budget);
+        let ids: Vec<_> = small
+            .index()
+            .iter_lru_first()
+            .map(|e| e.id.clone())
+            .collect();
+        let kept = ids.len() as u64;
+        assert!((100..5_000).contains(&kept), "{kept}");
+        let newest: Vec<_> = (5_000 - kept..5_000).map(MessageId::Integer).collect();
+        assert_eq!(ids, newest);
+    }
+
+    #[test]
     fn every_truncation_is_refused() {
         let bytes = encode(&filled());
         // One engine for every attempt: a refused file leaves it untouched.

@@ -105,6 +105,42 @@ proptest! {
         }
     }
 
+    /// Under a byte budget (with or without a window), the index never
+    /// holds more than the budget, and a duplicate names only a message
+    /// that was indexed when it was decided: eviction by bytes, like
+    /// eviction by count, forgets everything of the evicted.
+    #[test]
+    fn a_byte_budget_holds_and_never_reports_an_evicted_message(
+        texts in prop::collection::vec(texts(), 1..6),
+        windowed in any::<bool>(),
+        (measure, shingling) in measures(),
+    ) {
+        // Many short texts and a budget that holds a few dozen of them: the
+        // postings table alone takes a third of it.
+        let budget = 24 << 10;
+        let mut d = Deduper::new(EngineConfig {
+            capacity: NonZeroUsize::new(1000).unwrap(),
+            measure,
+            shingling,
+            window: if windowed { dedup_stream::config::Window::from_millis(50) } else { None },
+            max_index_bytes: NonZeroUsize::new(budget),
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        let preparer = d.preparer().clone();
+        let mut scratch = dedup_stream::engine::Scratch::default();
+        for (i, text) in texts.iter().flatten().enumerate() {
+            let indexed: Vec<MessageId> =
+                d.index().iter_lru_first().map(|e| e.id.clone()).collect();
+            let sketch = preparer.sketch(text, &[], &mut scratch);
+            let verdict = d.check_at(MessageId::Integer(i as u64), sketch.as_sketch(), i as i64);
+            if let Verdict::Duplicate(m) = verdict {
+                prop_assert!(indexed.contains(&m.of), "{:?} not in {:?}", m.of, indexed);
+            }
+            prop_assert!(d.index().bytes() <= budget || d.index().len() <= 1);
+        }
+    }
+
     /// While a chain stays indexed (nothing is evicted), following
     /// `duplicate_of` from any duplicate ends at a new message, and that
     /// message's id is the duplicate's `cluster`.

@@ -107,7 +107,7 @@ impl Postings {
     }
 
     /// An empty table that grows to `full_size` cells, and past it only
-    /// when it holds more than [`MAX_LOAD`] of them.
+    /// when more than 0.8 of them are in use.
     pub fn with_full_size(full_size: usize) -> Postings {
         let full_size = full_size.max(MIN_CELLS);
         Postings {

@@ -228,7 +228,17 @@ async fn slowloris_line_trickled_byte_by_byte_is_cut_off_by_the_line_timeout() {
         "{error}"
     );
     assert_eq!(error["line"], 2);
-    assert_eq!(next().await, None, "closed after the error line");
+    // Closed after the error line: an end of stream, or a reset when the
+    // server closed with trickled bytes it had not read (Linux resets a
+    // Unix socket closed with unread data, once what was sent is read).
+    let after = tokio::time::timeout(Duration::from_secs(30), reader.next_line())
+        .await
+        .expect("no hang");
+    match after {
+        Ok(None) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!("not closed after the error line: {other:?}"),
+    }
     trickle.abort();
     // Its slot (the only one) is freed for the next client: once the
     // connection's task has ended, which may be a moment after the client

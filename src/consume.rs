@@ -118,13 +118,13 @@ impl std::fmt::Display for ConsumeSummary {
 
 /// One entry read from the stream.
 #[derive(Debug)]
-struct Entry {
-    id: String,
+pub(crate) struct Entry {
+    pub(crate) id: String,
     /// The message field's value, if the entry has one.
-    message: Option<Vec<u8>>,
+    pub(crate) message: Option<Vec<u8>>,
     /// Deleted from the stream while it was pending: there is nothing to
     /// decide, only to acknowledge.
-    deleted: bool,
+    pub(crate) deleted: bool,
 }
 
 /// What becomes of an entry once decided.
@@ -502,7 +502,7 @@ fn text(value: Value) -> Option<String> {
 
 /// An entry of a read or claim reply: `[id, [field, value, …]]`; the
 /// fields are nil for an entry deleted from the stream while pending.
-fn parse_entry(item: Value, field: &str) -> Option<Entry> {
+pub(crate) fn parse_entry(item: Value, field: &str) -> Option<Entry> {
     let Value::Array(parts) = item else {
         return None;
     };

@@ -59,6 +59,8 @@ pub mod config;
 pub mod consume;
 pub mod engine;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod input;
 pub mod lines;
 pub mod pipeline;

@@ -209,19 +209,29 @@ pub enum MessageId {
 
 impl MessageId {
     /// Reads an id from its raw JSON text. Strings and integers are ids;
-    /// anything else is not.
+    /// anything else is not, nor is text that is not one JSON string or
+    /// integer (a lone `"`, a string cut short, `-`): ids also come from
+    /// state files and from Redis, not only from lines already checked.
     pub fn from_json(raw: &str) -> Option<MessageId> {
         let bytes = raw.as_bytes();
         match bytes.first()? {
             b'"' => {
-                let inner = &raw[1..raw.len() - 1];
+                let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+                if !is_json_string_body(inner) {
+                    return None;
+                }
                 match canonical_u64(inner) {
                     Some(n) => Some(MessageId::DigitString(n)),
                     None => Some(MessageId::Raw(raw.into())),
                 }
             }
             b'-' | b'0'..=b'9' => {
-                if raw.bytes().any(|b| matches!(b, b'.' | b'e' | b'E')) {
+                let digits = raw.strip_prefix('-').unwrap_or(raw);
+                if digits.is_empty()
+                    || !digits.bytes().all(|b| b.is_ascii_digit())
+                    || (digits.len() > 1 && digits.starts_with('0'))
+                {
+                    // Fractions, exponents and anything else not an integer.
                     return None;
                 }
                 match canonical_u64(raw) {
@@ -259,6 +269,31 @@ impl fmt::Display for MessageId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.to_json())
     }
+}
+
+/// Whether `inner` is what a JSON string literal holds between its quotes:
+/// no bare `"`, no control character, and only JSON's escapes (a `\u`
+/// escape may be half a surrogate pair, as the decoder accepts).
+fn is_json_string_body(inner: &str) -> bool {
+    let mut bytes = inner.bytes();
+    while let Some(b) = bytes.next() {
+        match b {
+            b'"' | 0..=0x1f => return false,
+            b'\\' => match bytes.next() {
+                Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {}
+                Some(b'u') => {
+                    for _ in 0..4 {
+                        if !bytes.next().is_some_and(|h| h.is_ascii_hexdigit()) {
+                            return false;
+                        }
+                    }
+                }
+                _ => return false,
+            },
+            _ => {}
+        }
+    }
+    true
 }
 
 /// Parses `s` as a decimal `u64` only if printing it back gives `s` again (no
@@ -1042,6 +1077,47 @@ mod tests {
         assert_eq!(MessageId::from_json("42"), Some(MessageId::Integer(42)));
         assert!(MessageId::from_json("1e3").is_none());
         assert!(MessageId::from_json("true").is_none());
+    }
+
+    /// Regression (fuzzing, issue 14): a lone `"`, or a string cut in the
+    /// middle of a multi-byte character, panicked on a slice; ids from state
+    /// files and Redis are not checked JSON, so malformed text is no id.
+    #[test]
+    fn malformed_id_text_is_no_id_and_no_panic() {
+        for raw in [
+            "\"",
+            "\"\u{e9}",
+            "\"ab\u{e9}",
+            "\"\u{1f600}",
+            "\"abc",
+            "\"a\"b\"",
+            "\"\\\"",
+            "\"\\x\"",
+            "\"\\u12\"",
+            "\"tab\there\"",
+            "-",
+            "--1",
+            "-01",
+            "00",
+            "1a",
+            "12 ",
+            "1.5",
+            "1E3",
+        ] {
+            assert_eq!(MessageId::from_json(raw), None, "{raw:?}");
+        }
+        for raw in [
+            "\"\"",
+            "\"\u{e9}\"",
+            "\"\\ud83d\"",
+            "\"a\\\"b\"",
+            "0",
+            "-0",
+            "-12",
+        ] {
+            let id = MessageId::from_json(raw).unwrap_or_else(|| panic!("{raw:?}"));
+            assert_eq!(id.to_json(), raw);
+        }
     }
 
     proptest::proptest! {

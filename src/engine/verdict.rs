@@ -51,9 +51,22 @@ impl Verdict {
     }
 }
 
+/// A similarity as the quotient of shared shingles and what they are
+/// counted against, in [0, 1]: 0 when `of` is 0 (two empty parts share
+/// nothing), so that no NaN (0 / 0) or infinity ever reaches a verdict.
+pub fn ratio(shared: usize, of: usize) -> f64 {
+    if of == 0 {
+        return 0.0;
+    }
+    (shared as f64 / of as f64).clamp(0.0, 1.0)
+}
+
 /// Writes a similarity with at most four decimals and no trailing zeros
-/// (`1`, `0.5`, `0.8571`): short, and the same on every machine.
+/// (`1`, `0.5`, `0.8571`): short, and the same on every machine. Whatever
+/// the value (a NaN included, though none should reach here), the text is
+/// a JSON number in [0, 1].
 pub fn write_similarity(similarity: f64, out: &mut Vec<u8>) {
+    let similarity = if similarity.is_nan() { 0.0 } else { similarity };
     let scaled = (similarity.clamp(0.0, 1.0) * 10_000.0).round() as u32;
     let (whole, mut frac) = (scaled / 10_000, scaled % 10_000);
     out.push(b'0' + whole as u8);
@@ -259,11 +272,11 @@ fn similarity_at_least_with(
     if a_filter.is_some_and(|filter| filter.bound(b) < need) {
         return None;
     }
-    let shared = intersection_at_least(a, b, need)? as f64;
+    let shared = intersection_at_least(a, b, need)?;
     let s = if containment {
-        shared / smaller as f64
+        ratio(shared, smaller)
     } else {
-        shared / ((a.len() + b.len()) as f64 - shared)
+        ratio(shared, a.len() + b.len() - shared)
     };
     (s >= floor).then_some(s)
 }
@@ -276,6 +289,31 @@ mod tests {
         let mut out = Vec::new();
         write_similarity(s, &mut out);
         String::from_utf8(out).unwrap()
+    }
+
+    /// Regression (fuzzing, issue 14): a similarity whose denominator is 0
+    /// was 0 / 0, a NaN in the verdict; it is 0, and a NaN or an infinity
+    /// given to the writer still prints a number in [0, 1].
+    #[test]
+    fn a_zero_denominator_gives_no_nan() {
+        assert_eq!(ratio(0, 0), 0.0);
+        assert_eq!(ratio(3, 0), 0.0);
+        assert_eq!(ratio(5, 4), 1.0);
+        assert_eq!(ratio(1, 4), 0.25);
+        for measure in [Measure::Jaccard, Measure::Containment] {
+            for (a, b) in [
+                (&[][..], &[][..]),
+                (&[][..], &[1, 2][..]),
+                (&[1][..], &[][..]),
+            ] {
+                let s = similarity(measure, a, b, PLAIN);
+                assert_eq!(s, 0.0, "{measure} {a:?} {b:?}");
+                assert_eq!(similarity_at_least(measure, a, b, PLAIN, 0.5), None);
+            }
+        }
+        assert_eq!(similarity_text(f64::NAN), "0");
+        assert_eq!(similarity_text(f64::INFINITY), "1");
+        assert_eq!(similarity_text(f64::NEG_INFINITY), "0");
     }
 
     #[test]

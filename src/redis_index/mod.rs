@@ -41,7 +41,7 @@ use crate::config::{EngineConfig, Measure};
 use crate::engine::index::exact_key;
 use crate::engine::shingle::{MAX_SHINGLES, comparable};
 use crate::engine::verdict::{
-    MIN_CONTAINED_SHARE, MIN_CONTAINED_SHINGLES, PairHints, by_containment, intersection,
+    MIN_CONTAINED_SHARE, MIN_CONTAINED_SHINGLES, PairHints, by_containment, intersection, ratio,
 };
 use crate::engine::{
     ANCHOR_TOKENS, Ask, IndexStats, IndexStore, Match, Op, Verdict, lsh_params, share_anchor,
@@ -71,18 +71,18 @@ const CACHE_ENTRIES: usize = 100_000;
 
 /// An indexed message, as a worker caches it to verify candidates.
 #[derive(Debug)]
-struct Cached {
-    seq: u64,
-    shingles: Box<[u32]>,
+pub(crate) struct Cached {
+    pub(crate) seq: u64,
+    pub(crate) shingles: Box<[u32]>,
     /// The id's JSON, as the verdict reports it.
-    id: Vec<u8>,
+    pub(crate) id: Vec<u8>,
     /// The cluster's JSON; empty when it is the message's own id.
-    cluster: Vec<u8>,
+    pub(crate) cluster: Vec<u8>,
     /// Its anchor keys (its keys past the LSH bands, before the exact-set
     /// key).
-    anchors: Box<[u32]>,
+    pub(crate) anchors: Box<[u32]>,
     /// Whether its text was cut (the high bit of the key count).
-    truncated: bool,
+    pub(crate) truncated: bool,
 }
 
 impl Cached {
@@ -90,7 +90,7 @@ impl Cached {
     /// keys (u8), of shingles (u32), the keys (u32 each), the shingles
     /// (u32 each), the id's length (u32), its JSON, the cluster's JSON
     /// (empty: the id).
-    fn parse(bytes: &[u8], bands: usize) -> Option<Cached> {
+    pub(crate) fn parse(bytes: &[u8], bands: usize) -> Option<Cached> {
         let u32_at = |at: usize| -> Option<u32> {
             Some(u32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
         };
@@ -586,12 +586,12 @@ impl RedisIndex {
                 else {
                     continue;
                 };
-                let s = shared as f64 / of as f64;
-                let floor = best.map_or(self.threshold, |(_, n, d, _)| n as f64 / d as f64);
+                let s = ratio(shared, of);
+                let floor = best.map_or(self.threshold, |(_, n, d, _)| ratio(n, d));
                 let better = match best {
                     None => true,
                     Some((_, n, d, seq)) => {
-                        let best_s = n as f64 / d as f64;
+                        let best_s = ratio(n, d);
                         s > best_s || entry.seq < seq
                     }
                 };
@@ -745,45 +745,72 @@ impl RedisIndex {
         claims: u64,
         verdicts: &mut Vec<Verdict>,
     ) -> Result<(), StoreError> {
-        let bad =
-            |what: &str| StoreError::Refused(format!("unexpected reply from the script: {what}"));
-        let Value::Array(items) = reply else {
-            return Err(bad("not an array"));
-        };
-        if items.len() != asks + 3 {
-            return Err(bad("wrong length"));
-        }
-        let start = verdicts.len();
-        for item in &items[..asks] {
-            let verdict = match item {
-                Value::BulkString(bytes) => decode_verdict(bytes),
-                _ => None,
-            };
-            match verdict {
-                Some(verdict) => verdicts.push(verdict),
-                None => {
-                    verdicts.truncate(start);
-                    return Err(bad("a verdict cannot be read"));
-                }
-            }
-        }
-        let int = |v: &Value| match v {
-            Value::Int(n) => u64::try_from(*n).ok(),
-            _ => None,
-        };
-        self.stats.len = int(&items[asks]).ok_or_else(|| bad("length"))?;
-        self.stats.evictions = int(&items[asks + 1]).ok_or_else(|| bad("evictions"))?;
-        let refused = int(&items[asks + 2]).ok_or_else(|| bad("claims"))?;
-        self.claims_refused += refused;
+        let reply = read_reply(reply, asks, verdicts)?;
+        self.stats.len = reply.len;
+        self.stats.evictions = reply.evictions;
+        self.claims_refused += reply.claims_refused;
         self.claims += claims;
         if let Some(metrics) = &self.metrics {
             metrics.store_claims.fetch_add(claims, Ordering::Relaxed);
             metrics
                 .store_claims_refused
-                .fetch_add(refused, Ordering::Relaxed);
+                .fetch_add(reply.claims_refused, Ordering::Relaxed);
         }
         Ok(())
     }
+}
+
+/// What a reply of decide.lua says besides its verdicts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ReplyCounts {
+    /// Messages in the index.
+    pub(crate) len: u64,
+    /// Messages evicted so far.
+    pub(crate) evictions: u64,
+    /// Claims of this call the script refused.
+    pub(crate) claims_refused: u64,
+}
+
+/// Reads a reply of decide.lua for `asks` messages: their verdicts (each
+/// [`decode_verdict`]), then the index's length, its evictions and the
+/// claims refused. The verdicts are appended to `verdicts` only when the
+/// whole reply reads; on error `verdicts` is as it was.
+pub(crate) fn read_reply(
+    reply: Value,
+    asks: usize,
+    verdicts: &mut Vec<Verdict>,
+) -> Result<ReplyCounts, StoreError> {
+    let bad = |what: &str| StoreError::Refused(format!("unexpected reply from the script: {what}"));
+    let Value::Array(items) = reply else {
+        return Err(bad("not an array"));
+    };
+    if items.len() != asks.saturating_add(3) {
+        return Err(bad("wrong length"));
+    }
+    let int = |v: &Value| match v {
+        Value::Int(n) => u64::try_from(*n).ok(),
+        _ => None,
+    };
+    let counts = ReplyCounts {
+        len: int(&items[asks]).ok_or_else(|| bad("length"))?,
+        evictions: int(&items[asks + 1]).ok_or_else(|| bad("evictions"))?,
+        claims_refused: int(&items[asks + 2]).ok_or_else(|| bad("claims"))?,
+    };
+    let start = verdicts.len();
+    for item in &items[..asks] {
+        let verdict = match item {
+            Value::BulkString(bytes) => decode_verdict(bytes),
+            _ => None,
+        };
+        match verdict {
+            Some(verdict) => verdicts.push(verdict),
+            None => {
+                verdicts.truncate(start);
+                return Err(bad("a verdict cannot be read"));
+            }
+        }
+    }
+    Ok(counts)
 }
 
 fn invoke(
@@ -802,19 +829,24 @@ fn invoke(
 /// Reads one verdict as the script writes it: `n`, or `d`, the shared
 /// shingles and what they are counted against (big-endian u32 each), the
 /// length of the matched message's id (u32), its id as JSON, then its
-/// cluster as JSON.
-fn decode_verdict(bytes: &[u8]) -> Option<Verdict> {
+/// cluster as JSON. A duplicate that shares more than it is counted
+/// against, or is counted against nothing (a similarity of 0 / 0, a NaN),
+/// is no verdict: the script never writes one.
+pub(crate) fn decode_verdict(bytes: &[u8]) -> Option<Verdict> {
     match bytes.split_first()? {
         (b'n', []) => Some(Verdict::New),
         (b'd', rest) if rest.len() > 12 => {
             let shared = u32::from_be_bytes(rest[..4].try_into().ok()?);
             let of = u32::from_be_bytes(rest[4..8].try_into().ok()?);
+            if of == 0 || shared > of {
+                return None;
+            }
             let id_len = u32::from_be_bytes(rest[8..12].try_into().ok()?) as usize;
             let (id, cluster) = rest[12..].split_at_checked(id_len)?;
             let json = |bytes| MessageId::from_json(std::str::from_utf8(bytes).ok()?);
             Some(Verdict::Duplicate(Match {
                 of: json(id)?,
-                similarity: f64::from(shared) / f64::from(of),
+                similarity: ratio(shared as usize, of as usize),
                 cluster: json(cluster)?,
             }))
         }
@@ -858,5 +890,110 @@ impl Saveable for RedisIndex {
     /// Redis keeps the index: its persistence (RDB, AOF) is the state.
     fn encode_snapshot(&self) -> Option<Vec<u8>> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn duplicate(shared: u32, of: u32, id: &str, cluster: &str) -> Vec<u8> {
+        let mut bytes = vec![b'd'];
+        bytes.extend_from_slice(&shared.to_be_bytes());
+        bytes.extend_from_slice(&of.to_be_bytes());
+        bytes.extend_from_slice(&(id.len() as u32).to_be_bytes());
+        bytes.extend_from_slice(id.as_bytes());
+        bytes.extend_from_slice(cluster.as_bytes());
+        bytes
+    }
+
+    #[test]
+    fn verdicts_are_read_as_the_script_writes_them() {
+        assert_eq!(decode_verdict(b"n"), Some(Verdict::New));
+        assert_eq!(
+            decode_verdict(&duplicate(3, 4, "\"12\"", "7")),
+            Some(Verdict::Duplicate(Match {
+                of: MessageId::DigitString(12),
+                similarity: 0.75,
+                cluster: MessageId::Integer(7),
+            }))
+        );
+        assert_eq!(decode_verdict(b"nn"), None);
+        assert_eq!(decode_verdict(b""), None);
+        // An id cut short, or ids that are no JSON string or integer.
+        assert_eq!(decode_verdict(&duplicate(1, 2, "\"12\"", "7")[..15]), None);
+        assert_eq!(decode_verdict(&duplicate(1, 2, "\"", "\"")), None);
+    }
+
+    /// Regression (fuzzing, issue 14): a duplicate counted against nothing
+    /// gave a similarity of 0 / 0, a NaN in the verdict (and one sharing
+    /// more than it is counted against, a similarity above 1). Neither is
+    /// a verdict the script writes: both are refused.
+    #[test]
+    fn a_verdict_with_a_zero_denominator_is_refused() {
+        assert_eq!(decode_verdict(&duplicate(0, 0, "1", "1")), None);
+        assert_eq!(decode_verdict(&duplicate(5, 0, "1", "1")), None);
+        assert_eq!(decode_verdict(&duplicate(5, 4, "1", "1")), None);
+        let Some(Verdict::Duplicate(m)) = decode_verdict(&duplicate(0, 1, "1", "1")) else {
+            panic!("a duplicate sharing nothing still reads");
+        };
+        assert_eq!(m.similarity, 0.0);
+        // A reply holding such a verdict is an error, and adds no verdict.
+        let reply = Value::Array(vec![
+            Value::BulkString(b"n".to_vec()),
+            Value::BulkString(duplicate(0, 0, "1", "1")),
+            Value::Int(2),
+            Value::Int(0),
+            Value::Int(0),
+        ]);
+        let mut verdicts = vec![Verdict::New];
+        assert!(read_reply(reply, 2, &mut verdicts).is_err());
+        assert_eq!(verdicts, [Verdict::New]);
+    }
+
+    /// The worker-side comparison never divides by zero: a pair with an
+    /// empty part is no candidate, and any other is counted against at
+    /// least one shingle.
+    #[test]
+    fn similarity_parts_never_count_against_nothing() {
+        let hints = PairHints {
+            anchored: false,
+            truncated: false,
+            earlier_truncated: false,
+        };
+        for measure in [Measure::Jaccard, Measure::Containment] {
+            assert_eq!(similarity_parts(measure, &[], &[], hints), None);
+            assert_eq!(similarity_parts(measure, &[1, 2], &[], hints), None);
+            assert_eq!(similarity_parts(measure, &[], &[1, 2], hints), None);
+            for (a, b) in [(&[1][..], &[2][..]), (&[1, 2, 3][..], &[1, 2, 3, 4, 5][..])] {
+                let (shared, of) = similarity_parts(measure, a, b, hints).unwrap();
+                assert!(of > 0 && shared <= of, "{measure} {a:?} {b:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn replies_give_their_verdicts_and_counts() {
+        let reply = Value::Array(vec![
+            Value::BulkString(b"n".to_vec()),
+            Value::BulkString(duplicate(2, 4, "1", "1")),
+            Value::Int(12),
+            Value::Int(3),
+            Value::Int(1),
+        ]);
+        let mut verdicts = Vec::new();
+        assert_eq!(
+            read_reply(reply.clone(), 2, &mut verdicts).unwrap(),
+            ReplyCounts {
+                len: 12,
+                evictions: 3,
+                claims_refused: 1
+            }
+        );
+        assert_eq!(verdicts.len(), 2);
+        assert!(read_reply(reply.clone(), 1, &mut verdicts).is_err());
+        assert!(read_reply(reply, usize::MAX, &mut verdicts).is_err());
+        assert!(read_reply(Value::Nil, 0, &mut verdicts).is_err());
+        assert_eq!(verdicts.len(), 2);
     }
 }

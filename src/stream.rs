@@ -151,3 +151,38 @@ where
         self.input.size_hint()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{EmptyText, EngineConfig};
+
+    #[test]
+    fn texts_with_nothing_to_compare_are_refused_when_the_engine_says_so() {
+        let lines = [
+            &b"{\"id\":1,\"text\":\"Flooding closes the coastal highway north of the city\"}"[..],
+            b"{\"id\":2,\"text\":\"RT @news: https://t.co/abc\"}",
+            b"{\"id\":3,\"text\":\"RT @x: Flooding closes the coastal highway north of the city\"}",
+        ];
+        let run = |empty_text| {
+            let deduper = Deduper::new(EngineConfig {
+                empty_text,
+                ..EngineConfig::default()
+            })
+            .unwrap();
+            let stream = dedup(futures::stream::iter(lines), deduper, FieldSpec::default());
+            futures::executor::block_on(stream.collect::<Vec<_>>())
+        };
+        let refused = run(EmptyText::Invalid);
+        assert_eq!(
+            refused[1],
+            Err(InvalidLine {
+                line: 2,
+                reason: InvalidReason::NothingToCompare
+            })
+        );
+        assert!(refused[2].as_ref().unwrap().verdict.is_duplicate());
+        let tagged = run(EmptyText::New);
+        assert_eq!(tagged[1].as_ref().unwrap().verdict, Verdict::New);
+    }
+}

@@ -101,9 +101,13 @@ class Redis:
                 return sorted(keys)
 
 
+WRITTEN = []
+
+
 def write(out, name, mode, param, payload):
-    with open(os.path.join(out, "%s" % name), "wb") as f:
+    with open(os.path.join(out, name), "wb") as f:
         f.write(bytes([mode, param]) + payload)
+    WRITTEN.append(name)
 
 
 def built_seeds(out):
@@ -203,7 +207,6 @@ def real_seeds(out, binary, fixtures):
             write(out, "redis-stream-entry-%d" % n, 3, 0, encode(entry))
         if entries:
             write(out, "redis-stream-entry-deleted", 3, 0, encode([entries[0][0], None]))
-        return len(os.listdir(out))
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -217,12 +220,14 @@ def main():
     if shutil.which("redis-server") is None:
         print("seed_redis: no redis-server: built seeds only", file=sys.stderr)
         return
+    built = len(WRITTEN)
     try:
-        seeds = real_seeds(out, binary, fixtures)
+        real_seeds(out, binary, fixtures)
     except Exception as e:  # The built seeds are still there.
         print("seed_redis: real seeds failed (%s): built seeds only" % e, file=sys.stderr)
         return
-    print("seed_redis: %d seeds, real ones from redis-server" % seeds, file=sys.stderr)
+    print("seed_redis: %d seeds from redis-server, %d built" % (len(WRITTEN) - built, built),
+          file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1080,8 +1080,10 @@ mod tests {
     }
 
     /// Regression (fuzzing, issue 14): a lone `"`, or a string cut in the
-    /// middle of a multi-byte character, panicked on a slice; ids from state
-    /// files and Redis are not checked JSON, so malformed text is no id.
+    /// middle of a multi-byte character, panicked on a slice, and a string
+    /// not closed by a quote (`"1234+`) was read as another id (`"1234"`);
+    /// ids from state files and Redis are not checked JSON, so malformed
+    /// text is no id.
     #[test]
     fn malformed_id_text_is_no_id_and_no_panic() {
         for raw in [
@@ -1090,6 +1092,8 @@ mod tests {
             "\"ab\u{e9}",
             "\"\u{1f600}",
             "\"abc",
+            "\"1234+",
+            "\"1\u{12}34\"",
             "\"a\"b\"",
             "\"\\\"",
             "\"\\x\"",

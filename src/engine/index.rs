@@ -526,28 +526,29 @@ impl Index {
             .max_bytes
             .is_some_and(|max| self.bytes() + fresh_bytes > max);
         self.held += fresh_bytes;
-        let (slot, evicted) =
-            if self.recency.len() >= self.capacity() || (over_budget && !self.recency.is_empty()) {
-                let (&slot, ()) = self.recency.peek_lru().expect("a full index has entries");
-                self.recency.promote(&slot);
-                let entry = &mut self.entries[slot as usize];
-                forget(&mut self.postings, slot, entry);
-                if let Some(expiry) = &mut self.expiry {
-                    expiry.remove(&(entry.time, slot));
-                }
-                self.held -= held_bytes(entry);
-                self.evictions += 1;
-                (slot, Some(std::mem::replace(entry, fresh).id))
-            } else if let Some(slot) = self.free.pop() {
-                self.entries[slot as usize] = fresh;
-                self.recency.push(slot, ());
-                (slot, None)
-            } else {
-                self.entries.push(fresh);
-                let slot = (self.entries.len() - 1) as u32;
-                self.recency.push(slot, ());
-                (slot, None)
-            };
+        let victim = (self.recency.len() >= self.capacity() || over_budget)
+            .then(|| self.recency.peek_lru().map(|(&slot, ())| slot))
+            .flatten();
+        let (slot, evicted) = if let Some(slot) = victim {
+            self.recency.promote(&slot);
+            let entry = &mut self.entries[slot as usize];
+            forget(&mut self.postings, slot, entry);
+            if let Some(expiry) = &mut self.expiry {
+                expiry.remove(&(entry.time, slot));
+            }
+            self.held -= held_bytes(entry);
+            self.evictions += 1;
+            (slot, Some(std::mem::replace(entry, fresh).id))
+        } else if let Some(slot) = self.free.pop() {
+            self.entries[slot as usize] = fresh;
+            self.recency.push(slot, ());
+            (slot, None)
+        } else {
+            self.entries.push(fresh);
+            let slot = (self.entries.len() - 1) as u32;
+            self.recency.push(slot, ());
+            (slot, None)
+        };
         for &key in message.band_keys.iter().chain(std::iter::once(&exact)) {
             self.postings.insert_capped(key, slot, self.max_bucket);
         }

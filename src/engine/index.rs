@@ -404,6 +404,28 @@ impl Index {
         found
     }
 
+    /// Whether the messages indexed under `key` (at most the bucket cap)
+    /// belong to at most `most` clusters. A set of messages, whatever the
+    /// order the table keeps them in, so the Redis index answers alike.
+    pub fn key_spans_at_most(&self, key: u32, most: usize) -> bool {
+        let mut clusters: Vec<&MessageId> = Vec::with_capacity(most);
+        let mut within = true;
+        self.postings.for_each_while(key, |slot| {
+            if let Some(entry) = self.peek(slot) {
+                let cluster = entry.cluster();
+                if !clusters.contains(&cluster) {
+                    if clusters.len() == most {
+                        within = false;
+                        return false;
+                    }
+                    clusters.push(cluster);
+                }
+            }
+            true
+        });
+        within
+    }
+
     /// Appends to `out` every slot that shares a band key with `band_keys`
     /// (with repeats; callers deduplicate).
     pub fn candidates(&self, band_keys: &[u32], out: &mut Vec<u32>) {

@@ -212,25 +212,10 @@ pub fn sample(sampling: Sampling, set: &mut Vec<u32>) {
 
 /// Marks a `words:1-N` fingerprint by its width in its lowest bit: set for
 /// the widest runs of the text (N words, or all of a shorter text), clear
-/// for the narrower ones. The LSH bands are cut from the widest alone (see
-/// [`lsh_shingles`]): single words are shared by too many unrelated texts
-/// to make good candidates, and the set alone says which are which, so
-/// band keys can be recomputed from a stored set.
+/// for the narrower ones, so that a word and a run of words never share a
+/// fingerprint, and the set alone says which shingle is which.
 pub fn tag_width(fingerprint: u32, widest: bool) -> u32 {
     (fingerprint & !1) | u32::from(widest)
-}
-
-/// The shingles the LSH bands are cut from: under `words:1-N` the widest
-/// runs (see [`tag_width`]), copied into `buf`; otherwise the whole set.
-pub fn lsh_shingles<'s>(shingling: Shingling, set: &'s [u32], buf: &'s mut Vec<u32>) -> &'s [u32] {
-    match shingling {
-        Shingling::WordsUpTo(_) => {
-            buf.clear();
-            buf.extend(set.iter().copied().filter(|f| f & 1 == 1));
-            buf
-        }
-        _ => set,
-    }
 }
 
 /// Writes the word w-grams of `tokens` into `out` (a text shorter than `w`
@@ -362,11 +347,6 @@ mod tests {
             .collect();
         want.sort_unstable();
         assert_eq!(set, want);
-        // The bands are cut from the pairs alone.
-        let mut buf = Vec::new();
-        let banded = lsh_shingles(Shingling::WordsUpTo(2), &set, &mut buf);
-        assert_eq!(banded.len(), 2);
-        assert!(banded.iter().all(|f| f & 1 == 1));
         // A one-word text: its word is its widest run.
         shingle_into(
             Shingling::WordsUpTo(2),
@@ -377,8 +357,6 @@ mod tests {
             &mut set,
         );
         assert_eq!(set, [tag_width(fingerprint(&tokens[..1]), true)]);
-        // Other shinglings band the whole set.
-        assert_eq!(lsh_shingles(Shingling::Words(2), &set, &mut buf), &set[..]);
     }
 
     fn words(tokens: &[u64], width: usize) -> Vec<u32> {

@@ -225,21 +225,39 @@ pub fn similarity_at_least(
     hints: PairHints,
     floor: f64,
 ) -> Option<f64> {
-    similarity_at_least_with(measure, a, None, b, hints, floor)
+    similarity_at_least_with(measure, a, None, b, hints, || false, floor)
 }
 
-/// [`similarity_at_least`], given `a`'s [`SetFilter`]: a candidate whose
-/// bound on the shared shingles falls short of the floor is turned away
-/// before the exact comparison. The same result, often sooner.
+/// [`similarity_at_least`], given `a`'s [`SetFilter`], with whether the
+/// two share an anchor asked only when the measure depends on it: a
+/// candidate whose bound on the shared shingles falls short of the floor
+/// under the most generous measure the pair could get is turned away before
+/// the anchors are read or the sets merged. The same result, often sooner:
+/// most candidates of a big bucket are turned away by the bound.
 pub fn similarity_at_least_filtered(
     measure: Measure,
     a: &[u32],
     a_filter: &SetFilter,
     b: &[u32],
     hints: PairHints,
+    anchored: impl FnOnce() -> bool,
     floor: f64,
 ) -> Option<f64> {
-    similarity_at_least_with(measure, a, Some(a_filter), b, hints, floor)
+    similarity_at_least_with(measure, a, Some(a_filter), b, hints, anchored, floor)
+}
+
+/// The fewest shared shingles that could reach `floor`, rounded down (and a
+/// hair lower against rounding), so that no pair at the floor is ever cut
+/// off; the exact test is on the exact similarity.
+fn shared_needed(containment: bool, floor: f64, a_len: usize, b_len: usize) -> usize {
+    let need = if containment {
+        floor * a_len.min(b_len) as f64
+    } else {
+        // shared / (|a| + |b| - shared) >= floor  <=>
+        // shared >= floor (|a| + |b|) / (1 + floor)
+        floor * (a_len + b_len) as f64 / (1.0 + floor)
+    };
+    (need - 1e-9).floor().max(0.0) as usize
 }
 
 fn similarity_at_least_with(
@@ -248,6 +266,7 @@ fn similarity_at_least_with(
     a_filter: Option<&SetFilter>,
     b: &[u32],
     hints: PairHints,
+    anchored: impl FnOnce() -> bool,
     floor: f64,
 ) -> Option<f64> {
     // Capped sets (long texts) are compared on a common sample; `a`'s
@@ -257,21 +276,29 @@ fn similarity_at_least_with(
         return (floor <= 0.0).then_some(0.0);
     }
     let smaller = a.len().min(b.len());
-    let containment = by_containment(measure, a.len(), b.len(), hints);
-    // The fewest shared shingles that could reach `floor`, rounded down
-    // (and a hair lower against rounding), so that no pair at the floor is
-    // ever cut off; the exact test is on the exact similarity below.
-    let need = if containment {
-        floor * smaller as f64
-    } else {
-        // shared / (|a| + |b| - shared) >= floor  <=>
-        // shared >= floor (|a| + |b|) / (1 + floor)
-        floor * (a.len() + b.len()) as f64 / (1.0 + floor)
-    };
-    let need = (need - 1e-9).floor().max(0.0) as usize;
-    if a_filter.is_some_and(|filter| filter.bound(b) < need) {
-        return None;
+    let mut containment = by_containment(measure, a.len(), b.len(), hints);
+    // Whether an anchor would change the measure: only then is it read.
+    let anchor_decides = !containment
+        && !hints.anchored
+        && by_containment(
+            measure,
+            a.len(),
+            b.len(),
+            PairHints {
+                anchored: true,
+                ..hints
+            },
+        );
+    if let Some(filter) = a_filter {
+        let generous = shared_needed(containment || anchor_decides, floor, a.len(), b.len());
+        if filter.bound(b) < generous {
+            return None;
+        }
     }
+    if anchor_decides && anchored() {
+        containment = true;
+    }
+    let need = shared_needed(containment, floor, a.len(), b.len());
     let shared = intersection_at_least(a, b, need)?;
     let s = if containment {
         ratio(shared, smaller)
@@ -458,12 +485,15 @@ mod tests {
             let filter = SetFilter::new(&a);
             prop_assert!(filter.bound(&b) >= intersection(&a, &b));
             let exact = similarity(measure, &a, &b, hints);
+            // The filtered comparison asks for the anchor only when it
+            // matters: the same result as knowing it from the start.
+            let unknown = PairHints { anchored: false, ..hints };
             prop_assert_eq!(
-                similarity_at_least_filtered(measure, &a, &filter, &b, hints, floor),
+                similarity_at_least_filtered(measure, &a, &filter, &b, unknown, || anchored, floor),
                 similarity_at_least(measure, &a, &b, hints, floor)
             );
             prop_assert_eq!(
-                similarity_at_least_filtered(measure, &a, &filter, &b, hints, exact),
+                similarity_at_least_filtered(measure, &a, &filter, &b, unknown, || anchored, exact),
                 similarity_at_least(measure, &a, &b, hints, exact)
             );
         }

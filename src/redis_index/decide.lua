@@ -78,15 +78,19 @@ local threshold = tonumber(ARGV[4])
 local jaccard = ARGV[5] == 'j'
 -- Containment's bounds (engine::verdict::by_containment): the fewest
 -- shingles, and the share num/den of the longer set an earlier, shorter
--- message must reach; and the number of LSH bands, past which a
--- message's keys are its anchors (then the exact-set key, last).
-local min_contained, share_num, share_den, bands =
-  string.match(ARGV[6], '^(%d+),(%d+),(%d+),(%d+)$')
-min_contained, share_num, share_den, bands =
-  tonumber(min_contained), tonumber(share_num), tonumber(share_den), tonumber(bands)
+-- message must reach; the number of LSH bands, past which a message's keys
+-- are its anchors (then the exact-set key, last); and the most clusters
+-- the messages on an anchor's list may span for the anchor to count
+-- (engine::MAX_ANCHOR_CLUSTERS).
+local min_contained, share_num, share_den, bands, max_anchor_clusters =
+  string.match(ARGV[6], '^(%d+),(%d+),(%d+),(%d+),(%d+)$')
+min_contained, share_num, share_den, bands, max_anchor_clusters =
+  tonumber(min_contained), tonumber(share_num), tonumber(share_den), tonumber(bands),
+  tonumber(max_anchor_clusters)
 -- The anchor keys of the message being decided, and whether its text was
 -- cut (set for each message).
 local my_anchors = {}
+local my_specific = {}
 local my_cut = false
 local max_shingles = tonumber(ARGV[7])
 local memo_key = P .. 'memo:' .. ARGV[8]
@@ -473,6 +477,49 @@ local function comparable(a, b)
   return cut(a, bound), cut(b, bound)
 end
 
+-- The id and the cluster stored in an entry.
+local function id_of(slot)
+  local e = entry(slot)
+  local _, nk, ens = header(e)
+  local at = 14 + 4 * nk + 4 * ens
+  local idlen = struct.unpack('>I4', e, at)
+  local id = string.sub(e, at + 4, at + 3 + idlen)
+  local cluster = string.sub(e, at + 4 + idlen)
+  if cluster == '' then
+    cluster = id
+  end
+  return id, cluster
+end
+
+-- Whether the message's anchor `i` is a copy's: the messages on its list
+-- span at most `max_anchor_clusters` clusters (engine::Index::
+-- key_spans_at_most). Found out once per message, when first needed.
+local function anchor_specific(i)
+  local known = my_specific[i]
+  if known ~= nil then
+    return known
+  end
+  known = true
+  local seen, n = {}, 0
+  local list = postings(my_anchors[i])
+  for at = 1, #list, 8 do
+    local slot = string.sub(list, at, at + 3)
+    if entry(slot) then
+      local _, cluster = id_of(slot)
+      if not seen[cluster] then
+        if n == max_anchor_clusters then
+          known = false
+          break
+        end
+        seen[cluster] = true
+        n = n + 1
+      end
+    end
+  end
+  my_specific[i] = known
+  return known
+end
+
 -- The shared shingles of a message and the candidate in `slot`, and what
 -- they are counted against (see verdict.rs), and the candidate's seq; nil
 -- when the parts that can be compared are empty (no candidate).
@@ -487,9 +534,9 @@ local function compare(mine, slot)
   local smaller = ns < nc and ns or nc
   local larger = ns < nc and nc or ns
   local anchored = false
-  for _, mine_key in ipairs(my_anchors) do
+  for i, mine_key in ipairs(my_anchors) do
     for _, key in ipairs(c.anchors) do
-      if mine_key == key then
+      if mine_key == key and not anchored and anchor_specific(i) then
         anchored = true
       end
     end
@@ -520,20 +567,6 @@ local function holds_set(cell, shingles, ns)
   local _, nk, ens = header(e)
   local from = 14 + 4 * nk
   return ens == ns and string.sub(e, from, from + 4 * ns - 1) == shingles
-end
-
--- The id and the cluster stored in an entry.
-local function id_of(slot)
-  local e = entry(slot)
-  local _, nk, ens = header(e)
-  local at = 14 + 4 * nk + 4 * ens
-  local idlen = struct.unpack('>I4', e, at)
-  local id = string.sub(e, at + 4, at + 3 + idlen)
-  local cluster = string.sub(e, at + 4 + idlen)
-  if cluster == '' then
-    cluster = id
-  end
-  return id, cluster
 end
 
 -- What a claim says: the exact copy's cell (or nil), the match's cell (or
@@ -572,6 +605,11 @@ local function take_claim(ks, shingles, ns, claim)
     local last = string.sub(claim, pos + 2, pos + 9)
     pos = pos + 10
     if n ~= #v or (n > 0 and string.sub(v, -8) ~= last) then
+      if r > bands and r < nrec then
+        -- An anchor's list changed: whether it is a copy's may have too,
+        -- and with it the comparisons the worker made.
+        return nil
+      end
       changed = true
       local from = 1
       if n > 0 then
@@ -710,6 +748,7 @@ local function decide(op, keys, shingles, id, claim, time)
   end
   local ks = split_keys(keys)
   my_anchors = {}
+  my_specific = {}
   for r = bands + 1, #ks - 1 do
     my_anchors[#my_anchors + 1] = ks[r]
   end

@@ -44,7 +44,7 @@ use crate::engine::verdict::{
     MIN_CONTAINED_SHARE, MIN_CONTAINED_SHINGLES, PairHints, by_containment, intersection, ratio,
 };
 use crate::engine::{
-    ANCHOR_TOKENS, Ask, IndexStats, IndexStore, Match, Op, Verdict, lsh_params, share_anchor,
+    ANCHOR_TOKENS, Ask, IndexStats, IndexStore, MAX_ANCHOR_CLUSTERS, Match, Op, Verdict, lsh_params,
 };
 use crate::error::StoreError;
 use crate::record::MessageId;
@@ -63,7 +63,7 @@ const CALL_BYTES: usize = 1 << 20;
 
 /// Format of the keys and values; part of the stored settings, so a worker
 /// of another format is refused.
-const FORMAT: u32 = 5;
+const FORMAT: u32 = 6;
 
 /// Most indexed messages a worker keeps in its cache of candidates (each is
 /// immutable: a slot given to another message is another cell).
@@ -86,6 +86,16 @@ pub(crate) struct Cached {
 }
 
 impl Cached {
+    /// The cluster's JSON: the id's when it is its own (as decide.lua's
+    /// `id_of` reads it).
+    pub(crate) fn cluster_json(&self) -> &[u8] {
+        if self.cluster.is_empty() {
+            &self.id
+        } else {
+            &self.cluster
+        }
+    }
+
     /// Reads an entry as decide.lua writes it: seq (two u32), number of
     /// keys (u8), of shingles (u32), the keys (u32 each), the shingles
     /// (u32 each), the id's length (u32), its JSON, the cluster's JSON
@@ -303,12 +313,14 @@ impl RedisIndex {
                     Measure::Jaccard => "j".into(),
                     Measure::Containment => "c".into(),
                 },
-                // "3,3,5,B": the fewest shingles and the share of the
+                // "3,3,5,B,C": the fewest shingles and the share of the
                 // longer set containment needs
-                // (engine::verdict::by_containment), and the LSH bands,
-                // past which a message's keys are its anchors.
+                // (engine::verdict::by_containment), the LSH bands, past
+                // which a message's keys are its anchors, and the most
+                // clusters an anchor's messages may span
+                // (engine::MAX_ANCHOR_CLUSTERS).
                 format!(
-                    "{MIN_CONTAINED_SHINGLES},{},{},{}",
+                    "{MIN_CONTAINED_SHINGLES},{},{},{},{MAX_ANCHOR_CLUSTERS}",
                     MIN_CONTAINED_SHARE.0,
                     MIN_CONTAINED_SHARE.1,
                     lsh_params(config).bands
@@ -556,6 +568,30 @@ impl RedisIndex {
                 break;
             }
         }
+        // The message's anchors, each with whether it is a copy's: the
+        // messages on its list, as read, span at most MAX_ANCHOR_CLUSTERS
+        // clusters (engine::Index::key_spans_at_most).
+        let anchor_recs = band_recs.get(self.bands..).unwrap_or_default();
+        let mut anchors: Vec<(u32, bool)> = Vec::with_capacity(anchor_recs.len());
+        let my_anchors = ask.sketch.band_keys.get(self.bands..).unwrap_or_default();
+        for (&key, rec) in my_anchors.iter().zip(anchor_recs) {
+            let mut clusters: Vec<&[u8]> = Vec::with_capacity(MAX_ANCHOR_CLUSTERS);
+            let mut within = true;
+            for cell in list(rec).chunks_exact(8) {
+                let Some(entry) = self.cache.peek(cell) else {
+                    return Vec::new();
+                };
+                let cluster = entry.cluster_json();
+                if !clusters.contains(&cluster) {
+                    if clusters.len() == MAX_ANCHOR_CLUSTERS {
+                        within = false;
+                        break;
+                    }
+                    clusters.push(cluster);
+                }
+            }
+            anchors.push((key, within));
+        }
         // (cell, shared, of, seq) of the best match so far.
         let mut best: Option<([u8; 8], usize, usize, u64)> = None;
         if let (Measure::Jaccard, Some(cell)) = (self.measure, exact) {
@@ -574,10 +610,9 @@ impl RedisIndex {
                     return Vec::new();
                 };
                 let hints = PairHints {
-                    anchored: share_anchor(
-                        ask.sketch.band_keys.get(self.bands..).unwrap_or_default(),
-                        &entry.anchors,
-                    ),
+                    anchored: anchors
+                        .iter()
+                        .any(|&(key, specific)| specific && entry.anchors.contains(&key)),
                     truncated: ask.sketch.truncated,
                     earlier_truncated: entry.truncated,
                 };
@@ -606,13 +641,7 @@ impl RedisIndex {
         let matched = best.and_then(|(cell, ..)| self.cache.peek(&cell));
         let id = matched.map(|e| e.id.clone());
         // The cluster as the script returns it: the id when it is its own.
-        let cluster = matched.map(|e| {
-            if e.cluster.is_empty() {
-                e.id.clone()
-            } else {
-                e.cluster.clone()
-            }
-        });
+        let cluster = matched.map(|e| e.cluster_json().to_vec());
         match best {
             Some((cell, shared, of, _)) => {
                 claim.extend_from_slice(&cell);

@@ -89,9 +89,17 @@ impl Normaliser {
         {
             scratch.push_str(&decoded[last..found.start]);
             scratch.push(' ');
-            if let Some(expanded) = expand(&decoded[found.clone()], urls) {
+            let url = &decoded[found.clone()];
+            if let Some(expanded) = expand(url, urls) {
                 push_url_token(scratch, expanded);
                 scratch.push(' ');
+            }
+            // A URL runs to the next space, so an ellipsis glued to its end
+            // (`https://t.co/x...`, `https://t.co/x…`, a link cut short) is
+            // in it: put it back after the link, where it says the text was
+            // cut.
+            if url.ends_with("...") || url.ends_with('…') {
+                scratch.push_str("... ");
             }
             last = found.end;
         }
@@ -499,6 +507,37 @@ mod tests {
         // non-ASCII text too.
         assert_eq!(norm("Ｃafé… au lait…"), "café... au");
         assert_eq!(norm("e\u{301}…x"), "é...x");
+    }
+
+    /// Regression (issue 12): a text cut just after a link (`...` glued to
+    /// it) lost its ellipsis inside the link, so it was not known to be
+    /// cut, and a later text holding it with more after was taken for a
+    /// copy with a comment added.
+    #[test]
+    fn an_ellipsis_glued_to_a_link_still_says_cut() {
+        let cut = |text: &str, urls: &[(&str, &str)]| {
+            let urls: Vec<_> = urls
+                .iter()
+                .map(|(a, b)| (Cow::Borrowed(*a), Cow::Borrowed(*b)))
+                .collect();
+            let (mut out, mut scratch) = (String::new(), String::new());
+            let cut = Normaliser::new().normalise_into(text, &urls, &mut out, &mut scratch);
+            (out.split_whitespace().collect::<Vec<_>>().join(" "), cut)
+        };
+        let link = [("https://t.co/Bnu1VtynOk", "https://youtube.com/watch?v=C7")];
+        let (text, was_cut) = cut("I added a video https://t.co/Bnu1VtynOk...", &link);
+        assert!(was_cut);
+        assert_eq!(
+            text,
+            cut("I added a video https://t.co/Bnu1VtynOk", &link).0
+        );
+        assert!(cut("I added a video https://t.co/Bnu1Vt…", &[]).1);
+        assert!(cut("a cut link http…", &[]).1);
+        // Not at the end: a pause, not a cut.
+        let (text, was_cut) = cut("see https://t.co/Bnu1VtynOk... and more", &link);
+        assert!(!was_cut);
+        assert!(text.ends_with("and more"), "{text}");
+        assert!(!cut("I added a video https://t.co/Bnu1VtynOk", &link).1);
     }
 
     fn regex_url_spans(text: &str) -> Vec<std::ops::Range<usize>> {

@@ -11,9 +11,11 @@
 //! 3. Unicode compatibility forms are folded (NFKC: full-width letters, `…`
 //!    to `...`, ligatures) and case is folded (Unicode lowercase).
 //! 4. Retweet markers go, wherever they stand: `RT @user:`, `RT: @user`,
-//!    `MT @user:`, and chains of them; a trailing `via @user` or
-//!    `(via @user)` too.
-//! 5. A truncated text loses its trailing ellipsis and the cut word before it.
+//!    `MT @user:`, and chains of them; a `via @user` or `(via @user)` that
+//!    ends or begins the text too (a credit, like a retweet marker).
+//! 5. A truncated text loses its trailing ellipsis and the cut word before
+//!    it, or, where the link it ended with was cut or had the ellipsis
+//!    glued to it, the link.
 //!
 //! The `#` and `@` signs are left for the tokeniser, which keeps only words.
 
@@ -32,7 +34,7 @@ const URL_SEED: u64 = 0x7572_6c5f_746f_6b6e;
 #[derive(Clone, Debug)]
 pub struct Normaliser {
     retweet_marker: Regex,
-    trailing_via: Regex,
+    via_credit: Regex,
     truncation: Regex,
 }
 
@@ -48,7 +50,9 @@ impl Normaliser {
         let compile = |pattern: &str| Regex::new(pattern).expect("built-in pattern compiles");
         Normaliser {
             retweet_marker: compile(r"\b(?:rt|mt)\b\s*:?\s*@\w+\s*:?"),
-            trailing_via: compile(r"[(\[]?\bvia\s+@\w+[)\]]?[\s.:]*$"),
+            via_credit: compile(
+                r"[(\[]?\bvia\s+@\w+[)\]]?[\s.:]*$|^\s*[(\[]?via\s+@\w+[)\]]?\s*:?",
+            ),
             truncation: compile(r"\S*\.\.\.+\s*$"),
         }
     }
@@ -135,7 +139,7 @@ impl Normaliser {
         let trimmed = out.trim_end().len();
         out.truncate(trimmed);
         if out.contains("via") {
-            replace_in_place(out, scratch, &self.trailing_via, "");
+            replace_in_place(out, scratch, &self.via_credit, "");
         }
         let truncated = out.ends_with("...");
         if truncated {
@@ -458,6 +462,9 @@ mod tests {
         );
         assert_eq!(norm("hello world via @alice"), "hello world");
         assert_eq!(norm("hello world (via @alice)"), "hello world");
+        assert_eq!(norm("via @alice: hello world"), "hello world");
+        assert_eq!(norm("(via @alice) hello world"), "hello world");
+        assert_eq!(norm("hello via @alice world"), "hello via @alice world");
         // `rt` without a mention is a word.
         assert_eq!(norm("art rt is fun"), "art rt is fun");
     }

@@ -149,8 +149,10 @@ pub fn prepare(
     let mut batch = PreparedBatch {
         items: Vec::with_capacity(raw.lines.len()),
         shingles: Vec::with_capacity(raw.lines.len() * 24),
-        // The LSH bands and two anchors per message.
-        band_keys: Vec::with_capacity(raw.lines.len() * (preparer.lsh_params().bands + 2)),
+        // The LSH bands and the anchors per message.
+        band_keys: Vec::with_capacity(
+            raw.lines.len() * (preparer.lsh_params().bands + crate::engine::MAX_ANCHORS),
+        ),
         raw: RawBatch::default(),
     };
     // The arrival time of the batch's lines without a created_at: read

@@ -530,9 +530,9 @@ fn compare(args: &CompareArgs) -> Exit {
     let (a, b) = (&explained[0], &explained[1]);
     let set = |e: &Explained| e.shingles.iter().map(|(f, _)| *f).collect::<Vec<u32>>();
     // B is taken as the later message, as a stream would see the two.
+    // Two texts alone: every anchor they share is a copy's.
     let hints = dedup_stream::engine::PairHints {
-        anchored: dedup_stream::engine::share_anchor(&a.anchors, &b.anchors),
-        truncated: b.truncated,
+        anchored: dedup_stream::engine::share_anchor(&b.anchors, b.truncated, &a.anchors, |_| true),
         earlier_truncated: a.truncated,
     };
     let similarity = dedup_stream::engine::similarity(config.measure, &set(b), &set(a), hints);

@@ -25,7 +25,7 @@
 //!   time         i64       the message's time, milliseconds since the Unix
 //!                          epoch (engine::window), 0 when saved without one
 //!   shingles     u32 + 4N  count, then the sorted shingle fingerprints
-//!   anchors      u8 + 4N   count (0 to 2), plus 0x80 when the text was cut
+//!   anchors      u8 + 4N   count (0 to 3), plus 0x80 when the text was cut
 //!                          (engine::Sketch::truncated), then the anchor keys
 //! checksum     u32       CRC-32 of every byte before it
 //! ```
@@ -243,7 +243,7 @@ pub fn encode(deduper: &Deduper) -> Vec<u8> {
             out.extend_from_slice(&shingle.to_le_bytes());
         }
         let anchors = deduper.anchor_keys(entry);
-        // At most two anchors (engine::push_anchor_keys); the high bit says
+        // At most three anchors (engine::MAX_ANCHORS); the high bit says
         // the text was cut.
         out.push(anchors.len() as u8 | if entry.truncated() { 0x80 } else { 0 });
         for anchor in anchors {
@@ -423,8 +423,8 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
         let anchor_byte = r.u8()?;
         let truncated = anchor_byte & 0x80 != 0;
         let anchor_count = usize::from(anchor_byte & 0x7f);
-        if anchor_count > 2 {
-            return Err(ErrorKind::Malformed("more than two anchor keys"));
+        if anchor_count > crate::engine::MAX_ANCHORS {
+            return Err(ErrorKind::Malformed("more anchor keys than a message has"));
         }
         let anchor_start = anchors.len();
         for chunk in r.take(anchor_count * 4)?.chunks_exact(4) {

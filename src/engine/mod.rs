@@ -233,21 +233,27 @@ impl Preparer {
 /// same thing, few enough that a truncated retweet still has them.
 pub const ANCHOR_TOKENS: usize = 6;
 
-/// Appends the anchor keys of a token sequence: its first and its last
-/// [`ANCHOR_TOKENS`] tokens, each hashed to a 32-bit key.
+/// Tokens in the short anchor: the beginning of a text cut after four or
+/// five words ("should i stay up…"), which has no anchor of
+/// [`ANCHOR_TOKENS`].
+pub const SHORT_ANCHOR_TOKENS: usize = 4;
+
+/// Appends the anchor keys of a token sequence: the short anchor (its first
+/// [`SHORT_ANCHOR_TOKENS`] tokens), then its first and its last
+/// [`ANCHOR_TOKENS`] tokens, each hashed to a 32-bit key. A text of fewer
+/// tokens has fewer anchors, but the short one, when there is one, comes
+/// first.
 ///
 /// MinHash finds pairs by their Jaccard similarity, and a copy with a long
 /// comment added, or a retweet cut to a third of its original, has a low
 /// one even though one text contains the other. Such copies keep the
 /// original's beginning (a truncation, a comment after it) or its end (a
 /// comment before it): the anchors make them candidates, and the measure
-/// decides. They cost two postings per message.
+/// decides (see [`share_anchor`]). They cost three postings per message.
 pub fn push_anchor_keys(tokens: &[u64], out: &mut Vec<u32>) {
     const PREFIX_TAG: u64 = 0x7072_6566_6978_0001;
     const SUFFIX_TAG: u64 = 0x7375_6666_6978_0002;
-    if tokens.len() < ANCHOR_TOKENS {
-        return;
-    }
+    const SHORT_TAG: u64 = 0x7368_6f72_7470_0003;
     let anchor = |tag: u64, run: &[u64]| {
         let mut h = tag;
         for &t in run {
@@ -255,19 +261,38 @@ pub fn push_anchor_keys(tokens: &[u64], out: &mut Vec<u32>) {
         }
         (h >> 32) as u32
     };
-    out.push(anchor(PREFIX_TAG, &tokens[..ANCHOR_TOKENS]));
+    if tokens.len() >= SHORT_ANCHOR_TOKENS {
+        out.push(anchor(SHORT_TAG, &tokens[..SHORT_ANCHOR_TOKENS]));
+    }
     if tokens.len() >= ANCHOR_TOKENS {
+        out.push(anchor(PREFIX_TAG, &tokens[..ANCHOR_TOKENS]));
         out.push(anchor(SUFFIX_TAG, &tokens[tokens.len() - ANCHOR_TOKENS..]));
     }
 }
 
-/// Whether two messages begin or end alike: they share an anchor key (a
-/// prefix key only ever equals a prefix key, a suffix key a suffix key).
-/// Such a pair may be compared by containment whatever their lengths (see
-/// [`verdict::by_containment`]), if the anchor is a copy's (see
-/// [`MAX_ANCHOR_CLUSTERS`]).
-pub fn share_anchor(a: &[u32], b: &[u32]) -> bool {
-    a.iter().any(|key| b.contains(key))
+/// Most anchor keys a message has (see [`push_anchor_keys`]).
+pub const MAX_ANCHORS: usize = 3;
+
+/// Whether a later message (its anchor keys `later`, and whether its text
+/// was cut) and an earlier one (`earlier`) share an anchor that counts, so
+/// that the pair may be compared by containment whatever their lengths (see
+/// [`verdict::by_containment`]). A key only ever equals a key of its kind
+/// (short, prefix, suffix). The short anchor counts only for a later text
+/// that was cut: four words in common say "copy" of a cut text, not of two
+/// whole ones. `copy_anchor(i)` says whether the later's `i`-th anchor is a
+/// copy's rather than a template's (see [`MAX_ANCHOR_CLUSTERS`]); it is
+/// asked only for a shared key.
+pub fn share_anchor(
+    later: &[u32],
+    later_cut: bool,
+    earlier: &[u32],
+    mut copy_anchor: impl FnMut(usize) -> bool,
+) -> bool {
+    // The short anchor, when a text has any anchor, is its first.
+    later
+        .iter()
+        .enumerate()
+        .any(|(at, key)| (at > 0 || later_cut) && earlier.contains(key) && copy_anchor(at))
 }
 
 /// Most clusters the messages indexed under an anchor key may belong to
@@ -468,11 +493,11 @@ impl Deduper {
     /// An engine with an empty index.
     pub fn new(config: EngineConfig) -> Result<Deduper, ConfigError> {
         config.validate()?;
-        // Band keys, two anchors and the exact-set key.
+        // Band keys, the anchors and the exact-set key.
         let index = Index::new(
             config.capacity,
             config.max_bucket,
-            lsh_params(&config).bands + 3,
+            lsh_params(&config).bands + MAX_ANCHORS + 1,
         );
         let index = match config.max_index_bytes {
             Some(max_bytes) => index.with_max_bytes(max_bytes.get()),
@@ -708,7 +733,7 @@ impl Deduper {
         let mut best: Option<(u32, f64, u64)> = None;
         // Whether each of the message's anchors is a copy's (see
         // MAX_ANCHOR_CLUSTERS), found out when first needed.
-        let mut specific: [Option<bool>; 2] = [None; 2];
+        let mut specific: [Option<bool>; MAX_ANCHORS] = [None; MAX_ANCHORS];
         for &slot in &self.candidates {
             let Some(entry) = self.index.peek(slot) else {
                 continue;
@@ -723,16 +748,15 @@ impl Deduper {
                 entry.shingles(),
                 verdict::PairHints {
                     anchored: false,
-                    truncated: sketch.truncated,
                     earlier_truncated: entry.truncated(),
                 },
                 || {
                     let theirs = entry.band_keys().get(bands..).unwrap_or_default();
-                    anchors.iter().zip(specific.iter_mut()).any(|(key, known)| {
-                        theirs.contains(key)
-                            && *known.get_or_insert_with(|| {
-                                self.index.key_spans_at_most(*key, MAX_ANCHOR_CLUSTERS)
-                            })
+                    share_anchor(anchors, sketch.truncated, theirs, |at| {
+                        *specific[at].get_or_insert_with(|| {
+                            self.index
+                                .key_spans_at_most(anchors[at], MAX_ANCHOR_CLUSTERS)
+                        })
                     })
                 },
                 floor,
@@ -988,7 +1012,7 @@ mod tests {
         }
         assert_eq!(d.index().evictions(), 37);
         // Freed slots are reused: the entries never grew past the window.
-        assert!(d.index().postings() <= 3 * (lsh_params(d.config()).bands + 3));
+        assert!(d.index().postings() <= 3 * (lsh_params(d.config()).bands + MAX_ANCHORS + 1));
     }
 
     #[test]

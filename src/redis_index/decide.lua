@@ -47,7 +47,7 @@
 --
 -- KEYS[1]: '{NAME}:meta'.
 -- ARGV: settings, capacity, max_bucket, threshold, measure ('j' or 'c'),
---   containment's bounds ("3,3,5"), most shingles a set keeps (a longer
+--   containment's bounds ("3,2,3,B,C", below), most shingles a set keeps (a longer
 --   text's set is its smallest ones), memo scope ('' for none), flags ('r':
 --   look tokens up in the memo first; 'c': empty the memo first), the call's
 --   token ('' when the messages carry their own), the posting lists the
@@ -533,21 +533,25 @@ local function compare(mine, slot)
   local shared = shared_count(a, b)
   local smaller = ns < nc and ns or nc
   local larger = ns < nc and nc or ns
+  -- engine::share_anchor: a shared anchor that is a copy's; the short
+  -- anchor (a message's first, when it has any) only for a cut text.
   local anchored = false
   for i, mine_key in ipairs(my_anchors) do
-    for _, key in ipairs(c.anchors) do
-      if mine_key == key and not anchored and anchor_specific(i) then
-        anchored = true
+    if i > 1 or my_cut then
+      for _, key in ipairs(c.anchors) do
+        if mine_key == key and not anchored and anchor_specific(i) then
+          anchored = true
+        end
       end
     end
   end
-  -- engine::verdict::by_containment: a later, shorter text must be cut,
+  -- engine::verdict::by_containment: a later, shorter text must be
   -- anchored or most of the earlier; an earlier, shorter one must not be
   -- cut, and anchored or most of the later.
   local most = smaller * share_den >= larger * share_num
   local rule
   if ns <= nc then
-    rule = my_cut or anchored or most
+    rule = anchored or most
   else
     rule = not c.cut and (anchored or most)
   end

@@ -44,7 +44,8 @@ use crate::engine::verdict::{
     MIN_CONTAINED_SHARE, MIN_CONTAINED_SHINGLES, PairHints, by_containment, intersection, ratio,
 };
 use crate::engine::{
-    ANCHOR_TOKENS, Ask, IndexStats, IndexStore, MAX_ANCHOR_CLUSTERS, Match, Op, Verdict, lsh_params,
+    ANCHOR_TOKENS, Ask, IndexStats, IndexStore, MAX_ANCHOR_CLUSTERS, Match, Op, Verdict,
+    lsh_params, share_anchor,
 };
 use crate::error::StoreError;
 use crate::record::MessageId;
@@ -313,7 +314,7 @@ impl RedisIndex {
                     Measure::Jaccard => "j".into(),
                     Measure::Containment => "c".into(),
                 },
-                // "3,3,5,B,C": the fewest shingles and the share of the
+                // "3,2,3,B,C": the fewest shingles and the share of the
                 // longer set containment needs
                 // (engine::verdict::by_containment), the LSH bands, past
                 // which a message's keys are its anchors, and the most
@@ -572,9 +573,9 @@ impl RedisIndex {
         // messages on its list, as read, span at most MAX_ANCHOR_CLUSTERS
         // clusters (engine::Index::key_spans_at_most).
         let anchor_recs = band_recs.get(self.bands..).unwrap_or_default();
-        let mut anchors: Vec<(u32, bool)> = Vec::with_capacity(anchor_recs.len());
         let my_anchors = ask.sketch.band_keys.get(self.bands..).unwrap_or_default();
-        for (&key, rec) in my_anchors.iter().zip(anchor_recs) {
+        let mut copy_anchors: Vec<bool> = Vec::with_capacity(anchor_recs.len());
+        for rec in anchor_recs {
             let mut clusters: Vec<&[u8]> = Vec::with_capacity(MAX_ANCHOR_CLUSTERS);
             let mut within = true;
             for cell in list(rec).chunks_exact(8) {
@@ -590,7 +591,7 @@ impl RedisIndex {
                     clusters.push(cluster);
                 }
             }
-            anchors.push((key, within));
+            copy_anchors.push(within);
         }
         // (cell, shared, of, seq) of the best match so far.
         let mut best: Option<([u8; 8], usize, usize, u64)> = None;
@@ -610,10 +611,12 @@ impl RedisIndex {
                     return Vec::new();
                 };
                 let hints = PairHints {
-                    anchored: anchors
-                        .iter()
-                        .any(|&(key, specific)| specific && entry.anchors.contains(&key)),
-                    truncated: ask.sketch.truncated,
+                    anchored: share_anchor(
+                        my_anchors,
+                        ask.sketch.truncated,
+                        &entry.anchors,
+                        |at| copy_anchors[at],
+                    ),
                     earlier_truncated: entry.truncated,
                 };
                 let Some((shared, of)) =
@@ -987,7 +990,6 @@ mod tests {
     fn similarity_parts_never_count_against_nothing() {
         let hints = PairHints {
             anchored: false,
-            truncated: false,
             earlier_truncated: false,
         };
         for measure in [Measure::Jaccard, Measure::Containment] {

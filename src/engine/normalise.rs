@@ -35,6 +35,7 @@ const URL_SEED: u64 = 0x7572_6c5f_746f_6b6e;
 pub struct Normaliser {
     retweet_marker: Regex,
     via_credit: Regex,
+    leading_via_credit: Regex,
     truncation: Regex,
 }
 
@@ -50,9 +51,8 @@ impl Normaliser {
         let compile = |pattern: &str| Regex::new(pattern).expect("built-in pattern compiles");
         Normaliser {
             retweet_marker: compile(r"\b(?:rt|mt)\b\s*:?\s*@\w+\s*:?"),
-            via_credit: compile(
-                r"[(\[]?\bvia\s+@\w+[)\]]?[\s.:]*$|^\s*[(\[]?via\s+@\w+[)\]]?\s*:?",
-            ),
+            via_credit: compile(r"[(\[]?\bvia\s+@\w+[)\]]?[\s.:]*$"),
+            leading_via_credit: compile(r"^\s*[(\[]?via\s+@\w+[)\]]?\s*:?"),
             truncation: compile(r"\S*\.\.\.+\s*$"),
         }
     }
@@ -140,6 +140,13 @@ impl Normaliser {
         out.truncate(trimmed);
         if out.contains("via") {
             replace_in_place(out, scratch, &self.via_credit, "");
+            // Two patterns, not one with both ends: an end-anchored search
+            // runs backwards from the end, and a pattern anchored at both
+            // would be searched forwards through the whole text.
+            let start = out.trim_start().trim_start_matches(['(', '[']);
+            if start.starts_with("via") {
+                replace_in_place(out, scratch, &self.leading_via_credit, "");
+            }
         }
         let truncated = out.ends_with("...");
         if truncated {

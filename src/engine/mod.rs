@@ -753,10 +753,16 @@ impl Deduper {
                 || {
                     let theirs = entry.band_keys().get(bands..).unwrap_or_default();
                     share_anchor(anchors, sketch.truncated, theirs, |at| {
-                        *specific[at].get_or_insert_with(|| {
+                        let copy_anchor = || {
                             self.index
                                 .key_spans_at_most(anchors[at], MAX_ANCHOR_CLUSTERS)
-                        })
+                        };
+                        // A sketch made by hand may carry more anchors than
+                        // push_anchor_keys gives: those are asked each time.
+                        match specific.get_mut(at) {
+                            Some(known) => *known.get_or_insert_with(copy_anchor),
+                            None => copy_anchor(),
+                        }
                     })
                 },
                 floor,

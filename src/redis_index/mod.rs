@@ -615,7 +615,7 @@ impl RedisIndex {
                         my_anchors,
                         ask.sketch.truncated,
                         &entry.anchors,
-                        |at| copy_anchors[at],
+                        |at| copy_anchors.get(at).copied().unwrap_or(false),
                     ),
                     earlier_truncated: entry.truncated,
                 };

@@ -58,7 +58,8 @@
 --   and its token, the posting keys (u32 each:
 --   band and anchor keys, then the exact-set key), the sorted shingle set
 --   (u32 each), the id's JSON, the claim ('' for none): flags byte (1: an
---   exact copy, 2: a match), the exact copy's cell, the match's cell, shared,
+--   exact copy, 2: a match, 4/8/16: the message's first/second/third anchor
+--   was a copy's on the list as read), the exact copy's cell, the match's cell, shared,
 --   of (u32 each), the id's length (u16) and the matched id, the cluster's
 --   length (u16) and the matched cluster, then each key's list as read:
 --   its length in bytes (u16) and its last cell (8 bytes, zeros when
@@ -580,13 +581,13 @@ local function claimed(claim)
   if flags % 2 == 0 then
     exact = nil
   end
-  if flags < 2 then
+  if math.floor(flags / 2) % 2 == 0 then
     best = nil
   end
   local clen = struct.unpack('>H', claim, 28 + idlen)
   local from = 30 + idlen
   return exact, best, num, den, string.sub(claim, 28, 27 + idlen),
-    string.sub(claim, from, from + clen - 1), from + clen
+    string.sub(claim, from, from + clen - 1), from + clen, math.floor(flags / 4)
 end
 
 -- A worker's claim (see the top): the exact copy, the match, its shared
@@ -598,7 +599,7 @@ end
 -- verdict's parts, or nil when the claim cannot stand (then all is decided
 -- here).
 local function take_claim(ks, shingles, ns, claim)
-  local exact, best, num, den, match_id, match_cluster, pos = claimed(claim)
+  local exact, best, num, den, match_id, match_cluster, pos, copies = claimed(claim)
   local nrec = #ks
   local fresh = {}
   local changed = false
@@ -610,9 +611,13 @@ local function take_claim(ks, shingles, ns, claim)
     pos = pos + 10
     if n ~= #v or (n > 0 and string.sub(v, -8) ~= last) then
       if r > bands and r < nrec then
-        -- An anchor's list changed: whether it is a copy's may have too,
-        -- and with it the comparisons the worker made.
-        return nil
+        -- An anchor's list changed: the worker's comparisons stand only if
+        -- the anchor is still what it was (a copy's, or a template's).
+        local i = r - bands
+        local was = math.floor(copies / 2 ^ (i - 1)) % 2 == 1
+        if i > 3 or anchor_specific(i) ~= was then
+          return nil
+        end
       end
       changed = true
       local from = 1

@@ -639,7 +639,15 @@ impl RedisIndex {
             }
         }
         let mut claim = Vec::with_capacity(64);
-        claim.push(u8::from(exact.is_some()) | (u8::from(best.is_some()) << 1));
+        // Flags: an exact copy (1), a match (2), and which anchors were a
+        // copy's on the lists as read (4, 8, 16): where an anchor's list has
+        // changed since, the script takes the claim only if it finds the
+        // same (decide.lua, take_claim).
+        let mut flags = u8::from(exact.is_some()) | (u8::from(best.is_some()) << 1);
+        for (at, &copy) in copy_anchors.iter().take(3).enumerate() {
+            flags |= u8::from(copy) << (2 + at);
+        }
+        claim.push(flags);
         claim.extend_from_slice(exact.as_ref().unwrap_or(&[0; 8]));
         let matched = best.and_then(|(cell, ..)| self.cache.peek(&cell));
         let id = matched.map(|e| e.id.clone());

@@ -36,6 +36,7 @@ use std::num::NonZeroUsize;
 
 use lru::LruCache;
 
+use super::MAX_ANCHOR_CLUSTERS;
 use super::hint::{huge_pages, prefetch};
 use super::postings::Postings;
 use super::shingle::mix64;
@@ -404,21 +405,24 @@ impl Index {
         found
     }
 
-    /// Whether the messages indexed under `key` (at most the bucket cap)
-    /// belong to at most `most` clusters. A set of messages, whatever the
+    /// Whether the messages indexed under an anchor key (at most the
+    /// bucket cap) belong to at most [`MAX_ANCHOR_CLUSTERS`] clusters: the
+    /// anchor is a copy's, not a template's. A set of messages, whatever the
     /// order the table keeps them in, so the Redis index answers alike.
-    pub fn key_spans_at_most(&self, key: u32, most: usize) -> bool {
-        let mut clusters: Vec<&MessageId> = Vec::with_capacity(most);
-        let mut within = true;
+    pub fn anchor_is_a_copys(&self, key: u32) -> bool {
+        // On the stack: asked on the decision's path.
+        let mut clusters: [Option<&MessageId>; MAX_ANCHOR_CLUSTERS] = [None; MAX_ANCHOR_CLUSTERS];
+        let (mut found, mut within) = (0, true);
         self.postings.for_each_while(key, |slot| {
             if let Some(entry) = self.peek(slot) {
-                let cluster = entry.cluster();
-                if !clusters.contains(&cluster) {
-                    if clusters.len() == most {
+                let cluster = Some(entry.cluster());
+                if !clusters[..found].contains(&cluster) {
+                    if found == MAX_ANCHOR_CLUSTERS {
                         within = false;
                         return false;
                     }
-                    clusters.push(cluster);
+                    clusters[found] = cluster;
+                    found += 1;
                 }
             }
             true

@@ -306,7 +306,7 @@ pub fn share_anchor(
 /// messages under a key are a set (at most the bucket cap, the first
 /// indexed), and their clusters are stored with them, so the Redis index
 /// answers exactly as the one in memory. On the 200,000-message synthetic
-/// stream, 518 → 402 wrong tags for the same recall (`docs/evaluation.md`).
+/// stream, 518 → 413 wrong tags for the same recall (`docs/evaluation.md`).
 pub const MAX_ANCHOR_CLUSTERS: usize = 3;
 
 /// A text as the engine sees it, for explaining a comparison.
@@ -753,10 +753,7 @@ impl Deduper {
                 || {
                     let theirs = entry.band_keys().get(bands..).unwrap_or_default();
                     share_anchor(anchors, sketch.truncated, theirs, |at| {
-                        let copy_anchor = || {
-                            self.index
-                                .key_spans_at_most(anchors[at], MAX_ANCHOR_CLUSTERS)
-                        };
+                        let copy_anchor = || self.index.anchor_is_a_copys(anchors[at]);
                         // A sketch made by hand may carry more anchors than
                         // push_anchor_keys gives: those are asked each time.
                         match specific.get_mut(at) {

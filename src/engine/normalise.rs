@@ -14,8 +14,9 @@
 //!    `MT @user:`, and chains of them; a `via @user` or `(via @user)` that
 //!    ends or begins the text too (a credit, like a retweet marker).
 //! 5. A truncated text loses its trailing ellipsis and the cut word before
-//!    it, or, where the link it ended with was cut or had the ellipsis
-//!    glued to it, the link.
+//!    it. An ellipsis glued to a link that ends the text (or a link cut
+//!    short) still says the text was cut; the link's token, if it has one,
+//!    stays.
 //!
 //! The `#` and `@` signs are left for the tokeniser, which keeps only words.
 

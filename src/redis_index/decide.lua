@@ -494,7 +494,7 @@ end
 
 -- Whether the message's anchor `i` is a copy's: the messages on its list
 -- span at most `max_anchor_clusters` clusters (engine::Index::
--- key_spans_at_most). Found out once per message, when first needed.
+-- anchor_is_a_copys). Found out once per message, when first needed.
 local function anchor_specific(i)
   local known = my_specific[i]
   if known ~= nil then

@@ -571,7 +571,7 @@ impl RedisIndex {
         }
         // The message's anchors, each with whether it is a copy's: the
         // messages on its list, as read, span at most MAX_ANCHOR_CLUSTERS
-        // clusters (engine::Index::key_spans_at_most).
+        // clusters (engine::Index::anchor_is_a_copys).
         let anchor_recs = band_recs.get(self.bands..).unwrap_or_default();
         let my_anchors = ask.sketch.band_keys.get(self.bands..).unwrap_or_default();
         let mut copy_anchors: Vec<bool> = Vec::with_capacity(anchor_recs.len());

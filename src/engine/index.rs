@@ -36,7 +36,7 @@ use std::num::NonZeroUsize;
 
 use lru::LruCache;
 
-use super::MAX_ANCHOR_CLUSTERS;
+use super::AnchorClusters;
 use super::hint::{huge_pages, prefetch};
 use super::postings::Postings;
 use super::shingle::mix64;
@@ -406,26 +406,17 @@ impl Index {
     }
 
     /// Whether the messages indexed under an anchor key (at most the
-    /// bucket cap) belong to at most [`MAX_ANCHOR_CLUSTERS`] clusters: the
+    /// bucket cap) belong to at most [`super::MAX_ANCHOR_CLUSTERS`] clusters: the
     /// anchor is a copy's, not a template's. A set of messages, whatever the
     /// order the table keeps them in, so the Redis index answers alike.
     pub fn anchor_is_a_copys(&self, key: u32) -> bool {
-        // On the stack: asked on the decision's path.
-        let mut clusters: [Option<&MessageId>; MAX_ANCHOR_CLUSTERS] = [None; MAX_ANCHOR_CLUSTERS];
-        let (mut found, mut within) = (0, true);
+        let mut clusters = AnchorClusters::new();
+        let mut within = true;
         self.postings.for_each_while(key, |slot| {
             if let Some(entry) = self.peek(slot) {
-                let cluster = Some(entry.cluster());
-                if !clusters[..found].contains(&cluster) {
-                    if found == MAX_ANCHOR_CLUSTERS {
-                        within = false;
-                        return false;
-                    }
-                    clusters[found] = cluster;
-                    found += 1;
-                }
+                within = clusters.add(entry.cluster());
             }
-            true
+            within
         });
         within
     }

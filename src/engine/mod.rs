@@ -309,6 +309,47 @@ pub fn share_anchor(
 /// stream, 518 → 413 wrong tags for the same recall (`docs/evaluation.md`).
 pub const MAX_ANCHOR_CLUSTERS: usize = 3;
 
+/// The distinct clusters of the messages under an anchor key, counted up
+/// to one past [`MAX_ANCHOR_CLUSTERS`] without allocating: the one count
+/// behind the in-memory index's answer and a Redis worker's.
+#[derive(Debug)]
+pub struct AnchorClusters<T> {
+    seen: [Option<T>; MAX_ANCHOR_CLUSTERS],
+    found: usize,
+}
+
+impl<T: PartialEq> AnchorClusters<T> {
+    /// None counted yet.
+    pub fn new() -> AnchorClusters<T> {
+        AnchorClusters {
+            seen: [const { None }; MAX_ANCHOR_CLUSTERS],
+            found: 0,
+        }
+    }
+
+    /// Counts one more message's cluster; `false` once the messages span
+    /// more than [`MAX_ANCHOR_CLUSTERS`] (the anchor is a template's, and
+    /// the rest need not be read).
+    pub fn add(&mut self, cluster: T) -> bool {
+        let cluster = Some(cluster);
+        if self.seen[..self.found].contains(&cluster) {
+            return true;
+        }
+        if self.found == MAX_ANCHOR_CLUSTERS {
+            return false;
+        }
+        self.seen[self.found] = cluster;
+        self.found += 1;
+        true
+    }
+}
+
+impl<T: PartialEq> Default for AnchorClusters<T> {
+    fn default() -> Self {
+        AnchorClusters::new()
+    }
+}
+
 /// A text as the engine sees it, for explaining a comparison.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Explained {
@@ -1052,6 +1093,15 @@ mod tests {
             d.check_text(id(4), "I'm at Powell's City of Books in Portland, OR"),
             Verdict::New
         );
+    }
+
+    #[test]
+    fn anchor_clusters_count_distinct_clusters_up_to_the_limit() {
+        let mut clusters = AnchorClusters::new();
+        for cluster in [1, 1, 2, 1, 3, 2, 3] {
+            assert!(clusters.add(cluster), "{cluster}");
+        }
+        assert!(!clusters.add(4));
     }
 
     /// A copy with a comment after it begins as its original does; so do

@@ -44,8 +44,8 @@ use crate::engine::verdict::{
     MIN_CONTAINED_SHARE, MIN_CONTAINED_SHINGLES, PairHints, by_containment, intersection, ratio,
 };
 use crate::engine::{
-    ANCHOR_TOKENS, Ask, IndexStats, IndexStore, MAX_ANCHOR_CLUSTERS, Match, Op, Verdict,
-    lsh_params, share_anchor,
+    ANCHOR_TOKENS, AnchorClusters, Ask, IndexStats, IndexStore, MAX_ANCHOR_CLUSTERS, Match, Op,
+    Verdict, lsh_params, share_anchor,
 };
 use crate::error::StoreError;
 use crate::record::MessageId;
@@ -576,19 +576,15 @@ impl RedisIndex {
         let my_anchors = ask.sketch.band_keys.get(self.bands..).unwrap_or_default();
         let mut copy_anchors: Vec<bool> = Vec::with_capacity(anchor_recs.len());
         for rec in anchor_recs {
-            let mut clusters: Vec<&[u8]> = Vec::with_capacity(MAX_ANCHOR_CLUSTERS);
+            let mut clusters = AnchorClusters::new();
             let mut within = true;
             for cell in list(rec).chunks_exact(8) {
                 let Some(entry) = self.cache.peek(cell) else {
                     return Vec::new();
                 };
-                let cluster = entry.cluster_json();
-                if !clusters.contains(&cluster) {
-                    if clusters.len() == MAX_ANCHOR_CLUSTERS {
-                        within = false;
-                        break;
-                    }
-                    clusters.push(cluster);
+                within = clusters.add(entry.cluster_json());
+                if !within {
+                    break;
                 }
             }
             copy_anchors.push(within);

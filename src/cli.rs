@@ -9,9 +9,9 @@ use std::time::Duration;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
 use dedup_stream::config::{
-    DEFAULT_CAPACITY, DEFAULT_EMPTY_TEXT, DEFAULT_MAX_BUCKET, DEFAULT_MEASURE, DEFAULT_SAMPLE,
-    DEFAULT_SHINGLE, DEFAULT_THRESHOLD, EmptyText, EngineConfig, Measure, Sampling, Shingling,
-    Window,
+    DEFAULT_CAPACITY, DEFAULT_EMPTY_TEXT, DEFAULT_MAX_BUCKET, DEFAULT_MEASURE, DEFAULT_RECENT,
+    DEFAULT_SAMPLE, DEFAULT_SHINGLE, DEFAULT_THRESHOLD, EmptyText, EngineConfig, Measure, Sampling,
+    Shingling, Window,
 };
 use dedup_stream::consume::{self, ConsumeConfig, Output};
 use dedup_stream::pipeline::{self, Emit, OnInvalid, PipelineConfig};
@@ -264,6 +264,14 @@ pub struct EngineArgs {
     /// indexed) or invalid (refused like a bad line, with its line number).
     #[arg(long, default_value_t = DEFAULT_EMPTY_TEXT, value_name = "new|invalid", value_parser = parse_empty_text)]
     pub empty_text: EmptyText,
+
+    /// A match at most N messages old needs only the threshold minus 0.1
+    /// when it is the only story near the message (no other indexed message
+    /// of another cluster is within the threshold minus 0.3) and both texts
+    /// have at least 6 words: edits of short texts. 0: every match must
+    /// reach the threshold.
+    #[arg(long, default_value_t = DEFAULT_RECENT, value_name = "N")]
+    pub recent: u64,
 }
 
 /// Options the filter and the server share: the index's size and where
@@ -685,6 +693,7 @@ impl EngineArgs {
         let config = EngineConfig {
             max_index_bytes: None,
             empty_text: self.empty_text,
+            recent: self.recent,
             threshold: self.threshold,
             capacity,
             shingling: self.shingle,

@@ -36,6 +36,16 @@ pub const DEFAULT_SAMPLE: Sampling = Sampling::All;
 /// social feeds, and Jaccard misses both once the cut or the comment is long.
 pub const DEFAULT_MEASURE: Measure = Measure::Containment;
 
+/// Default reach of the lower bar for a lone recent match: the last 3,000
+/// messages (see [`EngineConfig::recent`]).
+///
+/// Copies follow their original closely: a retweet or an edited copy comes
+/// within minutes, while two different texts of one template or grammar
+/// meet anywhere in the stream. On the 200,000-message synthetic stream
+/// (copies ~2,000 messages after their original), 3,000 keeps precision at
+/// 0.995 and 5,000 lets it fall below (`docs/evaluation.md`).
+pub const DEFAULT_RECENT: u64 = 3_000;
+
 /// Default for a text with nothing left once normalised: it is new.
 pub const DEFAULT_EMPTY_TEXT: EmptyText = EmptyText::New;
 
@@ -311,6 +321,12 @@ pub struct EngineConfig {
     pub max_index_bytes: Option<NonZeroUsize>,
     /// What a message with nothing to compare gets (see [`EmptyText`]).
     pub empty_text: EmptyText,
+    /// How many messages back a lone match may reach with the lower bar,
+    /// threshold minus [`crate::engine::verdict::RECENT_MARGIN`]: a
+    /// candidate that many arrivals old or newer, and the only story near
+    /// the message (see [`crate::engine::verdict::LoneMatch`]). 0 turns the
+    /// lower bar off: every match must reach the threshold.
+    pub recent: u64,
 }
 
 impl Default for EngineConfig {
@@ -325,6 +341,7 @@ impl Default for EngineConfig {
             window: None,
             max_index_bytes: None,
             empty_text: DEFAULT_EMPTY_TEXT,
+            recent: DEFAULT_RECENT,
         }
     }
 }

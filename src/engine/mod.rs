@@ -739,7 +739,7 @@ impl Deduper {
             _ => self.best_match(sketch, exact),
         };
         let verdict = match best {
-            Some((slot, similarity)) if similarity >= self.config.threshold => {
+            Some((slot, similarity)) => {
                 self.counts.duplicates += 1;
                 if refresh {
                     self.index.touch(slot);
@@ -760,7 +760,8 @@ impl Deduper {
     }
 
     /// The most similar indexed message (ties: the earliest), if any is at
-    /// least as similar as the threshold.
+    /// least as similar as the threshold; otherwise the lone recent match,
+    /// if there is one (see [`verdict::LoneMatch`]).
     fn best_match(&mut self, sketch: Sketch<'_>, exact: Option<u32>) -> Option<(u32, f64)> {
         self.candidates.clear();
         self.index
@@ -772,6 +773,8 @@ impl Deduper {
         let bands = self.preparer.lsh_params().bands;
         let anchors = sketch.band_keys.get(bands..).unwrap_or_default();
         let mut best: Option<(u32, f64, u64)> = None;
+        let mut lone =
+            verdict::LoneMatch::new(self.config.threshold, self.config.recent, self.next_seq);
         // Whether each of the message's anchors is a copy's (see
         // MAX_ANCHOR_CLUSTERS), found out when first needed.
         let mut specific: [Option<bool>; MAX_ANCHORS] = [None; MAX_ANCHORS];
@@ -780,8 +783,13 @@ impl Deduper {
                 continue;
             };
             // Only a candidate that reaches the best so far (or the
-            // threshold) matters, so the comparison may give up early.
-            let floor = best.map_or(self.config.threshold, |(_, s, _)| s);
+            // threshold, or until one does, a lone match's near bar)
+            // matters, so the comparison may give up early.
+            let floor = match best {
+                Some((_, s, _)) => s,
+                None if lone.is_on() => lone.floor(),
+                None => self.config.threshold,
+            };
             let Some(s) = verdict::similarity_at_least_filtered(
                 self.config.measure,
                 sketch.shingles,
@@ -807,6 +815,19 @@ impl Deduper {
             ) else {
                 continue;
             };
+            if best.is_none() {
+                lone.offer(
+                    slot,
+                    s,
+                    entry.seq,
+                    sketch.shingles.len(),
+                    entry.shingles().len(),
+                    || entry.cluster().clone(),
+                );
+                if s < self.config.threshold {
+                    continue;
+                }
+            }
             let better = match best {
                 None => true,
                 Some((_, best_s, best_seq)) => s > best_s || (s == best_s && entry.seq < best_seq),
@@ -815,7 +836,7 @@ impl Deduper {
                 best = Some((slot, s, entry.seq));
             }
         }
-        best.map(|(slot, s, _)| (slot, s))
+        best.map(|(slot, s, _)| (slot, s)).or_else(|| lone.result())
     }
 }
 

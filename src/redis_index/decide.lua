@@ -46,8 +46,8 @@
 -- cannot be matched with what was read, does the script decide it all.
 --
 -- KEYS[1]: '{NAME}:meta'.
--- ARGV: settings, capacity, max_bucket, threshold, measure ('j' or 'c'),
---   containment's bounds ("3,2,3,B,C", below), most shingles a set keeps (a longer
+-- ARGV: settings, capacity, max_bucket, threshold and the lone-match bars ("T B N"), measure ('j' or 'c'),
+--   containment's bounds ("3,2,3,B,C,R,M", below), most shingles a set keeps (a longer
 --   text's set is its smallest ones), memo scope ('' for none), flags ('r':
 --   look tokens up in the memo first; 'c': empty the memo first), the call's
 --   token ('' when the messages carry their own), the posting lists the
@@ -75,19 +75,23 @@ local window = tonumber(string.match(ARGV[1], ' window_ms=(%d+)'))
 
 local capacity = tonumber(ARGV[2])
 local max_bucket = tonumber(ARGV[3])
-local threshold = tonumber(ARGV[4])
+-- The threshold, and a lone recent match's bar and near bar
+-- (engine::verdict::LoneMatch), as the worker computed them.
+local threshold, lone_bar, near_bar = string.match(ARGV[4], '^(%S+) (%S+) (%S+)$')
+threshold, lone_bar, near_bar = tonumber(threshold), tonumber(lone_bar), tonumber(near_bar)
 local jaccard = ARGV[5] == 'j'
 -- Containment's bounds (engine::verdict::by_containment): the fewest
 -- shingles, and the share num/den of the longer set an earlier, shorter
 -- message must reach; the number of LSH bands, past which a message's keys
 -- are its anchors (then the exact-set key, last); and the most clusters
 -- the messages on an anchor's list may span for the anchor to count
--- (engine::MAX_ANCHOR_CLUSTERS).
-local min_contained, share_num, share_den, bands, max_anchor_clusters =
-  string.match(ARGV[6], '^(%d+),(%d+),(%d+),(%d+),(%d+)$')
-min_contained, share_num, share_den, bands, max_anchor_clusters =
+-- (engine::MAX_ANCHOR_CLUSTERS); how many arrivals back a lone recent match
+-- reaches (0: never) and the fewest shingles its texts need.
+local min_contained, share_num, share_den, bands, max_anchor_clusters, recent, min_recent =
+  string.match(ARGV[6], '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),(%d+)$')
+min_contained, share_num, share_den, bands, max_anchor_clusters, recent, min_recent =
   tonumber(min_contained), tonumber(share_num), tonumber(share_den), tonumber(bands),
-  tonumber(max_anchor_clusters)
+  tonumber(max_anchor_clusters), tonumber(recent), tonumber(min_recent)
 -- The anchor keys of the message being decided, and whether its text was
 -- cut (set for each message).
 local my_anchors = {}
@@ -562,6 +566,15 @@ local function compare(mine, slot)
   return shared, ns + nc - shared, c.seq
 end
 
+-- engine::verdict::LoneMatch::could_take: whether a candidate `s` similar,
+-- of `nc` shingles, could be a lone recent match of a message of `ns`.
+local function could_take(s, ns, nc)
+  local smaller = ns < nc and ns or nc
+  local larger = ns < nc and nc or ns
+  return recent > 0 and s >= lone_bar and smaller >= min_recent
+    and smaller * share_den >= larger * share_num
+end
+
 -- Whether the message a cell names is indexed with exactly this shingle
 -- set (of `ns` shingles): an exact copy.
 local function holds_set(cell, shingles, ns)
@@ -587,7 +600,8 @@ local function claimed(claim)
   local clen = struct.unpack('>H', claim, 28 + idlen)
   local from = 30 + idlen
   return exact, best, num, den, string.sub(claim, 28, 27 + idlen),
-    string.sub(claim, from, from + clen - 1), from + clen, math.floor(flags / 4)
+    string.sub(claim, from, from + clen - 1), from + clen, math.floor(flags / 4) % 8,
+    math.floor(flags / 32) % 2 == 1
 end
 
 -- A worker's claim (see the top): the exact copy, the match, its shared
@@ -599,7 +613,11 @@ end
 -- verdict's parts, or nil when the claim cannot stand (then all is decided
 -- here).
 local function take_claim(ks, shingles, ns, claim)
-  local exact, best, num, den, match_id, match_cluster, pos, copies = claimed(claim)
+  local exact, best, num, den, match_id, match_cluster, pos, copies, lone = claimed(claim)
+  if lone then
+    -- Whether the candidate is recent is known only here.
+    return nil
+  end
   local nrec = #ks
   local fresh = {}
   local changed = false
@@ -654,6 +672,7 @@ local function take_claim(ks, shingles, ns, claim)
     return exact, exact, 1, 1, id_of(string.sub(exact, 1, 4))
   end
   local mine, best_s, best_seq = nil, nil, nil
+  local lone_possible = false
   if best then
     best_s = num / den
   end
@@ -665,6 +684,9 @@ local function take_claim(ks, shingles, ns, claim)
       return
     end
     local s = shared / of
+    if could_take(s, ns, #parsed(slot).set) then
+      lone_possible = true
+    end
     if s >= (best_s or threshold) then
       if best and not best_seq then
         best_seq = parsed(string.sub(best, 1, 4)).seq
@@ -682,6 +704,9 @@ local function take_claim(ks, shingles, ns, claim)
   end
   if new_exact then
     consider(new_exact)
+  end
+  if not best and lone_possible then
+    return nil
   end
   return exact, best, num, den, match_id, match_cluster
 end
@@ -704,6 +729,10 @@ local function decide_here(ks, shingles, ns)
     return exact, exact, 1, 1, id_of(string.sub(exact, 1, 4))
   end
   local best, best_s, best_seq, best_num, best_den
+  -- engine::verdict::LoneMatch: the best recent candidate and whether the
+  -- candidates near the message span more than one cluster.
+  local lone, lone_s, lone_seq, lone_num, lone_den
+  local near_cluster, crowded = nil, false
   local mine = numbers(shingles, 1, ns)
   local seen = {}
   local function consider(cell)
@@ -720,6 +749,20 @@ local function decide_here(ks, shingles, ns)
       return
     end
     local s = shared / of
+    if recent > 0 and s >= near_bar then
+      if not crowded then
+        local _, cluster = id_of(slot)
+        if near_cluster == nil then
+          near_cluster = cluster
+        elseif near_cluster ~= cluster then
+          crowded = true
+        end
+      end
+      if could_take(s, ns, #parsed(slot).set) and seq - cseq <= recent
+        and (lone == nil or s > lone_s or (s == lone_s and cseq < lone_seq)) then
+        lone, lone_s, lone_seq, lone_num, lone_den = cell, s, cseq, shared, of
+      end
+    end
     if s >= (best_s or threshold) and (best_s == nil or s > best_s or cseq < best_seq) then
       best, best_s, best_seq, best_num, best_den = cell, s, cseq, shared, of
     end
@@ -732,6 +775,9 @@ local function decide_here(ks, shingles, ns)
   end
   if exact then
     consider(exact)
+  end
+  if not best and lone and not crowded then
+    best, best_num, best_den = lone, lone_num, lone_den
   end
   local match_id, match_cluster = '', ''
   if best then
@@ -771,7 +817,11 @@ local function decide(op, keys, shingles, id, claim, time)
       end
     end
     if untouched then
-      exact, best, num, den, match_id, cluster = claimed(claim)
+      local pos, copies, lone
+      exact, best, num, den, match_id, cluster, pos, copies, lone = claimed(claim)
+      if lone then
+        exact, best, num, den, match_id, cluster = nil, nil, nil, nil, nil, nil
+      end
     end
   end
   if claim ~= '' and not match_id then

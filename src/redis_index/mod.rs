@@ -41,7 +41,8 @@ use crate::config::{EngineConfig, Measure};
 use crate::engine::index::exact_key;
 use crate::engine::shingle::{MAX_SHINGLES, comparable};
 use crate::engine::verdict::{
-    MIN_CONTAINED_SHARE, MIN_CONTAINED_SHINGLES, PairHints, by_containment, intersection, ratio,
+    LoneMatch, MIN_CONTAINED_SHARE, MIN_CONTAINED_SHINGLES, MIN_RECENT_SHINGLES, NEAR_MARGIN,
+    PairHints, RECENT_MARGIN, by_containment, intersection, ratio,
 };
 use crate::engine::{
     ANCHOR_TOKENS, AnchorClusters, Ask, IndexStats, IndexStore, MAX_ANCHOR_CLUSTERS, Match, Op,
@@ -64,7 +65,7 @@ const CALL_BYTES: usize = 1 << 20;
 
 /// Format of the keys and values; part of the stored settings, so a worker
 /// of another format is refused.
-const FORMAT: u32 = 6;
+const FORMAT: u32 = 7;
 
 /// Most indexed messages a worker keeps in its cache of candidates (each is
 /// immutable: a slot given to another message is another cell).
@@ -177,10 +178,11 @@ pub fn key_prefix(name: &str) -> String {
 pub fn settings_text(config: &EngineConfig) -> String {
     let lsh = lsh_params(config);
     format!(
-        "format={FORMAT} shingle={} threshold={} measure={} bands={} rows={} anchors={ANCHOR_TOKENS} \
-         capacity={} max_bucket={} window_ms={}",
+        "format={FORMAT} shingle={} threshold={} recent={} measure={} bands={} rows={} \
+         anchors={ANCHOR_TOKENS} capacity={} max_bucket={} window_ms={}",
         config.shingle_settings(),
         config.threshold,
+        config.recent,
         config.measure,
         lsh.bands,
         lsh.rows,
@@ -213,6 +215,8 @@ pub struct RedisIndex {
     /// LSH bands: a message's keys past them are its anchors.
     bands: usize,
     threshold: f64,
+    /// How many arrivals back a lone recent match reaches (0: off).
+    recent: u64,
     /// Indexed messages read to verify candidates, by cell (slot and low
     /// seq bits).
     cache: LruCache<[u8; 8], Arc<Cached>>,
@@ -309,22 +313,33 @@ impl RedisIndex {
             params: [
                 config.capacity.to_string(),
                 config.max_bucket.to_string(),
-                config.threshold.to_string(),
+                // "T B N": the threshold, and a lone recent match's bar and
+                // near bar (engine::verdict::LoneMatch), as Rust computes
+                // them: the script compares with the very same numbers.
+                format!(
+                    "{} {} {}",
+                    config.threshold,
+                    config.threshold - RECENT_MARGIN,
+                    config.threshold - NEAR_MARGIN
+                ),
                 match config.measure {
                     Measure::Jaccard => "j".into(),
                     Measure::Containment => "c".into(),
                 },
-                // "3,2,3,B,C": the fewest shingles and the share of the
+                // "3,2,3,B,C,R,M": the fewest shingles and the share of the
                 // longer set containment needs
                 // (engine::verdict::by_containment), the LSH bands, past
                 // which a message's keys are its anchors, and the most
                 // clusters an anchor's messages may span
-                // (engine::MAX_ANCHOR_CLUSTERS).
+                // (engine::MAX_ANCHOR_CLUSTERS); then how many arrivals back
+                // a lone recent match reaches and the fewest shingles its
+                // texts need (engine::verdict::LoneMatch).
                 format!(
-                    "{MIN_CONTAINED_SHINGLES},{},{},{},{MAX_ANCHOR_CLUSTERS}",
+                    "{MIN_CONTAINED_SHINGLES},{},{},{},{MAX_ANCHOR_CLUSTERS},{},{MIN_RECENT_SHINGLES}",
                     MIN_CONTAINED_SHARE.0,
                     MIN_CONTAINED_SHARE.1,
-                    lsh_params(config).bands
+                    lsh_params(config).bands,
+                    config.recent
                 ),
                 MAX_SHINGLES.to_string(),
             ],
@@ -339,6 +354,7 @@ impl RedisIndex {
             measure: config.measure,
             bands: lsh_params(config).bands,
             threshold: config.threshold,
+            recent: config.recent,
             cache: LruCache::new(
                 NonZeroUsize::new(config.capacity.get().min(CACHE_ENTRIES))
                     .unwrap_or(NonZeroUsize::MIN),
@@ -591,6 +607,11 @@ impl RedisIndex {
         }
         // (cell, shared, of, seq) of the best match so far.
         let mut best: Option<([u8; 8], usize, usize, u64)> = None;
+        // Whether a candidate below the threshold could be a lone recent
+        // match: whether it is recent is known only in the script, which
+        // then decides the message itself.
+        let lone = LoneMatch::<(), ()>::new(self.threshold, self.recent, 0);
+        let mut lone_possible = false;
         if let (Measure::Jaccard, Some(cell)) = (self.measure, exact) {
             best = Some((cell, 1, 1, 0));
         } else {
@@ -621,6 +642,8 @@ impl RedisIndex {
                     continue;
                 };
                 let s = ratio(shared, of);
+                lone_possible |=
+                    lone.could_take(s, ask.sketch.shingles.len(), entry.shingles.len());
                 let floor = best.map_or(self.threshold, |(_, n, d, _)| ratio(n, d));
                 let better = match best {
                     None => true,
@@ -635,11 +658,14 @@ impl RedisIndex {
             }
         }
         let mut claim = Vec::with_capacity(64);
-        // Flags: an exact copy (1), a match (2), and which anchors were a
+        // Flags: an exact copy (1), a match (2), which anchors were a
         // copy's on the lists as read (4, 8, 16): where an anchor's list has
         // changed since, the script takes the claim only if it finds the
-        // same (decide.lua, take_claim).
-        let mut flags = u8::from(exact.is_some()) | (u8::from(best.is_some()) << 1);
+        // same (decide.lua, take_claim); and no match but a candidate that
+        // could be a lone recent match (32): the script decides it.
+        let mut flags = u8::from(exact.is_some())
+            | (u8::from(best.is_some()) << 1)
+            | (u8::from(best.is_none() && lone_possible) << 5);
         for (at, &copy) in copy_anchors.iter().take(3).enumerate() {
             flags |= u8::from(copy) << (2 + at);
         }

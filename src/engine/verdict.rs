@@ -195,11 +195,19 @@ pub const NEAR_MARGIN: f64 = 0.3;
 /// "i want kfc mash potato").
 pub const MIN_RECENT_SHINGLES: usize = 11;
 
+/// Most shingles either text of a lone recent match may have: twenty
+/// words and their pairs. A one-word edit of a longer text is above 0.8
+/// already, and two long items that share most of their shingles below it
+/// share boilerplate (a feed's "Read the full story on … Subscribe …").
+pub const MAX_RECENT_SHINGLES: usize = 40;
+
 /// The lower bar for a lone recent match, collected over a message's
 /// candidates: the best candidate (ties: the earliest) that is at least
 /// the threshold minus [`RECENT_MARGIN`], at most
 /// [`crate::config::EngineConfig::recent`] arrivals old, with at least
-/// [`MIN_RECENT_SHINGLES`] on both sides, taken only if every candidate at
+/// [`MIN_RECENT_SHINGLES`] and at most [`MAX_RECENT_SHINGLES`] on both
+/// sides, neither more than half as long again as the other (see
+/// [`MIN_CONTAINED_SHARE`]), taken only if every candidate at
 /// least the threshold minus [`NEAR_MARGIN`] is of one cluster.
 ///
 /// A one- or two-word edit of a tweet of 6 to 12 words leaves it 0.7 to 0.8
@@ -260,6 +268,7 @@ impl<H: Copy, C: PartialEq> LoneMatch<H, C> {
             && s >= self.bar
             && later_len >= MIN_RECENT_SHINGLES
             && earlier_len >= MIN_RECENT_SHINGLES
+            && later_len.max(earlier_len) <= MAX_RECENT_SHINGLES
             && {
                 let (num, den) = MIN_CONTAINED_SHARE;
                 later_len.min(earlier_len) * den >= later_len.max(earlier_len) * num
@@ -687,6 +696,9 @@ mod tests {
         // threshold and the anchors judge.
         assert!(offer(3000, 0.72, 9_000, (15, 23)).is_none());
         assert!(offer(3000, 0.72, 9_000, (16, 24)).is_some());
+        // Long texts: an edit of one is above the threshold already.
+        assert!(offer(3000, 0.72, 9_000, (40, 40)).is_some());
+        assert!(offer(3000, 0.72, 9_000, (40, 41)).is_none());
     }
 
     /// Another story near the message, even an old one below the bar,

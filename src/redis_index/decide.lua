@@ -47,7 +47,7 @@
 --
 -- KEYS[1]: '{NAME}:meta'.
 -- ARGV: settings, capacity, max_bucket, threshold and the lone-match bars ("T B N"), measure ('j' or 'c'),
---   containment's bounds ("3,2,3,B,C,R,M", below), most shingles a set keeps (a longer
+--   containment's bounds ("3,2,3,B,C,R,M,X", below), most shingles a set keeps (a longer
 --   text's set is its smallest ones), memo scope ('' for none), flags ('r':
 --   look tokens up in the memo first; 'c': empty the memo first), the call's
 --   token ('' when the messages carry their own), the posting lists the
@@ -86,12 +86,12 @@ local jaccard = ARGV[5] == 'j'
 -- are its anchors (then the exact-set key, last); and the most clusters
 -- the messages on an anchor's list may span for the anchor to count
 -- (engine::MAX_ANCHOR_CLUSTERS); how many arrivals back a lone recent match
--- reaches (0: never) and the fewest shingles its texts need.
-local min_contained, share_num, share_den, bands, max_anchor_clusters, recent, min_recent =
-  string.match(ARGV[6], '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),(%d+)$')
-min_contained, share_num, share_den, bands, max_anchor_clusters, recent, min_recent =
+-- reaches (0: never) and the fewest and most shingles its texts may have.
+local min_contained, share_num, share_den, bands, max_anchor_clusters, recent, min_recent,
+  max_recent = string.match(ARGV[6], '^(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),(%d+),(%d+)$')
+min_contained, share_num, share_den, bands, max_anchor_clusters, recent, min_recent, max_recent =
   tonumber(min_contained), tonumber(share_num), tonumber(share_den), tonumber(bands),
-  tonumber(max_anchor_clusters), tonumber(recent), tonumber(min_recent)
+  tonumber(max_anchor_clusters), tonumber(recent), tonumber(min_recent), tonumber(max_recent)
 -- The anchor keys of the message being decided, and whether its text was
 -- cut (set for each message).
 local my_anchors = {}
@@ -571,7 +571,7 @@ end
 local function could_take(s, ns, nc)
   local smaller = ns < nc and ns or nc
   local larger = ns < nc and nc or ns
-  return recent > 0 and s >= lone_bar and smaller >= min_recent
+  return recent > 0 and s >= lone_bar and smaller >= min_recent and larger <= max_recent
     and smaller * share_den >= larger * share_num
 end
 

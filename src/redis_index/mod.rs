@@ -41,8 +41,9 @@ use crate::config::{EngineConfig, Measure};
 use crate::engine::index::exact_key;
 use crate::engine::shingle::{MAX_SHINGLES, comparable};
 use crate::engine::verdict::{
-    LoneMatch, MIN_CONTAINED_SHARE, MIN_CONTAINED_SHINGLES, MIN_RECENT_SHINGLES, NEAR_MARGIN,
-    PairHints, RECENT_MARGIN, by_containment, intersection, ratio,
+    LoneMatch, MAX_RECENT_SHINGLES, MIN_CONTAINED_SHARE, MIN_CONTAINED_SHINGLES,
+    MIN_RECENT_SHINGLES, NEAR_MARGIN, PairHints, RECENT_MARGIN, by_containment, intersection,
+    ratio,
 };
 use crate::engine::{
     ANCHOR_TOKENS, AnchorClusters, Ask, IndexStats, IndexStore, MAX_ANCHOR_CLUSTERS, Match, Op,
@@ -326,16 +327,17 @@ impl RedisIndex {
                     Measure::Jaccard => "j".into(),
                     Measure::Containment => "c".into(),
                 },
-                // "3,2,3,B,C,R,M": the fewest shingles and the share of the
+                // "3,2,3,B,C,R,M,X": the fewest shingles and the share of the
                 // longer set containment needs
                 // (engine::verdict::by_containment), the LSH bands, past
                 // which a message's keys are its anchors, and the most
                 // clusters an anchor's messages may span
                 // (engine::MAX_ANCHOR_CLUSTERS); then how many arrivals back
-                // a lone recent match reaches and the fewest shingles its
-                // texts need (engine::verdict::LoneMatch).
+                // a lone recent match reaches and the fewest and most
+                // shingles its texts may have (engine::verdict::LoneMatch).
                 format!(
-                    "{MIN_CONTAINED_SHINGLES},{},{},{},{MAX_ANCHOR_CLUSTERS},{},{MIN_RECENT_SHINGLES}",
+                    "{MIN_CONTAINED_SHINGLES},{},{},{},{MAX_ANCHOR_CLUSTERS},{},{MIN_RECENT_SHINGLES},\
+                     {MAX_RECENT_SHINGLES}",
                     MIN_CONTAINED_SHARE.0,
                     MIN_CONTAINED_SHARE.1,
                     lsh_params(config).bands,

@@ -822,7 +822,7 @@ impl Deduper {
                     entry.seq,
                     sketch.shingles.len(),
                     entry.shingles().len(),
-                    || entry.cluster().clone(),
+                    || entry.cluster(),
                 );
                 if s < self.config.threshold {
                     continue;

@@ -600,8 +600,14 @@ local function claimed(claim)
   local clen = struct.unpack('>H', claim, 28 + idlen)
   local from = 30 + idlen
   return exact, best, num, den, string.sub(claim, 28, 27 + idlen),
-    string.sub(claim, from, from + clen - 1), from + clen, math.floor(flags / 4) % 8,
-    math.floor(flags / 32) % 2 == 1
+    string.sub(claim, from, from + clen - 1), from + clen, math.floor(flags / 4) % 8
+end
+
+-- Whether a claim leaves the message to this script: no match, but a
+-- candidate that could be a lone recent match, and whether it is recent
+-- is known only here (flag 32).
+local function leaves_it_here(claim)
+  return math.floor(string.byte(claim, 1) / 32) % 2 == 1
 end
 
 -- A worker's claim (see the top): the exact copy, the match, its shared
@@ -613,11 +619,7 @@ end
 -- verdict's parts, or nil when the claim cannot stand (then all is decided
 -- here).
 local function take_claim(ks, shingles, ns, claim)
-  local exact, best, num, den, match_id, match_cluster, pos, copies, lone = claimed(claim)
-  if lone then
-    -- Whether the candidate is recent is known only here.
-    return nil
-  end
+  local exact, best, num, den, match_id, match_cluster, pos, copies = claimed(claim)
   local nrec = #ks
   local fresh = {}
   local changed = false
@@ -808,6 +810,9 @@ local function decide(op, keys, shingles, id, claim, time)
     my_anchors[#my_anchors + 1] = ks[r]
   end
   local exact, best, num, den, match_id, cluster
+  if claim ~= '' and leaves_it_here(claim) then
+    claim = ''
+  end
   if claim ~= '' and all_fresh then
     local untouched = true
     for _, key in ipairs(ks) do
@@ -817,11 +822,7 @@ local function decide(op, keys, shingles, id, claim, time)
       end
     end
     if untouched then
-      local pos, copies, lone
-      exact, best, num, den, match_id, cluster, pos, copies, lone = claimed(claim)
-      if lone then
-        exact, best, num, den, match_id, cluster = nil, nil, nil, nil, nil, nil
-      end
+      exact, best, num, den, match_id, cluster = claimed(claim)
     end
   end
   if claim ~= '' and not match_id then

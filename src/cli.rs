@@ -268,8 +268,8 @@ pub struct EngineArgs {
     /// A match at most N messages old needs only the threshold minus 0.1
     /// when it is the only story near the message (no other indexed message
     /// of another cluster is within the threshold minus 0.3) and both texts
-    /// have 6 to 20 words: edits of short texts. 0: every match must
-    /// reach the threshold.
+    /// have 6 to 20 words: edits of short texts. Under words:1-2 shingling
+    /// only. 0: every match must reach the threshold.
     #[arg(long, default_value_t = DEFAULT_RECENT, value_name = "N")]
     pub recent: u64,
 }

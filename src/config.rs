@@ -325,7 +325,8 @@ pub struct EngineConfig {
     /// threshold minus [`crate::engine::verdict::RECENT_MARGIN`]: a
     /// candidate that many arrivals old or newer, and the only story near
     /// the message (see [`crate::engine::verdict::LoneMatch`]). 0 turns the
-    /// lower bar off: every match must reach the threshold.
+    /// lower bar off: every match must reach the threshold. Applies under
+    /// `words:1-2` shingling only (see [`EngineConfig::lone_reach`]).
     pub recent: u64,
 }
 
@@ -355,6 +356,19 @@ impl EngineConfig {
         match self.sampling {
             Sampling::All => self.shingling.to_string(),
             sampling => format!("{}+{sampling}", self.shingling),
+        }
+    }
+
+    /// How many arrivals back a lone recent match reaches as this
+    /// configuration applies it: [`EngineConfig::recent`] under `words:1-2`
+    /// shingling, for which the rule's bounds in shingles are set (six to
+    /// twenty words), and 0 (off) under any other: there, every match must
+    /// reach the threshold.
+    pub fn lone_reach(&self) -> u64 {
+        if self.shingling == Shingling::WordsUpTo(2) {
+            self.recent
+        } else {
+            0
         }
     }
 

@@ -15,6 +15,7 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
 
 use cli::{Command, CompareArgs, CompletionsArgs, FilterArgs, ServeArgs, ShellArg, StateArgs};
+use dedup_stream::engine::verdict::{LoneMatch, RECENT_MARGIN};
 use dedup_stream::engine::{Explained, IndexStore, Preparer};
 use dedup_stream::input::{self, Inputs, Source};
 use dedup_stream::redis_index::IndexLocation;
@@ -536,10 +537,18 @@ fn compare(args: &CompareArgs) -> Exit {
         earlier_truncated: a.truncated,
     };
     let similarity = dedup_stream::engine::similarity(config.measure, &set(b), &set(a), hints);
+    // B right after A, alone: a lone recent match when it is one.
+    let mut lone = LoneMatch::new(config.threshold, config.lone_reach(), 1);
+    lone.offer((), similarity, 0, b.shingles.len(), a.shingles.len(), || ());
     let verdict = if similarity >= config.threshold {
-        "duplicate"
+        "duplicate".to_string()
+    } else if lone.result().is_some() {
+        format!(
+            "duplicate (a lone recent match: at least the threshold minus {RECENT_MARGIN}, \
+             see --recent)"
+        )
     } else {
-        "not a duplicate"
+        "not a duplicate".to_string()
     };
     let mut out = io::stdout().lock();
     let shown = |e: &Explained, other: &Explained| -> Vec<String> {

@@ -264,6 +264,61 @@ fn compare_explains_a_verdict() {
     assert!(text.contains("\"coastal highway\""), "{text}");
 }
 
+/// A one-word edit of a ten-word tweet is 0.79 similar: a duplicate as a
+/// lone recent match (the only story near, right after its original), new
+/// with `--recent 0`, new when another story is near it, and new once its
+/// original is more than `--recent` messages back.
+#[test]
+fn a_lone_recent_edit_is_a_duplicate() {
+    const ORIGINAL: &str = "She was following my life with the dark night. #wwdc #tbt";
+    const EDIT: &str = "She following my cool with the dark night. #wwdc #tbt";
+    let pair = [tweet("1", ORIGINAL), tweet("2", EDIT)].concat();
+    let v = verdicts(&run(&["--quiet"], pair.as_bytes()));
+    assert_eq!(v[1]["status"], "duplicate");
+    assert_eq!(v[1]["duplicate_of"], "1");
+    assert_eq!(v[1]["similarity"], 0.7895);
+    let v = verdicts(&run(&["--quiet", "--recent", "0"], pair.as_bytes()));
+    assert_eq!(v[1]["status"], "new");
+    // Another story within 0.5 of the edit (0.6): a template's crowd, not
+    // a copy.
+    let crowded = [
+        tweet("3", "We all saw the dark night. #wwdc #tbt"),
+        tweet("1", ORIGINAL),
+        tweet("2", EDIT),
+    ]
+    .concat();
+    let v = verdicts(&run(&["--quiet"], crowded.as_bytes()));
+    assert_eq!(v[2]["status"], "new", "{:?}", v[2]);
+    // Two messages in between, a reach of one.
+    let apart = [
+        tweet("1", ORIGINAL),
+        tweet("3", "an entirely different message here"),
+        tweet("4", "and another one about something else"),
+        tweet("2", EDIT),
+    ]
+    .concat();
+    let v = verdicts(&run(&["--quiet", "--recent", "1"], apart.as_bytes()));
+    assert_eq!(v[3]["status"], "new");
+    let v = verdicts(&run(&["--quiet", "--recent", "3"], apart.as_bytes()));
+    assert_eq!(v[3]["status"], "duplicate");
+    // compare says so too, and why.
+    let output = Command::new(bin())
+        .args(["compare", ORIGINAL, EDIT])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("0.8: duplicate (a lone recent match"),
+        "{text}"
+    );
+    let output = Command::new(bin())
+        .args(["compare", "--recent", "0", ORIGINAL, EDIT])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("0.8: not a duplicate"), "{text}");
+}
+
 #[test]
 fn compare_shows_spot_signatures_and_the_sampling() {
     let output = Command::new(bin())

@@ -773,8 +773,11 @@ impl Deduper {
         let bands = self.preparer.lsh_params().bands;
         let anchors = sketch.band_keys.get(bands..).unwrap_or_default();
         let mut best: Option<(u32, f64, u64)> = None;
-        let mut lone =
-            verdict::LoneMatch::new(self.config.threshold, self.config.recent, self.next_seq);
+        let mut lone = verdict::LoneMatch::new(
+            self.config.threshold,
+            self.config.lone_reach(),
+            self.next_seq,
+        );
         // Whether each of the message's anchors is a copy's (see
         // MAX_ANCHOR_CLUSTERS), found out when first needed.
         let mut specific: [Option<bool>; MAX_ANCHORS] = [None; MAX_ANCHORS];

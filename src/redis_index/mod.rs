@@ -183,7 +183,7 @@ pub fn settings_text(config: &EngineConfig) -> String {
          anchors={ANCHOR_TOKENS} capacity={} max_bucket={} window_ms={}",
         config.shingle_settings(),
         config.threshold,
-        config.recent,
+        config.lone_reach(),
         config.measure,
         lsh.bands,
         lsh.rows,
@@ -341,7 +341,7 @@ impl RedisIndex {
                     MIN_CONTAINED_SHARE.0,
                     MIN_CONTAINED_SHARE.1,
                     lsh_params(config).bands,
-                    config.recent
+                    config.lone_reach()
                 ),
                 MAX_SHINGLES.to_string(),
             ],
@@ -356,7 +356,7 @@ impl RedisIndex {
             measure: config.measure,
             bands: lsh_params(config).bands,
             threshold: config.threshold,
-            recent: config.recent,
+            recent: config.lone_reach(),
             cache: LruCache::new(
                 NonZeroUsize::new(config.capacity.get().min(CACHE_ENTRIES))
                     .unwrap_or(NonZeroUsize::MIN),

@@ -1,19 +1,21 @@
 //! State files: the index saved to disk and loaded back, so that a restart
 //! (or tomorrow's batch) still finds duplicates of what came before.
 //!
-//! # Format (version 3)
+//! # Format (version 4)
 //!
 //! All integers are little-endian.
 //!
 //! ```text
 //! magic        8 bytes   "\x89DDSTAT\n"
-//! version      u32       3
+//! version      u32       4
 //! fingerprint  u64       shingle compatibility fingerprint (below)
 //! shingling    u8 + N    length, then the shingle settings as text
 //!                        ("words:1-2", "spots:2+mod:4": see
 //!                        [`EngineConfig::shingle_settings`])
 //! newest       i64       the newest message time seen under --window
 //!                        (engine::window), -1 when none
+//! next seq     u64       the arrival sequence number of the next message
+//! bands        u8        the LSH bands of the posting masks below
 //! count        u64       number of entries
 //! entries      count ×   least recently used first:
 //!   seq          u64       arrival sequence number
@@ -27,10 +29,20 @@
 //!   shingles     u32 + 4N  count, then the sorted shingle fingerprints
 //!   anchors      u8 + 4N   count (0 to 3), plus 0x80 when the text was cut
 //!                          (engine::Sketch::truncated), then the anchor keys
+//!   posted       u32       which of its keys (bands, anchors, exact set)
+//!                          held a posting of it (engine::index::Index::posted_mask)
 //! checksum     u32       CRC-32 of every byte before it
 //! ```
 //!
-//! Version 2 files (the same without newest, cluster and time) are still read:
+//! A version 4 file resumes the run exactly: the next sequence number and
+//! which messages each full bucket holds are those of the saved index, so
+//! a run saved and loaded decides every later message as the run that was
+//! never stopped (a property test checks it). Where the threshold changed
+//! (other bands), the masks are ignored and the buckets refilled as the cap
+//! allows.
+//!
+//! Version 3 files (the same without next seq, bands and posted) and
+//! version 2 files (also without newest, cluster and time) are still read:
 //! each entry is its own cluster, with no time (under `--window` such
 //! entries count as old as can be, and expire with the first message that
 //! has a time).
@@ -87,9 +99,9 @@ use crate::record::MessageId;
 pub const MAGIC: [u8; 8] = *b"\x89DDSTAT\n";
 
 /// The format version this build writes (and reads).
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 
-/// The previous format version, still read (see the module doc).
+/// The oldest format version still read (see the module doc).
 pub const PREVIOUS_VERSION: u32 = 2;
 
 /// Texts whose shingles make up the compatibility fingerprint: cases,
@@ -139,7 +151,7 @@ impl std::fmt::Display for ErrorKind {
             ErrorKind::NotAStateFile => f.write_str("not a dedup-stream state file"),
             ErrorKind::Version { found } => write!(
                 f,
-                "format version {found}, this build reads versions {PREVIOUS_VERSION} and \
+                "format version {found}, this build reads versions {PREVIOUS_VERSION} to \
                  {FORMAT_VERSION}"
             ),
             ErrorKind::Incompatible { found, expected } if found != expected => write!(
@@ -227,8 +239,10 @@ pub fn encode(deduper: &Deduper) -> Vec<u8> {
     out.push(shingling.len() as u8);
     out.extend_from_slice(shingling.as_bytes());
     out.extend_from_slice(&deduper.newest_time().unwrap_or(-1).to_le_bytes());
+    out.extend_from_slice(&deduper.next_seq().to_le_bytes());
+    out.push(deduper.preparer().lsh_params().bands as u8);
     out.extend_from_slice(&(index.len() as u64).to_le_bytes());
-    for entry in index.iter_lru_first() {
+    for (slot, entry) in index.iter_lru_first_with_slots() {
         out.extend_from_slice(&entry.seq.to_le_bytes());
         encode_id(&entry.id, &mut out);
         if entry.cluster() == &entry.id {
@@ -249,6 +263,7 @@ pub fn encode(deduper: &Deduper) -> Vec<u8> {
         for anchor in anchors {
             out.extend_from_slice(&anchor.to_le_bytes());
         }
+        out.extend_from_slice(&index.posted_mask(slot).to_le_bytes());
     }
     let checksum = crc32fast::hash(&out);
     out.extend_from_slice(&checksum.to_le_bytes());
@@ -338,7 +353,7 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
         bytes: &bytes[MAGIC.len()..],
     };
     let version = header.u32()?;
-    if version != FORMAT_VERSION && version != PREVIOUS_VERSION {
+    if !(PREVIOUS_VERSION..=FORMAT_VERSION).contains(&version) {
         return Err(ErrorKind::Version { found: version });
     }
     // The checksum covers the whole file: check it before trusting any
@@ -379,6 +394,15 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
         None
     } else {
         Some(r.u64()? as i64).filter(|&t| t >= 0)
+    };
+    // Without the sequence number, the run goes on from the newest
+    // indexed message's; without the masks, the cap fills the buckets.
+    let (next_seq, masks) = if version == FORMAT_VERSION {
+        let next_seq = r.u64()?;
+        let bands = usize::from(r.u8()?);
+        (next_seq, bands == deduper.preparer().lsh_params().bands)
+    } else {
+        (0, false)
     };
     let count = r.u64()?;
     // The smallest entry is 20 bytes (a two-byte raw id, no shingle): a
@@ -432,6 +456,11 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
             b.copy_from_slice(chunk);
             anchors.push(u32::from_le_bytes(b));
         }
+        let posted = if version == FORMAT_VERSION {
+            Some(r.u32()?).filter(|_| masks)
+        } else {
+            None
+        };
         entries.push((
             id,
             seq,
@@ -440,6 +469,7 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
             truncated,
             shingle_range,
             anchor_start..anchors.len(),
+            posted,
         ));
     }
     if !r.bytes.is_empty() {
@@ -447,11 +477,12 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
     }
     let restored = entries.len();
     deduper.restore_newest_time(newest);
-    for (id, seq, cluster, time, truncated, shingle_range, anchor_range) in entries {
+    for (id, seq, cluster, time, truncated, shingle_range, anchor_range, posted) in entries {
         let restored = Restored {
             cluster: cluster.as_ref(),
             time,
             truncated,
+            posted,
         };
         deduper.restore(
             id,
@@ -461,6 +492,7 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
             restored,
         );
     }
+    deduper.restore_next_seq(next_seq);
     Ok(restored)
 }
 
@@ -856,7 +888,8 @@ mod tests {
         let mut restored = deduper(Shingling::Words(2));
         assert_eq!(decode_into(&bytes, &mut restored).unwrap(), 4);
         assert_eq!(entries(&restored), entries(&original));
-        assert_eq!(restored.next_seq(), 4);
+        // Five messages were decided (the last an exact copy, not indexed).
+        assert_eq!(restored.next_seq(), 5);
         // And the restored index finds duplicates of what was saved.
         for (i, text) in TEXTS.iter().enumerate() {
             let v = restored.check_text(MessageId::Integer(100 + i as u64), text);

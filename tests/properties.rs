@@ -207,6 +207,53 @@ proptest! {
         prop_assert!(expected_evictions + d.index().len() <= texts.len());
     }
 
+    /// A run saved to a state file at any point and loaded into a new
+    /// engine decides every later message exactly as the run that was never
+    /// stopped: the sequence numbers, the recency order, which messages a
+    /// full bucket holds and the window's clock all come back. This is what
+    /// lets a fleet's worker start from a snapshot (crate::redis_index).
+    #[test]
+    fn a_state_file_resumes_the_run_exactly(
+        texts in texts(),
+        cut in 0usize..60,
+        capacity in 1usize..12,
+        max_bucket in 1usize..4,
+        (measure, shingling) in measures(),
+        window in prop::option::of(1u64..40),
+    ) {
+        let config = EngineConfig {
+            capacity: NonZeroUsize::new(capacity).unwrap(),
+            max_bucket,
+            measure,
+            shingling,
+            window: window.and_then(dedup_stream::config::Window::from_millis),
+            ..EngineConfig::default()
+        };
+        let mut whole = Deduper::new(config.clone()).unwrap();
+        let mut resumed = Deduper::new(config.clone()).unwrap();
+        let cut = cut.min(texts.len());
+        let mut scratch = dedup_stream::engine::Scratch::default();
+        let mut check = |d: &mut Deduper, i: usize, text: &str| {
+            let sketch = d.preparer().sketch(text, &[], &mut scratch);
+            // Times that go back now and then, so the window's clock matters.
+            let time = (i as i64 * 7) % 50 + i as i64;
+            d.check_at(MessageId::Integer(i as u64), sketch.as_sketch(), time)
+        };
+        for (i, text) in texts[..cut].iter().enumerate() {
+            check(&mut whole, i, text);
+            check(&mut resumed, i, text);
+        }
+        let bytes = dedup_stream::snapshot::encode(&resumed);
+        let mut resumed = Deduper::new(config).unwrap();
+        dedup_stream::snapshot::decode_into(&bytes, &mut resumed).unwrap();
+        for (i, text) in texts.iter().enumerate().skip(cut) {
+            let expected = check(&mut whole, i, text);
+            let got = check(&mut resumed, i, text);
+            prop_assert_eq!(&got, &expected, "message {} after a cut at {}", i, cut);
+        }
+        prop_assert_eq!(dedup_stream::snapshot::encode(&resumed), dedup_stream::snapshot::encode(&whole));
+    }
+
     /// A text seen again while its first copy is indexed is always a
     /// duplicate of it, with similarity 1, unless nothing of it is left to
     /// compare once normalised (then both are new).

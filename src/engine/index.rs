@@ -511,12 +511,67 @@ impl Index {
             .map(|(&slot, ())| &self.entries[slot as usize])
     }
 
+    /// Entries from least to most recently used, with their slots.
+    pub fn iter_lru_first_with_slots(&self) -> impl Iterator<Item = (u32, &Entry)> {
+        self.recency
+            .iter()
+            .rev()
+            .map(|(&slot, ())| (slot, &self.entries[slot as usize]))
+    }
+
     /// Indexes a message, evicting the least recently used one if full.
     /// Returns the evicted message's id.
     ///
     /// At capacity the newcomer takes the evicted message's slot and its
     /// LRU node.
     pub fn insert(&mut self, id: MessageId, message: Insert<'_>) -> Option<MessageId> {
+        self.insert_posting(id, message, None)
+    }
+
+    /// Which of the posting keys of the message in `slot` (its band keys,
+    /// then its exact-set key, in order) hold a posting of it: bit `i` for
+    /// key `i`. A key whose bucket was full when the message came has none,
+    /// and which messages a full bucket holds depends on the order of
+    /// everything inserted and evicted before: a state file keeps the
+    /// answer, so that a restored index finds exactly the candidates the
+    /// saved one would (see [`Index::insert_posted`]). Keys past the 32nd
+    /// are never reported posted.
+    pub fn posted_mask(&self, slot: u32) -> u32 {
+        let Some(entry) = self.peek(slot) else {
+            return 0;
+        };
+        let mut mask = 0u32;
+        let keys: Vec<u32> = entry.posting_keys().collect();
+        for (at, &key) in keys.iter().enumerate().take(32) {
+            // A key that occurs twice is posted twice, the first occurrences
+            // first (the bucket cannot free up in between).
+            let before = keys[..at].iter().filter(|&&k| k == key).count();
+            if self.postings.count(key, slot) > before {
+                mask |= 1 << at;
+            }
+        }
+        mask
+    }
+
+    /// [`Index::insert`] with the postings a state file recorded (see
+    /// [`Index::posted_mask`]) instead of those the bucket cap allows now.
+    pub fn insert_posted(
+        &mut self,
+        id: MessageId,
+        message: Insert<'_>,
+        posted: u32,
+    ) -> Option<MessageId> {
+        self.insert_posting(id, message, Some(posted))
+    }
+
+    /// Inserts, posting every key the bucket cap allows (`posted` `None`)
+    /// or exactly the keys of the mask.
+    fn insert_posting(
+        &mut self,
+        id: MessageId,
+        message: Insert<'_>,
+        posted: Option<u32>,
+    ) -> Option<MessageId> {
         let exact = exact_key(message.set_fingerprint);
         let data: Box<[u32]> = message
             .band_keys
@@ -566,8 +621,21 @@ impl Index {
             self.recency.push(slot, ());
             (slot, None)
         };
-        for &key in message.band_keys.iter().chain(std::iter::once(&exact)) {
-            self.postings.insert_capped(key, slot, self.max_bucket);
+        for (at, &key) in message
+            .band_keys
+            .iter()
+            .chain(std::iter::once(&exact))
+            .enumerate()
+        {
+            match posted {
+                None => {
+                    self.postings.insert_capped(key, slot, self.max_bucket);
+                }
+                Some(mask) if at < 32 && mask & (1 << at) != 0 => {
+                    self.postings.insert_capped(key, slot, usize::MAX);
+                }
+                Some(_) => {}
+            }
         }
         if let Some(expiry) = &mut self.expiry {
             expiry.insert((message.time, slot));

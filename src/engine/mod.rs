@@ -485,6 +485,10 @@ pub struct Restored<'a> {
     pub time: i64,
     /// Whether its text was cut (see [`Sketch::truncated`]).
     pub truncated: bool,
+    /// Which of its keys held a posting of it when it was saved (see
+    /// [`index::Index::posted_mask`]); `None`: as many as the bucket cap
+    /// allows now.
+    pub posted: Option<u32>,
 }
 
 /// Counters of the engine's decisions.
@@ -688,19 +692,27 @@ impl Deduper {
             .sketcher
             .band_keys(shingles, &mut mixed, &mut band_keys);
         band_keys.extend_from_slice(anchor_keys);
-        self.index.insert(
-            id,
-            Insert {
-                seq,
-                shingles,
-                band_keys: &band_keys,
-                set_fingerprint: set_fingerprint(shingles),
-                time: if self.clock.is_on() { restored.time } else { 0 },
-                cluster: restored.cluster,
-                truncated: restored.truncated,
-            },
-        );
+        let insert = Insert {
+            seq,
+            shingles,
+            band_keys: &band_keys,
+            set_fingerprint: set_fingerprint(shingles),
+            time: if self.clock.is_on() { restored.time } else { 0 },
+            cluster: restored.cluster,
+            truncated: restored.truncated,
+        };
+        match restored.posted {
+            Some(posted) => self.index.insert_posted(id, insert, posted),
+            None => self.index.insert(id, insert),
+        };
         self.next_seq = self.next_seq.max(seq + 1);
+    }
+
+    /// Restores the next arrival sequence number (from a state file): the
+    /// messages decided since the newest indexed one (exact copies, which
+    /// are not indexed) count towards a lone recent match's reach.
+    pub fn restore_next_seq(&mut self, next_seq: u64) {
+        self.next_seq = self.next_seq.max(next_seq);
     }
 
     /// The anchor keys of an indexed entry: its keys past the LSH bands.

@@ -183,6 +183,14 @@ impl Postings {
         }
     }
 
+    /// How many postings `(key, slot)` there are (a key that occurs twice
+    /// among a message's keys is posted twice).
+    pub fn count(&self, key: u32, slot: u32) -> usize {
+        let mut n = 0;
+        self.for_each(key, |s| n += usize::from(s == slot));
+        n
+    }
+
     /// Calls `f` with the slots posted under `key` until it returns false.
     pub fn for_each_while(&self, key: u32, mut f: impl FnMut(u32) -> bool) {
         let mut at = self.home(key);

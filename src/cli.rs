@@ -100,11 +100,11 @@ pub struct IndexArgs {
     #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
     pub redis_timeout: Duration,
 
-    /// Leave every verification to Redis rather than verifying candidates
-    /// here and sending verdicts for Redis to check (slower; the same
-    /// verdicts). For diagnosis.
-    #[arg(long, hide = true)]
-    pub redis_verifies: bool,
+    /// With the index in Redis: messages logged between two snapshots of
+    /// the index stored there (the log is trimmed behind them). Default:
+    /// the capacity.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub log_snapshot_every: Option<u64>,
 
     /// With the index in memory: the most memory it may hold (its entries,
     /// shingle sets and postings), in bytes or with a unit, K, M or G
@@ -183,9 +183,10 @@ pub struct ConsumeArgs {
     #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
     pub redis_timeout: Duration,
 
-    /// Leave every verification to Redis (see the filter's option).
-    #[arg(long, hide = true)]
-    pub redis_verifies: bool,
+    /// Messages logged between two snapshots of the index in Redis.
+    /// Default: the capacity.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub log_snapshot_every: Option<u64>,
 
     /// Serve GET /healthz and GET /metrics (Prometheus) over HTTP on
     /// IP:PORT.

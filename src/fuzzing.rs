@@ -7,7 +7,6 @@
 //! documentation and is **not a stable API**: it may change or go without
 //! notice.
 
-use crate::engine::Verdict;
 use crate::error::StoreError;
 
 pub use redis::Value as RespValue;
@@ -19,66 +18,36 @@ pub fn resp_value(bytes: &[u8]) -> Option<RespValue> {
     redis::parse_redis_value(bytes).ok()
 }
 
-/// An indexed message's cached entry, as the Redis index reads it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CachedEntry {
-    /// Its sequence number.
-    pub seq: u64,
-    /// Whether its text was cut.
-    pub truncated: bool,
-    /// Its anchor keys.
-    pub anchors: Vec<u32>,
-    /// Its shingle set.
-    pub shingles: Vec<u32>,
-    /// Its id's JSON.
-    pub id: Vec<u8>,
-    /// Its cluster's JSON (empty: the id).
-    pub cluster: Vec<u8>,
+/// Reads a log entry's batch (see `redis_index::log`) and writes it back:
+/// `None` when it does not read, else the bytes written from what was
+/// read (ids in their canonical kind, so not always the input's bytes, but
+/// always bytes that read back the same).
+pub fn log_batch(bytes: &[u8]) -> Option<Vec<u8>> {
+    let batch = crate::redis_index::log::Batch::decode(bytes).ok()?;
+    Some(reencode(&batch))
 }
 
-/// Reads a cached entry of the Redis index (an indexed message's value, as
-/// decide.lua writes it) for an index of `bands` LSH bands.
-pub fn redis_cached_entry(bytes: &[u8], bands: usize) -> Option<CachedEntry> {
-    let cached = crate::redis_index::Cached::parse(bytes, bands)?;
-    Some(CachedEntry {
-        seq: cached.seq,
-        truncated: cached.truncated,
-        anchors: cached.anchors.into_vec(),
-        shingles: cached.shingles.into_vec(),
-        id: cached.id,
-        cluster: cached.cluster,
-    })
+/// A batch written back (its tokens are already scoped).
+fn reencode(batch: &crate::redis_index::log::Batch) -> Vec<u8> {
+    let asks: Vec<_> = (0..batch.len()).map(|i| batch.ask(i)).collect();
+    let forget: Vec<Vec<u8>> = batch.forget().map(<[u8]>::to_vec).collect();
+    let mut out = Vec::new();
+    crate::redis_index::log::encode(&asks, b"", &forget, &mut out);
+    out
 }
 
-/// Reads one verdict of decide.lua's reply.
-pub fn redis_verdict(bytes: &[u8]) -> Option<Verdict> {
-    crate::redis_index::decode_verdict(bytes)
+/// Reads a replica snapshot (see `redis_index::replica`) into an engine
+/// of the default settings and writes it back: `None` when it does not
+/// read.
+pub fn replica_snapshot(bytes: &[u8]) -> Option<Vec<u8>> {
+    let deduper = crate::Deduper::new(crate::EngineConfig::default()).ok()?;
+    let replica = crate::redis_index::replica::Replica::decode(bytes, deduper).ok()?;
+    Some(replica.encode())
 }
 
-/// What a reply of decide.lua says besides its verdicts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReplyCounts {
-    /// Messages in the index.
-    pub len: u64,
-    /// Messages evicted so far.
-    pub evictions: u64,
-    /// Claims refused.
-    pub claims_refused: u64,
-}
-
-/// Reads a whole reply of decide.lua for `asks` messages, appending the
-/// verdicts to `verdicts` (which is left as it was on error).
-pub fn redis_reply(
-    reply: RespValue,
-    asks: usize,
-    verdicts: &mut Vec<Verdict>,
-) -> Result<ReplyCounts, StoreError> {
-    let counts = crate::redis_index::read_reply(reply, asks, verdicts)?;
-    Ok(ReplyCounts {
-        len: counts.len,
-        evictions: counts.evictions,
-        claims_refused: counts.claims_refused,
-    })
+/// Reads an `XRANGE` reply of an index's log: how many entries it holds.
+pub fn log_entries(reply: RespValue) -> Result<usize, StoreError> {
+    crate::redis_index::parse_entries(reply).map(|entries| entries.len())
 }
 
 /// An entry of a Redis stream, as the consumer reads it.

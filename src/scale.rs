@@ -50,8 +50,8 @@ pub fn index_options(
         metrics: Some(Arc::clone(metrics)),
         stop: Some(Arc::clone(stop)),
         token_scope: None,
-        redis_verifies: index.redis_verifies,
         timeout: Some(index.redis_timeout),
+        snapshot_every: index.log_snapshot_every,
     }
 }
 
@@ -84,8 +84,11 @@ pub fn report_store(metrics: &Metrics) {
         tracing::info!(
             round_trips = calls,
             errors = get(&metrics.store_errors),
-            verified_here = get(&metrics.store_claims),
-            decided_by_redis = get(&metrics.store_claims_refused),
+            appended = get(&metrics.log_appended),
+            applied_from_others = get(&metrics.log_applied),
+            reappends = get(&metrics.log_reappends),
+            resyncs = get(&metrics.log_resyncs),
+            snapshots = get(&metrics.log_snapshots),
             "index in Redis"
         );
     }
@@ -195,8 +198,8 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
                 metrics: Some(Arc::clone(&metrics)),
                 stop: Some(Arc::clone(&stop)),
                 token_scope: Some(scope),
-                redis_verifies: args.redis_verifies,
                 timeout: Some(args.redis_timeout),
+                snapshot_every: args.log_snapshot_every,
             };
             let mut store = match open_index(location, &args.index_name, &engine, options) {
                 Ok(store) => store,

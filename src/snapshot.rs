@@ -274,7 +274,7 @@ pub fn encode(deduper: &Deduper) -> Vec<u8> {
 const OWN_CLUSTER: u8 = 3;
 
 /// Appends an id: its kind, then its number or its JSON text.
-fn encode_id(id: &MessageId, out: &mut Vec<u8>) {
+pub(crate) fn encode_id(id: &MessageId, out: &mut Vec<u8>) {
     match id {
         MessageId::DigitString(n) => {
             out.push(0);
@@ -294,12 +294,22 @@ fn encode_id(id: &MessageId, out: &mut Vec<u8>) {
 
 /// A cursor over a state file's bytes that reports running out as
 /// [`ErrorKind::Truncated`].
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     bytes: &'a [u8],
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], ErrorKind> {
+    /// A cursor at the start of `bytes`.
+    pub(crate) fn new(bytes: &'a [u8]) -> Reader<'a> {
+        Reader { bytes }
+    }
+
+    /// Whether every byte has been read.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], ErrorKind> {
         if n > self.bytes.len() {
             return Err(ErrorKind::Truncated);
         }
@@ -308,24 +318,30 @@ impl<'a> Reader<'a> {
         Ok(head)
     }
 
-    fn u8(&mut self) -> Result<u8, ErrorKind> {
+    pub(crate) fn u8(&mut self) -> Result<u8, ErrorKind> {
         Ok(self.take(1)?[0])
     }
 
-    fn u32(&mut self) -> Result<u32, ErrorKind> {
+    pub(crate) fn u16(&mut self) -> Result<u16, ErrorKind> {
+        let mut b = [0; 2];
+        b.copy_from_slice(self.take(2)?);
+        Ok(u16::from_le_bytes(b))
+    }
+
+    pub(crate) fn u32(&mut self) -> Result<u32, ErrorKind> {
         let mut b = [0; 4];
         b.copy_from_slice(self.take(4)?);
         Ok(u32::from_le_bytes(b))
     }
 
-    fn u64(&mut self) -> Result<u64, ErrorKind> {
+    pub(crate) fn u64(&mut self) -> Result<u64, ErrorKind> {
         let mut b = [0; 8];
         b.copy_from_slice(self.take(8)?);
         Ok(u64::from_le_bytes(b))
     }
 
     /// An id of `kind` (see [`encode_id`]).
-    fn id(&mut self, kind: u8) -> Result<MessageId, ErrorKind> {
+    pub(crate) fn id(&mut self, kind: u8) -> Result<MessageId, ErrorKind> {
         Ok(match kind {
             0 => MessageId::DigitString(self.u64()?),
             1 => MessageId::Integer(self.u64()?),

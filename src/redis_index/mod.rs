@@ -1,162 +1,87 @@
-//! The index kept in Redis: one index shared by a fleet of workers.
+//! The index kept in Redis: one index shared by a fleet of workers, as a
+//! replicated log.
 //!
-//! [`RedisIndex`] is an [`IndexStore`]: the workers prepare their messages
-//! (normalise, tokenise, shingle, sketch) as ever, read the posting lists of
-//! a few hundred at a time (`lookup.lua`), verify the candidates themselves,
-//! and send each message with its verdict and the lists it was computed
-//! from to a Lua script (`decide.lua`, loaded once and called by its hash).
-//! The script takes a verdict whose lists have not changed, verifies what
-//! was added since, decides from scratch only when the claimed match left
-//! the index, and then refreshes the match, inserts the message and evicts
-//! the least recently used one with all its postings, exactly as the
-//! in-memory engine does. Redis runs one script at a time, so every
-//! decision is atomic: two workers can never both call two near-duplicates
-//! new, and every verdict is the one the in-memory engine gives had it seen
-//! the messages in the order Redis ran them.
+//! Redis holds no rule of the decision. It holds the index's **log**: a
+//! stream whose entries are batches of prepared messages (ids, sketches,
+//! times, queue tokens; see [`log`]), numbered 1, 2, 3… by a small script
+//! (`append.lua`) as workers append them. Every worker keeps a **replica**
+//! of the whole index in memory ([`replica`]): the same
+//! [`Deduper`](crate::engine::Deduper) the filter uses, applied to every
+//! entry in log order. A worker appends its batch, reads and applies the
+//! entries other workers appended before it, then applies its own: its
+//! verdicts are those of the in-memory engine on the messages in log order,
+//! by construction, and every replica that has applied the same entries
+//! holds the same index. Appends never conflict, so no worker ever retries
+//! for another's sake.
+//!
+//! So that the log does not grow forever, a worker now and then stores its
+//! replica in Redis as a **snapshot** (chunks of a state file, with the
+//! memo of queue tokens) at the entry it has applied (`publish.lua`), and
+//! the log is trimmed behind the snapshot before it. A worker that starts,
+//! or that finds the log no longer continues where it stands, loads the
+//! newest snapshot and applies the log after it.
+//!
+//! What can go wrong is detected, never guessed around:
+//! - entries are numbered, so a replica that finds a number other than the
+//!   one it expects knows that Redis lost writes it had applied (a restart
+//!   that lost its last second), and starts again from the snapshot;
+//! - an index dropped or created again gets a new **epoch**, and every
+//!   worker starts again from the new, empty index, saying so;
+//! - a call whose reply was lost is repeated safely: the script answers a
+//!   worker's call number with the entry it already appended;
+//! - the settings and the **rule** (a hash of the decision's source, see
+//!   [`RULE`]) are stored with the index, and a worker of other settings or
+//!   of another build of the decision is refused;
+//! - a Redis that may evict any key when full (`maxmemory-policy allkeys-*`)
+//!   is refused.
 //!
 //! The keys of one index all carry the hash tag `{NAME}`, so they share one
-//! hash slot and a Redis Cluster keeps each index on one node (and runs its
-//! scripts there); several indexes spread over the cluster.
-//!
-//! A call whose reply is lost (the connection broke after Redis ran it) is
-//! safe to repeat: every checked message carries a token, and the script
-//! keeps each token's verdict in a memo until the worker says it is done,
-//! so a repeated message gets the verdict it had the first time rather than
-//! being found a duplicate of itself.
+//! hash slot and a Redis Cluster keeps each index on one node.
 
 pub mod admin;
 mod connection;
+pub mod log;
+pub mod replica;
 
-use std::collections::{HashMap, HashSet};
-use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use lru::LruCache;
-use redis::{ConnectionLike, RedisError, Script, Value};
+use redis::{Script, Value};
 
 pub use connection::{DEFAULT_TIMEOUT, IndexLocation, Link, RetryError, is_transient};
 
-use crate::config::{EngineConfig, Measure};
-use crate::engine::index::exact_key;
-use crate::engine::shingle::{MAX_SHINGLES, comparable};
-use crate::engine::verdict::{
-    LoneMatch, MAX_RECENT_SHINGLES, MIN_CONTAINED_SHARE, MIN_CONTAINED_SHINGLES,
-    MIN_RECENT_SHINGLES, NEAR_MARGIN, PairHints, RECENT_MARGIN, by_containment, intersection,
-    ratio,
-};
-use crate::engine::{
-    ANCHOR_TOKENS, AnchorClusters, Ask, IndexStats, IndexStore, MAX_ANCHOR_CLUSTERS, Match, Op,
-    Verdict, lsh_params, share_anchor,
-};
+use crate::config::EngineConfig;
+use crate::engine::{ANCHOR_TOKENS, Ask, Deduper, IndexStats, IndexStore, Verdict, lsh_params};
 use crate::error::StoreError;
-use crate::record::MessageId;
 use crate::server::metrics::Metrics;
 use crate::snapshot::Saveable;
+use log::Batch;
+use replica::Replica;
 
 /// The index name used when none is given: the prefix of every key.
 pub const DEFAULT_INDEX_NAME: &str = "dedup-stream";
 
-/// Most messages sent in one call: large enough that a round trip is shared
-/// by hundreds of messages, small enough that one script keeps Redis busy
-/// for milliseconds, not longer.
-const CALL_MESSAGES: usize = 256;
-/// Most argument bytes in one call (long texts make big sketches).
-const CALL_BYTES: usize = 1 << 20;
-
 /// Format of the keys and values; part of the stored settings, so a worker
-/// of another format is refused.
-const FORMAT: u32 = 7;
+/// of another format is refused. 8: the replicated log.
+const FORMAT: u32 = 8;
 
-/// Most indexed messages a worker keeps in its cache of candidates (each is
-/// immutable: a slot given to another message is another cell).
-const CACHE_ENTRIES: usize = 100_000;
+/// The decision's identity: a hash of the source files of the engine, the
+/// log and the state files, computed when the crate is built. Workers share
+/// an index only if they decide alike, so it is stored with the index and a
+/// worker of another build of the decision is refused.
+pub const RULE: &str = env!("DEDUP_RULE_ID");
 
-/// An indexed message, as a worker caches it to verify candidates.
-#[derive(Debug)]
-pub(crate) struct Cached {
-    pub(crate) seq: u64,
-    pub(crate) shingles: Box<[u32]>,
-    /// The id's JSON, as the verdict reports it.
-    pub(crate) id: Vec<u8>,
-    /// The cluster's JSON; empty when it is the message's own id.
-    pub(crate) cluster: Vec<u8>,
-    /// Its anchor keys (its keys past the LSH bands, before the exact-set
-    /// key).
-    pub(crate) anchors: Box<[u32]>,
-    /// Whether its text was cut (the high bit of the key count).
-    pub(crate) truncated: bool,
-}
+/// Bytes of one snapshot chunk (one Redis string).
+const CHUNK_BYTES: usize = 4 << 20;
 
-impl Cached {
-    /// The cluster's JSON: the id's when it is its own (as decide.lua's
-    /// `id_of` reads it).
-    pub(crate) fn cluster_json(&self) -> &[u8] {
-        if self.cluster.is_empty() {
-            &self.id
-        } else {
-            &self.cluster
-        }
-    }
+/// Log entries read at a time.
+const PAGE_ENTRIES: usize = 64;
 
-    /// Reads an entry as decide.lua writes it: seq (two u32), number of
-    /// keys (u8), of shingles (u32), the keys (u32 each), the shingles
-    /// (u32 each), the id's length (u32), its JSON, the cluster's JSON
-    /// (empty: the id).
-    pub(crate) fn parse(bytes: &[u8], bands: usize) -> Option<Cached> {
-        let u32_at = |at: usize| -> Option<u32> {
-            Some(u32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
-        };
-        let seq = (u64::from(u32_at(0)?) << 32) | u64::from(u32_at(4)?);
-        let keys = usize::from(*bytes.get(8)? & 0x7f);
-        let truncated = *bytes.get(8)? & 0x80 != 0;
-        let shingles = u32_at(9)? as usize;
-        let anchors = (bands..keys.saturating_sub(1))
-            .map(|r| u32_at(13 + 4 * r))
-            .collect::<Option<Box<[u32]>>>()?;
-        let from = 13 + 4 * keys;
-        let to = from.checked_add(shingles.checked_mul(4)?)?;
-        let set = bytes
-            .get(from..to)?
-            .chunks_exact(4)
-            .map(|c| u32::from_be_bytes(c.try_into().expect("4 bytes")))
-            .collect();
-        let id_len = u32_at(to)? as usize;
-        let id = bytes.get(to + 4..to.checked_add(4 + id_len)?)?;
-        Some(Cached {
-            seq,
-            shingles: set,
-            id: id.to_vec(),
-            cluster: bytes.get(to + 4 + id_len..)?.to_vec(),
-            anchors,
-            truncated,
-        })
-    }
-}
+/// How long a worker may take to write a snapshot before another may.
+const SNAPSHOT_LOCK_MS: u64 = 120_000;
 
-/// Shared shingles and what they are counted against, as the verdict's
-/// similarity is their quotient (see [`crate::engine::verdict`]): on the
-/// parts of the two sets that can be compared (long texts' capped sets, see
-/// [`comparable`]), containment counts against the smaller, unless it is
-/// too small to be contained, Jaccard against the union. `None` when a part
-/// is empty: the pair is no candidate.
-fn similarity_parts(
-    measure: Measure,
-    a: &[u32],
-    b: &[u32],
-    hints: PairHints,
-) -> Option<(usize, usize)> {
-    let (a, b) = comparable(a, b);
-    if a.is_empty() || b.is_empty() {
-        return None;
-    }
-    let shared = intersection(a, b);
-    Some(if by_containment(measure, a.len(), b.len(), hints) {
-        (shared, a.len().min(b.len()))
-    } else {
-        (shared, a.len() + b.len() - shared)
-    })
-}
+/// Fewest messages between snapshots.
+const MIN_SNAPSHOT_EVERY: u64 = 1_000;
 
 /// Checks an index name: it becomes the hash tag `{NAME}` of every key.
 pub fn check_name(name: &str) -> Result<(), StoreError> {
@@ -172,15 +97,13 @@ pub fn key_prefix(name: &str) -> String {
 }
 
 /// The settings an index is made with, as the text stored beside it: what
-/// must be the same for every worker that shares it. The shingle field
-/// names the sampling only when there is one
-/// ([`EngineConfig::shingle_settings`]), so the text, and `FORMAT`, are
-/// those of indexes made before sampling existed.
+/// must be the same for every worker that shares it (every option the
+/// decision reads, and the rule).
 pub fn settings_text(config: &EngineConfig) -> String {
     let lsh = lsh_params(config);
     format!(
-        "format={FORMAT} shingle={} threshold={} recent={} measure={} bands={} rows={} \
-         anchors={ANCHOR_TOKENS} capacity={} max_bucket={} window_ms={}",
+        "format={FORMAT} rule={RULE} shingle={} threshold={} recent={} measure={} bands={} \
+         rows={} anchors={ANCHOR_TOKENS} capacity={} max_bucket={} window_ms={}",
         config.shingle_settings(),
         config.threshold,
         config.lone_reach(),
@@ -195,48 +118,81 @@ pub fn settings_text(config: &EngineConfig) -> String {
     )
 }
 
+/// The keys of one index.
+#[derive(Clone, Debug)]
+struct Keys {
+    /// `{NAME}:`.
+    prefix: String,
+    /// Settings, epoch, the last entry number, the newest snapshot.
+    cfg: String,
+    /// The log (a stream).
+    log: String,
+    /// Each worker's last call (so a repeated call is not appended twice).
+    calls: String,
+    /// Held by the worker writing a snapshot.
+    lock: String,
+}
+
+impl Keys {
+    fn new(name: &str) -> Keys {
+        let prefix = key_prefix(name);
+        Keys {
+            cfg: format!("{prefix}cfg"),
+            log: format!("{prefix}log"),
+            calls: format!("{prefix}calls"),
+            lock: format!("{prefix}snaplock"),
+            prefix,
+        }
+    }
+
+    fn chunk(&self, entry: u64, chunk: usize) -> String {
+        format!("{}snap:{entry}:{chunk}", self.prefix)
+    }
+}
+
+/// One entry of the log, as read.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    id: String,
+    number: u64,
+    worker: Vec<u8>,
+    call: u64,
+    batch: Vec<u8>,
+}
+
 /// The index of one name on one Redis (or Redis Cluster).
 pub struct RedisIndex {
     link: Link,
     name: String,
-    /// `{NAME}:meta`: the key every call names (it routes the call in a
-    /// cluster).
-    meta_key: String,
+    keys: Keys,
     settings: String,
-    /// The numbers the script needs, as text: capacity, bucket cap,
-    /// threshold, measure, containment's bounds, most shingles a
-    /// set keeps.
-    params: [String; 6],
-    decide_script: Script,
-    lookup_script: Script,
-    create_script: Script,
-    /// `{NAME}:`.
-    prefix: String,
-    measure: Measure,
-    /// LSH bands: a message's keys past them are its anchors.
-    bands: usize,
-    threshold: f64,
-    /// How many arrivals back a lone recent match reaches (0: off).
-    recent: u64,
-    /// Indexed messages read to verify candidates, by cell (slot and low
-    /// seq bits).
-    cache: LruCache<[u8; 8], Arc<Cached>>,
-    /// Messages sent with a claim, and claims the script did not take
-    /// (their lists had changed).
-    claims: u64,
-    claims_refused: u64,
-    /// Whether this worker verifies candidates (or leaves it all to Redis).
-    verify_here: bool,
-    metrics: Option<Arc<Metrics>>,
-    /// The memo of this worker's own tokens (messages asked without one).
-    worker_scope: String,
-    /// The memo of tokens given with the messages (queue entries).
-    token_scope: String,
-    /// Calls made, for this worker's own tokens.
-    calls: u64,
-    /// Given tokens whose verdicts may go, sent with the next call.
+    config: EngineConfig,
+    /// The incarnation of the index this replica follows.
+    epoch: String,
+    replica: Replica,
+    /// This worker's name in the log.
+    worker: String,
+    /// Its calls so far.
+    call: u64,
+    /// Prefix of the tokens given with messages (queue and group).
+    token_scope: Vec<u8>,
+    /// Scoped tokens whose verdicts may go, sent with the next batch.
     forget: Vec<Vec<u8>>,
-    stats: IndexStats,
+    /// The batch being appended, encoded.
+    payload: Vec<u8>,
+    /// Messages between snapshots.
+    snapshot_every: u64,
+    /// The entry of the newest snapshot, as last heard from Redis.
+    snapshot_at: u64,
+    /// Messages applied since then (as far as this worker knows).
+    since_snapshot: u64,
+    /// No snapshot is tried before this entry (another worker holds the
+    /// lock, or the last attempt failed).
+    snapshot_not_before: u64,
+    metrics: Option<Arc<Metrics>>,
+    create_script: Script,
+    append_script: Script,
+    publish_script: Script,
 }
 
 impl std::fmt::Debug for RedisIndex {
@@ -245,7 +201,7 @@ impl std::fmt::Debug for RedisIndex {
             .field("link", &self.link)
             .field("name", &self.name)
             .field("settings", &self.settings)
-            .field("stats", &self.stats)
+            .field("applied", &self.replica.applied)
             .finish()
     }
 }
@@ -260,18 +216,19 @@ pub struct RedisOptions {
     /// Memo scope of the tokens given with messages (see [`Ask::token`]):
     /// the queue and group they come from.
     pub token_scope: Option<String>,
-    /// Leave every verification to Redis instead of verifying candidates
-    /// on the worker and sending verdicts for Redis to check: slower, the
-    /// same verdicts; for diagnosis and tests.
-    pub redis_verifies: bool,
     /// Time Redis has to answer a call; `None`: [`DEFAULT_TIMEOUT`].
     pub timeout: Option<std::time::Duration>,
+    /// Messages between snapshots of the index in Redis; `None`: the
+    /// capacity (so the log holds at most about two capacities of
+    /// messages).
+    pub snapshot_every: Option<u64>,
 }
 
 impl RedisIndex {
     /// Connects to the index `name` at `location`, creating it with
     /// `config`'s settings if it does not exist, and refusing it if it
-    /// was made with other settings. Waits for Redis while it cannot be
+    /// was made with other settings; then loads the newest snapshot and
+    /// applies the log after it. Waits for Redis while it cannot be
     /// reached (until told to stop).
     pub fn open(
         location: &IndexLocation,
@@ -296,9 +253,9 @@ impl RedisIndex {
         if let Some(stop) = options.stop {
             link = link.with_stop(stop);
         }
-        let prefix = key_prefix(name);
+        check_eviction_policy(&mut link)?;
         let worker = format!(
-            "w:{:016x}",
+            "{:016x}",
             crate::engine::shingle::mix64(
                 u64::from(std::process::id())
                     ^ std::time::SystemTime::now()
@@ -306,75 +263,39 @@ impl RedisIndex {
                         .map_or(0, |d| d.as_nanos() as u64)
             )
         );
+        let deduper = Deduper::new(config.clone()).map_err(|e| StoreError::Refused(e.to_string()))?;
         let mut index = RedisIndex {
             link,
             name: name.to_string(),
-            meta_key: format!("{prefix}meta"),
+            keys: Keys::new(name),
             settings: settings_text(config),
-            params: [
-                config.capacity.to_string(),
-                config.max_bucket.to_string(),
-                // "T B N": the threshold, and a lone recent match's bar and
-                // near bar (engine::verdict::LoneMatch), as Rust computes
-                // them: the script compares with the very same numbers.
-                format!(
-                    "{} {} {}",
-                    config.threshold,
-                    config.threshold - RECENT_MARGIN,
-                    config.threshold - NEAR_MARGIN
-                ),
-                match config.measure {
-                    Measure::Jaccard => "j".into(),
-                    Measure::Containment => "c".into(),
-                },
-                // "3,2,3,B,C,R,M,X": the fewest shingles and the share of the
-                // longer set containment needs
-                // (engine::verdict::by_containment), the LSH bands, past
-                // which a message's keys are its anchors, and the most
-                // clusters an anchor's messages may span
-                // (engine::MAX_ANCHOR_CLUSTERS); then how many arrivals back
-                // a lone recent match reaches and the fewest and most
-                // shingles its texts may have (engine::verdict::LoneMatch).
-                format!(
-                    "{MIN_CONTAINED_SHINGLES},{},{},{},{MAX_ANCHOR_CLUSTERS},{},{MIN_RECENT_SHINGLES},\
-                     {MAX_RECENT_SHINGLES}",
-                    MIN_CONTAINED_SHARE.0,
-                    MIN_CONTAINED_SHARE.1,
-                    lsh_params(config).bands,
-                    config.lone_reach()
-                ),
-                MAX_SHINGLES.to_string(),
-            ],
-            decide_script: Script::new(
-                &[include_str!("prelude.lua"), include_str!("decide.lua")].concat(),
-            ),
-            lookup_script: Script::new(
-                &[include_str!("prelude.lua"), include_str!("lookup.lua")].concat(),
-            ),
-            create_script: Script::new(include_str!("create.lua")),
-            prefix: prefix.clone(),
-            measure: config.measure,
-            bands: lsh_params(config).bands,
-            threshold: config.threshold,
-            recent: config.lone_reach(),
-            cache: LruCache::new(
-                NonZeroUsize::new(config.capacity.get().min(CACHE_ENTRIES))
-                    .unwrap_or(NonZeroUsize::MIN),
-            ),
-            claims: 0,
-            claims_refused: 0,
-            verify_here: !options.redis_verifies,
-            metrics: options.metrics.clone(),
-            worker_scope: worker,
-            token_scope: options.token_scope.unwrap_or_else(|| "tokens".into()),
-            calls: 0,
+            config: config.clone(),
+            epoch: String::new(),
+            replica: Replica::new(deduper),
+            worker,
+            call: 0,
+            token_scope: options
+                .token_scope
+                .map_or_else(|| b"tokens:".to_vec(), |s| format!("{s}:").into_bytes()),
             forget: Vec::new(),
-            stats: IndexStats {
-                capacity: config.capacity.get() as u64,
-                ..IndexStats::default()
-            },
+            payload: Vec::new(),
+            snapshot_every: options
+                .snapshot_every
+                .unwrap_or((config.capacity.get() as u64).max(MIN_SNAPSHOT_EVERY))
+                .max(1),
+            snapshot_at: 0,
+            since_snapshot: 0,
+            snapshot_not_before: 0,
+            metrics: options.metrics,
+            create_script: Script::new(include_str!("create.lua")),
+            append_script: Script::new(include_str!("append.lua")),
+            publish_script: Script::new(include_str!("publish.lua")),
         };
         index.create()?;
+        index.resync()?;
+        let mut none = Vec::new();
+        index.read_until("+", None, &mut none)?;
+        index.record_metrics();
         Ok(index)
     }
 
@@ -388,17 +309,26 @@ impl RedisIndex {
         &self.settings
     }
 
-    /// Messages sent with a verdict verified here, and of those, how many
-    /// the script decided itself because their candidates had changed.
-    pub fn claims(&self) -> (u64, u64) {
-        (self.claims, self.claims_refused)
+    /// The log position this worker's replica has reached.
+    pub fn applied(&self) -> u64 {
+        self.replica.applied
     }
 
-    /// Creates the index if it is missing; refuses one of other settings.
+    /// Creates the index if it is missing (with a new epoch); refuses one
+    /// of other settings. Adopts the stored epoch.
     fn create(&mut self) -> Result<(), StoreError> {
-        let (script, meta, ours) = (&self.create_script, &self.meta_key, &self.settings);
-        let stored: String = self.link.retry("opening the index", |c, _| {
-            script.key(meta).arg(ours).invoke(c)
+        let new_epoch = format!(
+            "{:016x}",
+            crate::engine::shingle::mix64(
+                self.call
+                    ^ std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_nanos() as u64)
+            ) ^ u64::from_str_radix(&self.worker, 16).unwrap_or(0)
+        );
+        let (script, cfg, ours) = (&self.create_script, &self.keys.cfg, &self.settings);
+        let (stored, epoch): (String, String) = self.link.retry("opening the index", |c, _| {
+            script.key(cfg).arg(ours).arg(&new_epoch).invoke(c)
         })?;
         if stored != *ours {
             return Err(StoreError::Mismatch {
@@ -407,59 +337,204 @@ impl RedisIndex {
                 ours: ours.clone(),
             });
         }
+        self.epoch = epoch;
         Ok(())
     }
 
-    /// Runs a script of the index until Redis answers: recreates the index
-    /// if Redis lost it, and reports other settings as such. `flags_at`
-    /// names the argument that says whether the call is a repeat.
-    fn run_script(
-        &mut self,
-        decide: bool,
-        args: &mut [Vec<u8>],
-        flags_at: Option<(usize, bool)>,
-    ) -> Result<Value, StoreError> {
-        let mut recreated = false;
-        loop {
-            let script = if decide {
-                &self.decide_script
-            } else {
-                &self.lookup_script
+    /// Starts the replica again from the newest snapshot of the index (or
+    /// empty when there is none), at the entry it was taken at.
+    fn resync(&mut self) -> Result<(), StoreError> {
+        for _ in 0..5 {
+            let keys = &self.keys;
+            let fields: Vec<Option<String>> = self.link.retry("reading the snapshot", |c, _| {
+                redis::cmd("HMGET")
+                    .arg(&keys.cfg)
+                    .arg(&["epoch", "snap_n", "snap_id", "snap_chunks", "snap_crc"])
+                    .query(c)
+            })?;
+            let field = |i: usize| fields.get(i).cloned().flatten();
+            let Some(epoch) = field(0) else {
+                return Err(StoreError::Refused(format!(
+                    "index {:?} vanished from Redis while this worker read it",
+                    self.name
+                )));
             };
-            let meta = &self.meta_key;
-            let result = self.link.retry(
-                if decide {
-                    "deciding"
-                } else {
-                    "reading posting lists"
-                },
-                |c, retry| {
-                    if let Some((at, own_tokens)) = flags_at {
-                        // A repeated call looks its tokens up instead of
-                        // deciding them again; a first call of this worker's
-                        // own tokens clears the memo of the call before, which
-                        // has been answered.
-                        args[at] = if retry || !own_tokens {
-                            b"r".to_vec()
-                        } else {
-                            b"c".to_vec()
-                        };
+            self.epoch = epoch;
+            let fresh =
+                Deduper::new(self.config.clone()).map_err(|e| StoreError::Refused(e.to_string()))?;
+            let (Some(at), Some(chunks), Some(crc)) = (
+                field(1).and_then(|n| n.parse::<u64>().ok()),
+                field(3).and_then(|n| n.parse::<usize>().ok()),
+                field(4).and_then(|n| n.parse::<u32>().ok()),
+            ) else {
+                self.replica = Replica::new(fresh);
+                self.snapshot_at = 0;
+                self.since_snapshot = 0;
+                self.count(|m| &m.log_resyncs, 1);
+                return Ok(());
+            };
+            let names: Vec<String> = (0..chunks).map(|i| self.keys.chunk(at, i)).collect();
+            let mut bytes = Vec::new();
+            let mut whole = true;
+            for page in names.chunks(16) {
+                let parts: Vec<Option<Vec<u8>>> = self
+                    .link
+                    .retry("reading the snapshot", |c, _| {
+                        redis::cmd("MGET").arg(page).query(c)
+                    })?;
+                for part in parts {
+                    match part {
+                        Some(part) => bytes.extend_from_slice(&part),
+                        None => whole = false,
                     }
-                    invoke(script, meta, args, c)
-                },
+                }
+            }
+            // A newer snapshot replaced this one while it was read: read
+            // that one.
+            if !whole || crc32fast::hash(&bytes) != crc {
+                continue;
+            }
+            let replica = Replica::decode(&bytes, fresh)
+                .map_err(|e| StoreError::Refused(e.to_string()))?;
+            if replica.applied != at {
+                return Err(StoreError::Refused(
+                    "the index's snapshot in Redis does not say where in the log it stands".into(),
+                ));
+            }
+            self.replica = replica;
+            self.snapshot_at = at;
+            self.since_snapshot = 0;
+            self.count(|m| &m.log_resyncs, 1);
+            return Ok(());
+        }
+        Err(StoreError::Refused(format!(
+            "the snapshot of index {:?} kept changing or is corrupt (checksum) while this \
+             worker read it",
+            self.name
+        )))
+    }
+
+    /// Reads the log after the replica's position up to the entry `end`
+    /// (a stream id, or `+`) and applies it. `own`: this worker's call
+    /// whose entry it is looking for: when it is found, its verdicts are
+    /// appended to `verdicts` and reading stops. Returns whether it was
+    /// found.
+    fn read_until(
+        &mut self,
+        end: &str,
+        own: Option<u64>,
+        verdicts: &mut Vec<Verdict>,
+    ) -> Result<bool, StoreError> {
+        let mut resyncs = 0;
+        loop {
+            let start = if self.replica.applied == 0 && self.replica.applied_id == "0-0" {
+                "-".to_string()
+            } else {
+                format!("({}", self.replica.applied_id)
+            };
+            let log = &self.keys.log;
+            let reply: Value = self.link.retry("reading the index's log", |c, _| {
+                redis::cmd("XRANGE")
+                    .arg(log)
+                    .arg(&start)
+                    .arg(end)
+                    .arg("COUNT")
+                    .arg(PAGE_ENTRIES)
+                    .query(c)
+            })?;
+            let entries = parse_entries(reply)?;
+            if entries.is_empty() {
+                return Ok(false);
+            }
+            for entry in entries {
+                if entry.number != self.replica.applied + 1 {
+                    resyncs += 1;
+                    if resyncs > 2 {
+                        return Err(StoreError::Refused(format!(
+                            "the log of index {:?} jumps from entry {} to {} and no snapshot \
+                             covers the gap (were keys of it deleted or evicted?)",
+                            self.name, self.replica.applied, entry.number
+                        )));
+                    }
+                    if entry.number <= self.replica.applied {
+                        tracing::warn!(
+                            index = %self.name,
+                            redis = %self.link.location(),
+                            applied = self.replica.applied,
+                            found = entry.number,
+                            "Redis lost log entries this worker had applied (it restarted and \
+                             lost its last writes): starting again from the index's snapshot"
+                        );
+                    }
+                    self.resync()?;
+                    break;
+                }
+                let batch = Batch::decode(&entry.batch)
+                    .map_err(|e| StoreError::Refused(format!("index {:?}: {e}", self.name)))?;
+                let mine = own.is_some_and(|call| {
+                    entry.worker == self.worker.as_bytes() && entry.call == call
+                });
+                self.replica.apply(&batch, mine, verdicts);
+                self.since_snapshot += batch.len() as u64;
+                self.replica.applied = entry.number;
+                self.replica.applied_id = entry.id;
+                if mine {
+                    return Ok(true);
+                }
+                self.count(|m| &m.log_applied, batch.len() as u64);
+            }
+        }
+    }
+
+    /// Appends the encoded batch: returns its entry number and stream id,
+    /// and the newest snapshot's entry. An index that vanished is created
+    /// again, and one created again by another worker is followed: both
+    /// start this replica again from the new index.
+    fn append(&mut self) -> Result<(u64, String, u64), StoreError> {
+        for _ in 0..5 {
+            let (script, keys, settings, epoch, worker, call, payload) = (
+                &self.append_script,
+                &self.keys,
+                &self.settings,
+                &self.epoch,
+                &self.worker,
+                self.call,
+                &self.payload,
             );
+            let result = self
+                .link
+                .retry("appending to the index's log", |c, _| {
+                    script
+                        .key(&keys.cfg)
+                        .key(&keys.log)
+                        .key(&keys.calls)
+                        .arg(settings)
+                        .arg(epoch)
+                        .arg(worker)
+                        .arg(call)
+                        .arg(payload.as_slice())
+                        .invoke::<(u64, String, u64)>(c)
+                });
             match result {
-                Err(RetryError::Failed(e)) if e.code() == Some("DEDUP_NOINDEX") && !recreated => {
-                    // Redis lost the index (restarted without persistence,
-                    // or it was dropped): start it again, and say so.
+                Ok(appended) => return Ok(appended),
+                Err(RetryError::Failed(e)) if e.code() == Some("DEDUP_NOINDEX") => {
                     tracing::warn!(
                         index = %self.name,
                         redis = %self.link.location(),
-                        "the index is gone from Redis (dropped, or Redis restarted without \
-                         persistence): creating it again, empty"
+                        "the index is gone from Redis (dropped, evicted, or Redis restarted \
+                         without persistence): creating it again, empty; what it held is lost"
                     );
                     self.create()?;
-                    recreated = true;
+                    self.resync()?;
+                }
+                Err(RetryError::Failed(e)) if e.code() == Some("DEDUP_EPOCH") => {
+                    tracing::warn!(
+                        index = %self.name,
+                        redis = %self.link.location(),
+                        "the index was created again in Redis (dropped, or lost by Redis) since \
+                         this worker joined it: following the new index"
+                    );
+                    self.resync()?;
                 }
                 Err(RetryError::Failed(e)) if e.code() == Some("DEDUP_MISMATCH") => {
                     return Err(StoreError::Mismatch {
@@ -469,489 +544,280 @@ impl RedisIndex {
                     });
                 }
                 Err(e) => return Err(e.into()),
-                Ok(reply) => return Ok(reply),
             }
         }
+        Err(StoreError::Refused(format!(
+            "index {:?} keeps vanishing from Redis",
+            self.name
+        )))
     }
 
-    /// The posting keys of a message (u32 each, big-endian): its band and
-    /// anchor keys, then its exact-set key.
-    fn records(&self, ask: &Ask<'_>) -> Vec<u8> {
-        let exact = exact_key(ask.sketch.set_fingerprint);
-        ask.sketch
-            .band_keys
-            .iter()
-            .chain(std::iter::once(&exact))
-            .flat_map(|key| key.to_be_bytes())
-            .collect()
-    }
-
-    /// Reads the posting list of every distinct record of the messages.
-    fn read_lists(&mut self, records: &[Vec<u8>]) -> Result<HashMap<[u8; 4], Vec<u8>>, StoreError> {
-        let mut wanted: Vec<[u8; 4]> = Vec::new();
-        let mut seen = HashSet::new();
-        for recs in records {
-            for rec in recs.chunks_exact(4) {
-                let rec: [u8; 4] = rec.try_into().expect("chunks of 4");
-                if seen.insert(rec) {
-                    wanted.push(rec);
-                }
-            }
+    /// Stores the replica as the index's newest snapshot when enough
+    /// messages came since the last one and no other worker is writing
+    /// one. A failure is reported and tried again later: the log is only
+    /// trimmed less.
+    fn maybe_publish(&mut self) {
+        let applied = self.replica.applied;
+        if self.since_snapshot < self.snapshot_every || applied < self.snapshot_not_before {
+            return;
         }
-        let mut args = vec![self.settings.clone().into_bytes(), wanted.concat()];
-        let reply = self.run_script(false, &mut args, None)?;
-        let Value::Array(lists) = reply else {
-            return Err(StoreError::Refused(
-                "unexpected reply from the lookup script".into(),
-            ));
-        };
-        if lists.len() != wanted.len() {
-            return Err(StoreError::Refused(
-                "unexpected reply from the lookup script".into(),
-            ));
-        }
-        Ok(wanted
-            .into_iter()
-            .zip(lists)
-            .map(|(rec, list)| match list {
-                Value::BulkString(bytes) => (rec, bytes),
-                _ => (rec, Vec::new()),
-            })
-            .collect())
-    }
-
-    /// Loads into the cache every message the lists name that it lacks.
-    fn fetch_entries(&mut self, lists: &HashMap<[u8; 4], Vec<u8>>) -> Result<(), StoreError> {
-        let mut missing: Vec<[u8; 8]> = Vec::new();
-        let mut seen = HashSet::new();
-        for list in lists.values() {
-            for cell in list.chunks_exact(8) {
-                let cell: [u8; 8] = cell.try_into().expect("chunks of 8");
-                if !self.cache.contains(&cell) && seen.insert(cell) {
-                    missing.push(cell);
-                }
-            }
-        }
-        for wanted in missing.chunks(1000) {
-            let keys: Vec<Vec<u8>> = wanted
-                .iter()
-                .map(|cell| {
-                    let mut key = format!("{}e:", self.prefix).into_bytes();
-                    key.extend_from_slice(&cell[..4]);
-                    key
-                })
-                .collect();
-            let entries: Vec<Option<Vec<u8>>> = self
-                .link
-                .retry("reading candidates", |c, _| {
-                    redis::cmd("MGET").arg(&keys).query(c)
-                })
-                .map_err(StoreError::from)?;
-            for (cell, entry) in wanted.iter().zip(entries) {
-                // A slot given to another message since the lists were
-                // read is left out: its claims are not made.
-                if let Some(entry) = entry
-                    .as_deref()
-                    .and_then(|bytes| Cached::parse(bytes, self.bands))
-                    && entry.seq as u32
-                        == u32::from_be_bytes(cell[4..].try_into().expect("4 bytes"))
-                {
-                    self.cache.put(*cell, Arc::new(entry));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The verdict this message gets if the lists are still as read, with
-    /// those lists (see decide.lua); empty when it cannot be made here.
-    fn claim(&self, ask: &Ask<'_>, records: &[u8], lists: &HashMap<[u8; 4], Vec<u8>>) -> Vec<u8> {
-        if ask.sketch.shingles.is_empty() {
-            return Vec::new();
-        }
-        let list = |rec: &[u8]| -> &[u8] {
-            let rec: [u8; 4] = rec.try_into().expect("4 bytes");
-            lists.get(&rec).map_or(&[], Vec::as_slice)
-        };
-        let recs: Vec<&[u8]> = records.chunks_exact(4).collect();
-        let Some((&exact_rec, band_recs)) = recs.split_last() else {
-            return Vec::new();
-        };
-        let mut exact: Option<[u8; 8]> = None;
-        for cell in list(exact_rec).chunks_exact(8) {
-            let Some(entry) = self.cache.peek(cell) else {
-                return Vec::new();
-            };
-            if *entry.shingles == *ask.sketch.shingles {
-                exact = cell.try_into().ok();
-                break;
-            }
-        }
-        // The message's anchors, each with whether it is a copy's: the
-        // messages on its list, as read, span at most MAX_ANCHOR_CLUSTERS
-        // clusters (engine::Index::anchor_is_a_copys).
-        let anchor_recs = band_recs.get(self.bands..).unwrap_or_default();
-        let my_anchors = ask.sketch.band_keys.get(self.bands..).unwrap_or_default();
-        let mut copy_anchors: Vec<bool> = Vec::with_capacity(anchor_recs.len());
-        for rec in anchor_recs {
-            let mut clusters = AnchorClusters::new();
-            let mut within = true;
-            for cell in list(rec).chunks_exact(8) {
-                let Some(entry) = self.cache.peek(cell) else {
-                    return Vec::new();
-                };
-                within = clusters.add(entry.cluster_json());
-                if !within {
-                    break;
-                }
-            }
-            copy_anchors.push(within);
-        }
-        // (cell, shared, of, seq) of the best match so far.
-        let mut best: Option<([u8; 8], usize, usize, u64)> = None;
-        // Whether a candidate below the threshold could be a lone recent
-        // match: whether it is recent is known only in the script, which
-        // then decides the message itself.
-        let lone = LoneMatch::<(), ()>::new(self.threshold, self.recent, 0);
-        let mut lone_possible = false;
-        if let (Measure::Jaccard, Some(cell)) = (self.measure, exact) {
-            best = Some((cell, 1, 1, 0));
-        } else {
-            let mut seen = HashSet::new();
-            let cells = band_recs
-                .iter()
-                .flat_map(|rec| list(rec).chunks_exact(8))
-                .chain(exact.as_ref().map(|c| c.as_slice()));
-            for cell in cells {
-                if !seen.insert(&cell[..4]) {
-                    continue;
-                }
-                let Some(entry) = self.cache.peek(cell) else {
-                    return Vec::new();
-                };
-                let hints = PairHints {
-                    anchored: share_anchor(
-                        my_anchors,
-                        ask.sketch.truncated,
-                        &entry.anchors,
-                        |at| copy_anchors.get(at).copied().unwrap_or(false),
-                    ),
-                    earlier_truncated: entry.truncated,
-                };
-                let Some((shared, of)) =
-                    similarity_parts(self.measure, ask.sketch.shingles, &entry.shingles, hints)
-                else {
-                    continue;
-                };
-                let s = ratio(shared, of);
-                lone_possible |=
-                    lone.could_take(s, ask.sketch.shingles.len(), entry.shingles.len());
-                let floor = best.map_or(self.threshold, |(_, n, d, _)| ratio(n, d));
-                let better = match best {
-                    None => true,
-                    Some((_, n, d, seq)) => {
-                        let best_s = ratio(n, d);
-                        s > best_s || entry.seq < seq
-                    }
-                };
-                if s >= floor && better {
-                    best = Some((cell.try_into().expect("8 bytes"), shared, of, entry.seq));
-                }
-            }
-        }
-        let mut claim = Vec::with_capacity(64);
-        // Flags: an exact copy (1), a match (2), which anchors were a
-        // copy's on the lists as read (4, 8, 16): where an anchor's list has
-        // changed since, the script takes the claim only if it finds the
-        // same (decide.lua, take_claim); and no match but a candidate that
-        // could be a lone recent match (32): the script decides it.
-        let mut flags = u8::from(exact.is_some())
-            | (u8::from(best.is_some()) << 1)
-            | (u8::from(best.is_none() && lone_possible) << 5);
-        for (at, &copy) in copy_anchors.iter().take(3).enumerate() {
-            flags |= u8::from(copy) << (2 + at);
-        }
-        claim.push(flags);
-        claim.extend_from_slice(exact.as_ref().unwrap_or(&[0; 8]));
-        let matched = best.and_then(|(cell, ..)| self.cache.peek(&cell));
-        let id = matched.map(|e| e.id.clone());
-        // The cluster as the script returns it: the id when it is its own.
-        let cluster = matched.map(|e| e.cluster_json().to_vec());
-        match best {
-            Some((cell, shared, of, _)) => {
-                claim.extend_from_slice(&cell);
-                claim.extend_from_slice(&(shared as u32).to_be_bytes());
-                claim.extend_from_slice(&(of as u32).to_be_bytes());
-            }
-            None => claim.extend_from_slice(&[0; 16]),
-        }
-        let id = id.unwrap_or_default();
-        let Ok(id_len) = u16::try_from(id.len()) else {
-            return Vec::new();
-        };
-        claim.extend_from_slice(&id_len.to_be_bytes());
-        claim.extend_from_slice(&id);
-        let cluster = cluster.unwrap_or_default();
-        let Ok(cluster_len) = u16::try_from(cluster.len()) else {
-            return Vec::new();
-        };
-        claim.extend_from_slice(&cluster_len.to_be_bytes());
-        claim.extend_from_slice(&cluster);
-        // Each list by its length and last cell: enough to tell that it has
-        // not changed (see decide.lua).
-        for rec in &recs {
-            let list = list(rec);
-            let Ok(n) = u16::try_from(list.len()) else {
-                return Vec::new();
-            };
-            claim.extend_from_slice(&n.to_be_bytes());
-            match list.len().checked_sub(8) {
-                Some(last) => claim.extend_from_slice(&list[last..]),
-                None => claim.extend_from_slice(&[0; 8]),
-            }
-        }
-        claim
-    }
-
-    /// One commit: the decide script over `asks`, appending their verdicts.
-    fn call(&mut self, asks: &[Ask<'_>], verdicts: &mut Vec<Verdict>) -> Result<(), StoreError> {
-        self.calls += 1;
-        let own_tokens = asks.iter().any(|ask| ask.token.is_none());
-        let records: Vec<Vec<u8>> = asks.iter().map(|ask| self.records(ask)).collect();
-        // Read, verify here, and claim; the script checks the claims hold.
-        let lists = if self.verify_here {
-            let lists = self.read_lists(&records)?;
-            self.fetch_entries(&lists)?;
-            lists
-        } else {
-            HashMap::new()
-        };
-        let mut args: Vec<Vec<u8>> = Vec::with_capacity(10 + self.forget.len() + 5 * asks.len());
-        args.push(self.settings.clone().into_bytes());
-        args.extend(self.params.iter().map(|p| p.clone().into_bytes()));
-        args.push(
-            if own_tokens {
-                &self.worker_scope
-            } else {
-                &self.token_scope
-            }
-            .clone()
-            .into_bytes(),
-        );
-        let flags_at = args.len();
-        args.push(Vec::new());
-        args.push(if own_tokens {
-            self.calls.to_be_bytes().to_vec()
-        } else {
-            Vec::new()
-        });
-        // The lists as read, in the order the messages first name their
-        // keys: when Redis still has them all so, every claim holds.
-        let mut snapshot = Vec::new();
-        if self.verify_here {
-            let mut named = HashSet::new();
-            for recs in &records {
-                for rec in recs.chunks_exact(4) {
-                    let rec: [u8; 4] = rec.try_into().expect("chunks of 4");
-                    if named.insert(rec) {
-                        snapshot.extend_from_slice(lists.get(&rec).map_or(&[][..], Vec::as_slice));
-                    }
-                }
-            }
-        }
-        args.push(snapshot);
-        // Given tokens are forgotten from their scope, with the next call
-        // that names it.
-        let forget = if own_tokens { 0 } else { self.forget.len() };
-        args.push(forget.to_string().into_bytes());
-        args.extend(self.forget[..forget].iter().cloned());
-        let mut claims = 0;
-        for (ask, recs) in asks.iter().zip(records) {
-            // Upper case: the text was cut (engine::verdict::PairHints).
-            let mut op = vec![match (ask.op, ask.sketch.truncated) {
-                (Op::Check, false) => b'c',
-                (Op::Check, true) => b'C',
-                (Op::Query, false) => b'q',
-                (Op::Query, true) => b'Q',
-            }];
-            // Times are ms since the epoch, below 2^53 (crate::timestamp).
-            op.extend_from_slice(&(ask.time.max(0) as u64).to_be_bytes());
-            op.extend_from_slice(ask.token.unwrap_or_default());
-            args.push(op);
-            let claim = if self.verify_here {
-                self.claim(ask, &recs, &lists)
-            } else {
-                Vec::new()
-            };
-            claims += u64::from(!claim.is_empty());
-            args.push(recs);
-            args.push(
-                ask.sketch
-                    .shingles
-                    .iter()
-                    .flat_map(|s| s.to_be_bytes())
-                    .collect(),
+        if let Err(e) = self.publish() {
+            tracing::warn!(
+                index = %self.name,
+                error = %e,
+                "could not store a snapshot of the index in Redis; trying again later"
             );
-            let mut id = Vec::with_capacity(24);
-            ask.id.write_json(&mut id);
-            args.push(id);
-            args.push(claim);
+            self.snapshot_not_before = applied + 64;
         }
-        let reply = self.run_script(true, &mut args, Some((flags_at, own_tokens)))?;
-        self.forget.drain(..forget);
-        self.parse_reply(reply, asks.len(), claims, verdicts)
     }
 
-    fn parse_reply(
-        &mut self,
-        reply: Value,
-        asks: usize,
-        claims: u64,
-        verdicts: &mut Vec<Verdict>,
-    ) -> Result<(), StoreError> {
-        let reply = read_reply(reply, asks, verdicts)?;
-        self.stats.len = reply.len;
-        self.stats.evictions = reply.evictions;
-        self.claims_refused += reply.claims_refused;
-        self.claims += claims;
-        if let Some(metrics) = &self.metrics {
-            metrics.store_claims.fetch_add(claims, Ordering::Relaxed);
-            metrics
-                .store_claims_refused
-                .fetch_add(reply.claims_refused, Ordering::Relaxed);
+    fn publish(&mut self) -> Result<(), StoreError> {
+        let (keys, worker) = (&self.keys, &self.worker);
+        let locked: Option<String> = self.link.retry("locking the snapshot", |c, _| {
+            redis::cmd("SET")
+                .arg(&keys.lock)
+                .arg(worker)
+                .arg("NX")
+                .arg("PX")
+                .arg(SNAPSHOT_LOCK_MS)
+                .query(c)
+        })?;
+        if locked.is_none() {
+            // Another worker is writing one.
+            self.snapshot_not_before = self.replica.applied + 16;
+            return Ok(());
+        }
+        let at = self.replica.applied;
+        let bytes = self.replica.encode();
+        let chunks: Vec<&[u8]> = bytes.chunks(CHUNK_BYTES).collect();
+        let names: Vec<String> = (0..chunks.len()).map(|i| self.keys.chunk(at, i)).collect();
+        for (name, chunk) in names.iter().zip(&chunks) {
+            self.link.retry("writing the snapshot", |c, _| {
+                redis::cmd("SET").arg(name).arg(*chunk).query::<()>(c)
+            })?;
+        }
+        let stats = self.replica.deduper().stats();
+        let (script, keys) = (&self.publish_script, &self.keys);
+        let args = [
+            self.settings.clone(),
+            self.epoch.clone(),
+            self.worker.clone(),
+            at.to_string(),
+            self.replica.applied_id.clone(),
+            chunks.len().to_string(),
+            crc32fast::hash(&bytes).to_string(),
+            stats.len.to_string(),
+            stats.evictions.to_string(),
+            bytes.len().to_string(),
+        ];
+        let published: u64 = self.link.retry("publishing the snapshot", |c, _| {
+            let mut invocation = script.key(&keys.cfg);
+            invocation.key(&keys.log).key(&keys.lock);
+            for arg in &args {
+                invocation.arg(arg);
+            }
+            invocation.invoke(c)
+        })?;
+        if published == 1 {
+            self.snapshot_at = at;
+            self.since_snapshot = 0;
+            self.count(|m| &m.log_snapshots, 1);
+            tracing::debug!(index = %self.name, entry = at, bytes = bytes.len(), "snapshot stored");
+        } else {
+            self.link.retry("removing an unused snapshot", |c, _| {
+                redis::cmd("UNLINK").arg(&names).query::<()>(c)
+            })?;
+            self.snapshot_not_before = at + 16;
         }
         Ok(())
     }
+
+    fn count(&self, counter: impl Fn(&Metrics) -> &std::sync::atomic::AtomicU64, n: u64) {
+        if let Some(metrics) = &self.metrics {
+            counter(metrics).fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    fn record_metrics(&self) {
+        if let Some(metrics) = &self.metrics {
+            metrics.record_index(self.stats());
+        }
+    }
 }
 
-/// What a reply of decide.lua says besides its verdicts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ReplyCounts {
-    /// Messages in the index.
-    pub(crate) len: u64,
-    /// Messages evicted so far.
-    pub(crate) evictions: u64,
-    /// Claims of this call the script refused.
-    pub(crate) claims_refused: u64,
+/// Refuses a Redis that may evict any key when its memory is full: the
+/// index would lose keys without a word. (`volatile-*` policies evict only
+/// keys with a time to live, and the index sets none but its lock.)
+fn check_eviction_policy(link: &mut Link) -> Result<(), StoreError> {
+    let policy: Option<String> = link.retry("reading Redis's eviction policy", |c, _| {
+        match redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("maxmemory-policy")
+            .query::<Vec<String>>(c)
+        {
+            Ok(pair) => Ok(pair.get(1).cloned()),
+            Err(e) if is_transient(&e) => Err(e),
+            // CONFIG may be renamed away (managed Redis): INFO says it too.
+            Err(_) => {
+                let info: String = redis::cmd("INFO").arg("memory").query(c)?;
+                Ok(info
+                    .lines()
+                    .find_map(|l| l.strip_prefix("maxmemory_policy:"))
+                    .map(|p| p.trim().to_string()))
+            }
+        }
+    })?;
+    match policy {
+        Some(policy) if policy.starts_with("allkeys-") => Err(StoreError::Refused(format!(
+            "this Redis evicts any key when its memory is full (maxmemory-policy {policy}), \
+             and an index whose keys vanish gives wrong verdicts; set maxmemory-policy \
+             noeviction (Redis then refuses writes when full, and the workers stop and say so)"
+        ))),
+        _ => Ok(()),
+    }
 }
 
-/// Reads a reply of decide.lua for `asks` messages: their verdicts (each
-/// [`decode_verdict`]), then the index's length, its evictions and the
-/// claims refused. The verdicts are appended to `verdicts` only when the
-/// whole reply reads; on error `verdicts` is as it was.
-pub(crate) fn read_reply(
-    reply: Value,
-    asks: usize,
-    verdicts: &mut Vec<Verdict>,
-) -> Result<ReplyCounts, StoreError> {
-    let bad = |what: &str| StoreError::Refused(format!("unexpected reply from the script: {what}"));
+/// The entries of an `XRANGE` reply.
+pub(crate) fn parse_entries(reply: Value) -> Result<Vec<Entry>, StoreError> {
+    let bad = || StoreError::Refused("unexpected reply reading the index's log".into());
     let Value::Array(items) = reply else {
-        return Err(bad("not an array"));
+        return Err(bad());
     };
-    if items.len() != asks.saturating_add(3) {
-        return Err(bad("wrong length"));
-    }
-    let int = |v: &Value| match v {
-        Value::Int(n) => u64::try_from(*n).ok(),
-        _ => None,
-    };
-    let counts = ReplyCounts {
-        len: int(&items[asks]).ok_or_else(|| bad("length"))?,
-        evictions: int(&items[asks + 1]).ok_or_else(|| bad("evictions"))?,
-        claims_refused: int(&items[asks + 2]).ok_or_else(|| bad("claims"))?,
-    };
-    let start = verdicts.len();
-    for item in &items[..asks] {
-        let verdict = match item {
-            Value::BulkString(bytes) => decode_verdict(bytes),
-            _ => None,
+    let mut entries = Vec::with_capacity(items.len());
+    for item in items {
+        let Value::Array(parts) = item else {
+            return Err(bad());
         };
-        match verdict {
-            Some(verdict) => verdicts.push(verdict),
-            None => {
-                verdicts.truncate(start);
-                return Err(bad("a verdict cannot be read"));
+        let mut parts = parts.into_iter();
+        let id = match parts.next() {
+            Some(Value::BulkString(id)) => String::from_utf8(id).map_err(|_| bad())?,
+            Some(Value::SimpleString(id)) => id,
+            _ => return Err(bad()),
+        };
+        let Some(Value::Array(fields)) = parts.next() else {
+            return Err(bad());
+        };
+        let mut entry = Entry {
+            id,
+            number: 0,
+            worker: Vec::new(),
+            call: 0,
+            batch: Vec::new(),
+        };
+        let mut fields = fields.into_iter();
+        while let (Some(Value::BulkString(name)), Some(Value::BulkString(value))) =
+            (fields.next(), fields.next())
+        {
+            let number = || {
+                std::str::from_utf8(&value)
+                    .ok()
+                    .and_then(|v| v.parse::<u64>().ok())
+            };
+            match name.as_slice() {
+                b"n" => entry.number = number().ok_or_else(bad)?,
+                b"c" => entry.call = number().ok_or_else(bad)?,
+                b"w" => entry.worker = value,
+                b"b" => entry.batch = value,
+                _ => {}
             }
         }
-    }
-    Ok(counts)
-}
-
-fn invoke(
-    script: &Script,
-    meta: &str,
-    args: &[Vec<u8>],
-    c: &mut dyn ConnectionLike,
-) -> Result<Value, RedisError> {
-    let mut invocation = script.key(meta);
-    for arg in args {
-        invocation.arg(arg.as_slice());
-    }
-    invocation.invoke(c)
-}
-
-/// Reads one verdict as the script writes it: `n`, or `d`, the shared
-/// shingles and what they are counted against (big-endian u32 each), the
-/// length of the matched message's id (u32), its id as JSON, then its
-/// cluster as JSON. A duplicate that shares more than it is counted
-/// against, or is counted against nothing (a similarity of 0 / 0, a NaN),
-/// is no verdict: the script never writes one.
-pub(crate) fn decode_verdict(bytes: &[u8]) -> Option<Verdict> {
-    match bytes.split_first()? {
-        (b'n', []) => Some(Verdict::New),
-        (b'd', rest) if rest.len() > 12 => {
-            let shared = u32::from_be_bytes(rest[..4].try_into().ok()?);
-            let of = u32::from_be_bytes(rest[4..8].try_into().ok()?);
-            if of == 0 || shared > of {
-                return None;
-            }
-            let id_len = u32::from_be_bytes(rest[8..12].try_into().ok()?) as usize;
-            let (id, cluster) = rest[12..].split_at_checked(id_len)?;
-            let json = |bytes| MessageId::from_json(std::str::from_utf8(bytes).ok()?);
-            Some(Verdict::Duplicate(Match {
-                of: json(id)?,
-                similarity: ratio(shared as usize, of as usize),
-                cluster: json(cluster)?,
-            }))
+        if entry.number == 0 {
+            return Err(bad());
         }
-        _ => None,
+        entries.push(entry);
     }
+    Ok(entries)
 }
 
 impl IndexStore for RedisIndex {
+    /// Appends the batch to the log, applies what came before it, then the
+    /// batch itself: its verdicts are the in-memory engine's on the log.
     fn decide(&mut self, asks: &[Ask<'_>], verdicts: &mut Vec<Verdict>) -> Result<(), StoreError> {
-        let start = verdicts.len();
-        let mut from = 0;
-        while from < asks.len() {
-            // A call takes messages until it holds enough of them or bytes.
-            let mut to = from;
-            let mut bytes = 0;
-            while to < asks.len() && to - from < CALL_MESSAGES && (bytes < CALL_BYTES || to == from)
-            {
-                let sketch = asks[to].sketch;
-                bytes += 32 + 4 * sketch.shingles.len() + 4 * sketch.band_keys.len();
-                to += 1;
-            }
-            if let Err(e) = self.call(&asks[from..to], verdicts) {
-                verdicts.truncate(start);
-                return Err(e);
-            }
-            from = to;
+        if asks.is_empty() {
+            return Ok(());
         }
+        log::encode(asks, &self.token_scope, &self.forget, &mut self.payload);
+        let start = verdicts.len();
+        let mut lost = 0;
+        loop {
+            self.call += 1;
+            let (number, id, snapshot) = self.append()?;
+            if snapshot > self.snapshot_at {
+                // Another worker stored one.
+                self.snapshot_at = snapshot;
+                self.since_snapshot = 0;
+            }
+            if number <= self.replica.applied {
+                tracing::warn!(
+                    index = %self.name,
+                    redis = %self.link.location(),
+                    applied = self.replica.applied,
+                    appended = number,
+                    "Redis lost log entries this worker had applied (it restarted and lost its \
+                     last writes): starting again from the index's snapshot"
+                );
+                self.resync()?;
+            }
+            if number <= self.replica.applied {
+                return Err(StoreError::Refused(format!(
+                    "index {:?}: a snapshot taken after this worker's batch was appended \
+                     replaced the log before the worker read it; its verdicts are unknown",
+                    self.name
+                )));
+            }
+            let found = if number == self.replica.applied + 1 {
+                // Nothing came between: the batch is applied as it was sent.
+                let batch = Batch::decode(&self.payload)
+                    .map_err(|e| StoreError::Refused(e.to_string()))?;
+                self.replica.apply(&batch, true, verdicts);
+                self.since_snapshot += batch.len() as u64;
+                self.replica.applied = number;
+                self.replica.applied_id = id;
+                true
+            } else {
+                self.read_until(&id, Some(self.call), verdicts)?
+            };
+            if found {
+                break;
+            }
+            verdicts.truncate(start);
+            lost += 1;
+            self.count(|m| &m.log_reappends, 1);
+            if lost > 3 {
+                return Err(StoreError::Refused(format!(
+                    "index {:?}: Redis keeps losing this worker's batches",
+                    self.name
+                )));
+            }
+            tracing::warn!(
+                index = %self.name,
+                "this worker's batch is not in the log any more (Redis lost it): appending it again"
+            );
+        }
+        self.forget.clear();
+        self.count(|m| &m.log_appended, asks.len() as u64);
+        self.maybe_publish();
+        self.record_metrics();
         Ok(())
     }
 
     fn stats(&self) -> IndexStats {
-        self.stats
+        self.replica.deduper().stats()
     }
 
+    /// The tokens' verdicts are forgotten by every replica when they apply
+    /// this worker's next batch.
     fn forget(&mut self, tokens: &[&[u8]]) {
-        self.forget.extend(tokens.iter().map(|t| t.to_vec()));
+        for token in tokens {
+            let mut scoped = self.token_scope.clone();
+            scoped.extend_from_slice(token);
+            self.forget.push(scoped);
+        }
     }
 }
 
 impl Saveable for RedisIndex {
-    /// Redis keeps the index: its persistence (RDB, AOF) is the state.
+    /// Redis keeps this index (its log and snapshots): no state file.
     fn encode_snapshot(&self) -> Option<Vec<u8>> {
         None
     }
@@ -961,102 +827,41 @@ impl Saveable for RedisIndex {
 mod tests {
     use super::*;
 
-    fn duplicate(shared: u32, of: u32, id: &str, cluster: &str) -> Vec<u8> {
-        let mut bytes = vec![b'd'];
-        bytes.extend_from_slice(&shared.to_be_bytes());
-        bytes.extend_from_slice(&of.to_be_bytes());
-        bytes.extend_from_slice(&(id.len() as u32).to_be_bytes());
-        bytes.extend_from_slice(id.as_bytes());
-        bytes.extend_from_slice(cluster.as_bytes());
-        bytes
+    #[test]
+    fn settings_name_the_format_and_the_rule() {
+        let text = settings_text(&EngineConfig::default());
+        assert!(text.starts_with(&format!("format={FORMAT} rule={RULE} ")), "{text}");
+        assert_eq!(RULE.len(), 16);
     }
 
     #[test]
-    fn verdicts_are_read_as_the_script_writes_them() {
-        assert_eq!(decode_verdict(b"n"), Some(Verdict::New));
+    fn log_entries_are_read_from_replies() {
+        let bulk = |s: &[u8]| Value::BulkString(s.to_vec());
+        let reply = Value::Array(vec![Value::Array(vec![
+            bulk(b"1700000000000-0"),
+            Value::Array(vec![
+                bulk(b"n"),
+                bulk(b"12"),
+                bulk(b"w"),
+                bulk(b"abc"),
+                bulk(b"c"),
+                bulk(b"3"),
+                bulk(b"b"),
+                bulk(b"\x01\x00"),
+            ]),
+        ])]);
+        let entries = parse_entries(reply).unwrap();
+        assert_eq!(entries.len(), 1);
+        let e = &entries[0];
         assert_eq!(
-            decode_verdict(&duplicate(3, 4, "\"12\"", "7")),
-            Some(Verdict::Duplicate(Match {
-                of: MessageId::DigitString(12),
-                similarity: 0.75,
-                cluster: MessageId::Integer(7),
-            }))
+            (e.id.as_str(), e.number, e.worker.as_slice(), e.call),
+            ("1700000000000-0", 12, &b"abc"[..], 3)
         );
-        assert_eq!(decode_verdict(b"nn"), None);
-        assert_eq!(decode_verdict(b""), None);
-        // An id cut short, or ids that are no JSON string or integer.
-        assert_eq!(decode_verdict(&duplicate(1, 2, "\"12\"", "7")[..15]), None);
-        assert_eq!(decode_verdict(&duplicate(1, 2, "\"", "\"")), None);
-    }
-
-    /// Regression (fuzzing, issue 14): a duplicate counted against nothing
-    /// gave a similarity of 0 / 0, a NaN in the verdict (and one sharing
-    /// more than it is counted against, a similarity above 1). Neither is
-    /// a verdict the script writes: both are refused.
-    #[test]
-    fn a_verdict_with_a_zero_denominator_is_refused() {
-        assert_eq!(decode_verdict(&duplicate(0, 0, "1", "1")), None);
-        assert_eq!(decode_verdict(&duplicate(5, 0, "1", "1")), None);
-        assert_eq!(decode_verdict(&duplicate(5, 4, "1", "1")), None);
-        let Some(Verdict::Duplicate(m)) = decode_verdict(&duplicate(0, 1, "1", "1")) else {
-            panic!("a duplicate sharing nothing still reads");
-        };
-        assert_eq!(m.similarity, 0.0);
-        // A reply holding such a verdict is an error, and adds no verdict.
-        let reply = Value::Array(vec![
-            Value::BulkString(b"n".to_vec()),
-            Value::BulkString(duplicate(0, 0, "1", "1")),
-            Value::Int(2),
-            Value::Int(0),
-            Value::Int(0),
-        ]);
-        let mut verdicts = vec![Verdict::New];
-        assert!(read_reply(reply, 2, &mut verdicts).is_err());
-        assert_eq!(verdicts, [Verdict::New]);
-    }
-
-    /// The worker-side comparison never divides by zero: a pair with an
-    /// empty part is no candidate, and any other is counted against at
-    /// least one shingle.
-    #[test]
-    fn similarity_parts_never_count_against_nothing() {
-        let hints = PairHints {
-            anchored: false,
-            earlier_truncated: false,
-        };
-        for measure in [Measure::Jaccard, Measure::Containment] {
-            assert_eq!(similarity_parts(measure, &[], &[], hints), None);
-            assert_eq!(similarity_parts(measure, &[1, 2], &[], hints), None);
-            assert_eq!(similarity_parts(measure, &[], &[1, 2], hints), None);
-            for (a, b) in [(&[1][..], &[2][..]), (&[1, 2, 3][..], &[1, 2, 3, 4, 5][..])] {
-                let (shared, of) = similarity_parts(measure, a, b, hints).unwrap();
-                assert!(of > 0 && shared <= of, "{measure} {a:?} {b:?}");
-            }
-        }
-    }
-
-    #[test]
-    fn replies_give_their_verdicts_and_counts() {
-        let reply = Value::Array(vec![
-            Value::BulkString(b"n".to_vec()),
-            Value::BulkString(duplicate(2, 4, "1", "1")),
-            Value::Int(12),
-            Value::Int(3),
-            Value::Int(1),
-        ]);
-        let mut verdicts = Vec::new();
-        assert_eq!(
-            read_reply(reply.clone(), 2, &mut verdicts).unwrap(),
-            ReplyCounts {
-                len: 12,
-                evictions: 3,
-                claims_refused: 1
-            }
-        );
-        assert_eq!(verdicts.len(), 2);
-        assert!(read_reply(reply.clone(), 1, &mut verdicts).is_err());
-        assert!(read_reply(reply, usize::MAX, &mut verdicts).is_err());
-        assert!(read_reply(Value::Nil, 0, &mut verdicts).is_err());
-        assert_eq!(verdicts.len(), 2);
+        assert!(parse_entries(Value::Nil).is_err());
+        let unnumbered = Value::Array(vec![Value::Array(vec![
+            bulk(b"1-0"),
+            Value::Array(vec![bulk(b"b"), bulk(b"")]),
+        ])]);
+        assert!(parse_entries(unnumbered).is_err());
     }
 }

@@ -97,11 +97,18 @@ pub struct Metrics {
     pub store_errors: AtomicU64,
     /// Calls to the index store (round trips to Redis).
     pub store_calls: AtomicU64,
-    /// Messages this worker verified itself and sent with their verdict.
-    pub store_claims: AtomicU64,
-    /// Of those, verdicts Redis did not take because the candidates had
-    /// changed since they were read (it decided those itself).
-    pub store_claims_refused: AtomicU64,
+    /// Messages this worker appended to the shared index's log.
+    pub log_appended: AtomicU64,
+    /// Messages of other workers this worker's replica applied from the log.
+    pub log_applied: AtomicU64,
+    /// Batches appended again because Redis lost them (a restart that lost
+    /// its last writes, the index dropped): the fleet's retries.
+    pub log_reappends: AtomicU64,
+    /// Times the replica started again from a snapshot (at start, after
+    /// Redis lost writes, after falling behind a trimmed log).
+    pub log_resyncs: AtomicU64,
+    /// Snapshots of the index this worker stored in Redis.
+    pub log_snapshots: AtomicU64,
     /// Queue entries read (`consume`), claimed ones included.
     pub queue_read: AtomicU64,
     /// Queue entries claimed from other consumers that went quiet.
@@ -165,18 +172,36 @@ impl Metrics {
             "1 while the index store is reachable (always for an index in memory), 0 while Redis is not.",
         );
         let _ = writeln!(out, "dedup_index_store_up {}", u8::from(self.healthy()));
-        let simple: [(&str, &str, &str, &AtomicU64); 18] = [
+        let simple: [(&str, &str, &str, &AtomicU64); 21] = [
             (
-                "dedup_index_store_claims_total",
+                "dedup_index_log_appended_messages_total",
                 "counter",
-                "Messages verified by this worker and sent to Redis with their verdict.",
-                &self.store_claims,
+                "Messages this worker appended to the shared index's log in Redis.",
+                &self.log_appended,
             ),
             (
-                "dedup_index_store_claims_refused_total",
+                "dedup_index_log_applied_messages_total",
                 "counter",
-                "Verdicts Redis decided itself because the candidates changed after this worker read them.",
-                &self.store_claims_refused,
+                "Messages of other workers this worker's replica applied from the log.",
+                &self.log_applied,
+            ),
+            (
+                "dedup_index_log_reappends_total",
+                "counter",
+                "Batches appended again because Redis lost them (restart with lost writes, index dropped).",
+                &self.log_reappends,
+            ),
+            (
+                "dedup_index_log_resyncs_total",
+                "counter",
+                "Times this worker's replica started again from the index's snapshot.",
+                &self.log_resyncs,
+            ),
+            (
+                "dedup_index_log_snapshots_total",
+                "counter",
+                "Snapshots of the shared index this worker stored in Redis.",
+                &self.log_snapshots,
             ),
             (
                 "dedup_index_store_errors_total",

@@ -1,0 +1,412 @@
+//! A worker's replica of a shared index: the in-memory engine, applied to
+//! the index's log in log order.
+//!
+//! Every worker holds one. Applying an entry decides its messages with the
+//! same [`Deduper`] the filter uses, so every replica that has applied the
+//! same entries holds the same index and gives the same verdicts: the
+//! decision is written once, in Rust, and Redis only orders the entries.
+//!
+//! Besides the index, a replica keeps the **memo**: the verdict of every
+//! message that came with a queue token (a stream entry's id), until a
+//! worker says it was answered for good. A message logged again under the
+//! same token (its worker died before it acknowledged the entry, and
+//! another claimed it) gets its first verdict back and changes nothing, so
+//! it is never found a duplicate of itself. The memo is part of the
+//! replicated state: it changes only by applying entries, and snapshots
+//! carry it.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::engine::{Ask, Deduper, IndexStore, Match, Op, Verdict};
+use crate::record::MessageId;
+use crate::snapshot::{self, Reader, encode_id};
+
+use super::log::Batch;
+
+/// Most tokens the memo holds; past it the oldest go first. Tokens are
+/// forgotten once their entries are acknowledged, so only entries in
+/// flight, or left by workers that died and not yet claimed, are held.
+pub const MEMO_CAP: usize = 1 << 18;
+
+/// The first bytes of a replica snapshot.
+const MAGIC: [u8; 8] = *b"\x89DDLOGS\n";
+/// Its format version.
+const VERSION: u32 = 1;
+
+/// The verdicts of messages that came with a token, oldest first.
+#[derive(Debug, Default)]
+struct Memo {
+    verdicts: HashMap<Box<[u8]>, (Verdict, u64)>,
+    /// Tokens in the order they were remembered, with the generation they
+    /// were remembered at (a forgotten one leaves a stale mark here).
+    order: VecDeque<(Box<[u8]>, u64)>,
+    generation: u64,
+}
+
+impl Memo {
+    fn get(&self, token: &[u8]) -> Option<&Verdict> {
+        self.verdicts.get(token).map(|(v, _)| v)
+    }
+
+    fn remember(&mut self, token: &[u8], verdict: Verdict) {
+        self.generation += 1;
+        let token: Box<[u8]> = token.into();
+        self.order.push_back((token.clone(), self.generation));
+        self.verdicts.insert(token, (verdict, self.generation));
+        while self.verdicts.len() > MEMO_CAP {
+            self.pop_oldest();
+        }
+        if self.order.len() > 2 * self.verdicts.len() + 1024 {
+            let verdicts = &self.verdicts;
+            self.order
+                .retain(|(t, g)| verdicts.get(t).is_some_and(|(_, at)| at == g));
+        }
+    }
+
+    fn pop_oldest(&mut self) {
+        while let Some((token, generation)) = self.order.pop_front() {
+            if self.verdicts.get(&token).is_some_and(|(_, g)| *g == generation) {
+                self.verdicts.remove(&token);
+                return;
+            }
+        }
+    }
+
+    fn forget(&mut self, token: &[u8]) {
+        self.verdicts.remove(token);
+    }
+
+    /// The live tokens, oldest first.
+    fn live(&self) -> impl Iterator<Item = (&[u8], &Verdict)> {
+        self.order.iter().filter_map(|(t, g)| {
+            self.verdicts
+                .get(t)
+                .filter(|(_, at)| at == g)
+                .map(|(v, _)| (&t[..], v))
+        })
+    }
+}
+
+/// What becomes of one message of an entry being applied.
+#[derive(Clone, Copy, Debug)]
+enum Plan {
+    /// Decided now: its verdict is the `n`-th of the run.
+    Decided(usize),
+    /// Its token is in the memo.
+    Remembered,
+    /// Its token came earlier in the same entry, at this position.
+    SameAs(usize),
+    /// Another worker's query: nothing to change, nobody to answer.
+    Skipped,
+}
+
+/// A worker's copy of the shared index, and where in the log it stands.
+#[derive(Debug)]
+pub struct Replica {
+    deduper: Deduper,
+    memo: Memo,
+    /// The log position (entry number) of the last entry applied; 0 for
+    /// none.
+    pub applied: u64,
+    /// That entry's stream id ("0-0" for none).
+    pub applied_id: String,
+    plan: Vec<Plan>,
+    decided: Vec<Verdict>,
+}
+
+/// Why a replica snapshot could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// Not a replica snapshot, or corrupt.
+    #[error("the index's snapshot in Redis is corrupt: {0}")]
+    Corrupt(&'static str),
+    /// Its state could not be loaded.
+    #[error("the index's snapshot in Redis cannot be loaded: {0}")]
+    State(snapshot::ErrorKind),
+}
+
+impl Replica {
+    /// An empty replica, before the first entry.
+    pub fn new(deduper: Deduper) -> Replica {
+        Replica {
+            deduper,
+            memo: Memo::default(),
+            applied: 0,
+            applied_id: "0-0".into(),
+            plan: Vec::new(),
+            decided: Vec::new(),
+        }
+    }
+
+    /// The engine (read-only).
+    pub fn deduper(&self) -> &Deduper {
+        &self.deduper
+    }
+
+    /// Tokens remembered.
+    pub fn memo_len(&self) -> usize {
+        self.memo.verdicts.len()
+    }
+
+    /// Applies the next entry of the log: forgets its tokens, then decides
+    /// its messages in order. `own`: the entry is this worker's, and the
+    /// verdicts of all its messages (queries too) are appended to
+    /// `verdicts`; another's queries are not even decided.
+    pub fn apply(&mut self, batch: &Batch, own: bool, verdicts: &mut Vec<Verdict>) {
+        for token in batch.forget() {
+            self.memo.forget(token);
+        }
+        self.plan.clear();
+        let mut run: Vec<Ask<'_>> = Vec::with_capacity(batch.len());
+        let mut first_of: HashMap<&[u8], usize> = HashMap::new();
+        for i in 0..batch.len() {
+            let ask = batch.ask(i);
+            let plan = match (ask.op, ask.token) {
+                (Op::Query, _) if !own => Plan::Skipped,
+                (Op::Check, Some(token)) if self.memo.get(token).is_some() => Plan::Remembered,
+                (Op::Check, Some(token)) => match first_of.get(token) {
+                    Some(&first) => Plan::SameAs(first),
+                    None => {
+                        first_of.insert(token, i);
+                        run.push(ask);
+                        Plan::Decided(run.len() - 1)
+                    }
+                },
+                _ => {
+                    run.push(ask);
+                    Plan::Decided(run.len() - 1)
+                }
+            };
+            self.plan.push(plan);
+        }
+        self.decided.clear();
+        // The in-memory engine never fails.
+        let _ = self.deduper.decide(&run, &mut self.decided);
+        let start = verdicts.len();
+        for i in 0..batch.len() {
+            let ask = batch.ask(i);
+            let verdict = match self.plan[i] {
+                Plan::Decided(at) => {
+                    let verdict = self.decided[at].clone();
+                    if let (Op::Check, Some(token)) = (ask.op, ask.token) {
+                        self.memo.remember(token, verdict.clone());
+                    }
+                    Some(verdict)
+                }
+                Plan::Remembered => ask.token.and_then(|t| self.memo.get(t)).cloned(),
+                Plan::SameAs(first) => own.then(|| verdicts[start + first].clone()),
+                Plan::Skipped => None,
+            };
+            if own {
+                verdicts.push(verdict.unwrap_or(Verdict::New));
+            }
+        }
+    }
+
+    /// The replica as bytes, for a snapshot in Redis: where in the log it
+    /// stands, the memo, and the index as a state file (which resumes a run
+    /// exactly, see [`crate::snapshot`]).
+    pub fn encode(&self) -> Vec<u8> {
+        let state = snapshot::encode(&self.deduper);
+        let mut out = Vec::with_capacity(state.len() + 64 + self.memo_len() * 48);
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&self.applied.to_le_bytes());
+        out.extend_from_slice(&(self.applied_id.len() as u16).to_le_bytes());
+        out.extend_from_slice(self.applied_id.as_bytes());
+        out.extend_from_slice(&(self.memo_len() as u32).to_le_bytes());
+        for (token, verdict) in self.memo.live() {
+            out.extend_from_slice(&(token.len() as u16).to_le_bytes());
+            out.extend_from_slice(token);
+            match verdict {
+                Verdict::New => out.push(0),
+                Verdict::Duplicate(m) => {
+                    out.push(1);
+                    encode_id(&m.of, &mut out);
+                    out.extend_from_slice(&m.similarity.to_bits().to_le_bytes());
+                    encode_id(&m.cluster, &mut out);
+                }
+            }
+        }
+        out.extend_from_slice(&(state.len() as u64).to_le_bytes());
+        out.extend_from_slice(&state);
+        let checksum = crc32fast::hash(&out);
+        out.extend_from_slice(&checksum.to_le_bytes());
+        out
+    }
+
+    /// Reads a snapshot into `deduper` (a new, empty engine of the index's
+    /// settings).
+    pub fn decode(bytes: &[u8], mut deduper: Deduper) -> Result<Replica, SnapshotError> {
+        let corrupt = |_| SnapshotError::Corrupt("it ends too soon");
+        if bytes.len() < MAGIC.len() + 4 || bytes[..MAGIC.len()] != MAGIC {
+            return Err(SnapshotError::Corrupt("not a replica snapshot"));
+        }
+        let (body, stored) = bytes.split_at(bytes.len() - 4);
+        if crc32fast::hash(body).to_le_bytes() != stored {
+            return Err(SnapshotError::Corrupt("checksum mismatch"));
+        }
+        let mut r = Reader::new(&body[MAGIC.len()..]);
+        if r.u32().map_err(corrupt)? != VERSION {
+            return Err(SnapshotError::Corrupt("unknown version"));
+        }
+        let applied = r.u64().map_err(corrupt)?;
+        let id_len = usize::from(r.u16().map_err(corrupt)?);
+        let applied_id = std::str::from_utf8(r.take(id_len).map_err(corrupt)?)
+            .map_err(|_| SnapshotError::Corrupt("a stream id is not text"))?
+            .to_string();
+        let tokens = r.u32().map_err(corrupt)? as usize;
+        let mut memo = Memo::default();
+        for _ in 0..tokens {
+            let len = usize::from(r.u16().map_err(corrupt)?);
+            let token = r.take(len).map_err(corrupt)?;
+            let verdict = match r.u8().map_err(corrupt)? {
+                0 => Verdict::New,
+                1 => {
+                    let of = read_id(&mut r)?;
+                    let similarity = f64::from_bits(r.u64().map_err(corrupt)?);
+                    let cluster = read_id(&mut r)?;
+                    Verdict::Duplicate(Match {
+                        of,
+                        similarity,
+                        cluster,
+                    })
+                }
+                _ => return Err(SnapshotError::Corrupt("unknown verdict kind")),
+            };
+            memo.remember(token, verdict);
+        }
+        let state_len = r.u64().map_err(corrupt)? as usize;
+        let state = r.take(state_len).map_err(corrupt)?;
+        if !r.is_empty() {
+            return Err(SnapshotError::Corrupt("bytes after the state"));
+        }
+        snapshot::decode_into(state, &mut deduper).map_err(SnapshotError::State)?;
+        Ok(Replica {
+            deduper,
+            memo,
+            applied,
+            applied_id,
+            plan: Vec::new(),
+            decided: Vec::new(),
+        })
+    }
+}
+
+fn read_id(r: &mut Reader<'_>) -> Result<MessageId, SnapshotError> {
+    let kind = r
+        .u8()
+        .map_err(|_| SnapshotError::Corrupt("it ends too soon"))?;
+    r.id(kind)
+        .map_err(|_| SnapshotError::Corrupt("an id is out of shape"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::EngineConfig;
+    use crate::engine::Scratch;
+    use crate::redis_index::log;
+
+    fn deduper() -> Deduper {
+        Deduper::new(EngineConfig::default()).unwrap()
+    }
+
+    /// An entry of `texts`, each with its token if it has one.
+    fn entry(d: &Deduper, texts: &[(u64, &str, Option<&str>)], forget: &[&str]) -> Batch {
+        let sketches: Vec<_> = texts
+            .iter()
+            .map(|(_, text, _)| d.preparer().sketch(text, &[], &mut Scratch::default()))
+            .collect();
+        let ids: Vec<MessageId> = texts.iter().map(|(n, ..)| MessageId::Integer(*n)).collect();
+        let asks: Vec<Ask<'_>> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, (_, _, token))| Ask {
+                id: &ids[i],
+                sketch: sketches[i].as_sketch(),
+                op: Op::Check,
+                token: token.map(str::as_bytes),
+                time: 0,
+            })
+            .collect();
+        let forget: Vec<Vec<u8>> = forget.iter().map(|t| format!("s:{t}").into()).collect();
+        let mut bytes = Vec::new();
+        log::encode(&asks, b"s:", &forget, &mut bytes);
+        Batch::decode(&bytes).unwrap()
+    }
+
+    const STORY: &str = "the river burst its banks overnight and the old mill road is closed";
+
+    #[test]
+    fn a_token_logged_again_gets_its_first_verdict() {
+        let mut r = Replica::new(deduper());
+        let mut verdicts = Vec::new();
+        let first = entry(r.deduper(), &[(1, STORY, Some("1-0"))], &[]);
+        r.apply(&first, true, &mut verdicts);
+        assert_eq!(verdicts, [Verdict::New]);
+        // Redelivered (twice in one entry), then its copy with a new token.
+        let again = entry(
+            r.deduper(),
+            &[
+                (1, STORY, Some("1-0")),
+                (1, STORY, Some("1-0")),
+                (2, STORY, Some("2-0")),
+            ],
+            &[],
+        );
+        verdicts.clear();
+        r.apply(&again, true, &mut verdicts);
+        assert_eq!(verdicts[..2], [Verdict::New, Verdict::New]);
+        assert!(verdicts[2].is_duplicate());
+        // Forgotten: the token is free again (a new message under it).
+        let forget = entry(r.deduper(), &[(3, STORY, Some("1-0"))], &["1-0"]);
+        verdicts.clear();
+        r.apply(&forget, true, &mut verdicts);
+        assert!(verdicts[0].is_duplicate());
+    }
+
+    #[test]
+    fn a_token_repeated_within_an_entry_is_decided_once() {
+        let mut r = Replica::new(deduper());
+        let mut verdicts = Vec::new();
+        let e = entry(
+            r.deduper(),
+            &[(1, STORY, Some("1-0")), (1, STORY, Some("1-0"))],
+            &[],
+        );
+        r.apply(&e, true, &mut verdicts);
+        assert_eq!(verdicts, [Verdict::New, Verdict::New]);
+        assert_eq!(r.deduper().counts().messages, 1);
+    }
+
+    #[test]
+    fn a_snapshot_holds_the_index_the_memo_and_the_position() {
+        let mut r = Replica::new(deduper());
+        let mut verdicts = Vec::new();
+        let retweet = format!("RT @x: {STORY}");
+        let e = entry(
+            r.deduper(),
+            &[(1, STORY, Some("1-0")), (2, retweet.as_str(), None)],
+            &[],
+        );
+        r.apply(&e, false, &mut verdicts);
+        assert!(verdicts.is_empty(), "another's entry answers nobody");
+        r.applied = 7;
+        r.applied_id = "1700000000000-5".into();
+        let bytes = r.encode();
+        let mut back = Replica::decode(&bytes, deduper()).unwrap();
+        assert_eq!((back.applied, back.applied_id.as_str()), (7, "1700000000000-5"));
+        assert_eq!(back.memo_len(), 1);
+        assert_eq!(snapshot::encode(back.deduper()), snapshot::encode(r.deduper()));
+        let e = entry(back.deduper(), &[(1, "anything else", Some("1-0"))], &[]);
+        back.apply(&e, true, &mut verdicts);
+        assert_eq!(verdicts, [Verdict::New], "remembered, not decided");
+        for cut in [0, 8, 20, bytes.len() - 1] {
+            assert!(Replica::decode(&bytes[..cut], deduper()).is_err());
+        }
+        let mut flipped = bytes.clone();
+        flipped[30] ^= 1;
+        assert!(Replica::decode(&flipped, deduper()).is_err());
+    }
+}

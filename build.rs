@@ -32,7 +32,11 @@ fn main() {
         eat(file.to_string_lossy().replace('\\', "/").as_bytes());
         eat(&(text.len() as u64).to_le_bytes());
         // Line endings as checked out do not change the rule.
-        eat(&text.iter().copied().filter(|&b| b != b'\r').collect::<Vec<u8>>());
+        eat(&text
+            .iter()
+            .copied()
+            .filter(|&b| b != b'\r')
+            .collect::<Vec<u8>>());
     }
     println!("cargo:rustc-env=DEDUP_RULE_ID={hash:016x}");
 }

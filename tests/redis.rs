@@ -164,16 +164,33 @@ fn the_redis_index_writes_what_the_memory_index_writes() {
                 &format!("{name} at capacity {capacity}"),
             );
             assert_eq!(memory.stderr, in_redis.stderr, "{name}: the same warnings");
-            // And with every verification left to Redis (the path taken
-            // when a worker's claim cannot stand).
-            let mut all_in_redis = memory_args.clone();
-            let index_name = format!("{index_name}-redis-verifies");
-            all_in_redis.extend(["--index", &url, "--index-name", &index_name]);
-            all_in_redis.push("--redis-verifies");
-            same_output(
-                &memory,
-                &run(&all_in_redis, input),
-                &format!("{name} at capacity {capacity}, verified in Redis"),
+            // And in two runs, the second a new worker that starts from
+            // a snapshot in Redis and the log after it (snapshots every
+            // 100 messages, so the log is trimmed many times).
+            let index_name = format!("{index_name}-resumed");
+            let mut resumed_args = memory_args.clone();
+            resumed_args.extend([
+                "--index",
+                &url,
+                "--index-name",
+                &index_name,
+                "--log-snapshot-every",
+                "100",
+            ]);
+            let newlines = input.iter().filter(|&&b| b == b'\n').count();
+            let cut = input
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| **b == b'\n')
+                .nth(newlines / 2)
+                .map_or(input.len(), |(at, _)| at + 1);
+            let first = run(&resumed_args, &input[..cut]);
+            let second = run(&resumed_args, &input[cut..]);
+            assert!(first.status.success() && second.status.success(), "{name}");
+            let resumed = [first.stdout, second.stdout].concat();
+            assert!(
+                resumed == memory.stdout,
+                "{name} at capacity {capacity}: resumed from a snapshot, the output differs"
             );
         }
     }
@@ -184,7 +201,7 @@ fn the_redis_index_writes_what_the_memory_index_writes() {
         .unwrap();
     let info = index_command("info", &url, &format!("identical-{synthetic_feed}-40"));
     let info = String::from_utf8(info.stdout).unwrap();
-    assert!(info.contains("messages:  40 indexed"), "{info}");
+    assert!(info.contains("checked; 40 indexed"), "{info}");
     assert!(info.contains("capacity=40"), "{info}");
 }
 
@@ -409,7 +426,7 @@ fn redis_memory_stays_flat_past_capacity_and_drop_leaves_nothing() {
     let info = index_command("info", &url, "flat");
     let info = String::from_utf8(info.stdout).unwrap();
     assert!(
-        info.contains("2000 indexed, 8000 checked, 6000 evicted"),
+        info.contains("8000 checked; 2000 indexed, 6000 evicted at the snapshot"),
         "{info}"
     );
     let per_message: u64 = info
@@ -453,10 +470,10 @@ fn a_redis_cluster_holds_indexes_on_several_nodes() {
     let url = cluster.url();
     // Two index names whose slots two different nodes serve.
     let first = "alpha";
-    let first_owner = cluster.owner_of("{alpha}:meta");
+    let first_owner = cluster.owner_of("{alpha}:cfg");
     let second = (0..100)
         .map(|i| format!("index-{i}"))
-        .find(|name| cluster.owner_of(&format!("{{{name}}}:meta")) != first_owner)
+        .find(|name| cluster.owner_of(&format!("{{{name}}}:cfg")) != first_owner)
         .expect("some name lands on another node");
     let input = std::fs::read(fixture("retweet_storm.jsonl")).unwrap();
     let memory = run(&["--quiet", "--capacity", "12"], &input);
@@ -470,12 +487,15 @@ fn a_redis_cluster_holds_indexes_on_several_nodes() {
                 &url,
                 "--index-name",
                 name,
+                "--log-snapshot-every",
+                "10",
             ],
             &input,
         );
         same_output(&memory, &clustered, &format!("index {name}"));
         let info = index_command("info", &url, name);
-        assert!(String::from_utf8_lossy(&info.stdout).contains("messages:  12 indexed"));
+        let info = String::from_utf8_lossy(&info.stdout);
+        assert!(info.contains("31 checked; 12 indexed"), "{info}");
         let dropped = index_command("drop", &url, name);
         assert!(
             dropped.status.success(),

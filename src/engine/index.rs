@@ -511,6 +511,12 @@ impl Index {
             .map(|(&slot, ())| &self.entries[slot as usize])
     }
 
+    /// Sets the count of evictions so far (a replica restored from a
+    /// snapshot goes on counting where the index it copies stood).
+    pub fn restore_evictions(&mut self, evictions: u64) {
+        self.evictions = evictions;
+    }
+
     /// Entries from least to most recently used, with their slots.
     pub fn iter_lru_first_with_slots(&self) -> impl Iterator<Item = (u32, &Entry)> {
         self.recency

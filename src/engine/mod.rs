@@ -708,6 +708,12 @@ impl Deduper {
         self.next_seq = self.next_seq.max(seq + 1);
     }
 
+    /// Restores the count of evictions (from a replica's snapshot, see
+    /// [`crate::redis_index::replica`]).
+    pub fn restore_evictions(&mut self, evictions: u64) {
+        self.index.restore_evictions(evictions);
+    }
+
     /// Restores the next arrival sequence number (from a state file): the
     /// messages decided since the newest indexed one (exact copies, which
     /// are not indexed) count towards a lone recent match's reach.

@@ -15,16 +15,31 @@ pub struct IndexInfo {
     pub name: String,
     /// Its settings, as stored with it.
     pub settings: String,
-    /// Messages indexed now.
-    pub len: u64,
+    /// Entries appended to its log since it was made.
+    pub entries: u64,
+    /// Entries the log holds now (the rest are trimmed behind snapshots).
+    pub held_entries: u64,
     /// Messages checked since it was made.
     pub checked: u64,
-    /// Messages evicted since it was made.
-    pub evictions: u64,
+    /// The newest snapshot, if one was stored.
+    pub snapshot: Option<SnapshotInfo>,
     /// Its keys in Redis.
     pub keys: u64,
     /// Bytes of Redis memory its keys take (`MEMORY USAGE`, summed).
     pub memory_bytes: u64,
+}
+
+/// What the newest snapshot of an index held.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotInfo {
+    /// The log entry it was taken at.
+    pub entry: u64,
+    /// Messages indexed then.
+    pub len: u64,
+    /// Messages evicted until then.
+    pub evictions: u64,
+    /// Its size.
+    pub bytes: u64,
 }
 
 impl std::fmt::Display for IndexInfo {
@@ -33,12 +48,34 @@ impl std::fmt::Display for IndexInfo {
         writeln!(f, "settings:  {}", self.settings)?;
         writeln!(
             f,
-            "messages:  {} indexed, {} checked, {} evicted",
-            self.len, self.checked, self.evictions
+            "log:       {} entries appended, {} held",
+            self.entries, self.held_entries
         )?;
+        let len = match &self.snapshot {
+            Some(s) => {
+                writeln!(
+                    f,
+                    "snapshot:  at entry {}, {} bytes ({} entries since)",
+                    s.entry,
+                    s.bytes,
+                    self.entries.saturating_sub(s.entry)
+                )?;
+                writeln!(
+                    f,
+                    "messages:  {} checked; {} indexed, {} evicted at the snapshot",
+                    self.checked, s.len, s.evictions
+                )?;
+                s.len
+            }
+            None => {
+                writeln!(f, "snapshot:  none yet (the whole log is held)")?;
+                writeln!(f, "messages:  {} checked", self.checked)?;
+                0
+            }
+        };
         let per = self
             .memory_bytes
-            .checked_div(self.len)
+            .checked_div(len)
             .map(|per| format!(", {per} bytes per indexed message"))
             .unwrap_or_default();
         writeln!(
@@ -79,7 +116,7 @@ fn owner(location: &IndexLocation, name: &str) -> Result<Box<dyn ConnectionLike>
         IndexLocation::Redis(url) => Ok(Box::new(connect(url)?)),
         IndexLocation::Cluster(urls) => {
             let mut any = connect(&urls[0])?;
-            let meta = format!("{}meta", key_prefix(name));
+            let meta = format!("{}cfg", key_prefix(name));
             let slot: i64 = redis::cmd("CLUSTER")
                 .arg("KEYSLOT")
                 .arg(&meta)
@@ -176,12 +213,23 @@ pub fn info(location: &IndexLocation, name: &str) -> Result<IndexInfo, StoreErro
             "there is no index {name:?} at {location}"
         )));
     };
-    let meta: Vec<Option<u64>> = redis::cmd("HMGET")
-        .arg(format!("{prefix}meta"))
-        .arg(&["len", "seq", "evictions"])
+    let cfg: Vec<Option<u64>> = redis::cmd("HMGET")
+        .arg(format!("{prefix}cfg"))
+        .arg(&[
+            "n",
+            "snap_n",
+            "snap_len",
+            "snap_evictions",
+            "snap_bytes",
+            "checked",
+        ])
         .query(con.as_mut())
         .map_err(failed)?;
-    let field = |i: usize| meta.get(i).copied().flatten().unwrap_or(0);
+    let field = |i: usize| cfg.get(i).copied().flatten();
+    let held_entries: u64 = redis::cmd("XLEN")
+        .arg(format!("{prefix}log"))
+        .query(con.as_mut())
+        .map_err(failed)?;
     let (mut keys, mut memory_bytes) = (0u64, 0u64);
     for_each_key_page(con.as_mut(), name, |con, page| {
         let mut pipe = redis::pipe();
@@ -201,9 +249,15 @@ pub fn info(location: &IndexLocation, name: &str) -> Result<IndexInfo, StoreErro
     Ok(IndexInfo {
         name: name.to_string(),
         settings,
-        len: field(0),
-        checked: field(1),
-        evictions: field(2),
+        entries: field(0).unwrap_or(0),
+        held_entries,
+        checked: field(5).unwrap_or(0),
+        snapshot: field(1).map(|entry| SnapshotInfo {
+            entry,
+            len: field(2).unwrap_or(0),
+            evictions: field(3).unwrap_or(0),
+            bytes: field(4).unwrap_or(0),
+        }),
         keys,
         memory_bytes,
     })

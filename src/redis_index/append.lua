@@ -2,7 +2,8 @@
 -- Holds no rule of the decision: it numbers the entry and appends it.
 -- KEYS[1]: '{NAME}:cfg', KEYS[2]: '{NAME}:log', KEYS[3]: '{NAME}:calls'.
 -- ARGV[1]: the worker's settings, ARGV[2]: the epoch it applied,
--- ARGV[3]: the worker, ARGV[4]: its call number, ARGV[5]: the batch.
+-- ARGV[3]: the worker, ARGV[4]: its call number, ARGV[5]: the batch,
+-- ARGV[6]: how many of its messages are checks (counted for `index info`).
 -- Reply: {entry number, stream id, number of the newest snapshot}. A call
 -- repeated (its reply was lost) is answered with its entry, not appended.
 local cfg = redis.call('HMGET', KEYS[1], 'settings', 'epoch', 'snap_n')
@@ -24,6 +25,7 @@ if last then
   end
 end
 local n = redis.call('HINCRBY', KEYS[1], 'n', 1)
+redis.call('HINCRBY', KEYS[1], 'checked', ARGV[6])
 local id = redis.call('XADD', KEYS[2], '*', 'n', n, 'w', ARGV[3], 'c', ARGV[4], 'b', ARGV[5])
 redis.call('HSET', KEYS[3], ARGV[3], ARGV[4] .. ' ' .. n .. ' ' .. id)
 return {n, id, snap}

@@ -178,8 +178,10 @@ pub struct RedisIndex {
     token_scope: Vec<u8>,
     /// Scoped tokens whose verdicts may go, sent with the next batch.
     forget: Vec<Vec<u8>>,
-    /// The batch being appended, encoded.
+    /// The batch being appended, encoded, and how many of its messages
+    /// are checks (not queries).
     payload: Vec<u8>,
+    checks: usize,
     /// Messages between snapshots.
     snapshot_every: u64,
     /// The entry of the newest snapshot, as last heard from Redis.
@@ -263,7 +265,8 @@ impl RedisIndex {
                         .map_or(0, |d| d.as_nanos() as u64)
             )
         );
-        let deduper = Deduper::new(config.clone()).map_err(|e| StoreError::Refused(e.to_string()))?;
+        let deduper =
+            Deduper::new(config.clone()).map_err(|e| StoreError::Refused(e.to_string()))?;
         let mut index = RedisIndex {
             link,
             name: name.to_string(),
@@ -279,6 +282,7 @@ impl RedisIndex {
                 .map_or_else(|| b"tokens:".to_vec(), |s| format!("{s}:").into_bytes()),
             forget: Vec::new(),
             payload: Vec::new(),
+            checks: 0,
             snapshot_every: options
                 .snapshot_every
                 .unwrap_or((config.capacity.get() as u64).max(MIN_SNAPSHOT_EVERY))
@@ -360,8 +364,8 @@ impl RedisIndex {
                 )));
             };
             self.epoch = epoch;
-            let fresh =
-                Deduper::new(self.config.clone()).map_err(|e| StoreError::Refused(e.to_string()))?;
+            let fresh = Deduper::new(self.config.clone())
+                .map_err(|e| StoreError::Refused(e.to_string()))?;
             let (Some(at), Some(chunks), Some(crc)) = (
                 field(1).and_then(|n| n.parse::<u64>().ok()),
                 field(3).and_then(|n| n.parse::<usize>().ok()),
@@ -377,9 +381,8 @@ impl RedisIndex {
             let mut bytes = Vec::new();
             let mut whole = true;
             for page in names.chunks(16) {
-                let parts: Vec<Option<Vec<u8>>> = self
-                    .link
-                    .retry("reading the snapshot", |c, _| {
+                let parts: Vec<Option<Vec<u8>>> =
+                    self.link.retry("reading the snapshot", |c, _| {
                         redis::cmd("MGET").arg(page).query(c)
                     })?;
                 for part in parts {
@@ -394,8 +397,8 @@ impl RedisIndex {
             if !whole || crc32fast::hash(&bytes) != crc {
                 continue;
             }
-            let replica = Replica::decode(&bytes, fresh)
-                .map_err(|e| StoreError::Refused(e.to_string()))?;
+            let replica =
+                Replica::decode(&bytes, fresh).map_err(|e| StoreError::Refused(e.to_string()))?;
             if replica.applied != at {
                 return Err(StoreError::Refused(
                     "the index's snapshot in Redis does not say where in the log it stands".into(),
@@ -492,6 +495,7 @@ impl RedisIndex {
     /// start this replica again from the new index.
     fn append(&mut self) -> Result<(u64, String, u64), StoreError> {
         for _ in 0..5 {
+            let checks = self.checks;
             let (script, keys, settings, epoch, worker, call, payload) = (
                 &self.append_script,
                 &self.keys,
@@ -501,20 +505,19 @@ impl RedisIndex {
                 self.call,
                 &self.payload,
             );
-            let result = self
-                .link
-                .retry("appending to the index's log", |c, _| {
-                    script
-                        .key(&keys.cfg)
-                        .key(&keys.log)
-                        .key(&keys.calls)
-                        .arg(settings)
-                        .arg(epoch)
-                        .arg(worker)
-                        .arg(call)
-                        .arg(payload.as_slice())
-                        .invoke::<(u64, String, u64)>(c)
-                });
+            let result = self.link.retry("appending to the index's log", |c, _| {
+                script
+                    .key(&keys.cfg)
+                    .key(&keys.log)
+                    .key(&keys.calls)
+                    .arg(settings)
+                    .arg(epoch)
+                    .arg(worker)
+                    .arg(call)
+                    .arg(payload.as_slice())
+                    .arg(checks)
+                    .invoke::<(u64, String, u64)>(c)
+            });
             match result {
                 Ok(appended) => return Ok(appended),
                 Err(RetryError::Failed(e)) if e.code() == Some("DEDUP_NOINDEX") => {
@@ -737,6 +740,10 @@ impl IndexStore for RedisIndex {
             return Ok(());
         }
         log::encode(asks, &self.token_scope, &self.forget, &mut self.payload);
+        self.checks = asks
+            .iter()
+            .filter(|a| a.op == crate::engine::Op::Check)
+            .count();
         let start = verdicts.len();
         let mut lost = 0;
         loop {
@@ -767,8 +774,8 @@ impl IndexStore for RedisIndex {
             }
             let found = if number == self.replica.applied + 1 {
                 // Nothing came between: the batch is applied as it was sent.
-                let batch = Batch::decode(&self.payload)
-                    .map_err(|e| StoreError::Refused(e.to_string()))?;
+                let batch =
+                    Batch::decode(&self.payload).map_err(|e| StoreError::Refused(e.to_string()))?;
                 self.replica.apply(&batch, true, verdicts);
                 self.since_snapshot += batch.len() as u64;
                 self.replica.applied = number;
@@ -830,7 +837,10 @@ mod tests {
     #[test]
     fn settings_name_the_format_and_the_rule() {
         let text = settings_text(&EngineConfig::default());
-        assert!(text.starts_with(&format!("format={FORMAT} rule={RULE} ")), "{text}");
+        assert!(
+            text.starts_with(&format!("format={FORMAT} rule={RULE} ")),
+            "{text}"
+        );
         assert_eq!(RULE.len(), 16);
     }
 

@@ -65,7 +65,11 @@ impl Memo {
 
     fn pop_oldest(&mut self) {
         while let Some((token, generation)) = self.order.pop_front() {
-            if self.verdicts.get(&token).is_some_and(|(_, g)| *g == generation) {
+            if self
+                .verdicts
+                .get(&token)
+                .is_some_and(|(_, g)| *g == generation)
+            {
                 self.verdicts.remove(&token);
                 return;
             }
@@ -212,6 +216,7 @@ impl Replica {
         out.extend_from_slice(&MAGIC);
         out.extend_from_slice(&VERSION.to_le_bytes());
         out.extend_from_slice(&self.applied.to_le_bytes());
+        out.extend_from_slice(&self.deduper.index().evictions().to_le_bytes());
         out.extend_from_slice(&(self.applied_id.len() as u16).to_le_bytes());
         out.extend_from_slice(self.applied_id.as_bytes());
         out.extend_from_slice(&(self.memo_len() as u32).to_le_bytes());
@@ -251,6 +256,7 @@ impl Replica {
             return Err(SnapshotError::Corrupt("unknown version"));
         }
         let applied = r.u64().map_err(corrupt)?;
+        let evictions = r.u64().map_err(corrupt)?;
         let id_len = usize::from(r.u16().map_err(corrupt)?);
         let applied_id = std::str::from_utf8(r.take(id_len).map_err(corrupt)?)
             .map_err(|_| SnapshotError::Corrupt("a stream id is not text"))?
@@ -282,6 +288,7 @@ impl Replica {
             return Err(SnapshotError::Corrupt("bytes after the state"));
         }
         snapshot::decode_into(state, &mut deduper).map_err(SnapshotError::State)?;
+        deduper.restore_evictions(evictions);
         Ok(Replica {
             deduper,
             memo,
@@ -396,9 +403,15 @@ mod tests {
         r.applied_id = "1700000000000-5".into();
         let bytes = r.encode();
         let mut back = Replica::decode(&bytes, deduper()).unwrap();
-        assert_eq!((back.applied, back.applied_id.as_str()), (7, "1700000000000-5"));
+        assert_eq!(
+            (back.applied, back.applied_id.as_str()),
+            (7, "1700000000000-5")
+        );
         assert_eq!(back.memo_len(), 1);
-        assert_eq!(snapshot::encode(back.deduper()), snapshot::encode(r.deduper()));
+        assert_eq!(
+            snapshot::encode(back.deduper()),
+            snapshot::encode(r.deduper())
+        );
         let e = entry(back.deduper(), &[(1, "anything else", Some("1-0"))], &[]);
         back.apply(&e, true, &mut verdicts);
         assert_eq!(verdicts, [Verdict::New], "remembered, not decided");

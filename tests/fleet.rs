@@ -1,0 +1,313 @@
+//! The shared index's failure cases, through the real binary and a real
+//! `redis-server`: Redis losing its last writes under a running worker, the
+//! index dropped under it, a Redis that evicts keys, another build of the
+//! decision, and many workers on copies of the same few texts.
+//!
+//! Each test starts its own `redis-server` on a free loopback port and is
+//! skipped, saying so, when there is none, unless `DEDUP_REQUIRE_REDIS=1`.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::redis::{RedisServer, available};
+use common::{bin, run};
+
+/// The first `n` messages of the synthetic stream, as lines.
+fn synthetic(n: usize) -> Vec<Vec<u8>> {
+    use std::io::Read;
+    let file = std::fs::File::open(common::fixture("synthetic/dev.jsonl.gz")).unwrap();
+    let mut text = Vec::new();
+    flate2::read::GzDecoder::new(file)
+        .read_to_end(&mut text)
+        .unwrap();
+    text.split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .take(n)
+        .map(|l| [l, b"\n"].concat())
+        .collect()
+}
+
+const FIELDS: [&str; 5] = ["--quiet", "--id-field", "id_str", "--text-field", "text"];
+
+/// A filter that runs while the test feeds it part by part.
+struct Worker {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+    stderr: std::thread::JoinHandle<String>,
+}
+
+impl Worker {
+    fn start(args: &[&str]) -> Worker {
+        let mut child = Command::new(bin())
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (send, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if send.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut stderr = child.stderr.take().unwrap();
+        let stderr = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+            text
+        });
+        Worker {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            stderr,
+        }
+    }
+
+    /// Writes `part` and waits for its tagged lines.
+    fn feed(&mut self, part: &[Vec<u8>]) -> Vec<String> {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(&part.concat()).unwrap();
+        stdin.flush().unwrap();
+        (0..part.len())
+            .map(|i| {
+                self.lines
+                    .recv_timeout(Duration::from_secs(120))
+                    .unwrap_or_else(|_| panic!("line {i} of {} never came", part.len()))
+            })
+            .collect()
+    }
+
+    /// Closes its input and waits for it: its exit status and stderr.
+    fn finish(mut self) -> (std::process::ExitStatus, String) {
+        drop(self.stdin.take());
+        let status = self.child.wait().unwrap();
+        (status, self.stderr.join().unwrap())
+    }
+}
+
+/// What the in-memory filter writes for the last `tail` lines of `input`.
+fn memory_tail(input: &[Vec<u8>], tail: usize, extra: &[&str]) -> Vec<String> {
+    let mut args = FIELDS.to_vec();
+    args.extend(extra);
+    let out = run(&args, &input.concat());
+    assert!(out.status.success());
+    let lines: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    lines[lines.len() - tail..].to_vec()
+}
+
+fn is_own_duplicate(line: &str) -> bool {
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    v["dedup"]["duplicate_of"] == v["id_str"]
+}
+
+/// Redis restarts and has lost its last writes (here: everything after a
+/// `SAVE`, as a machine crash loses the last second of an `everysec` AOF).
+/// The running worker finds that the log no longer continues where its
+/// replica stands, says so, and starts again from what Redis kept: what
+/// follows is decided as if the lost messages had never come, never as a
+/// duplicate of itself.
+#[test]
+fn a_worker_follows_redis_back_when_it_loses_its_last_writes() {
+    if !available("a_worker_follows_redis_back_when_it_loses_its_last_writes") {
+        return;
+    }
+    let mut redis = RedisServer::start_with(&["--save", "", "--appendonly", "no"]);
+    let url = redis.url();
+    let input = synthetic(900);
+    let (kept, rest) = input.split_at(300);
+    let (lost, after) = rest.split_at(300);
+    let mut args = FIELDS.to_vec();
+    args.extend([
+        "--index",
+        &url,
+        "--index-name",
+        "rollback",
+        "--log-snapshot-every",
+        "100",
+    ]);
+    let mut worker = Worker::start(&args);
+    worker.feed(kept);
+    redis::cmd("SAVE")
+        .query::<()>(&mut redis.connection())
+        .unwrap();
+    worker.feed(lost);
+    // SIGKILL: what came after the SAVE is gone.
+    redis.restart();
+    let got = worker.feed(after);
+    let (status, stderr) = worker.finish();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("Redis lost log entries"), "{stderr}");
+    assert!(!got.iter().any(|l| is_own_duplicate(l)));
+    let expected = memory_tail(&[kept, after].concat(), after.len(), &[]);
+    assert!(
+        got == expected,
+        "after the loss, the verdicts of a run that never saw the lost messages"
+    );
+}
+
+/// The index is dropped (or Redis flushed) under a running worker: it says
+/// so and goes on with the new, empty index, deciding as a fresh process
+/// would, with no trace of what its replica held.
+#[test]
+fn a_worker_follows_an_index_dropped_under_it() {
+    if !available("a_worker_follows_an_index_dropped_under_it") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let input = synthetic(600);
+    let (before, after) = input.split_at(300);
+    let mut args = FIELDS.to_vec();
+    args.extend(["--index", &url, "--index-name", "dropped"]);
+    let mut worker = Worker::start(&args);
+    worker.feed(before);
+    let dropped = Command::new(bin())
+        .args(["index", "drop", "--index", &url, "--index-name", "dropped"])
+        .output()
+        .unwrap();
+    assert!(dropped.status.success());
+    let got = worker.feed(after);
+    let (status, stderr) = worker.finish();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("gone from Redis"), "{stderr}");
+    assert!(got == memory_tail(after, after.len(), &[]));
+    // A worker that joins now agrees with the one that followed the drop.
+    let again = run(&args, &after.concat());
+    let lines: Vec<String> = String::from_utf8(again.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(lines.len(), after.len());
+    assert!(lines.iter().all(|l| l.contains("\"status\":\"duplicate\"")));
+}
+
+/// A Redis that may evict any key when full would lose the index's keys
+/// without a word: it is refused before anything is read.
+#[test]
+fn a_redis_that_evicts_any_key_is_refused() {
+    if !available("a_redis_that_evicts_any_key_is_refused") {
+        return;
+    }
+    let redis = RedisServer::start_with(&[
+        "--save",
+        "",
+        "--maxmemory",
+        "64mb",
+        "--maxmemory-policy",
+        "allkeys-lru",
+    ]);
+    let url = redis.url();
+    let out = run(
+        &["--quiet", "--index", &url],
+        b"{\"id\":1,\"text\":\"one two three\"}\n",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("maxmemory-policy allkeys-lru"), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert!(redis.keys_with_prefix("{dedup-stream}:").is_empty());
+}
+
+/// An index made by another build of the decision (another rule in its
+/// settings) is refused, never applied with this build's rule.
+#[test]
+fn an_index_of_another_build_of_the_decision_is_refused() {
+    if !available("an_index_of_another_build_of_the_decision_is_refused") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let input = b"{\"id\":1,\"text\":\"one two three four five six\"}\n";
+    assert!(run(&["--quiet", "--index", &url], input).status.success());
+    let mut con = redis.connection();
+    let settings: String = redis::cmd("HGET")
+        .arg("{dedup-stream}:cfg")
+        .arg("settings")
+        .query(&mut con)
+        .unwrap();
+    let rule = settings
+        .split(' ')
+        .find(|f| f.starts_with("rule="))
+        .expect("the settings name the rule");
+    let older = settings.replace(rule, "rule=00000000deadbeef");
+    redis::cmd("HSET")
+        .arg("{dedup-stream}:cfg")
+        .arg("settings")
+        .arg(&older)
+        .query::<()>(&mut con)
+        .unwrap();
+    let out = run(&["--quiet", "--index", &url], input);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("rule=00000000deadbeef") && stderr.contains(rule),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+/// Eight workers all sending copies of the same few texts at once: every
+/// one finishes, and each text is new exactly once in the whole fleet (the
+/// log orders every decision; nothing is decided twice or missed).
+#[test]
+fn eight_workers_on_the_same_few_texts_all_progress() {
+    if !available("eight_workers_on_the_same_few_texts_all_progress") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let stories = [
+        "the river burst its banks overnight and the old mill road is closed",
+        "city council votes to build a new bridge across the harbour next spring",
+        "local bakery wins the national prize for the best sourdough loaf this year",
+    ];
+    let workers: Vec<_> = (0..8)
+        .map(|w| {
+            let input: Vec<u8> = (0..300)
+                .flat_map(|i| {
+                    format!(
+                        "{{\"id\":{},\"text\":\"{}\"}}\n",
+                        w * 1000 + i,
+                        stories[(i + w) % stories.len()]
+                    )
+                    .into_bytes()
+                })
+                .collect();
+            let url = url.clone();
+            std::thread::spawn(move || run(&["--quiet", "--index", &url], &input))
+        })
+        .collect();
+    let mut new = 0;
+    for worker in workers {
+        let out = worker.join().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(text.lines().count(), 300);
+        assert!(!text.lines().any(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["dedup"]["duplicate_of"] == v["id"]
+        }));
+        new += text.matches("\"status\":\"new\"").count();
+    }
+    assert_eq!(new, stories.len(), "each story new once in the fleet");
+}

@@ -3,15 +3,14 @@
 
 With a redis-server on the PATH, the seeds are real: a throwaway Redis on a
 free loopback port (in a temporary directory, nothing saved) is filled by
-the filter (BIN --index redis://...) and by a `consume` worker over fixture
-lines, and what they left there is read back: indexed messages' entries,
-verdicts from the consumer's memo, whole script replies made of those
-verdicts, and stream entries. Without one, a few seeds are built here in
-the same formats.
+the filter (BIN --index redis://...) over fixture lines, and what it left
+there is read back: the log's batches, whole XRANGE replies of the log,
+snapshots of a small index, and stream entries. Without one, a few seeds
+are built here in the same formats.
 
-Each seed is the target's input: a byte choosing the decoder (0 entry,
-1 verdict, 2 reply, 3 stream entry), a byte of parameter (the LSH bands;
-the verdicts in a reply; 0 for the stream field "json"), then the bytes.
+Each seed is the target's input: a byte choosing the decoder (0 a log
+batch, 1 a snapshot, 2 an XRANGE reply of the log, 3 a stream entry), a
+byte of parameter (0 for the stream field "json"), then the bytes.
 """
 
 import os
@@ -110,27 +109,33 @@ def write(out, name, mode, param, payload):
     WRITTEN.append(name)
 
 
+def batch(messages, forget=()):
+    """A log entry's batch, as src/redis_index/log.rs writes it."""
+    out = struct.pack("<BI", 1, len(forget))
+    for token in forget:
+        out += struct.pack("<H", len(token)) + token
+    out += struct.pack("<I", len(messages))
+    for flags, time_ms, id_num, token, shingles, keys in messages:
+        out += struct.pack("<Bq", flags | (4 if token else 0), time_ms)
+        out += struct.pack("<BQ", 0, id_num)
+        if token:
+            out += struct.pack("<H", len(token)) + token
+        out += struct.pack("<QH", 0x1234_5678_9ABC_DEF0, len(shingles))
+        out += b"".join(struct.pack("<I", s) for s in shingles)
+        out += struct.pack("<B", len(keys)) + b"".join(struct.pack("<I", k) for k in keys)
+    return out
+
+
 def built_seeds(out):
-    """Seeds in the formats decide.lua and Redis write, made here."""
-    bands = 9
-    keys = [0x1000 + k for k in range(bands + 2)]
-    shingles = [3, 17, 256, 70000, 0xFFFFFFF0]
-    for name, id_json, cluster, flags in [
-        ("new", b'"1234"', b"", 0),
-        ("dup", b"42", b'"7"', 0),
-        ("cut", b'"a\\u00e9"', b"", 0x80),
-    ]:
-        entry = struct.pack(">IIBI", 0, 9, len(keys) | flags, len(shingles))
-        entry += b"".join(struct.pack(">I", k) for k in keys)
-        entry += b"".join(struct.pack(">I", s) for s in shingles)
-        entry += struct.pack(">I", len(id_json)) + id_json + cluster
-        write(out, "built-entry-" + name, 0, bands, entry)
-    verdicts = [b"n", b"d" + struct.pack(">III", 5, 6, 6) + b'"1234"' + b'"1234"',
-                b"d" + struct.pack(">III", 3, 3, 2) + b"42" + b'"abc"']
-    for i, v in enumerate(verdicts):
-        write(out, "built-verdict-%d" % i, 1, 0, v)
-    write(out, "built-reply", 2, len(verdicts), encode(verdicts + [12, 0, 1]))
-    write(out, "built-reply-empty", 2, 0, encode([0, 0, 0]))
+    """Seeds in the formats the index's log and Redis write, made here."""
+    one = batch([(0, 0, 1234, b"", [3, 17, 256], [1, 2, 3, 4, 5, 6, 7, 8, 9])])
+    two = batch([(2, -5, 7, b"q:in:g:1-0", [1, 2], [9]), (1, 99, 8, b"", [], [])],
+                forget=[b"q:in:g:0-1"])
+    write(out, "built-batch-one", 0, 0, one)
+    write(out, "built-batch-two", 0, 0, two)
+    entry = [b"1700000000000-0", [b"n", b"1", b"w", b"00ab", b"c", b"1", b"b", one]]
+    write(out, "built-log-reply", 2, 0, encode([entry]))
+    write(out, "built-log-reply-empty", 2, 0, encode([]))
     write(out, "built-entry-stream", 3, 0, encode([b"1700000000000-0", [b"json", b'{"id":1,"text":"hi"}']]))
     write(out, "built-entry-deleted", 3, 0, encode([b"1700000000000-1", None]))
 
@@ -157,52 +162,31 @@ def real_seeds(out, binary, fixtures):
         if redis is None:
             raise RuntimeError("redis-server did not start")
         url = "redis://127.0.0.1:%d" % port
-        storm = os.path.join(fixtures, "retweet_storm.jsonl")
-        with open(storm, "rb") as f:
-            subprocess.run([binary, "--quiet", "--index", url], stdin=f,
-                           stdout=subprocess.DEVNULL, check=True)
-        # A consumer over a stream: its entries, and verdicts in its memo.
+        # A few small runs: log entries, and snapshots of a small index.
+        for name in ["retweet_storm.jsonl", "v2_tweets.jsonl", "cjk.jsonl", "tour.jsonl"]:
+            with open(os.path.join(fixtures, name), "rb") as f:
+                subprocess.run([binary, "--quiet", "--capacity", "8", "--index", url,
+                                "--log-snapshot-every", "5"], stdin=f,
+                               stdout=subprocess.DEVNULL, check=True)
+            at = redis.call("HGET", "{dedup-stream}:cfg", "snap_n")
+            if at is not None:
+                chunk = redis.call("GET", b"{dedup-stream}:snap:" + at + b":0")
+                if chunk:
+                    write(out, "redis-snapshot-" + name, 1, 0, chunk)
+        log = redis.call("XRANGE", "{dedup-stream}:log", "-", "+", "COUNT", MAX_SEEDS)
+        for n, entry in enumerate(log):
+            fields = entry[1]
+            payload = fields[fields.index(b"b") + 1]
+            write(out, "redis-batch-%d" % n, 0, 0, payload)
+            write(out, "redis-log-reply-%d" % n, 2, 0, encode([entry]))
+        # A consumer over a stream: its entries.
         lines = []
         for name in ["retweet_storm.jsonl", "v2_tweets.jsonl", "cjk.jsonl", "bad_lines.jsonl"]:
             with open(os.path.join(fixtures, name), "rb") as f:
                 lines += [l.rstrip(b"\n") for l in f if l.strip()][:60]
         for line in lines:
             redis.call("XADD", "tweets", "*", "json", line)
-        worker = subprocess.Popen(
-            [binary, "consume", "--redis", url, "--stream", "tweets", "--group", "dedup",
-             "--output", "tweets:tagged", "--index-name", "consumed"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 60
-        # Every entry is appended, tagged, to the output or, malformed, to
-        # its invalid stream.
-        while time.time() < deadline and redis.call("XLEN", "tweets:tagged") + redis.call(
-            "XLEN", "tweets:tagged:invalid"
-        ) < len(lines):
-            time.sleep(0.1)
-        worker.terminate()
-        worker.wait(timeout=30)
-
-        for index in ["dedup-stream", "consumed"]:
-            settings = redis.call("HGET", "{%s}:cfg" % index, "settings") or b""
-            bands = [int(f[6:]) for f in settings.split() if f.startswith(b"bands=")]
-            bands = bands[0] if bands else 0
-            for n, key in enumerate(redis.scan("{%s}:e:*" % index)[:MAX_SEEDS]):
-                write(out, "redis-%s-entry-%d" % (index, n), 0, bands, redis.call("GET", key))
-        verdicts = []
-        for key in redis.scan("{consumed}:memo:*"):
-            values = redis.call("HGETALL", key)[1::2]
-            verdicts += sorted(set(v for v in values if v[:1] in (b"n", b"d")))
-        # The duplicates first: they hold the most.
-        verdicts.sort(key=lambda v: (v[:1] != b"d", len(v)))
-        for n, v in enumerate(verdicts[:MAX_SEEDS]):
-            write(out, "redis-verdict-%d" % n, 1, 0, v)
-        length = redis.call("HGET", "{consumed}:meta", "len")
-        length = int(length) if length else 0
-        for n in range(1, 6):
-            part = verdicts[n - 1 : 2 * n - 1]
-            write(out, "redis-reply-%d" % n, 2, len(part), encode(part + [length, 0, 0]))
         entries = redis.call("XRANGE", "tweets", "-", "+", "COUNT", MAX_SEEDS)
-        entries += redis.call("XRANGE", "tweets:tagged", "-", "+", "COUNT", 5)
         for n, entry in enumerate(entries):
             write(out, "redis-stream-entry-%d" % n, 3, 0, encode(entry))
         if entries:

@@ -8,12 +8,18 @@ processes at once with `--index redis://...`, and reports, all from one run:
 
 - messages/s in total (wall clock, from the first start to the last exit);
 - Redis CPU time per message (INFO cpu) and round trips per message
-  (INFO commandstats: script calls and reads);
-- Redis bytes per indexed message: MEMORY USAGE of the index's keys over the
-  messages indexed (`dedup-stream index info`), and used_memory over them;
-- how many verdicts the workers verified and Redis took as they were;
+  (INFO commandstats: every command);
+- Redis bytes per indexed message: MEMORY USAGE of the index's keys (the
+  log and its snapshot) over the messages indexed at the end, and
+  used_memory over them;
+- each worker's own memory: peak RSS, and the bytes its replica of the
+  index holds per indexed message (`--stats`);
+- the messages each worker applied from the others' entries, and the
+  batches appended again (the fleet's retries: 0 unless Redis loses writes);
 - with one worker, whether the output equals the in-memory filter's, byte
-  for byte, and the in-memory filter's own messages/s for comparison.
+  for byte, and the in-memory filter's own messages/s for comparison; with
+  several, the quality scored order-free when the stream's truth file is
+  beside it (../shared/data/synthetic/score.py --outputs).
 
 Usage: python3 scripts/redis_bench.py [--stream FILE(.gz)] [--capacity N]
        [--workers 1,2,4] [--binary target/release/dedup-stream]
@@ -24,6 +30,7 @@ stream of 200,000 lines. Build first: cargo build --release --examples.
 
 import argparse
 import gzip
+import json
 import os
 import re
 import shutil
@@ -91,6 +98,100 @@ def split(lines, n):
     return [b"".join(p) for p in parts]
 
 
+def order_free_f1(stream, outputs, tmp):
+    """F1 of a fleet's outputs scored order-free, when the truth is there."""
+    truth = re.sub(r"\.jsonl(\.gz)?$", ".truth.tsv", stream or "")
+    scorer = os.path.join(os.path.dirname(stream or ""), "score.py")
+    if not truth or not os.path.exists(scorer):
+        return "n/a"
+    files = []
+    for name, suffix in [(stream, ".data.jsonl"), (truth, ".truth.tsv")]:
+        plain = name if os.path.exists(name) and not name.endswith(".gz") else None
+        if plain is None:
+            packed = name if name.endswith(".gz") else name + ".gz"
+            if not os.path.exists(packed):
+                return "n/a"
+            plain = os.path.join(tmp, "scored" + suffix)
+            if not os.path.exists(plain):
+                with gzip.open(packed, "rb") as f, open(plain, "wb") as out:
+                    shutil.copyfileobj(f, out)
+        files.append(plain)
+    paths = []
+    for i, out in enumerate(outputs):
+        path = os.path.join(tmp, f"worker-{i}.out")
+        with open(path, "wb") as f:
+            f.write(out)
+        paths.append(path)
+    scored = subprocess.run([sys.executable, scorer, "--outputs", *paths, "--data", files[0],
+                             "--truth", files[1]], capture_output=True, text=True)
+    m = re.search(r"order_free precision=([\d.]+) recall=([\d.]+) f1=([\d.]+)", scored.stdout)
+    return f"P {m.group(1)} R {m.group(2)} F1 {m.group(3)}" if m else "score failed"
+
+
+def resp(*args):
+    """One command in the Redis protocol."""
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
+def consume_table(args, port, url, lines, base, tmp):
+    """A fleet as it is deployed: `consume` workers of one group reading one
+    stream, so that the order the index sees is the stream's, up to the
+    batches in flight."""
+    counts = [int(w) for w in args.consume.split(",") if w]
+    if not counts:
+        return
+    print()
+    print("`consume` workers of one consumer group, the stream in Redis, tagged lines to stdout:")
+    print()
+    print("| workers | messages/s | Redis CPU µs/msg (queue included) | same as memory / order-free F1 |")
+    print("|---|---|---|---|")
+    engine = [a for a in base[1:] if a != "--quiet"]
+    for n in counts:
+        cli(port, "FLUSHALL")
+        payload = b"".join(resp("XADD", "bench:in", "*", "json", l.rstrip(b"\n")) for l in lines)
+        subprocess.run(["redis-cli", "-p", str(port), "--pipe"], input=payload,
+                       capture_output=True, check=True)
+        cpu_before = cpu(port)
+        cmd = [args.binary, "consume", *engine, "--redis", url, "--stream", "bench:in",
+               "--group", "g", "--output", "-", "--index-name", f"consume{n}", "--quiet"]
+        if args.snapshot_every:
+            cmd += ["--log-snapshot-every", str(args.snapshot_every)]
+        started = time.perf_counter()
+        files = [open(os.path.join(tmp, f"consume-{n}-{i}.out"), "wb") for i in range(n)]
+        procs = [subprocess.Popen(cmd + ["--consumer", f"c{i}"], stdout=f, stderr=subprocess.PIPE)
+                 for i, f in enumerate(files)]
+        while True:
+            time.sleep(0.2)
+            groups = cli(port, "XINFO", "GROUPS", "bench:in").split()
+            fields = dict(zip(groups[::2], groups[1::2]))
+            if fields.get("lag") == "0" and fields.get("pending") == "0":
+                break
+            if any(p.poll() is not None for p in procs):
+                sys.exit("a consume worker stopped: "
+                         + b"".join(p.stderr.read() for p in procs).decode(errors="replace"))
+        elapsed = time.perf_counter() - started
+        redis_cpu = cpu(port) - cpu_before
+        for p in procs:
+            p.terminate()
+            p.wait()
+        outputs = []
+        for f in files:
+            f.close()
+            with open(f.name, "rb") as g:
+                outputs.append(g.read())
+        if n == 1:
+            memory = subprocess.run(base, input=b"".join(lines), capture_output=True,
+                                    check=True).stdout
+            same = "yes" if outputs[0] == memory else "NO"
+        else:
+            same = order_free_f1(args.stream, outputs, tmp)
+        print(f"| {n} | {len(lines) / elapsed:,.0f} | {redis_cpu / len(lines) * 1e6:.2f} | {same} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--stream", default=DEFAULT_STREAM)
@@ -100,8 +201,11 @@ def main():
     ap.add_argument("--pin", action="store_true",
                     help="run Redis on CPU 0 and the workers on the other CPUs (taskset), as a "
                          "deployment gives Redis a core of its own")
-    ap.add_argument("--redis-verifies", action="store_true",
-                    help="leave every verification to Redis (the slower path, for comparison)")
+    ap.add_argument("--consume", default="1,2,4",
+                    help="worker counts for the second table: `consume` workers of one "
+                         "consumer group reading the stream from Redis ('' for none)")
+    ap.add_argument("--snapshot-every", type=int, default=None,
+                    help="messages between snapshots of the index in Redis (default: capacity)")
     args = ap.parse_args()
     if not shutil.which("redis-server"):
         sys.exit("redis-server is not installed (apt-get install redis-server)")
@@ -134,47 +238,69 @@ def main():
                 time.sleep(0.05)
         url = f"redis://127.0.0.1:{port}"
         print()
-        print("| workers | messages/s | Redis CPU µs/msg | round trips/msg | bytes/indexed msg "
-              "(keys) | used_memory/msg | verified by workers | taken by Redis | same as memory |")
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("| workers | messages/s | Redis CPU µs/msg | round trips/msg | Redis bytes/indexed msg "
+              "(keys) | used_memory/msg | worker peak RSS MB | worker bytes/indexed msg | "
+              "applied from others | re-appended | same as memory / order-free F1 |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for n in [int(w) for w in args.workers.split(",")]:
             cli(port, "FLUSHALL")
             cli(port, "CONFIG", "RESETSTAT")
             memory_before = int(info(port, "memory")["used_memory"])
             cpu_before = cpu(port)
             cmd = [b for b in base if b != "--quiet"] + ["--index", url, "--index-name", f"bench{n}", "-v"]
-            if args.redis_verifies:
-                cmd.append("--redis-verifies")
+            if args.snapshot_every:
+                cmd += ["--log-snapshot-every", str(args.snapshot_every)]
             started = time.perf_counter()
             procs = []
-            for part in split(lines, n):
-                p = subprocess.Popen(pin_workers + cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE)
-                procs.append((p, part))
+            for i, part in enumerate(split(lines, n)):
+                stats = os.path.join(tmp, f"stats-{n}-{i}.json")
+                p = subprocess.Popen(pin_workers + cmd + ["--stats", stats], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                procs.append((p, part, stats))
             outputs = []
             results = [None] * len(procs)
 
             def talk(i, p, part):
-                results[i] = p.communicate(part)
+                # Feed and drain by hand, then wait4 for the worker's own peak RSS.
+                chunks = []
+                reader = threading.Thread(target=lambda: chunks.append(p.stdout.read()))
+                err = []
+                err_reader = threading.Thread(target=lambda: err.append(p.stderr.read()))
+                reader.start()
+                err_reader.start()
+                p.stdin.write(part)
+                p.stdin.close()
+                reader.join()
+                err_reader.join()
+                _, status, usage = os.wait4(p.pid, 0)
+                p.returncode = os.waitstatus_to_exitcode(status)
+                results[i] = (chunks[0], err[0], usage.ru_maxrss)
 
             threads = [threading.Thread(target=talk, args=(i, p, part))
-                       for i, (p, part) in enumerate(procs)]
+                       for i, (p, part, _) in enumerate(procs)]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
             elapsed = time.perf_counter() - started
-            verified = taken = 0
-            for (p, _), (out, err) in zip(procs, results):
+            applied = reappended = 0
+            peak_rss = 0
+            worker_bytes = []
+            for (p, _, stats), (out, err, rss) in zip(procs, results):
                 if p.returncode != 0:
                     sys.exit(f"a worker failed: {err.decode(errors='replace')}")
                 outputs.append(out)
-                m = re.search(rb"verified_here=(\d+) decided_by_redis=(\d+)", err)
+                peak_rss = max(peak_rss, rss)
+                m = re.search(rb"applied_from_others=(\d+) reappends=(\d+)", err)
                 if m:
-                    verified += int(m.group(1))
-                    taken += int(m.group(1)) - int(m.group(2))
+                    applied += int(m.group(1))
+                    reappended += int(m.group(2))
+                with open(stats) as f:
+                    summary = json.load(f)
+                if summary.get("index_size"):
+                    worker_bytes.append(summary["index_bytes"] / summary["index_size"])
             calls = commandstats(port)
-            trips = sum(v for k, v in calls.items() if k in ("evalsha", "eval", "mget"))
+            trips = sum(calls.values())
             redis_cpu = cpu(port) - cpu_before
             used = int(info(port, "memory")["used_memory"]) - memory_before
             index = subprocess.run([args.binary, "index", "info", "--index", url,
@@ -182,12 +308,16 @@ def main():
                                    text=True, check=True).stdout
             indexed = int(re.search(r"(\d+) indexed", index).group(1))
             per = re.search(r"(\d+) bytes per indexed message", index)
-            same = "yes" if n > 1 or outputs[0] == memory else "NO"
-            if n > 1:
-                same = "n/a"
-            print(f"| {n} | {len(lines) / elapsed:,.0f} | {redis_cpu / len(lines) * 1e6:.1f} | "
+            if n == 1:
+                same = "yes" if outputs[0] == memory else "NO"
+            else:
+                same = order_free_f1(args.stream, outputs, tmp)
+            print(f"| {n} | {len(lines) / elapsed:,.0f} | {redis_cpu / len(lines) * 1e6:.2f} | "
                   f"{trips / len(lines):.4f} | {per.group(1) if per else '?'} | "
-                  f"{used // max(indexed, 1)} | {verified:,} | {taken:,} | {same} |")
+                  f"{used // max(indexed, 1)} | {peak_rss / 1024:.0f} | "
+                  f"{max(worker_bytes) if worker_bytes else 0:.0f} | {applied:,} | {reappended} | "
+                  f"{same} |")
+        consume_table(args, port, url, lines, base, tmp)
     finally:
         server.terminate()
         server.wait()

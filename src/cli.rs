@@ -102,7 +102,7 @@ pub struct IndexArgs {
 
     /// With the index in Redis: messages logged between two snapshots of
     /// the index stored there (the log is trimmed behind them). Default:
-    /// the capacity.
+    /// half the capacity.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub log_snapshot_every: Option<u64>,
 
@@ -184,7 +184,7 @@ pub struct ConsumeArgs {
     pub redis_timeout: Duration,
 
     /// Messages logged between two snapshots of the index in Redis.
-    /// Default: the capacity.
+    /// Default: half the capacity.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub log_snapshot_every: Option<u64>,
 

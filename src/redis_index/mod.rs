@@ -220,9 +220,9 @@ pub struct RedisOptions {
     pub token_scope: Option<String>,
     /// Time Redis has to answer a call; `None`: [`DEFAULT_TIMEOUT`].
     pub timeout: Option<std::time::Duration>,
-    /// Messages between snapshots of the index in Redis; `None`: the
-    /// capacity (so the log holds at most about two capacities of
-    /// messages).
+    /// Messages between snapshots of the index in Redis; `None`: half the
+    /// capacity (the log is trimmed behind the snapshot before the newest,
+    /// so it holds at most about one capacity of messages).
     pub snapshot_every: Option<u64>,
 }
 
@@ -285,7 +285,7 @@ impl RedisIndex {
             checks: 0,
             snapshot_every: options
                 .snapshot_every
-                .unwrap_or((config.capacity.get() as u64).max(MIN_SNAPSHOT_EVERY))
+                .unwrap_or((config.capacity.get() as u64 / 2).max(MIN_SNAPSHOT_EVERY))
                 .max(1),
             snapshot_at: 0,
             since_snapshot: 0,

@@ -261,7 +261,26 @@ def main():
             results = [None] * len(procs)
 
             def talk(i, p, part):
-                # Feed and drain by hand, then wait4 for the worker's own peak RSS.
+                # Feed and drain by hand; the worker's own peak RSS is its
+                # VmHWM, sampled until it exits (wait4's ru_maxrss would count
+                # this Python process's pages, shared with the child until
+                # it execs).
+                peak = [0]
+
+                def sample():
+                    path = f"/proc/{p.pid}/status"
+                    while p.returncode is None:
+                        try:
+                            with open(path) as f:
+                                for line in f:
+                                    if line.startswith("VmHWM:"):
+                                        peak[0] = max(peak[0], int(line.split()[1]))
+                        except OSError:
+                            return
+                        time.sleep(0.05)
+
+                sampler = threading.Thread(target=sample)
+                sampler.start()
                 chunks = []
                 reader = threading.Thread(target=lambda: chunks.append(p.stdout.read()))
                 err = []
@@ -272,9 +291,12 @@ def main():
                 p.stdin.close()
                 reader.join()
                 err_reader.join()
-                _, status, usage = os.wait4(p.pid, 0)
-                p.returncode = os.waitstatus_to_exitcode(status)
-                results[i] = (chunks[0], err[0], usage.ru_maxrss)
+                # Wait for the exit without reaping, so the sampler reads the
+                # status file to the end.
+                os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)
+                p.returncode = p.wait()
+                sampler.join()
+                results[i] = (chunks[0], err[0], peak[0])
 
             threads = [threading.Thread(target=talk, args=(i, p, part))
                        for i, (p, part, _) in enumerate(procs)]

@@ -197,7 +197,7 @@ pub struct ConsumeArgs {
     #[arg(short, long)]
     pub quiet: bool,
 
-    /// More logging on stderr (-v: claims and progress, -vv: debugging).
+    /// More logging on stderr (-v: progress and the index log's counts, -vv: debugging).
     #[arg(short, long, action = clap::ArgAction::Count, conflicts_with = "quiet")]
     pub verbose: u8,
 }

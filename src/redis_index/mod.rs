@@ -788,6 +788,16 @@ impl IndexStore for RedisIndex {
                 break;
             }
             verdicts.truncate(start);
+            if self.replica.applied >= number {
+                // A snapshot at or past the entry was loaded while it was
+                // looked for: the entry may be in it, so appending it again
+                // could decide its messages twice.
+                return Err(StoreError::Refused(format!(
+                    "index {:?}: this worker's batch was folded into a snapshot before the \
+                     worker read it back; its verdicts are unknown",
+                    self.name
+                )));
+            }
             lost += 1;
             self.count(|m| &m.log_reappends, 1);
             if lost > 3 {

@@ -28,6 +28,16 @@ end
 if cfg[4] then
   redis.call('XTRIM', KEYS[2], 'MINID', cfg[4])
 end
+-- Forget the last calls of workers silent for a week (restarted workers
+-- have new names): a call is repeated within its timeout, not a week on.
+local week = (tonumber(redis.call('TIME')[1]) - 7 * 86400) * 1000
+local calls = redis.call('HGETALL', prefix .. 'calls')
+for i = 1, #calls, 2 do
+  local ms = tonumber(string.match(calls[i + 1], ' (%d+)%-%d+$'))
+  if ms and ms < week then
+    redis.call('HDEL', prefix .. 'calls', calls[i])
+  end
+end
 redis.call('HSET', KEYS[1], 'snap_n', ARGV[4], 'snap_id', ARGV[5], 'snap_chunks', ARGV[6],
   'snap_crc', ARGV[7], 'snap_len', ARGV[8], 'snap_evictions', ARGV[9], 'snap_bytes', ARGV[10])
 return 1

@@ -1,17 +1,17 @@
 //! `dedup-stream consume`: a worker of a Redis Streams consumer group.
 //!
 //! ```text
-//!  IN ──XREADGROUP / XAUTOCLAIM──▶ prepare ──▶ index store ──▶ one script: XACK + XADD ──▶ OUT
-//!       (a batch of entries)      (sketch)    (one call,       (only what is still         (or OUT:invalid)
-//!                                              atomic)          pending is written)
+//!  IN ──XREADGROUP / XAUTOCLAIM──▶ prepare ──▶ index store ──▶ one script: XADD, then XACK ──▶ OUT
+//!       (a batch of entries)      (sketch)    (one call,       (only what is still pending       (or OUT:invalid)
+//!                                              atomic)          is written; types checked first)
 //! ```
 //!
 //! - Each entry's message is the JSON in one of its fields (`--field`,
 //!   default `json`), tagged exactly as the filter tags a line, and
 //!   appended to the output stream under the same field.
 //! - **Exactly once in the output.** The tagged message is written and the
-//!   entry acknowledged in one Lua script, and only if the entry was still
-//!   pending: when two workers finish the same entry (one was slow, and the
+//!   entry acknowledged in one Lua script, in that order, and only if the
+//!   entry was still pending: when two workers finish the same entry (one was slow, and the
 //!   other claimed it), the first writes and the second writes nothing. An
 //!   entry whose worker died before that script is read again (by its
 //!   consumer on restart, or claimed by another after `--claim-idle`), and
@@ -23,6 +23,13 @@
 //! - With `--output -` the tagged lines go to a writer (stdout) and are
 //!   flushed before the entries are acknowledged: at least once, since a
 //!   line can be written and its worker die before the acknowledgement.
+//! - **Never acknowledged without its output.** Redis does not undo a
+//!   script that fails halfway, so the script checks that the keys it
+//!   writes are streams (or absent) before writing anything: an output key
+//!   of another type stops the worker with
+//!   [`StoreError::NotAStream`](crate::error::StoreError::NotAStream) (at
+//!   its start, or at the batch that meets it), and the entries stay
+//!   pending.
 //! - A stop request (SIGTERM) finishes the batch in hand, acknowledges it
 //!   and returns.
 
@@ -137,19 +144,33 @@ enum Outcome {
     Dead { reason: String, message: Vec<u8> },
 }
 
-/// Acknowledges a batch and writes its output, entry by entry, only for
+/// Writes a batch's output and acknowledges it, entry by entry, only for
 /// entries still pending: see the module documentation.
+///
+/// Redis does not undo a script that fails halfway, so the order matters:
+/// the keys' types are checked before anything is written (a key of
+/// another type would fail the `XADD`), and each entry's output is
+/// appended before the entry is acknowledged. Whatever fails, an entry is
+/// never acknowledged without its output: at worst it stays pending and is
+/// read again, and the index's memo gives it the same verdict.
 const ACK_SCRIPT: &str = r"
+for k = 1, 3 do
+  local t = redis.call('TYPE', KEYS[k])['ok']
+  if t ~= 'stream' and t ~= 'none' then
+    return redis.error_reply('NOTSTREAM ' .. k .. ' ' .. t)
+  end
+end
 local acked = 0
 for i = 3, #ARGV, 4 do
   local id, kind = ARGV[i], ARGV[i + 1]
-  if redis.call('XACK', KEYS[1], ARGV[1], id) == 1 then
-    acked = acked + 1
+  if #redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1) == 1 then
     if kind == 'o' then
       redis.call('XADD', KEYS[2], '*', ARGV[2], ARGV[i + 2])
     elseif kind == 'd' then
       redis.call('XADD', KEYS[3], '*', 'source', id, 'error', ARGV[i + 3], ARGV[2], ARGV[i + 2])
     end
+    redis.call('XACK', KEYS[1], ARGV[1], id)
+    acked = acked + 1
   end
 end
 return acked
@@ -194,6 +215,9 @@ pub fn run<S: IndexStore>(
         verdicts: Vec::new(),
     };
     worker.create_group()?;
+    // An empty acknowledgement only checks the keys' types: a key that
+    // cannot take the output stops the worker before it decides anything.
+    worker.acknowledge(&[])?;
     let claim_every = (config.claim_idle / 2).max(Duration::from_millis(100));
     let mut last_claim: Option<Instant> = None;
     let mut claim_cursor = "0-0".to_string();
@@ -487,7 +511,25 @@ impl<S: IndexStore> Worker<'_, S> {
                 }
                 invocation.invoke::<u64>(c)
             })
-            .map_err(store_error)
+            .map_err(|e| match e {
+                RetryError::Failed(e) if e.code() == Some("NOTSTREAM") => {
+                    let detail = e.detail().unwrap_or_default();
+                    let (which, holds) = detail.split_once(' ').unwrap_or((detail, "?"));
+                    let (role, key) = match which {
+                        "1" => ("input stream", config.stream.as_str()),
+                        "2" if matches!(config.output, Output::Stream(_)) => {
+                            ("output stream", out_stream)
+                        }
+                        _ => ("dead-letter stream", config.invalid_stream.as_str()),
+                    };
+                    Error::Store(StoreError::NotAStream {
+                        key: key.to_string(),
+                        role,
+                        holds: holds.to_string(),
+                    })
+                }
+                e => store_error(e),
+            })
     }
 }
 

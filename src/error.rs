@@ -179,4 +179,19 @@ pub enum StoreError {
     /// Redis answered with an error that retrying will not cure.
     #[error("Redis refused: {0}")]
     Refused(String),
+    /// A key `consume` appends to holds something else than a stream, so
+    /// nothing was written or acknowledged: the entries stay pending.
+    #[error(
+        "the {role} {key:?} holds a {holds}, not a stream: nothing was written or acknowledged \
+         (the entries stay pending); rename or delete that key, or name another stream"
+    )]
+    NotAStream {
+        /// The key.
+        key: String,
+        /// What it is for: the stream read, the output or the dead-letter
+        /// stream.
+        role: &'static str,
+        /// Its Redis type (`string`, `hash`, …).
+        holds: String,
+    },
 }

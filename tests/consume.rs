@@ -1,0 +1,245 @@
+//! `dedup-stream consume` where it could lose or leak: an output key of
+//! the wrong type (nothing acknowledged without its output), a password in
+//! the Redis URL (never printed), and the entries the filter would take or
+//! refuse. Through the real binary and a real `redis-server` (skipped,
+//! saying so, without one, unless `DEDUP_REQUIRE_REDIS=1`).
+
+mod common;
+
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::bin;
+use common::redis::{RedisServer, available};
+
+const TEXT: &str = "Flooding closes the coastal highway north of the city tonight";
+
+fn add(con: &mut redis::Connection, stream: &str, field: &str, value: &[u8]) -> String {
+    redis::cmd("XADD")
+        .arg(stream)
+        .arg("*")
+        .arg(field)
+        .arg(value)
+        .query(con)
+        .unwrap()
+}
+
+fn xlen(con: &mut redis::Connection, stream: &str) -> usize {
+    redis::cmd("XLEN").arg(stream).query(con).unwrap_or(0)
+}
+
+fn pending(con: &mut redis::Connection, stream: &str, group: &str) -> usize {
+    match redis::cmd("XPENDING").arg(stream).arg(group).query(con) {
+        Ok(redis::Value::Array(parts)) => match parts.first() {
+            Some(redis::Value::Int(n)) => *n as usize,
+            _ => 0,
+        },
+        _ => 0,
+    }
+}
+
+/// An entry as XRANGE gives it: its id and `(field, value)` pairs.
+type RawEntry = (String, Vec<(String, Vec<u8>)>);
+
+/// The `(field, value)` pairs of every entry of `stream`, as text.
+fn entries(con: &mut redis::Connection, stream: &str) -> Vec<Vec<(String, String)>> {
+    let all: Vec<RawEntry> = redis::cmd("XRANGE")
+        .arg(stream)
+        .arg("-")
+        .arg("+")
+        .query(con)
+        .unwrap();
+    all.into_iter()
+        .map(|(_, fields)| {
+            fields
+                .into_iter()
+                .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
+                .collect()
+        })
+        .collect()
+}
+
+fn worker(url: &str, name: &str, output: &str, extra: &[&str]) -> Child {
+    Command::new(bin())
+        .args([
+            "consume",
+            "--redis",
+            url,
+            "--stream",
+            "in",
+            "--group",
+            "g",
+            "--consumer",
+            name,
+            "--output",
+            output,
+            "--claim-idle",
+            "1s",
+        ])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits for the worker to exit by itself: its status and stderr.
+fn exited(mut child: Child, limit: Duration) -> (Option<i32>, String) {
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the worker did not exit within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    (child.wait().unwrap().code(), stderr)
+}
+
+/// SIGTERM, then the exit status and stderr.
+fn terminate(child: Child) -> (Option<i32>, String) {
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    exited(child, Duration::from_secs(20))
+}
+
+fn message(id: u32, text: &str) -> Vec<u8> {
+    format!("{{\"id_str\":\"{id}\",\"text\":\"{text}\"}}").into_bytes()
+}
+
+#[test]
+fn an_output_key_of_another_type_stops_the_worker_before_it_acknowledges_anything() {
+    if !available("an_output_key_of_another_type_stops_the_worker") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let mut con = redis.connection();
+    add(&mut con, "in", "json", &message(1, TEXT));
+    redis::cmd("SET")
+        .arg("notastream")
+        .arg("hello")
+        .query::<()>(&mut con)
+        .unwrap();
+
+    // At the start: refused before anything is read.
+    let (code, stderr) = exited(
+        worker(&redis.url(), "a", "notastream", &[]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the output stream \"notastream\" holds a string, not a stream"),
+        "{stderr}"
+    );
+    assert_eq!(pending(&mut con, "in", "g"), 0, "nothing was read");
+    let unread: usize = redis::cmd("XINFO")
+        .arg("GROUPS")
+        .arg("in")
+        .query::<Vec<std::collections::HashMap<String, redis::Value>>>(&mut con)
+        .unwrap()
+        .first()
+        .and_then(|g| match g.get("lag") {
+            Some(redis::Value::Int(n)) => Some(*n as usize),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(unread, 1, "the entry is still to be read");
+
+    // Midway: the output key changes type under a running worker. The
+    // batch that meets it stops the worker; its entries stay pending, not
+    // acknowledged and lost.
+    let running = worker(&redis.url(), "b", "out", &[]);
+    wait_until("the first entry out", Duration::from_secs(20), || {
+        xlen(&mut con, "out") == 1
+    });
+    redis::cmd("DEL").arg("out").query::<()>(&mut con).unwrap();
+    redis::cmd("HSET")
+        .arg("out")
+        .arg("f")
+        .arg("v")
+        .query::<()>(&mut con)
+        .unwrap();
+    // In one transaction, so that one read takes both.
+    redis::pipe()
+        .atomic()
+        .cmd("XADD")
+        .arg("in")
+        .arg("*")
+        .arg("json")
+        .arg(message(2, "The bakery on 5th street reopens on Monday"))
+        .cmd("XADD")
+        .arg("in")
+        .arg("*")
+        .arg("json")
+        .arg(message(3, &format!("RT @news: {TEXT}")))
+        .query::<()>(&mut con)
+        .unwrap();
+    let (code, stderr) = exited(running, Duration::from_secs(20));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the output stream \"out\" holds a hash, not a stream"),
+        "{stderr}"
+    );
+    assert_eq!(pending(&mut con, "in", "g"), 2, "both entries stay pending");
+
+    // Once the key is put right, the same consumer finishes them.
+    redis::cmd("DEL").arg("out").query::<()>(&mut con).unwrap();
+    let again = worker(&redis.url(), "b", "out", &[]);
+    wait_until("the pending entries out", Duration::from_secs(20), || {
+        xlen(&mut con, "out") == 2
+    });
+    let (code, stderr) = terminate(again);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(pending(&mut con, "in", "g"), 0);
+    let out = entries(&mut con, "out");
+    assert!(out[0][0].1.contains("\"id_str\":\"2\""), "{out:?}");
+    assert!(
+        out[1][0].1.contains("\"duplicate_of\":\"1\""),
+        "the verdict against the first entry: {out:?}"
+    );
+}
+
+#[test]
+fn a_dead_letter_key_of_another_type_is_refused_too() {
+    if !available("a_dead_letter_key_of_another_type_is_refused_too") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let mut con = redis.connection();
+    add(&mut con, "in", "json", b"not json");
+    redis::cmd("RPUSH")
+        .arg("out:invalid")
+        .arg("x")
+        .query::<()>(&mut con)
+        .unwrap();
+    let (code, stderr) = exited(
+        worker(&redis.url(), "a", "out", &[]),
+        Duration::from_secs(20),
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the dead-letter stream \"out:invalid\" holds a list"),
+        "{stderr}"
+    );
+    assert_eq!(xlen(&mut con, "out"), 0);
+}

@@ -86,7 +86,7 @@ pub struct IndexArgs {
     /// Where the index lives: memory (this process), or a Redis that
     /// several workers share: redis://HOST:PORT[/DB], rediss://…,
     /// redis+unix:///PATH, or redis+cluster://HOST:PORT[,HOST:PORT…].
-    #[arg(long, value_name = "URL", default_value = "memory", value_parser = parse_location)]
+    #[arg(long, value_name = "URL", default_value = "memory", value_parser = LocationParser)]
     pub index: IndexLocation,
 
     /// Name of the index in Redis: the prefix and hash tag of its keys, so
@@ -171,7 +171,7 @@ pub struct ConsumeArgs {
     pub batch: usize,
 
     /// Where the index lives (default: on the --redis server).
-    #[arg(long, value_name = "URL", value_parser = parse_location)]
+    #[arg(long, value_name = "URL", value_parser = LocationParser)]
     pub index: Option<IndexLocation>,
 
     /// Name of the index in Redis.
@@ -221,7 +221,7 @@ pub enum IndexAction {
 pub struct IndexTarget {
     /// Where it lives: redis://HOST:PORT[/DB], rediss://…,
     /// redis+unix:///PATH or redis+cluster://HOST:PORT[,HOST:PORT…].
-    #[arg(long, value_name = "URL", value_parser = parse_location)]
+    #[arg(long, value_name = "URL", value_parser = LocationParser)]
     pub index: IndexLocation,
 
     /// Its name.
@@ -610,7 +610,10 @@ pub fn command() -> clap::Command {
                         return arg;
                     }
                     let var = format!("{ENV_PREFIX}{}", long.to_uppercase().replace('-', "_"));
-                    arg.env(var)
+                    // A URL's value may hold a password: --help must not
+                    // show it.
+                    let secret = matches!(long, "redis" | "index");
+                    arg.env(var).hide_env_values(secret)
                 })
             });
         }
@@ -657,8 +660,33 @@ fn parse_window(s: &str) -> Result<Window, ConfigError> {
     s.parse()
 }
 
-fn parse_location(s: &str) -> Result<IndexLocation, StoreError> {
-    s.parse()
+/// Reads `--index`. Not a plain function parser: clap would repeat the
+/// value refused, and a URL may hold a password, so the message names
+/// only the option and the reason (whose location is redacted).
+#[derive(Clone)]
+struct LocationParser;
+
+impl clap::builder::TypedValueParser for LocationParser {
+    type Value = IndexLocation;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<IndexLocation, clap::Error> {
+        use clap::error::ErrorKind;
+        let refused = |reason: String| {
+            let option = arg.map(ToString::to_string).unwrap_or_default();
+            clap::Error::raw(
+                ErrorKind::ValueValidation,
+                format!("invalid value for '{option}': {reason}\n"),
+            )
+            .with_cmd(cmd)
+        };
+        let s = value.to_str().ok_or_else(|| refused("not UTF-8".into()))?;
+        s.parse().map_err(|e: StoreError| refused(e.to_string()))
+    }
 }
 
 /// A duration: a number with an optional unit (ms, s, m, h; seconds when

@@ -243,3 +243,136 @@ fn a_dead_letter_key_of_another_type_is_refused_too() {
     );
     assert_eq!(xlen(&mut con, "out"), 0);
 }
+
+/// Runs the binary to its end: status, stdout and stderr as text.
+fn run_to_end(args: &[&str], input: &[u8]) -> (Option<i32>, String, String) {
+    let output = common::run(args, input);
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// `GET /metrics` from an admin endpoint.
+fn metrics(port: u16) -> String {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    reply
+}
+
+#[test]
+fn a_password_in_a_redis_url_is_never_printed() {
+    if !available("a_password_in_a_redis_url_is_never_printed") {
+        return;
+    }
+    const SECRET: &str = "s3cretPassw0rd";
+    let redis =
+        RedisServer::start_with(&["--save", "", "--appendonly", "no", "--requirepass", SECRET]);
+    let url = format!("redis://:{SECRET}@127.0.0.1:{}", redis.port);
+    let shown = format!("redis://:***@127.0.0.1:{}", redis.port);
+    let input = format!(
+        "{}\n{}\n",
+        String::from_utf8(message(1, TEXT)).unwrap(),
+        String::from_utf8(message(2, &format!("RT @news: {TEXT}"))).unwrap()
+    );
+    let mut everything = String::new();
+    let mut check =
+        |what: &str, (code, stdout, stderr): (Option<i32>, String, String), want: i32| {
+            assert_eq!(code, Some(want), "{what}: {stderr}");
+            assert!(
+                !stdout.contains(SECRET) && !stderr.contains(SECRET),
+                "{what} printed the password:\n{stdout}\n{stderr}"
+            );
+            everything.push_str(&stderr);
+            everything.push_str(&stdout);
+        };
+
+    // The filter, index info and index drop, at their most talkative.
+    check(
+        "the filter",
+        run_to_end(&["-vv", "--index", &url], input.as_bytes()),
+        0,
+    );
+    check(
+        "index info",
+        run_to_end(&["index", "info", "--index", &url], b""),
+        0,
+    );
+    check(
+        "index drop",
+        run_to_end(&["index", "drop", "--index", &url], b""),
+        0,
+    );
+    // A wrong password, and a URL refused, are reported without it.
+    let wrong = format!("redis://:{SECRET}x@127.0.0.1:{}", redis.port);
+    check(
+        "a wrong password",
+        run_to_end(&["--index", &wrong], input.as_bytes()),
+        1,
+    );
+    check(
+        "a URL refused",
+        run_to_end(&["--index", &format!("redis+cluster://:{SECRET}@")], b""),
+        2,
+    );
+    check(
+        "consume --redis of a cluster",
+        run_to_end(
+            &[
+                "consume",
+                "--redis",
+                &format!("redis+cluster://:{SECRET}@h:1"),
+                "--stream",
+                "in",
+                "--group",
+                "g",
+                "--output",
+                "out",
+            ],
+            b"",
+        ),
+        2,
+    );
+
+    // A consume worker with its admin endpoint, then one whose Redis is
+    // down (it says so, with the URL).
+    let mut con = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    add(&mut con, "in", "json", &message(1, TEXT));
+    let admin = common::redis::free_port(false);
+    let consuming = worker(
+        &url,
+        "a",
+        "out",
+        &["-vv", "--admin", &format!("127.0.0.1:{admin}")],
+    );
+    wait_until("the entry out", Duration::from_secs(20), || {
+        xlen(&mut con, "out") == 1
+    });
+    let scraped = metrics(admin);
+    assert!(scraped.contains("dedup_index_store_up"), "{scraped}");
+    assert!(!scraped.contains(SECRET), "/metrics: {scraped}");
+    let (code, stderr) = terminate(consuming);
+    check("consume", (code, String::new(), stderr), 0);
+    let down = format!(
+        "redis://:{SECRET}@127.0.0.1:{}",
+        common::redis::free_port(false)
+    );
+    let waiting = worker(&down, "b", "out", &[]);
+    std::thread::sleep(Duration::from_millis(700));
+    let (code, stderr) = terminate(waiting);
+    assert!(stderr.contains("Redis cannot be reached"), "{stderr}");
+    // (Stopped while opening the index: exit 1, nothing read.)
+    check("consume, Redis down", (code, String::new(), stderr), 1);
+
+    // The URL is shown where it helps, redacted.
+    assert!(everything.contains(&shown), "{everything}");
+}

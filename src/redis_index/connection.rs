@@ -13,8 +13,67 @@ use redis::{ConnectionLike, ErrorKind, RedisError, RedisResult, ServerErrorKind}
 use crate::error::StoreError;
 use crate::server::metrics::Metrics;
 
+/// What a password is shown as.
+const HIDDEN: &str = "***";
+
+/// `url` with its password replaced by `***` (the user is kept):
+/// `redis://:s3cret@host:6379` shows as `redis://:***@host:6379`, and a
+/// `pass=` or `password=` query parameter (`redis+unix:///PATH?pass=…`)
+/// likewise. Every URL that reaches a log line, an error or a report goes
+/// through it, so a password given in a URL is never printed.
+pub fn redact_url(url: &str) -> std::borrow::Cow<'_, str> {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
+        return url.into();
+    };
+    let rest = &url[start..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let mut shown = String::with_capacity(url.len());
+    shown.push_str(&url[..start]);
+    match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => {
+            match userinfo.split_once(':') {
+                Some((user, _password)) => {
+                    shown.push_str(user);
+                    shown.push(':');
+                    shown.push_str(HIDDEN);
+                }
+                None => shown.push_str(userinfo),
+            }
+            shown.push('@');
+            shown.push_str(hosts);
+        }
+        None => shown.push_str(authority),
+    }
+    match tail.split_once('?') {
+        Some((path, query)) => {
+            shown.push_str(path);
+            shown.push('?');
+            let params: Vec<String> = query
+                .split('&')
+                .map(|param| match param.split_once('=') {
+                    Some((name, _)) if matches!(name, "pass" | "password") => {
+                        format!("{name}={HIDDEN}")
+                    }
+                    _ => param.to_string(),
+                })
+                .collect();
+            shown.push_str(&params.join("&"));
+        }
+        None => shown.push_str(tail),
+    }
+    if shown == url {
+        url.into()
+    } else {
+        shown.into()
+    }
+}
+
 /// Where an index lives, as `--index` gives it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Its `Display` and `Debug` hide the password of a URL (`redis://:***@…`):
+/// the URL itself is only handed to the Redis client.
+#[derive(Clone, PartialEq, Eq)]
 pub enum IndexLocation {
     /// In this process (`memory`, the default).
     Memory,
@@ -31,7 +90,7 @@ impl FromStr for IndexLocation {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = |reason: String| StoreError::Location {
-            given: s.to_string(),
+            given: redact_url(s).into_owned(),
             reason,
         };
         if s == "memory" {
@@ -75,15 +134,33 @@ impl fmt::Display for IndexLocation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             IndexLocation::Memory => f.write_str("memory"),
-            IndexLocation::Redis(url) => f.write_str(url),
+            IndexLocation::Redis(url) => f.write_str(&redact_url(url)),
             IndexLocation::Cluster(urls) => {
-                let hosts: Vec<&str> = urls
+                // Every node's URL carries the same credentials: show them
+                // once, redacted, as they were given.
+                let shown: Vec<String> = urls.iter().map(|u| redact_url(u).into_owned()).collect();
+                let auth = shown[0]
+                    .strip_prefix("redis://")
+                    .and_then(|rest| rest.rsplit_once('@'))
+                    .map(|(auth, _)| format!("{auth}@"))
+                    .unwrap_or_default();
+                let hosts: Vec<&str> = shown
                     .iter()
-                    .map(|u| u.strip_prefix("redis://").unwrap_or(u))
+                    .map(|u| {
+                        let rest = u.strip_prefix("redis://").unwrap_or(u);
+                        rest.rsplit_once('@').map_or(rest, |(_, host)| host)
+                    })
                     .collect();
-                write!(f, "redis+cluster://{}", hosts.join(","))
+                write!(f, "redis+cluster://{auth}{}", hosts.join(","))
             }
         }
+    }
+}
+
+/// As `Display`: a derived `Debug` would print the password.
+impl fmt::Debug for IndexLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "IndexLocation({self})")
     }
 }
 
@@ -404,6 +481,36 @@ mod tests {
         ] {
             assert!(bad.parse::<IndexLocation>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn passwords_are_never_shown() {
+        for (given, shown) in [
+            ("redis://:s3cret@h:6379", "redis://:***@h:6379"),
+            ("redis://app:s3cret@h:6379/2", "redis://app:***@h:6379/2"),
+            ("rediss://app:p%40ss:w@h", "rediss://app:***@h"),
+            ("redis://app@h:6379", "redis://app@h:6379"),
+            (
+                "redis+unix:///run/r.sock?db=1&pass=s3cret",
+                "redis+unix:///run/r.sock?db=1&pass=***",
+            ),
+            (
+                "unix:///run/r.sock?user=app&password=s3cret",
+                "unix:///run/r.sock?user=app&password=***",
+            ),
+            (
+                "redis+cluster://:s3cret@h:1,h:2",
+                "redis+cluster://:***@h:1,h:2",
+            ),
+        ] {
+            let location: IndexLocation = given.parse().unwrap();
+            assert_eq!(location.to_string(), shown, "{given}");
+            assert_eq!(format!("{location:?}"), format!("IndexLocation({shown})"));
+        }
+        // Also when the location is refused.
+        let refused = "redis+cluster://:s3cret@".parse::<IndexLocation>();
+        assert!(!refused.unwrap_err().to_string().contains("s3cret"));
+        assert_eq!(redact_url("memory"), "memory");
     }
 
     #[test]

@@ -309,7 +309,8 @@ pub struct MessageArgs {
 pub struct StateArgs {
     /// Load the index from FILE at start (if it exists) and save it there at
     /// the end, atomically. A corrupt or incompatible file stops the run
-    /// and is left untouched.
+    /// and is left untouched; a file that is not a state file at all (nor
+    /// empty) is refused before anything is read.
     #[arg(long, value_name = "FILE")]
     pub state: Option<PathBuf>,
 
@@ -330,9 +331,22 @@ pub struct FilterArgs {
 
     /// Write the end-of-run summary as JSON to FILE (counts, elapsed
     /// seconds, messages per second, index size), for scripts and
-    /// pipelines. Checked to be writable before any input is read.
+    /// pipelines. Checked before any input is read: never an input file,
+    /// and an existing file is replaced only if it is a stats file.
     #[arg(long, value_name = "FILE")]
     pub stats: Option<PathBuf>,
+
+    /// Write the tagged lines to FILE instead of stdout, whole or not at
+    /// all (a temporary file renamed over FILE when the run ends). Never an
+    /// input file; an existing FILE is replaced only if it is tagged output
+    /// (its first line has a "dedup" member) or with --force.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// With --output: replace FILE even if it is not tagged output (never
+    /// an input file, though).
+    #[arg(long, requires = "output")]
+    pub force: bool,
 
     #[command(flatten)]
     pub engine: EngineArgs,

@@ -22,6 +22,9 @@
 //! - [`input`]: files and stdin chained into one stream (byte-order marks
 //!   skipped), each line traceable to `file:line`; output paths checked
 //!   before a run.
+//! - [`output`]: the files a run writes (`--stats`, `--state`, `-o`):
+//!   never an input, never a file of another kind; tagged output written
+//!   whole or not at all.
 //! - [`lines`]: bounded line reading (a huge line never sits in memory).
 //! - [`record`]: the wire format: a JSON line decoded once into id, text and
 //!   URL entities, borrowing the line; the tag spliced back into its bytes.
@@ -63,6 +66,7 @@ pub mod error;
 pub mod fuzzing;
 pub mod input;
 pub mod lines;
+pub mod output;
 pub mod pipeline;
 pub mod record;
 pub mod redis_index;

@@ -18,6 +18,7 @@ use cli::{Command, CompareArgs, CompletionsArgs, FilterArgs, ServeArgs, ShellArg
 use dedup_stream::engine::verdict::{LoneMatch, RECENT_MARGIN};
 use dedup_stream::engine::{Explained, IndexStore, Preparer};
 use dedup_stream::input::{self, Inputs, Source};
+use dedup_stream::output::{self, AtomicFile, OutputKind};
 use dedup_stream::redis_index::IndexLocation;
 use dedup_stream::report::{DEFAULT_WARNING_LIMIT, Report};
 use dedup_stream::server::metrics::Metrics;
@@ -111,16 +112,18 @@ fn filter(args: &FilterArgs) -> Exit {
     if let Err(e) = input::check_readable(&sources) {
         return usage(format!("cannot read the input {e}"));
     }
-    let outputs = [("--state", &args.state.state), ("--stats", &args.stats)];
-    for (option, path) in outputs {
-        if let Some(path) = path
-            && let Err(e) = input::check_writable(path)
-        {
-            return usage(format!(
-                "{option} {}: cannot write there: {e}",
-                path.display()
-            ));
-        }
+    // Never an input, never a file of another kind (a slip such as
+    // `--stats tweets.jsonl` must not replace the tweets).
+    let outputs: Vec<(OutputKind, &Path)> = [
+        (OutputKind::Tagged, &args.output),
+        (OutputKind::State, &args.state.state),
+        (OutputKind::Stats, &args.stats),
+    ]
+    .into_iter()
+    .filter_map(|(kind, path)| Some((kind, path.as_deref()?)))
+    .collect();
+    if let Err(e) = output::check(&outputs, &sources, args.force) {
+        return usage(e);
     }
     if sources.is_empty() && io::stdin().is_terminal() && !args.quiet {
         eprintln!(
@@ -201,17 +204,19 @@ impl Run<'_> {
         let status = (!args.quiet && io::stderr().is_terminal())
             .then(|| status::StatusLine::start(Arc::clone(&report), args.message.capacity.get()));
         let signal = Arc::new(AtomicU8::new(0));
+        let (target, writer): (Option<AtomicFile>, Box<dyn Write + Send>) = match &args.output {
+            None => (None, Box::new(io::stdout())),
+            Some(path) => match AtomicFile::create(path).and_then(|f| Ok((f.writer()?, f))) {
+                Ok((writer, file)) => (Some(file), Box::new(writer)),
+                Err(e) => {
+                    eprintln!("dedup-stream: --output {}: {e}", path.display());
+                    return Exit::Failure;
+                }
+            },
+        };
         let result = runtime.block_on(async {
             let shutdown = stop_on_signal(Arc::clone(&signal), stop);
-            pipeline::run(
-                pipeline_config,
-                preparer,
-                store,
-                inputs,
-                io::stdout(),
-                shutdown,
-            )
-            .await
+            pipeline::run(pipeline_config, preparer, store, inputs, writer, shutdown).await
         });
         runtime.shutdown_background();
         drop(status); // Clears the status line before anything else is said.
@@ -224,6 +229,14 @@ impl Run<'_> {
         }
         match result {
             Ok(finished) => {
+                // What was decided is written whole, also when a signal
+                // stopped the run (as it would be on stdout).
+                if let (Some(target), Some(path)) = (target, &args.output)
+                    && let Err(e) = target.commit()
+                {
+                    eprintln!("dedup-stream: --output {}: {e}", path.display());
+                    return Exit::Failure;
+                }
                 if !args.quiet {
                     eprintln!("dedup-stream: {}", finished.summary);
                 }
@@ -283,7 +296,7 @@ async fn stop_on_signal(which: Arc<AtomicU8>, stop: Arc<AtomicBool>) {
 /// Writes `--stats`: the summary as one JSON object and a newline.
 fn write_stats<S: IndexStore>(path: &Path, finished: &pipeline::Finished<S>) -> io::Result<()> {
     let json = finished.summary.to_json(&finished.store.stats());
-    std::fs::write(path, format!("{json}\n"))
+    output::write_file(path, format!("{json}\n").as_bytes())
 }
 
 /// Reports a bad option value in clap's style: exit status 2.
@@ -392,12 +405,9 @@ fn serve(args: &ServeArgs) -> Exit {
         Err(e) => return usage(e),
     };
     if let Some(path) = &args.state.state
-        && let Err(e) = input::check_writable(path)
+        && let Err(e) = output::check(&[(OutputKind::State, path)], &[], false)
     {
-        return usage(format!(
-            "--state {}: cannot write there: {e}",
-            path.display()
-        ));
+        return usage(e);
     }
     if let Err(e) = scale::refuse_memory_only(&args.index, &args.state) {
         return usage(e);

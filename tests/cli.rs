@@ -443,3 +443,188 @@ fn empty_text_invalid_refuses_texts_with_nothing_to_compare() {
     let bad = common::run(&["--empty-text", "skip"], b"");
     assert_eq!(bad.status.code(), Some(2));
 }
+
+/// Runs the binary with `args` in `dir`, feeding `input`.
+fn run_in(dir: &std::path::Path, args: &[&str], input: &[u8]) -> std::process::Output {
+    let mut child = Command::new(bin())
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    let feeder = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let output = child.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    output
+}
+
+#[test]
+fn output_options_never_replace_an_input_or_a_file_of_another_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let tweets = [
+        tweet("1", STORY),
+        tweet("2", &format!("RT @police: {STORY}")),
+    ]
+    .concat();
+    std::fs::write(dir.path().join("in.jsonl"), &tweets).unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "my notes\n").unwrap();
+    let untouched = |what: &str| {
+        assert_eq!(
+            std::fs::read(dir.path().join("in.jsonl")).unwrap(),
+            tweets.as_bytes(),
+            "{what}: the input was changed"
+        );
+        assert_eq!(
+            std::fs::read(dir.path().join("notes.txt")).unwrap(),
+            b"my notes\n",
+            "{what}: the notes were changed"
+        );
+    };
+    let refused = |args: &[&str], input: &[u8], says: &str| {
+        let output = run_in(dir.path(), args, input);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?}: nothing read or tagged");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        untouched(&format!("{args:?}"));
+    };
+    // The slip of a ripgrep user: --stats takes a value here.
+    refused(
+        &["--stats", "in.jsonl"],
+        tweets.as_bytes(),
+        "--stats in.jsonl: the file exists and is not a stats file",
+    );
+    // Its own input, however spelt.
+    refused(
+        &["--stats", "./in.jsonl", "in.jsonl"],
+        b"",
+        "is also an input file",
+    );
+    refused(
+        &["-o", "in.jsonl", "in.jsonl"],
+        b"",
+        "--output in.jsonl: is also an input file",
+    );
+    refused(
+        &["-o", "./in.jsonl", "--force", "in.jsonl"],
+        b"",
+        "is also an input file",
+    );
+    refused(
+        &["--state", "in.jsonl", "--fresh-state"],
+        tweets.as_bytes(),
+        "is not a state file",
+    );
+    refused(
+        &["--state", "in.jsonl", "in.jsonl"],
+        b"",
+        "is also an input file",
+    );
+    refused(
+        &["--stats", "notes.txt", "in.jsonl"],
+        b"",
+        "is not a stats file",
+    );
+    refused(&["-o", "notes.txt", "in.jsonl"], b"", "pass --force");
+    refused(
+        &["--stats", "s.json", "--state", "s.json", "in.jsonl"],
+        b"",
+        "is also the file of --state",
+    );
+    let serve = run_in(dir.path(), &["serve", "--state", "notes.txt"], b"");
+    assert_eq!(serve.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&serve.stderr).contains("is not a state file"));
+    untouched("serve");
+    #[cfg(unix)]
+    refused(
+        &["--state", "/dev/null", "in.jsonl"],
+        b"",
+        "is not a regular file",
+    );
+
+    // Files of their own kind are replaced, run after run.
+    for _ in 0..2 {
+        let output = run_in(
+            dir.path(),
+            &[
+                "-q",
+                "-o",
+                "out.jsonl",
+                "--stats",
+                "run.json",
+                "--state",
+                "x.state",
+                "in.jsonl",
+            ],
+            b"",
+        );
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(output.stdout.is_empty(), "the lines went to the file");
+        let out = std::fs::read_to_string(dir.path().join("out.jsonl")).unwrap();
+        assert_eq!(out.lines().count(), 2);
+        assert!(
+            out.lines()
+                .nth(1)
+                .unwrap()
+                .contains("\"duplicate_of\":\"1\"")
+        );
+        let stats = std::fs::read_to_string(dir.path().join("run.json")).unwrap();
+        assert!(stats.contains("\"messages\":2"), "{stats}");
+    }
+    // --force replaces what is not tagged output (never an input).
+    let output = run_in(
+        dir.path(),
+        &["-q", "-o", "notes.txt", "--force", "in.jsonl"],
+        b"",
+    );
+    assert!(output.status.success());
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("notes.txt"))
+            .unwrap()
+            .lines()
+            .count(),
+        2
+    );
+    // Nothing left behind: no temporary files.
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["in.jsonl", "notes.txt", "out.jsonl", "run.json", "x.state"]
+    );
+}
+
+#[test]
+fn a_failed_run_leaves_the_previous_output_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    let before = "{\"id\":7,\"dedup\":{\"status\":\"new\"}}\n";
+    std::fs::write(&out, before).unwrap();
+    // An invalid line with --on-invalid fail stops the run (exit 65).
+    let input = [tweet("1", STORY), "not json\n".to_string()].concat();
+    let output = run_in(
+        dir.path(),
+        &["-q", "-o", "out.jsonl", "--on-invalid", "fail"],
+        input.as_bytes(),
+    );
+    assert_eq!(output.status.code(), Some(65));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), before);
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "no temporary left"
+    );
+}

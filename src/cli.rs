@@ -41,7 +41,8 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Print the similarity of two texts (or files) and the shingles they
-    /// share: the quick check when a verdict surprises you.
+    /// share: the quick check when a verdict surprises you. Exit status 0
+    /// when they are near-duplicates, 1 when not, 2 on an error.
     Compare(CompareArgs),
     /// Serve one shared index over TCP and Unix sockets: a sidecar that
     /// several consumers ask per message (JSON lines in, one reply line per

@@ -550,6 +550,7 @@ fn compare(args: &CompareArgs) -> Exit {
     // B right after A, alone: a lone recent match when it is one.
     let mut lone = LoneMatch::new(config.threshold, config.lone_reach(), 1);
     lone.offer((), similarity, 0, b.shingles.len(), a.shingles.len(), || ());
+    let duplicate = similarity >= config.threshold || lone.result().is_some();
     let verdict = if similarity >= config.threshold {
         "duplicate".to_string()
     } else if lone.result().is_some() {
@@ -607,12 +608,20 @@ fn compare(args: &CompareArgs) -> Exit {
         .lines()
         .map(|line| format!("{}\n", line.trim_end()))
         .collect();
+    // As cmp and grep: 0 when the texts are near-duplicates, 1 when not,
+    // 2 for trouble (a bad option, an unreadable file, a failed write), so
+    // a script can branch on the answer.
+    let answer = if duplicate {
+        Exit::Success
+    } else {
+        Exit::Failure
+    };
     match out.write_all(report.as_bytes()).and_then(|()| out.flush()) {
-        Ok(()) => Exit::Success,
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Exit::Success,
+        Ok(()) => answer,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => answer,
         Err(e) => {
             eprintln!("dedup-stream: writing output: {e}");
-            Exit::Failure
+            Exit::Usage
         }
     }
 }

@@ -311,12 +311,20 @@ fn a_lone_recent_edit_is_a_duplicate() {
         text.contains("0.8: duplicate (a lone recent match"),
         "{text}"
     );
+    assert_eq!(output.status.code(), Some(0), "a duplicate: 0, as grep");
     let output = Command::new(bin())
         .args(["compare", "--recent", "0", ORIGINAL, EDIT])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(text.contains("0.8: not a duplicate"), "{text}");
+    assert_eq!(output.status.code(), Some(1), "not a duplicate: 1, as grep");
+    // Trouble is 2.
+    let output = Command::new(bin())
+        .args(["compare", "@/no/such/file", EDIT])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
 }
 
 #[test]
@@ -333,7 +341,7 @@ fn compare_shows_spot_signatures_and_the_sampling() {
         ])
         .output()
         .unwrap();
-    assert!(output.status.success());
+    assert_eq!(output.status.code(), Some(1), "not near-duplicates");
     let text = String::from_utf8_lossy(&output.stdout);
     // B holds three of A's five chains: under two thirds of A, and the two
     // neither begin nor end alike, so the pair is compared by Jaccard.

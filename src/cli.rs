@@ -830,6 +830,7 @@ impl ConsumeArgs {
             fields: self.message.fields()?,
             claim_idle: self.claim_idle,
             batch: self.batch.max(1),
+            max_line_bytes: self.message.max_line_bytes.max(1),
         })
     }
 }

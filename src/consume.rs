@@ -17,6 +17,9 @@
 //!   consumer on restart, or claimed by another after `--claim-idle`), and
 //!   the index answers it from its memo: the verdict it got the first time,
 //!   never "a duplicate of itself".
+//! - A message is read as the filter reads a line: a leading UTF-8
+//!   byte-order mark is skipped, and one longer than `--max-line-bytes` is
+//!   refused (dead-lettered without its bytes).
 //! - Malformed entries (no such field, not a JSON object with an id and a
 //!   text) are acknowledged, counted, reported on stderr, and appended to
 //!   the dead-letter stream with the reason: never retried forever.
@@ -40,9 +43,10 @@ use std::time::{Duration, Instant};
 
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
-use crate::batch::{self, Item, RawBatch};
+use crate::batch::{self, Item, RawBatch, RawLine};
 use crate::engine::{Ask, IndexStore, Preparer, Verdict};
-use crate::error::{Error, StoreError};
+use crate::error::{Error, InvalidReason, StoreError};
+use crate::input::BOM;
 use crate::pipeline::Emit;
 use crate::record::{Decoder, FieldSpec};
 use crate::redis_index::{Link, RetryError};
@@ -94,6 +98,9 @@ pub struct ConsumeConfig {
     pub claim_idle: Duration,
     /// Entries read at a time.
     pub batch: usize,
+    /// Longest message, in bytes (`--max-line-bytes`): a longer one is
+    /// dead-lettered, as the filter refuses such a line.
+    pub max_line_bytes: usize,
 }
 
 /// What a run did.
@@ -379,7 +386,19 @@ impl<S: IndexStore> Worker<'_, S> {
         let mut line_of = Vec::with_capacity(entries.len());
         for entry in &entries {
             line_of.push(entry.message.as_ref().map(|message| {
-                raw.push_line(raw.len() as u64 + 1, message);
+                let number = raw.len() as u64 + 1;
+                // A byte-order mark is skipped, as the filter skips one at
+                // the start of a file: some producers write one per
+                // message.
+                let message = message.strip_prefix(BOM).unwrap_or(message);
+                if message.len() > self.config.max_line_bytes {
+                    raw.lines.push(RawLine::TooLong {
+                        number,
+                        max: self.config.max_line_bytes,
+                    });
+                } else {
+                    raw.push_line(number, message);
+                }
                 raw.len() - 1
             }));
         }
@@ -410,9 +429,14 @@ impl<S: IndexStore> Worker<'_, S> {
                     reason: format!("no field {:?}", self.config.field),
                     message: Vec::new(),
                 },
+                // A message over the limit is not copied: the dead letter
+                // names its entry (`source`), which is still in the stream.
                 Some(Item::Invalid(invalid)) => Outcome::Dead {
                     reason: invalid.reason.to_string(),
-                    message: entry.message.clone().unwrap_or_default(),
+                    message: match invalid.reason {
+                        InvalidReason::TooLong { .. } => Vec::new(),
+                        _ => entry.message.clone().unwrap_or_default(),
+                    },
                 },
                 Some(Item::Message(message)) => {
                     let verdict = verdicts

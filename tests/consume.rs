@@ -376,3 +376,52 @@ fn a_password_in_a_redis_url_is_never_printed() {
     // The URL is shown where it helps, redacted.
     assert!(everything.contains(&shown), "{everything}");
 }
+
+#[test]
+fn entries_are_read_as_the_filter_reads_lines() {
+    if !available("entries_are_read_as_the_filter_reads_lines") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let mut con = redis.connection();
+    // A byte-order mark, as the filter skips at the start of a file.
+    let mut bom = b"\xEF\xBB\xBF".to_vec();
+    bom.extend_from_slice(&message(1, TEXT));
+    add(&mut con, "in", "json", &bom);
+    // Longer than --max-line-bytes: refused, as the filter refuses it.
+    let long = message(2, &"word ".repeat(100));
+    assert!(long.len() > 300);
+    add(&mut con, "in", "json", &long);
+    add(
+        &mut con,
+        "in",
+        "json",
+        &message(3, &format!("RT @news: {TEXT}")),
+    );
+    let consuming = worker(&redis.url(), "a", "out", &["--max-line-bytes", "300"]);
+    wait_until("every entry acknowledged", Duration::from_secs(20), || {
+        xlen(&mut con, "out") == 2 && xlen(&mut con, "out:invalid") == 1
+    });
+    let (code, stderr) = terminate(consuming);
+    assert_eq!(code, Some(0), "{stderr}");
+    let out = entries(&mut con, "out");
+    assert!(
+        out[0][0].1.starts_with("{\"id_str\":\"1\"")
+            && out[0][0].1.ends_with("\"dedup\":{\"status\":\"new\"}}"),
+        "{out:?}"
+    );
+    assert!(out[1][0].1.contains("\"duplicate_of\":\"1\""), "{out:?}");
+    let dead = entries(&mut con, "out:invalid");
+    let field = |name: &str| {
+        dead[0]
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(
+        field("error").as_deref(),
+        Some("line is longer than the limit of 300 bytes")
+    );
+    assert_eq!(field("json").as_deref(), Some(""), "not copied");
+    assert!(stderr.contains("longer than the limit"), "{stderr}");
+}

@@ -264,7 +264,14 @@ pub fn run<S: IndexStore>(
                 continue;
             }
         }
-        let entries = worker.read(if own_pending { "0" } else { ">" })?;
+        let entries = match worker.read(if own_pending { "0" } else { ">" }) {
+            // The stop signal cut the blocked read short: a clean stop
+            // (anything Redis handed out stays pending for this consumer).
+            Err(Error::Store(StoreError::Unavailable(_))) if stop.load(Ordering::Relaxed) => {
+                break;
+            }
+            read => read?,
+        };
         if entries.is_empty() {
             own_pending = false;
             continue;

@@ -425,3 +425,29 @@ fn entries_are_read_as_the_filter_reads_lines() {
     assert_eq!(field("json").as_deref(), Some(""), "not copied");
     assert!(stderr.contains("longer than the limit"), "{stderr}");
 }
+
+#[test]
+fn stopping_an_idle_worker_reports_no_outage() {
+    if !available("stopping_an_idle_worker_reports_no_outage") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let mut con = redis.connection();
+    add(&mut con, "in", "json", &message(1, TEXT));
+    // Several times: the signal must land while the worker waits in a
+    // blocked read (up to a second), which it interrupts.
+    for round in 0..3 {
+        let idle = worker(&redis.url(), "a", "out", &["-v"]);
+        wait_until("the entry out", Duration::from_secs(20), || {
+            xlen(&mut con, "out") == 1
+        });
+        std::thread::sleep(Duration::from_millis(300 + 250 * round));
+        let (code, stderr) = terminate(idle);
+        assert_eq!(code, Some(0), "{stderr}");
+        for false_alarm in ["cannot be reached", "unreachable", "Interrupted"] {
+            assert!(!stderr.contains(false_alarm), "round {round}: {stderr}");
+        }
+        assert!(stderr.contains(" errors=0 "), "none counted: {stderr}");
+        assert!(stderr.contains("1 entries read") || round > 0, "{stderr}");
+    }
+}

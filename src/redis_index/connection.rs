@@ -333,6 +333,18 @@ impl Link {
                     self.recovered(down_since, what);
                     return Ok(value);
                 }
+                Err(e) if interrupted(&e) => {
+                    // A signal cut a blocked call short (EINTR): not an
+                    // outage, so neither reported nor counted. It is most
+                    // likely the stop signal, whose flag is set a moment
+                    // later by another thread: wait for it a little.
+                    for _ in 0..10 {
+                        if self.stopping() {
+                            return Err(RetryError::Stopped(e));
+                        }
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
                 Err(e) if is_transient(&e) => {
                     if let Some(metrics) = &self.metrics {
                         metrics.store_errors.fetch_add(1, Ordering::Relaxed);
@@ -360,11 +372,7 @@ impl Link {
                         }
                         Some(_) => {}
                     }
-                    if self
-                        .stop
-                        .as_ref()
-                        .is_some_and(|s| s.load(Ordering::Relaxed))
-                    {
+                    if self.stopping() {
                         return Err(RetryError::Stopped(e));
                     }
                     std::thread::sleep(wait);
@@ -380,6 +388,13 @@ impl Link {
                 }
             }
         }
+    }
+
+    /// Whether the worker was told to stop.
+    fn stopping(&self) -> bool {
+        self.stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::Relaxed))
     }
 
     /// Says so when Redis answers again after an outage.
@@ -418,6 +433,21 @@ impl From<RetryError> for StoreError {
             RetryError::Failed(e) => StoreError::Refused(e.to_string()),
             RetryError::Stopped(e) => StoreError::Unavailable(e.to_string()),
         }
+    }
+}
+
+/// Whether a call failed because a signal interrupted it (EINTR): the
+/// redis crate keeps the I/O error only as text.
+fn interrupted(e: &RedisError) -> bool {
+    #[cfg(unix)]
+    {
+        let eintr = std::io::Error::from_raw_os_error(rustix::io::Errno::INTR.raw_os_error());
+        e.is_io_error() && e.to_string().contains(&eintr.to_string())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = e;
+        false
     }
 }
 

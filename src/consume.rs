@@ -305,27 +305,44 @@ impl<S: IndexStore> Worker<'_, S> {
             .map_err(store_error)
     }
 
+    /// The consumer group is gone (Redis restarted without persistence, or
+    /// the group was destroyed): says so and makes it again, at the start
+    /// of the stream as at the first start. What it had pending went with
+    /// it.
+    fn group_lost(&mut self) -> Result<(), Error> {
+        tracing::warn!(
+            stream = %self.config.stream,
+            group = %self.config.group,
+            "the consumer group is gone from Redis (restarted without persistence, or \
+             destroyed): creating it again at the start of the stream"
+        );
+        self.create_group()
+    }
+
     /// Reads a batch: `0` for this consumer's own pending entries, `>` for
     /// new ones (waiting a little when there are none).
     fn read(&mut self, from: &str) -> Result<Vec<Entry>, Error> {
         let config = self.config;
         // A blocked read must end well before the call times out.
         let block = BLOCK.min(self.link.timeout() / 2);
-        let reply: Value = self
-            .link
-            .retry("reading the stream", |c, _| {
-                let mut cmd = redis::cmd("XREADGROUP");
-                cmd.arg("GROUP")
-                    .arg(&config.group)
-                    .arg(&config.consumer)
-                    .arg("COUNT")
-                    .arg(config.batch);
-                if from == ">" {
-                    cmd.arg("BLOCK").arg(block.as_millis() as u64);
-                }
-                cmd.arg("STREAMS").arg(&config.stream).arg(from).query(c)
-            })
-            .map_err(store_error)?;
+        let reply: Value = match self.link.retry("reading the stream", |c, _| {
+            let mut cmd = redis::cmd("XREADGROUP");
+            cmd.arg("GROUP")
+                .arg(&config.group)
+                .arg(&config.consumer)
+                .arg("COUNT")
+                .arg(config.batch);
+            if from == ">" {
+                cmd.arg("BLOCK").arg(block.as_millis() as u64);
+            }
+            cmd.arg("STREAMS").arg(&config.stream).arg(from).query(c)
+        }) {
+            Err(RetryError::Failed(e)) if e.code() == Some("NOGROUP") => {
+                self.group_lost()?;
+                return Ok(Vec::new());
+            }
+            reply => reply.map_err(store_error)?,
+        };
         let mut entries = Vec::new();
         if let Value::Array(streams) = reply {
             for stream in streams {
@@ -350,20 +367,23 @@ impl<S: IndexStore> Worker<'_, S> {
     /// the entries, and the ids of pending entries deleted from the stream.
     fn claim(&mut self, cursor: &str) -> Result<(String, Vec<Entry>, Vec<String>), Error> {
         let config = self.config;
-        let reply: Value = self
-            .link
-            .retry("claiming idle entries", |c, _| {
-                redis::cmd("XAUTOCLAIM")
-                    .arg(&config.stream)
-                    .arg(&config.group)
-                    .arg(&config.consumer)
-                    .arg(config.claim_idle.as_millis() as u64)
-                    .arg(cursor)
-                    .arg("COUNT")
-                    .arg(config.batch)
-                    .query(c)
-            })
-            .map_err(store_error)?;
+        let reply: Value = match self.link.retry("claiming idle entries", |c, _| {
+            redis::cmd("XAUTOCLAIM")
+                .arg(&config.stream)
+                .arg(&config.group)
+                .arg(&config.consumer)
+                .arg(config.claim_idle.as_millis() as u64)
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(config.batch)
+                .query(c)
+        }) {
+            Err(RetryError::Failed(e)) if e.code() == Some("NOGROUP") => {
+                self.group_lost()?;
+                return Ok(("0-0".into(), Vec::new(), Vec::new()));
+            }
+            reply => reply.map_err(store_error)?,
+        };
         let Value::Array(parts) = reply else {
             return Ok(("0-0".into(), Vec::new(), Vec::new()));
         };
@@ -521,7 +541,8 @@ impl<S: IndexStore> Worker<'_, S> {
             Output::Lines => config.invalid_stream.as_str(),
         };
         let script = &self.ack;
-        self.link
+        let result = self
+            .link
             .retry("acknowledging", |c: &mut dyn ConnectionLike, _| {
                 let mut invocation = script.key(&config.stream);
                 invocation
@@ -541,8 +562,18 @@ impl<S: IndexStore> Worker<'_, S> {
                     };
                 }
                 invocation.invoke::<u64>(c)
-            })
-            .map_err(|e| match e {
+            });
+        match result {
+            Ok(acked) => Ok(acked),
+            // The group went with what it had pending: nothing of this
+            // batch is written (the script stops at its first entry, before
+            // any write), and the entries are read again from the new
+            // group if they are still in the stream.
+            Err(RetryError::Failed(e)) if e.to_string().contains("NOGROUP") => {
+                self.group_lost()?;
+                Ok(0)
+            }
+            Err(e) => Err(match e {
                 RetryError::Failed(e) if e.code() == Some("NOTSTREAM") => {
                     let detail = e.detail().unwrap_or_default();
                     let (which, holds) = detail.split_once(' ').unwrap_or((detail, "?"));
@@ -560,7 +591,8 @@ impl<S: IndexStore> Worker<'_, S> {
                     })
                 }
                 e => store_error(e),
-            })
+            }),
+        }
     }
 }
 

@@ -451,3 +451,44 @@ fn stopping_an_idle_worker_reports_no_outage() {
         assert!(stderr.contains("1 entries read") || round > 0, "{stderr}");
     }
 }
+
+#[test]
+fn the_group_is_made_again_when_redis_restarts_empty() {
+    if !available("the_group_is_made_again_when_redis_restarts_empty") {
+        return;
+    }
+    let mut redis = RedisServer::start();
+    let mut con = redis.connection();
+    add(&mut con, "in", "json", &message(1, TEXT));
+    let consuming = worker(&redis.url(), "a", "out", &[]);
+    wait_until("the first entry out", Duration::from_secs(20), || {
+        xlen(&mut con, "out") == 1
+    });
+    // Restarted without persistence: the stream, its group and the index
+    // are gone; a producer writes again before the worker notices.
+    redis.restart();
+    let mut con = redis.connection();
+    add(
+        &mut con,
+        "in",
+        "json",
+        &message(2, &format!("RT @news: {TEXT}")),
+    );
+    wait_until(
+        "the entry after the restart out",
+        Duration::from_secs(30),
+        || xlen(&mut con, "out") == 1 && pending(&mut con, "in", "g") == 0,
+    );
+    let (code, stderr) = terminate(consuming);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("the consumer group is gone from Redis"),
+        "said so: {stderr}"
+    );
+    let out = entries(&mut con, "out");
+    assert!(
+        out[0][0].1.starts_with("{\"id_str\":\"2\"")
+            && out[0][0].1.ends_with("{\"status\":\"new\"}}"),
+        "new: the index was lost too: {out:?}"
+    );
+}

@@ -492,3 +492,37 @@ fn the_group_is_made_again_when_redis_restarts_empty() {
         "new: the index was lost too: {out:?}"
     );
 }
+
+#[test]
+fn a_missing_or_wrong_password_is_reported_as_such() {
+    if !available("a_missing_or_wrong_password_is_reported_as_such") {
+        return;
+    }
+    let redis =
+        RedisServer::start_with(&["--save", "", "--appendonly", "no", "--requirepass", "pw"]);
+    let none = redis.url();
+    let wrong = format!("redis://:nope@127.0.0.1:{}", redis.port);
+    for url in [&none, &wrong] {
+        let filter = common::run(&["--index", url], message(1, TEXT).as_slice());
+        let consume = common::run(
+            &[
+                "consume", "--redis", url, "--stream", "in", "--group", "g", "--output", "out",
+            ],
+            b"",
+        );
+        let info = common::run(&["index", "info", "--index", url], b"");
+        for (what, output) in [
+            ("filter", filter),
+            ("consume", consume),
+            ("index info", info),
+        ] {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert_eq!(output.status.code(), Some(1), "{what}, {url}: {stderr}");
+            assert!(
+                stderr.contains("Redis refused the connection's authentication")
+                    && stderr.contains("redis://:PASSWORD@HOST:PORT"),
+                "{what}, {url}: {stderr}"
+            );
+        }
+    }
+}

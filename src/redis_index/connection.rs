@@ -430,9 +430,33 @@ pub enum RetryError {
 impl From<RetryError> for StoreError {
     fn from(e: RetryError) -> StoreError {
         match e {
-            RetryError::Failed(e) => StoreError::Refused(e.to_string()),
+            RetryError::Failed(e) => refused(&e),
             RetryError::Stopped(e) => StoreError::Unavailable(e.to_string()),
         }
+    }
+}
+
+/// What an error Redis answered means for the user: an authentication
+/// failure says how to pass the password; anything else is refused as is.
+pub fn refused(e: &RedisError) -> StoreError {
+    let text = e.to_string();
+    // Redis answers NOAUTH, or WRONGPASS; and to a large request from a
+    // client that has not authenticated, "Protocol error: unauthenticated
+    // multibulk length" before it closes the connection.
+    let auth = matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+        || e.kind() == ErrorKind::AuthenticationFailed
+        || [
+            "NOAUTH",
+            "WRONGPASS",
+            "unauthenticated",
+            "Authentication required",
+        ]
+        .iter()
+        .any(|sign| text.contains(sign));
+    if auth {
+        StoreError::Auth(text)
+    } else {
+        StoreError::Refused(text)
     }
 }
 

@@ -140,7 +140,11 @@ fn filter(args: &FilterArgs) -> Exit {
     };
     let inputs = Inputs::new(sources);
     let limit = (args.verbose == 0).then_some(DEFAULT_WARNING_LIMIT);
-    let report = Arc::new(Report::new(inputs.line_map(), limit));
+    let mut report = Report::new(inputs.line_map(), limit);
+    if config.window.is_some() {
+        report = report.with_times();
+    }
+    let report = Arc::new(report);
     pipeline_config.report = Arc::clone(&report);
     let preparer = Preparer::new(&config);
     let stop = Arc::new(AtomicBool::new(false));
@@ -220,6 +224,17 @@ impl Run<'_> {
         });
         runtime.shutdown_background();
         drop(status); // Clears the status line before anything else is said.
+        let unreadable = report.unreadable_times();
+        if unreadable > 0 {
+            eprintln!(
+                "dedup-stream: {} took the arrival time of the line (--window)",
+                dedup_stream::stats::counted(
+                    unreadable,
+                    "message with an unreadable created_at",
+                    "messages with an unreadable created_at"
+                )
+            );
+        }
         let hidden = report.hidden();
         if hidden > 0 {
             eprintln!(

@@ -382,6 +382,9 @@ fn decide_batches<S: IndexStore>(
                         .next()
                         .ok_or_else(|| Error::Internal("the store lost a verdict".into()))?;
                     summary.messages += 1;
+                    if message.unreadable_time {
+                        report.unreadable_time(message.number);
+                    }
                     if verdict.is_duplicate() {
                         summary.duplicates += 1;
                     } else {

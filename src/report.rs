@@ -79,6 +79,11 @@ pub struct Report {
     limit: Option<u64>,
     /// Invalid lines seen, by reason.
     invalid: Mutex<InvalidCounts>,
+    /// Whether message times matter (`--window`), so that an unreadable
+    /// `created_at` is worth a warning.
+    times: bool,
+    /// Messages whose `created_at` could not be read: (seen, warned about).
+    unreadable_times: Mutex<(u64, u64)>,
 }
 
 #[derive(Debug, Default)]
@@ -107,7 +112,49 @@ impl Report {
             lines,
             limit,
             invalid: Mutex::default(),
+            times: false,
+            unreadable_times: Mutex::default(),
         }
+    }
+
+    /// Warns about messages whose `created_at` cannot be read (under
+    /// `--window`, where their time matters).
+    pub fn with_times(mut self) -> Report {
+        self.times = true;
+        self
+    }
+
+    /// Notes a message whose `created_at` is a string in neither known
+    /// format and that took its arrival time instead: warned about by
+    /// `file:line` within the limit of invalid lines, and counted. In a
+    /// replay of old data that arrival time moves the window's clock to
+    /// now, which would otherwise happen silently.
+    pub fn unreadable_time(&self, line: u64) {
+        if !self.times {
+            return;
+        }
+        let mut counts = self
+            .unreadable_times
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        counts.0 += 1;
+        if self.limit.is_none_or(|limit| counts.1 < limit) {
+            counts.1 += 1;
+            drop(counts);
+            tracing::warn!(
+                "{}: created_at is not a date in Twitter v1.1 or RFC 3339 form: the line's \
+                 arrival time is used (with --window, it moves the clock to now)",
+                self.lines.locate(line)
+            );
+        }
+    }
+
+    /// Messages whose `created_at` could not be read (under `--window`).
+    pub fn unreadable_times(&self) -> u64 {
+        self.unreadable_times
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .0
     }
 
     /// Where each line came from.

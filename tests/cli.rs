@@ -636,3 +636,52 @@ fn a_failed_run_leaves_the_previous_output_whole() {
         "no temporary left"
     );
 }
+
+#[test]
+fn an_unreadable_created_at_under_window_is_warned_about_and_counted() {
+    let line = |id: u32, text: &str, created_at: Option<&str>| {
+        let mut value = serde_json::json!({"id_str": id.to_string(), "text": text});
+        if let Some(at) = created_at {
+            value["created_at"] = at.into();
+        }
+        format!("{value}\n")
+    };
+    let input = [
+        line(1, STORY, Some("Wed Oct 10 20:19:24 +0000 2018")),
+        line(
+            2,
+            "the bakery on 5th street reopens on Monday",
+            Some("last tuesday"),
+        ),
+        line(3, "no time on this one about the football match", None),
+        line(
+            4,
+            "and another unreadable one, about the weather",
+            Some("2018-13-45"),
+        ),
+    ]
+    .concat();
+    let output = run(&["--window", "1h"], input.as_bytes());
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for number in [2, 4] {
+        assert!(
+            stderr.contains(&format!(
+                "line {number}: created_at is not a date in Twitter v1.1 or RFC 3339 form"
+            )),
+            "line {number}: {stderr}"
+        );
+    }
+    assert!(
+        !stderr.contains("<stdin>:3:"),
+        "an absent one is not: {stderr}"
+    );
+    assert!(
+        stderr.contains("2 messages with an unreadable created_at took the arrival time"),
+        "{stderr}"
+    );
+    assert_eq!(verdicts(&output).len(), 4, "every message is still decided");
+    // Without --window the time does not matter: nothing is said.
+    let output = run(&[], input.as_bytes());
+    assert!(!String::from_utf8_lossy(&output.stderr).contains("created_at"));
+}

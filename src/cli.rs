@@ -325,7 +325,8 @@ pub struct StateArgs {
 /// The filter's options.
 #[derive(Debug, Args)]
 pub struct FilterArgs {
-    /// JSON-lines files to read in order, as one stream (`-`: stdin).
+    /// JSON-lines files to read in order, as one stream (`-`: stdin; a
+    /// name ending in .gz is read decompressed).
     /// Default: stdin. A file named like a subcommand needs a path: ./serve.
     #[arg(value_name = "FILE")]
     pub files: Vec<PathBuf>,

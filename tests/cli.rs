@@ -685,3 +685,26 @@ fn an_unreadable_created_at_under_window_is_warned_about_and_counted() {
     let output = run(&[], input.as_bytes());
     assert!(!String::from_utf8_lossy(&output.stderr).contains("created_at"));
 }
+
+#[test]
+fn a_gz_file_is_read_decompressed() {
+    let plain = common::fixture("retweet_storm.jsonl");
+    let bytes = std::fs::read(&plain).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let gz = dir.path().join("retweet_storm.jsonl.gz");
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(&bytes).unwrap();
+    std::fs::write(&gz, encoder.finish().unwrap()).unwrap();
+    let expected = run(&["--quiet", plain.to_str().unwrap()], b"");
+    let output = run(&["--quiet", gz.to_str().unwrap()], b"");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(!expected.stdout.is_empty());
+    assert_eq!(
+        output.stdout, expected.stdout,
+        "byte for byte the plain file's output"
+    );
+}

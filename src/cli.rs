@@ -350,6 +350,12 @@ pub struct FilterArgs {
     #[arg(long, requires = "output")]
     pub force: bool,
 
+    /// Write every skipped line to FILE, one JSON object per line: where it
+    /// was (file:line), why, and the line itself; nothing is dropped unseen
+    /// past the first 20 warnings. Checked as --stats is.
+    #[arg(long, value_name = "FILE")]
+    pub rejects: Option<PathBuf>,
+
     #[command(flatten)]
     pub engine: EngineArgs,
 

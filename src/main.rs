@@ -118,6 +118,7 @@ fn filter(args: &FilterArgs) -> Exit {
         (OutputKind::Tagged, &args.output),
         (OutputKind::State, &args.state.state),
         (OutputKind::Stats, &args.stats),
+        (OutputKind::Rejects, &args.rejects),
     ]
     .into_iter()
     .filter_map(|(kind, path)| Some((kind, path.as_deref()?)))
@@ -144,6 +145,20 @@ fn filter(args: &FilterArgs) -> Exit {
     if config.window.is_some() {
         report = report.with_times();
     }
+    // Skipped lines go to --rejects whole or not at all, as -o does.
+    let rejects = match &args.rejects {
+        None => None,
+        Some(path) => match AtomicFile::create(path).and_then(|f| Ok((f.writer()?, f))) {
+            Ok((writer, file)) => {
+                report = report.with_rejects(Box::new(io::BufWriter::new(writer)));
+                Some(file)
+            }
+            Err(e) => {
+                eprintln!("dedup-stream: --rejects {}: {e}", path.display());
+                return Exit::Failure;
+            }
+        },
+    };
     let report = Arc::new(report);
     pipeline_config.report = Arc::clone(&report);
     let preparer = Preparer::new(&config);
@@ -154,6 +169,7 @@ fn filter(args: &FilterArgs) -> Exit {
         preparer,
         inputs,
         report,
+        rejects,
         stop,
     };
     match &args.index.index {
@@ -186,6 +202,8 @@ struct Run<'a> {
     preparer: Preparer,
     inputs: Inputs,
     report: Arc<Report>,
+    /// The `--rejects` file, renamed into place at the end.
+    rejects: Option<AtomicFile>,
     /// Tells a store waiting for Redis to give up (set on a signal).
     stop: Arc<AtomicBool>,
 }
@@ -203,6 +221,7 @@ impl Run<'_> {
             preparer,
             inputs,
             report,
+            rejects,
             stop,
         } = self;
         let status = (!args.quiet && io::stderr().is_terminal())
@@ -224,6 +243,13 @@ impl Run<'_> {
         });
         runtime.shutdown_background();
         drop(status); // Clears the status line before anything else is said.
+        // The lines skipped so far, whatever the run's end: a log of them.
+        if let (Some(file), Some(path)) = (rejects, &args.rejects)
+            && let Err(e) = report.finish_rejects().and_then(|()| file.commit())
+        {
+            eprintln!("dedup-stream: --rejects {}: {e}", path.display());
+            return Exit::Failure;
+        }
         let unreadable = report.unreadable_times();
         if unreadable > 0 {
             eprintln!(

@@ -1,4 +1,5 @@
-//! The files a run writes (`--stats`, `--state`, `-o/--output`), and the
+//! The files a run writes (`--stats`, `--state`, `-o/--output`,
+//! `--rejects`), and the
 //! rule that keeps them from replacing what is not theirs.
 //!
 //! A path given to an output option is a slip away from a data file: in
@@ -12,7 +13,8 @@
 //!   stats file must be a JSON object with the stats' counts, a state file
 //!   must start with the state-file magic ([`crate::snapshot::MAGIC`]), a
 //!   tagged output's first line must be a tagged line (a JSON object with
-//!   a `"dedup"` member) unless `--force` says to replace it;
+//!   a `"dedup"` member) unless `--force` says to replace it, a rejects
+//!   file's first line must have a `"reason"`;
 //! - for a state file, anything but a regular file (`/dev/null` would be
 //!   replaced by the rename that makes saves atomic).
 //!
@@ -39,6 +41,8 @@ pub enum OutputKind {
     State,
     /// Tagged JSON lines (`-o/--output`).
     Tagged,
+    /// Skipped lines with where they were and why (`--rejects`).
+    Rejects,
 }
 
 impl OutputKind {
@@ -48,6 +52,7 @@ impl OutputKind {
             OutputKind::Stats => "--stats",
             OutputKind::State => "--state",
             OutputKind::Tagged => "--output",
+            OutputKind::Rejects => "--rejects",
         }
     }
 }
@@ -163,6 +168,7 @@ pub fn check(
             OutputKind::Stats => is_stats(path),
             OutputKind::State => is_state(path),
             OutputKind::Tagged => force || is_tagged(path),
+            OutputKind::Rejects => first_line_has(path, "reason"),
         };
         if !ours {
             return Err(match kind {
@@ -178,6 +184,10 @@ pub fn check(
                 OutputKind::Tagged => not_ours(
                     "tagged output (its first line has no \"dedup\" member)",
                     "name a new file, or pass --force to replace it",
+                ),
+                OutputKind::Rejects => not_ours(
+                    "a rejects file (its first line has no \"reason\" member)",
+                    "name a new file, or remove it first",
                 ),
             });
         }
@@ -233,18 +243,27 @@ fn is_state(path: &Path) -> bool {
 /// Its first line is a JSON object with a `"dedup"` object member: a line
 /// this tool wrote.
 fn is_tagged(path: &Path) -> bool {
+    first_line(path).is_some_and(|v| v.get("dedup").is_some_and(serde_json::Value::is_object))
+}
+
+/// Its first line is a JSON object with a `member` string.
+fn first_line_has(path: &Path, member: &str) -> bool {
+    first_line(path).is_some_and(|v| v.get(member).is_some_and(serde_json::Value::is_string))
+}
+
+/// The first line of a file, as JSON.
+fn first_line(path: &Path) -> Option<serde_json::Value> {
     let Ok(file) = File::open(path) else {
-        return false;
+        return None;
     };
     let mut line = Vec::new();
     if BufReader::new(file.take(SNIFF_MAX))
         .read_until(b'\n', &mut line)
         .is_err()
     {
-        return false;
+        return None;
     }
-    serde_json::from_slice::<serde_json::Value>(&line)
-        .is_ok_and(|v| v.get("dedup").is_some_and(serde_json::Value::is_object))
+    serde_json::from_slice(&line).ok()
 }
 
 /// Writes `bytes` to an output file: atomically (see

@@ -367,7 +367,7 @@ fn decide_batches<S: IndexStore>(
         )?;
         let mut verdicts = verdicts.iter();
         let mut out = reuse(&spares.out, batch.raw.bytes.len() + batch.items.len() * 64);
-        for item in &batch.items {
+        for (at, item) in batch.items.iter().enumerate() {
             match item {
                 Item::Invalid(invalid) => {
                     summary.invalid += 1;
@@ -376,6 +376,13 @@ fn decide_batches<S: IndexStore>(
                         return Err(Error::Invalid(invalid.clone()));
                     }
                     report.skipped(invalid);
+                    let line = match batch.raw.lines.get(at) {
+                        Some(RawLine::Content { range, .. }) => {
+                            Some(&batch.raw.bytes[range.clone()])
+                        }
+                        _ => None,
+                    };
+                    report.rejected(invalid, line);
                 }
                 Item::Message(message) => {
                     let verdict = verdicts

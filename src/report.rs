@@ -10,6 +10,7 @@
 //! a run in which no line was usable can say why ([`Report::no_usable_line`]).
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -84,6 +85,24 @@ pub struct Report {
     times: bool,
     /// Messages whose `created_at` could not be read: (seen, warned about).
     unreadable_times: Mutex<(u64, u64)>,
+    /// Where every skipped line goes (`--rejects`), whatever the limit of
+    /// warnings: nothing is dropped unseen.
+    rejects: Mutex<Option<Rejects>>,
+}
+
+/// The `--rejects` writer, and the first error it met (writing stops
+/// there, said once).
+struct Rejects {
+    out: Box<dyn Write + Send>,
+    failed: bool,
+}
+
+impl std::fmt::Debug for Rejects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rejects")
+            .field("failed", &self.failed)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -114,6 +133,47 @@ impl Report {
             invalid: Mutex::default(),
             times: false,
             unreadable_times: Mutex::default(),
+            rejects: Mutex::default(),
+        }
+    }
+
+    /// Writes every skipped line to `out` (see [`Report::rejected`]).
+    pub fn with_rejects(self, out: Box<dyn Write + Send>) -> Report {
+        *self.rejects.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some(Rejects { out, failed: false });
+        self
+    }
+
+    /// Records a skipped line for `--rejects`: one JSON object per line,
+    /// `{"at":"FILE:LINE","reason":"…","line":"…"}`, where `line` is the
+    /// line as text (invalid UTF-8 replaced by U+FFFD) and is absent for a
+    /// line over the length limit, which was never read whole.
+    pub fn rejected(&self, invalid: &InvalidLine, line: Option<&[u8]>) {
+        let mut rejects = self.rejects.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(rejects) = rejects.as_mut().filter(|r| !r.failed) else {
+            return;
+        };
+        let mut record = serde_json::json!({
+            "at": self.lines.locate(invalid.line).to_string(),
+            "reason": invalid.reason.to_string(),
+        });
+        if let Some(line) = line {
+            record["line"] = String::from_utf8_lossy(line).into();
+        }
+        if let Err(e) = writeln!(rejects.out, "{record}") {
+            rejects.failed = true;
+            tracing::error!("writing --rejects: {e}; no more rejected lines are written");
+        }
+    }
+
+    /// Flushes the `--rejects` writer and gives it back; `Err` if any write
+    /// failed.
+    pub fn finish_rejects(&self) -> std::io::Result<()> {
+        let mut rejects = self.rejects.lock().unwrap_or_else(PoisonError::into_inner);
+        match rejects.take() {
+            Some(mut r) if !r.failed => r.out.flush(),
+            Some(_) => Err(std::io::Error::other("a write failed")),
+            None => Ok(()),
         }
     }
 

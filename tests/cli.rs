@@ -708,3 +708,73 @@ fn a_gz_file_is_read_decompressed() {
         "byte for byte the plain file's output"
     );
 }
+
+#[test]
+fn rejects_keeps_every_skipped_line_with_where_and_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = tweet("1", STORY);
+    for i in 0..24 {
+        a.push_str(&format!("not json {i}\n"));
+    }
+    std::fs::write(dir.path().join("a.jsonl"), &a).unwrap();
+    let b = [
+        tweet("2", &format!("RT @police: {STORY}")),
+        format!("{{\"id\":3,\"text\":\"{}\"}}\n", "long ".repeat(40)),
+        "{\"id\":4}\n".to_string(),
+    ]
+    .concat();
+    std::fs::write(dir.path().join("b.jsonl"), &b).unwrap();
+    for _ in 0..2 {
+        let output = run_in(
+            dir.path(),
+            &[
+                "-q",
+                "--max-line-bytes",
+                "150",
+                "--rejects",
+                "r.jsonl",
+                "a.jsonl",
+                "b.jsonl",
+            ],
+            b"",
+        );
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(verdicts(&output).len(), 2);
+        let rejects = std::fs::read_to_string(dir.path().join("r.jsonl")).unwrap();
+        let records: Vec<serde_json::Value> = rejects
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(records.len(), 26, "all of them, past the 20 warnings");
+        assert_eq!(records[0]["at"], "a.jsonl:2");
+        assert!(
+            records[0]["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("not valid JSON")
+        );
+        assert_eq!(records[0]["line"], "not json 0");
+        assert_eq!(records[23]["line"], "not json 23");
+        assert_eq!(records[24]["at"], "b.jsonl:2");
+        assert_eq!(
+            records[24]["reason"],
+            "line is longer than the limit of 150 bytes"
+        );
+        assert!(records[24].get("line").is_none(), "never read whole");
+        assert_eq!(records[25]["at"], "b.jsonl:3");
+        assert!(
+            records[25]["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("no text field")
+        );
+    }
+    // Like --stats: never an input, never a file of another kind.
+    let output = run_in(dir.path(), &["--rejects", "b.jsonl", "a.jsonl"], b"");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("is not a rejects file"));
+}

@@ -338,10 +338,11 @@ pub struct FilterArgs {
     #[arg(long, value_name = "FILE")]
     pub stats: Option<PathBuf>,
 
-    /// Write the tagged lines to FILE instead of stdout, whole or not at
-    /// all (a temporary file renamed over FILE when the run ends). Never an
-    /// input file; an existing FILE is replaced only if it is tagged output
-    /// (its first line has a "dedup" member) or with --force.
+    /// Write the tagged lines to FILE instead of stdout (-: stdout), whole
+    /// or not at all (a temporary file renamed over FILE when the run
+    /// ends). Never an input file; an existing FILE is replaced only if it
+    /// is tagged output (its first line has a "dedup" member) or with
+    /// --force.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
 
@@ -804,6 +805,15 @@ impl EmitArg {
             EmitArg::New => Emit::New,
             EmitArg::Duplicates => Emit::Duplicates,
         }
+    }
+}
+
+impl FilterArgs {
+    /// The file `--output` names; `None` for stdout (no option, or `-`).
+    pub fn output_file(&self) -> Option<&std::path::Path> {
+        self.output
+            .as_deref()
+            .filter(|path| *path != std::path::Path::new("-"))
     }
 }
 

@@ -115,13 +115,13 @@ fn filter(args: &FilterArgs) -> Exit {
     // Never an input, never a file of another kind (a slip such as
     // `--stats tweets.jsonl` must not replace the tweets).
     let outputs: Vec<(OutputKind, &Path)> = [
-        (OutputKind::Tagged, &args.output),
-        (OutputKind::State, &args.state.state),
-        (OutputKind::Stats, &args.stats),
-        (OutputKind::Rejects, &args.rejects),
+        (OutputKind::Tagged, args.output_file()),
+        (OutputKind::State, args.state.state.as_deref()),
+        (OutputKind::Stats, args.stats.as_deref()),
+        (OutputKind::Rejects, args.rejects.as_deref()),
     ]
     .into_iter()
-    .filter_map(|(kind, path)| Some((kind, path.as_deref()?)))
+    .filter_map(|(kind, path)| Some((kind, path?)))
     .collect();
     if let Err(e) = output::check(&outputs, &sources, args.force) {
         return usage(e);
@@ -227,7 +227,8 @@ impl Run<'_> {
         let status = (!args.quiet && io::stderr().is_terminal())
             .then(|| status::StatusLine::start(Arc::clone(&report), args.message.capacity.get()));
         let signal = Arc::new(AtomicU8::new(0));
-        let (target, writer): (Option<AtomicFile>, Box<dyn Write + Send>) = match &args.output {
+        let (target, writer): (Option<AtomicFile>, Box<dyn Write + Send>) = match args.output_file()
+        {
             None => (None, Box::new(io::stdout())),
             Some(path) => match AtomicFile::create(path).and_then(|f| Ok((f.writer()?, f))) {
                 Ok((writer, file)) => (Some(file), Box::new(writer)),
@@ -272,7 +273,7 @@ impl Run<'_> {
             Ok(finished) => {
                 // What was decided is written whole, also when a signal
                 // stopped the run (as it would be on stdout).
-                if let (Some(target), Some(path)) = (target, &args.output)
+                if let (Some(target), Some(path)) = (target, args.output_file())
                     && let Err(e) = target.commit()
                 {
                     eprintln!("dedup-stream: --output {}: {e}", path.display());

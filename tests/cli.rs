@@ -589,6 +589,11 @@ fn output_options_never_replace_an_input_or_a_file_of_another_kind() {
         let stats = std::fs::read_to_string(dir.path().join("run.json")).unwrap();
         assert!(stats.contains("\"messages\":2"), "{stats}");
     }
+    // -o - is stdout.
+    let output = run_in(dir.path(), &["-q", "-o", "-", "in.jsonl"], b"");
+    assert!(output.status.success());
+    assert_eq!(verdicts(&output).len(), 2);
+    assert!(!dir.path().join("-").exists());
     // --force replaces what is not tagged output (never an input).
     let output = run_in(
         dir.path(),

@@ -14,6 +14,7 @@ use dedup_stream::config::{
     Shingling, Window,
 };
 use dedup_stream::consume::{self, ConsumeConfig, Output};
+use dedup_stream::journal::Fsync;
 use dedup_stream::pipeline::{self, Emit, OnInvalid, PipelineConfig};
 use dedup_stream::redis_index::{DEFAULT_INDEX_NAME, IndexLocation};
 use dedup_stream::server::{self, ListenAddr, Reply, ServerConfig};
@@ -448,6 +449,14 @@ pub struct ServeArgs {
     #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
     pub snapshot_interval: Duration,
 
+    /// With --state: when the journal (FILE.journal, what was indexed since
+    /// the last save, written before each answer) is forced to the disk:
+    /// always (before each batch's answers: a power cut loses nothing
+    /// answered), everysec (at most a second's worth lost), or never (the
+    /// system's choice). kill -9 loses nothing answered with any of them.
+    #[arg(long, default_value = "everysec", value_name = "POLICY", value_parser = parse_fsync)]
+    pub fsync: Fsync,
+
     /// At shutdown, how long connections get to answer what they received
     /// before they are dropped.
     #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
@@ -676,6 +685,10 @@ fn parse_measure(s: &str) -> Result<Measure, ConfigError> {
 }
 
 fn parse_empty_text(s: &str) -> Result<EmptyText, ConfigError> {
+    s.parse()
+}
+
+fn parse_fsync(s: &str) -> Result<Fsync, String> {
     s.parse()
 }
 

@@ -44,7 +44,8 @@
 //!   TCP and Unix sockets, the `dedup_op` query form, limits, an admin HTTP
 //!   endpoint with Prometheus metrics, graceful shutdown.
 //! - [`snapshot`]: versioned, checksummed, atomically written state files,
-//!   so an index survives restarts.
+//!   so an index survives restarts; [`journal`]: the sidecar's log of what
+//!   it indexed since the last one, so a crash loses nothing answered.
 //! - [`stream`]: the engine as an async `Stream` adapter, for Rust
 //!   consumers that embed it.
 //! - [`timestamp`]: message times for `--window` (`created_at`, or arrival).
@@ -65,6 +66,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod input;
+pub mod journal;
 pub mod lines;
 pub mod output;
 pub mod pipeline;

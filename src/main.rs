@@ -18,6 +18,7 @@ use cli::{Command, CompareArgs, CompletionsArgs, FilterArgs, ServeArgs, ShellArg
 use dedup_stream::engine::verdict::{LoneMatch, RECENT_MARGIN};
 use dedup_stream::engine::{Explained, IndexStore, Preparer};
 use dedup_stream::input::{self, Inputs, Source};
+use dedup_stream::journal::{self, Journal, JournalError, SnapshotId};
 use dedup_stream::output::{self, AtomicFile, OutputKind};
 use dedup_stream::redis_index::IndexLocation;
 use dedup_stream::report::{DEFAULT_WARNING_LIMIT, Report};
@@ -413,9 +414,15 @@ fn runtime() -> Result<tokio::runtime::Runtime, Exit> {
 /// Loads `--state` into a new engine. A missing file is the first run; a
 /// corrupt or incompatible one stops the run (exit 1) and is left as it is,
 /// unless `--fresh-state` says to start empty.
-fn load_state(args: &StateArgs, mut deduper: Deduper) -> Result<Deduper, Exit> {
+fn load_state(args: &StateArgs, deduper: Deduper) -> Result<Deduper, Exit> {
+    load_state_checked(args, deduper).map(|(deduper, _)| deduper)
+}
+
+/// [`load_state`], and whether the index holds what the file holds (it
+/// does not when --fresh-state set a bad file aside).
+fn load_state_checked(args: &StateArgs, mut deduper: Deduper) -> Result<(Deduper, bool), Exit> {
     let Some(path) = &args.state else {
-        return Ok(deduper);
+        return Ok((deduper, true));
     };
     match snapshot::load(path, &mut deduper) {
         Ok(Loaded::Missing) => {
@@ -427,6 +434,7 @@ fn load_state(args: &StateArgs, mut deduper: Deduper) -> Result<Deduper, Exit> {
         Err(e) if args.fresh_state => {
             // Loading leaves the engine untouched on error: it is empty.
             tracing::warn!("{e}; starting empty (--fresh-state): the file will be replaced");
+            return Ok((deduper, false));
         }
         Err(e) => {
             eprintln!("dedup-stream: {e}");
@@ -437,7 +445,7 @@ fn load_state(args: &StateArgs, mut deduper: Deduper) -> Result<Deduper, Exit> {
             return Err(Exit::Failure);
         }
     }
-    Ok(deduper)
+    Ok((deduper, true))
 }
 
 /// `dedup-stream serve`: bind, serve until SIGTERM or SIGINT, drain, save.
@@ -462,12 +470,44 @@ fn serve(args: &ServeArgs) -> Exit {
     let metrics = Arc::new(Metrics::default());
     let stop = Arc::new(AtomicBool::new(false));
     match &args.index.index {
-        IndexLocation::Memory => match start(Ok(engine), &args.state) {
-            Ok((deduper, runtime)) => {
-                run_server(args, config, preparer, deduper, runtime, metrics, stop)
+        IndexLocation::Memory => {
+            let fingerprint = snapshot::fingerprint(&engine);
+            let deduper = match Deduper::new(engine).map_err(usage).and_then(|deduper| {
+                // The state file's id before it is loaded: the journal
+                // follows it.
+                let base = match &args.state.state {
+                    Some(path) => SnapshotId::of_file(path).unwrap_or(SnapshotId::NONE),
+                    None => SnapshotId::NONE,
+                };
+                let (deduper, loaded) = load_state_checked(&args.state, deduper)?;
+                Ok((deduper, if loaded { base } else { SnapshotId::NONE }))
+            }) {
+                Ok(loaded) => loaded,
+                Err(exit) => return exit,
+            };
+            let (mut deduper, base) = deduper;
+            let journal = match &args.state.state {
+                Some(path) => match open_journal(
+                    args,
+                    path,
+                    base,
+                    fingerprint,
+                    &preparer,
+                    &config,
+                    &mut deduper,
+                ) {
+                    Ok(journal) => Some(journal),
+                    Err(exit) => return exit,
+                },
+                None => None,
+            };
+            match runtime() {
+                Ok(runtime) => run_server_with(
+                    args, config, preparer, deduper, runtime, metrics, stop, journal,
+                ),
+                Err(exit) => exit,
             }
-            Err(exit) => exit,
-        },
+        }
         location => {
             let options = scale::index_options(&args.index, &stop, &metrics);
             let store = match scale::open_index(location, &args.index.index_name, &engine, options)
@@ -483,6 +523,81 @@ fn serve(args: &ServeArgs) -> Exit {
     }
 }
 
+/// Opens `serve --state`'s journal and replays it into `deduper` (see
+/// [`dedup_stream::journal`]); a journal that cannot be read stops the
+/// server as a bad state file does, unless `--fresh-state`.
+fn open_journal(
+    args: &ServeArgs,
+    state: &Path,
+    base: SnapshotId,
+    fingerprint: u64,
+    preparer: &Preparer,
+    config: &server::ServerConfig,
+    deduper: &mut Deduper,
+) -> Result<Journal, Exit> {
+    let decoder = Decoder::new(config.fields.clone());
+    let mut opened = journal::open(
+        state,
+        base,
+        fingerprint,
+        args.fsync,
+        deduper,
+        preparer,
+        &decoder,
+    );
+    if let Err(e @ (JournalError::NotAJournal { .. } | JournalError::Settings { .. })) = &opened {
+        if !args.state.fresh_state {
+            eprintln!("dedup-stream: {e}");
+            eprintln!(
+                "dedup-stream: the file was left as it is; pass --fresh-state to start without \
+                 it (it is replaced)"
+            );
+            return Err(Exit::Failure);
+        }
+        tracing::warn!("{e}; replaced (--fresh-state)");
+        let _ = std::fs::remove_file(journal::path_for(state));
+        opened = journal::open(
+            state,
+            base,
+            fingerprint,
+            args.fsync,
+            deduper,
+            preparer,
+            &decoder,
+        );
+    }
+    match opened {
+        Ok((journal, replayed)) => {
+            if replayed.dropped_bytes > 0 {
+                tracing::warn!(
+                    path = %journal.path().display(),
+                    bytes = replayed.dropped_bytes,
+                    "the journal ended with a torn or corrupt record (a write cut short): dropped"
+                );
+            }
+            if replayed.unrelated {
+                tracing::warn!(
+                    path = %journal.path().display(),
+                    "the journal does not follow this state file (replaced, or started afresh): \
+                     set aside unread, as FILE.journal.unrelated"
+                );
+            }
+            if replayed.messages > 0 {
+                tracing::info!(
+                    path = %journal.path().display(),
+                    messages = replayed.messages,
+                    "journal replayed"
+                );
+            }
+            Ok(journal)
+        }
+        Err(e) => {
+            eprintln!("dedup-stream: {e}");
+            Err(Exit::Failure)
+        }
+    }
+}
+
 fn run_server<S>(
     args: &ServeArgs,
     config: server::ServerConfig,
@@ -491,6 +606,23 @@ fn run_server<S>(
     runtime: tokio::runtime::Runtime,
     metrics: Arc<Metrics>,
     stop: Arc<AtomicBool>,
+) -> Exit
+where
+    S: IndexStore + Saveable + Send + 'static,
+{
+    run_server_with(args, config, preparer, store, runtime, metrics, stop, None)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_server_with<S>(
+    args: &ServeArgs,
+    config: server::ServerConfig,
+    preparer: Preparer,
+    store: S,
+    runtime: tokio::runtime::Runtime,
+    metrics: Arc<Metrics>,
+    stop: Arc<AtomicBool>,
+    journal: Option<Journal>,
 ) -> Exit
 where
     S: IndexStore + Saveable + Send + 'static,
@@ -511,7 +643,10 @@ where
             listeners.admin = Some(bound);
         }
         let shutdown = stop_on_signal(Arc::clone(&signal), stop);
-        server::run_with_metrics(config, preparer, store, listeners, shutdown, metrics).await
+        server::run_with_journal(
+            config, preparer, store, listeners, shutdown, metrics, journal,
+        )
+        .await
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     // A service stopped by either signal has drained and saved: that is a

@@ -596,6 +596,26 @@ mod tests {
         // The journal was started anew without the torn end.
         assert_eq!(fs::read(&path).unwrap().len(), whole);
 
+        // Killed after a state file was written but before the journal was
+        // cut down: the marker tells what the file holds, nothing twice.
+        let (mut journal, _) = open_fresh(&mut restored, SnapshotId::of_file(&state).unwrap());
+        let snapshot = crate::snapshot::encode(&restored);
+        let id = SnapshotId::of(&snapshot);
+        journal.mark(id);
+        fs::write(&state, &snapshot).unwrap();
+        let third = batch_of(
+            &[line(3, "a third story about the weather at the coast")],
+            &preparer,
+            &decoder,
+        );
+        journal.append(&third);
+        drop(journal);
+        let mut again = Deduper::new(config.clone()).unwrap();
+        crate::snapshot::load(&state, &mut again).unwrap();
+        let (_, replayed) = open_fresh(&mut again, id);
+        assert_eq!(replayed.messages, 1, "only what follows the marker");
+        assert_eq!(again.stats().len, 3);
+
         // Against a state file it does not follow: set aside.
         let (_, replayed) = open_fresh(&mut Deduper::new(config).unwrap(), SnapshotId::NONE);
         assert!(replayed.unrelated);

@@ -100,6 +100,10 @@ pub struct PreparedMessage {
     /// Its time (see [`Ask::time`]): its `created_at`, or else when its
     /// batch was prepared.
     pub time: i64,
+    /// Its `created_at` is a string in neither known format, so `time` is
+    /// its arrival time (reported under `--window`, see
+    /// [`crate::report::Report::unreadable_time`]).
+    pub unreadable_time: bool,
     shingles: Range<usize>,
     band_keys: Range<usize>,
     set_fingerprint: u64,
@@ -172,7 +176,9 @@ pub fn prepare(
                         reason,
                     }),
                     Ok(record) => {
-                        let time = record.created_at_millis().unwrap_or_else(|| {
+                        let created_at = record.created_at_millis();
+                        let unreadable_time = created_at.is_none() && record.created_at.is_some();
+                        let time = created_at.unwrap_or_else(|| {
                             *arrival.get_or_insert_with(crate::timestamp::now_millis)
                         });
                         let shingle_start = batch.shingles.len();
@@ -199,6 +205,7 @@ pub fn prepare(
                             splice: record.splice,
                             op: read_op.map_or(Op::Check, |read| read(bytes)),
                             time,
+                            unreadable_time,
                             shingles: shingle_start..batch.shingles.len(),
                             band_keys: band_start..batch.band_keys.len(),
                             set_fingerprint,

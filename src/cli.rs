@@ -14,6 +14,7 @@ use dedup_stream::config::{
     Shingling, Window,
 };
 use dedup_stream::consume::{self, ConsumeConfig, Output};
+use dedup_stream::journal::Fsync;
 use dedup_stream::pipeline::{self, Emit, OnInvalid, PipelineConfig};
 use dedup_stream::redis_index::{DEFAULT_INDEX_NAME, IndexLocation};
 use dedup_stream::server::{self, ListenAddr, Reply, ServerConfig};
@@ -41,7 +42,8 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Print the similarity of two texts (or files) and the shingles they
-    /// share: the quick check when a verdict surprises you.
+    /// share: the quick check when a verdict surprises you. Exit status 0
+    /// when they are near-duplicates, 1 when not, 2 on an error.
     Compare(CompareArgs),
     /// Serve one shared index over TCP and Unix sockets: a sidecar that
     /// several consumers ask per message (JSON lines in, one reply line per
@@ -86,7 +88,7 @@ pub struct IndexArgs {
     /// Where the index lives: memory (this process), or a Redis that
     /// several workers share: redis://HOST:PORT[/DB], rediss://…,
     /// redis+unix:///PATH, or redis+cluster://HOST:PORT[,HOST:PORT…].
-    #[arg(long, value_name = "URL", default_value = "memory", value_parser = parse_location)]
+    #[arg(long, value_name = "URL", default_value = "memory", value_parser = LocationParser)]
     pub index: IndexLocation,
 
     /// Name of the index in Redis: the prefix and hash tag of its keys, so
@@ -171,7 +173,7 @@ pub struct ConsumeArgs {
     pub batch: usize,
 
     /// Where the index lives (default: on the --redis server).
-    #[arg(long, value_name = "URL", value_parser = parse_location)]
+    #[arg(long, value_name = "URL", value_parser = LocationParser)]
     pub index: Option<IndexLocation>,
 
     /// Name of the index in Redis.
@@ -222,7 +224,7 @@ pub enum IndexAction {
 pub struct IndexTarget {
     /// Where it lives: redis://HOST:PORT[/DB], rediss://…,
     /// redis+unix:///PATH or redis+cluster://HOST:PORT[,HOST:PORT…].
-    #[arg(long, value_name = "URL", value_parser = parse_location)]
+    #[arg(long, value_name = "URL", value_parser = LocationParser)]
     pub index: IndexLocation,
 
     /// Its name.
@@ -310,7 +312,8 @@ pub struct MessageArgs {
 pub struct StateArgs {
     /// Load the index from FILE at start (if it exists) and save it there at
     /// the end, atomically. A corrupt or incompatible file stops the run
-    /// and is left untouched.
+    /// and is left untouched; a file that is not a state file at all (nor
+    /// empty) is refused before anything is read.
     #[arg(long, value_name = "FILE")]
     pub state: Option<PathBuf>,
 
@@ -324,16 +327,37 @@ pub struct StateArgs {
 /// The filter's options.
 #[derive(Debug, Args)]
 pub struct FilterArgs {
-    /// JSON-lines files to read in order, as one stream (`-`: stdin).
+    /// JSON-lines files to read in order, as one stream (`-`: stdin; a
+    /// name ending in .gz is read decompressed).
     /// Default: stdin. A file named like a subcommand needs a path: ./serve.
     #[arg(value_name = "FILE")]
     pub files: Vec<PathBuf>,
 
     /// Write the end-of-run summary as JSON to FILE (counts, elapsed
     /// seconds, messages per second, index size), for scripts and
-    /// pipelines. Checked to be writable before any input is read.
+    /// pipelines. Checked before any input is read: never an input file,
+    /// and an existing file is replaced only if it is a stats file.
     #[arg(long, value_name = "FILE")]
     pub stats: Option<PathBuf>,
+
+    /// Write the tagged lines to FILE instead of stdout (-: stdout), whole
+    /// or not at all (a temporary file renamed over FILE when the run
+    /// ends). Never an input file; an existing FILE is replaced only if it
+    /// is tagged output (its first line has a "dedup" member) or with
+    /// --force.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// With --output: replace FILE even if it is not tagged output (never
+    /// an input file, though).
+    #[arg(long, requires = "output")]
+    pub force: bool,
+
+    /// Write every skipped line to FILE, one JSON object per line: where it
+    /// was (file:line), why, and the line itself; nothing is dropped unseen
+    /// past the first 20 warnings. Checked as --stats is.
+    #[arg(long, value_name = "FILE")]
+    pub rejects: Option<PathBuf>,
 
     #[command(flatten)]
     pub engine: EngineArgs,
@@ -425,6 +449,14 @@ pub struct ServeArgs {
     /// shutdown.
     #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
     pub snapshot_interval: Duration,
+
+    /// With --state: when the journal (FILE.journal, what was indexed since
+    /// the last save, written before each answer) is forced to the disk:
+    /// always (before each batch's answers: a power cut loses nothing
+    /// answered), everysec (at most a second's worth lost), or never (the
+    /// system's choice). kill -9 loses nothing answered with any of them.
+    #[arg(long, default_value = "everysec", value_name = "POLICY", value_parser = parse_fsync)]
+    pub fsync: Fsync,
 
     /// At shutdown, how long connections get to answer what they received
     /// before they are dropped.
@@ -611,7 +643,10 @@ pub fn command() -> clap::Command {
                         return arg;
                     }
                     let var = format!("{ENV_PREFIX}{}", long.to_uppercase().replace('-', "_"));
-                    arg.env(var)
+                    // A URL's value may hold a password: --help must not
+                    // show it.
+                    let secret = matches!(long, "redis" | "index");
+                    arg.env(var).hide_env_values(secret)
                 })
             });
         }
@@ -654,12 +689,41 @@ fn parse_empty_text(s: &str) -> Result<EmptyText, ConfigError> {
     s.parse()
 }
 
+fn parse_fsync(s: &str) -> Result<Fsync, String> {
+    s.parse()
+}
+
 fn parse_window(s: &str) -> Result<Window, ConfigError> {
     s.parse()
 }
 
-fn parse_location(s: &str) -> Result<IndexLocation, StoreError> {
-    s.parse()
+/// Reads `--index`. Not a plain function parser: clap would repeat the
+/// value refused, and a URL may hold a password, so the message names
+/// only the option and the reason (whose location is redacted).
+#[derive(Clone)]
+struct LocationParser;
+
+impl clap::builder::TypedValueParser for LocationParser {
+    type Value = IndexLocation;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<IndexLocation, clap::Error> {
+        use clap::error::ErrorKind;
+        let refused = |reason: String| {
+            let option = arg.map(ToString::to_string).unwrap_or_default();
+            clap::Error::raw(
+                ErrorKind::ValueValidation,
+                format!("invalid value for '{option}': {reason}\n"),
+            )
+            .with_cmd(cmd)
+        };
+        let s = value.to_str().ok_or_else(|| refused("not UTF-8".into()))?;
+        s.parse().map_err(|e: StoreError| refused(e.to_string()))
+    }
 }
 
 /// A duration: a number with an optional unit (ms, s, m, h; seconds when
@@ -758,6 +822,15 @@ impl EmitArg {
     }
 }
 
+impl FilterArgs {
+    /// The file `--output` names; `None` for stdout (no option, or `-`).
+    pub fn output_file(&self) -> Option<&std::path::Path> {
+        self.output
+            .as_deref()
+            .filter(|path| *path != std::path::Path::new("-"))
+    }
+}
+
 impl ConsumeArgs {
     /// The engine config.
     pub fn engine_config(&self) -> Result<EngineConfig, ConfigError> {
@@ -788,6 +861,7 @@ impl ConsumeArgs {
             fields: self.message.fields()?,
             claim_idle: self.claim_idle,
             batch: self.batch.max(1),
+            max_line_bytes: self.message.max_line_bytes.max(1),
         })
     }
 }

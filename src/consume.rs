@@ -1,28 +1,38 @@
 //! `dedup-stream consume`: a worker of a Redis Streams consumer group.
 //!
 //! ```text
-//!  IN ──XREADGROUP / XAUTOCLAIM──▶ prepare ──▶ index store ──▶ one script: XACK + XADD ──▶ OUT
-//!       (a batch of entries)      (sketch)    (one call,       (only what is still         (or OUT:invalid)
-//!                                              atomic)          pending is written)
+//!  IN ──XREADGROUP / XAUTOCLAIM──▶ prepare ──▶ index store ──▶ one script: XADD, then XACK ──▶ OUT
+//!       (a batch of entries)      (sketch)    (one call,       (only what is still pending       (or OUT:invalid)
+//!                                              atomic)          is written; types checked first)
 //! ```
 //!
 //! - Each entry's message is the JSON in one of its fields (`--field`,
 //!   default `json`), tagged exactly as the filter tags a line, and
 //!   appended to the output stream under the same field.
 //! - **Exactly once in the output.** The tagged message is written and the
-//!   entry acknowledged in one Lua script, and only if the entry was still
-//!   pending: when two workers finish the same entry (one was slow, and the
+//!   entry acknowledged in one Lua script, in that order, and only if the
+//!   entry was still pending: when two workers finish the same entry (one was slow, and the
 //!   other claimed it), the first writes and the second writes nothing. An
 //!   entry whose worker died before that script is read again (by its
 //!   consumer on restart, or claimed by another after `--claim-idle`), and
 //!   the index answers it from its memo: the verdict it got the first time,
 //!   never "a duplicate of itself".
+//! - A message is read as the filter reads a line: a leading UTF-8
+//!   byte-order mark is skipped, and one longer than `--max-line-bytes` is
+//!   refused (dead-lettered without its bytes).
 //! - Malformed entries (no such field, not a JSON object with an id and a
 //!   text) are acknowledged, counted, reported on stderr, and appended to
 //!   the dead-letter stream with the reason: never retried forever.
 //! - With `--output -` the tagged lines go to a writer (stdout) and are
 //!   flushed before the entries are acknowledged: at least once, since a
 //!   line can be written and its worker die before the acknowledgement.
+//! - **Never acknowledged without its output.** Redis does not undo a
+//!   script that fails halfway, so the script checks that the keys it
+//!   writes are streams (or absent) before writing anything: an output key
+//!   of another type stops the worker with
+//!   [`StoreError::NotAStream`](crate::error::StoreError::NotAStream) (at
+//!   its start, or at the batch that meets it), and the entries stay
+//!   pending.
 //! - A stop request (SIGTERM) finishes the batch in hand, acknowledges it
 //!   and returns.
 
@@ -33,9 +43,10 @@ use std::time::{Duration, Instant};
 
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
-use crate::batch::{self, Item, RawBatch};
+use crate::batch::{self, Item, RawBatch, RawLine};
 use crate::engine::{Ask, IndexStore, Preparer, Verdict};
-use crate::error::{Error, StoreError};
+use crate::error::{Error, InvalidReason, StoreError};
+use crate::input::BOM;
 use crate::pipeline::Emit;
 use crate::record::{Decoder, FieldSpec};
 use crate::redis_index::{Link, RetryError};
@@ -87,6 +98,9 @@ pub struct ConsumeConfig {
     pub claim_idle: Duration,
     /// Entries read at a time.
     pub batch: usize,
+    /// Longest message, in bytes (`--max-line-bytes`): a longer one is
+    /// dead-lettered, as the filter refuses such a line.
+    pub max_line_bytes: usize,
 }
 
 /// What a run did.
@@ -137,19 +151,33 @@ enum Outcome {
     Dead { reason: String, message: Vec<u8> },
 }
 
-/// Acknowledges a batch and writes its output, entry by entry, only for
+/// Writes a batch's output and acknowledges it, entry by entry, only for
 /// entries still pending: see the module documentation.
+///
+/// Redis does not undo a script that fails halfway, so the order matters:
+/// the keys' types are checked before anything is written (a key of
+/// another type would fail the `XADD`), and each entry's output is
+/// appended before the entry is acknowledged. Whatever fails, an entry is
+/// never acknowledged without its output: at worst it stays pending and is
+/// read again, and the index's memo gives it the same verdict.
 const ACK_SCRIPT: &str = r"
+for k = 1, 3 do
+  local t = redis.call('TYPE', KEYS[k])['ok']
+  if t ~= 'stream' and t ~= 'none' then
+    return redis.error_reply('NOTSTREAM ' .. k .. ' ' .. t)
+  end
+end
 local acked = 0
 for i = 3, #ARGV, 4 do
   local id, kind = ARGV[i], ARGV[i + 1]
-  if redis.call('XACK', KEYS[1], ARGV[1], id) == 1 then
-    acked = acked + 1
+  if #redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1) == 1 then
     if kind == 'o' then
       redis.call('XADD', KEYS[2], '*', ARGV[2], ARGV[i + 2])
     elseif kind == 'd' then
       redis.call('XADD', KEYS[3], '*', 'source', id, 'error', ARGV[i + 3], ARGV[2], ARGV[i + 2])
     end
+    redis.call('XACK', KEYS[1], ARGV[1], id)
+    acked = acked + 1
   end
 end
 return acked
@@ -194,6 +222,9 @@ pub fn run<S: IndexStore>(
         verdicts: Vec::new(),
     };
     worker.create_group()?;
+    // An empty acknowledgement only checks the keys' types: a key that
+    // cannot take the output stops the worker before it decides anything.
+    worker.acknowledge(&[])?;
     let claim_every = (config.claim_idle / 2).max(Duration::from_millis(100));
     let mut last_claim: Option<Instant> = None;
     let mut claim_cursor = "0-0".to_string();
@@ -233,7 +264,14 @@ pub fn run<S: IndexStore>(
                 continue;
             }
         }
-        let entries = worker.read(if own_pending { "0" } else { ">" })?;
+        let entries = match worker.read(if own_pending { "0" } else { ">" }) {
+            // The stop signal cut the blocked read short: a clean stop
+            // (anything Redis handed out stays pending for this consumer).
+            Err(Error::Store(StoreError::Unavailable(_))) if stop.load(Ordering::Relaxed) => {
+                break;
+            }
+            read => read?,
+        };
         if entries.is_empty() {
             own_pending = false;
             continue;
@@ -267,27 +305,44 @@ impl<S: IndexStore> Worker<'_, S> {
             .map_err(store_error)
     }
 
+    /// The consumer group is gone (Redis restarted without persistence, or
+    /// the group was destroyed): says so and makes it again, at the start
+    /// of the stream as at the first start. What it had pending went with
+    /// it.
+    fn group_lost(&mut self) -> Result<(), Error> {
+        tracing::warn!(
+            stream = %self.config.stream,
+            group = %self.config.group,
+            "the consumer group is gone from Redis (restarted without persistence, or \
+             destroyed): creating it again at the start of the stream"
+        );
+        self.create_group()
+    }
+
     /// Reads a batch: `0` for this consumer's own pending entries, `>` for
     /// new ones (waiting a little when there are none).
     fn read(&mut self, from: &str) -> Result<Vec<Entry>, Error> {
         let config = self.config;
         // A blocked read must end well before the call times out.
         let block = BLOCK.min(self.link.timeout() / 2);
-        let reply: Value = self
-            .link
-            .retry("reading the stream", |c, _| {
-                let mut cmd = redis::cmd("XREADGROUP");
-                cmd.arg("GROUP")
-                    .arg(&config.group)
-                    .arg(&config.consumer)
-                    .arg("COUNT")
-                    .arg(config.batch);
-                if from == ">" {
-                    cmd.arg("BLOCK").arg(block.as_millis() as u64);
-                }
-                cmd.arg("STREAMS").arg(&config.stream).arg(from).query(c)
-            })
-            .map_err(store_error)?;
+        let reply: Value = match self.link.retry("reading the stream", |c, _| {
+            let mut cmd = redis::cmd("XREADGROUP");
+            cmd.arg("GROUP")
+                .arg(&config.group)
+                .arg(&config.consumer)
+                .arg("COUNT")
+                .arg(config.batch);
+            if from == ">" {
+                cmd.arg("BLOCK").arg(block.as_millis() as u64);
+            }
+            cmd.arg("STREAMS").arg(&config.stream).arg(from).query(c)
+        }) {
+            Err(RetryError::Failed(e)) if e.code() == Some("NOGROUP") => {
+                self.group_lost()?;
+                return Ok(Vec::new());
+            }
+            reply => reply.map_err(store_error)?,
+        };
         let mut entries = Vec::new();
         if let Value::Array(streams) = reply {
             for stream in streams {
@@ -312,20 +367,23 @@ impl<S: IndexStore> Worker<'_, S> {
     /// the entries, and the ids of pending entries deleted from the stream.
     fn claim(&mut self, cursor: &str) -> Result<(String, Vec<Entry>, Vec<String>), Error> {
         let config = self.config;
-        let reply: Value = self
-            .link
-            .retry("claiming idle entries", |c, _| {
-                redis::cmd("XAUTOCLAIM")
-                    .arg(&config.stream)
-                    .arg(&config.group)
-                    .arg(&config.consumer)
-                    .arg(config.claim_idle.as_millis() as u64)
-                    .arg(cursor)
-                    .arg("COUNT")
-                    .arg(config.batch)
-                    .query(c)
-            })
-            .map_err(store_error)?;
+        let reply: Value = match self.link.retry("claiming idle entries", |c, _| {
+            redis::cmd("XAUTOCLAIM")
+                .arg(&config.stream)
+                .arg(&config.group)
+                .arg(&config.consumer)
+                .arg(config.claim_idle.as_millis() as u64)
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(config.batch)
+                .query(c)
+        }) {
+            Err(RetryError::Failed(e)) if e.code() == Some("NOGROUP") => {
+                self.group_lost()?;
+                return Ok(("0-0".into(), Vec::new(), Vec::new()));
+            }
+            reply => reply.map_err(store_error)?,
+        };
         let Value::Array(parts) = reply else {
             return Ok(("0-0".into(), Vec::new(), Vec::new()));
         };
@@ -355,7 +413,19 @@ impl<S: IndexStore> Worker<'_, S> {
         let mut line_of = Vec::with_capacity(entries.len());
         for entry in &entries {
             line_of.push(entry.message.as_ref().map(|message| {
-                raw.push_line(raw.len() as u64 + 1, message);
+                let number = raw.len() as u64 + 1;
+                // A byte-order mark is skipped, as the filter skips one at
+                // the start of a file: some producers write one per
+                // message.
+                let message = message.strip_prefix(BOM).unwrap_or(message);
+                if message.len() > self.config.max_line_bytes {
+                    raw.lines.push(RawLine::TooLong {
+                        number,
+                        max: self.config.max_line_bytes,
+                    });
+                } else {
+                    raw.push_line(number, message);
+                }
                 raw.len() - 1
             }));
         }
@@ -386,9 +456,14 @@ impl<S: IndexStore> Worker<'_, S> {
                     reason: format!("no field {:?}", self.config.field),
                     message: Vec::new(),
                 },
+                // A message over the limit is not copied: the dead letter
+                // names its entry (`source`), which is still in the stream.
                 Some(Item::Invalid(invalid)) => Outcome::Dead {
                     reason: invalid.reason.to_string(),
-                    message: entry.message.clone().unwrap_or_default(),
+                    message: match invalid.reason {
+                        InvalidReason::TooLong { .. } => Vec::new(),
+                        _ => entry.message.clone().unwrap_or_default(),
+                    },
                 },
                 Some(Item::Message(message)) => {
                     let verdict = verdicts
@@ -466,7 +541,8 @@ impl<S: IndexStore> Worker<'_, S> {
             Output::Lines => config.invalid_stream.as_str(),
         };
         let script = &self.ack;
-        self.link
+        let result = self
+            .link
             .retry("acknowledging", |c: &mut dyn ConnectionLike, _| {
                 let mut invocation = script.key(&config.stream);
                 invocation
@@ -486,8 +562,37 @@ impl<S: IndexStore> Worker<'_, S> {
                     };
                 }
                 invocation.invoke::<u64>(c)
-            })
-            .map_err(store_error)
+            });
+        match result {
+            Ok(acked) => Ok(acked),
+            // The group went with what it had pending: nothing of this
+            // batch is written (the script stops at its first entry, before
+            // any write), and the entries are read again from the new
+            // group if they are still in the stream.
+            Err(RetryError::Failed(e)) if e.to_string().contains("NOGROUP") => {
+                self.group_lost()?;
+                Ok(0)
+            }
+            Err(e) => Err(match e {
+                RetryError::Failed(e) if e.code() == Some("NOTSTREAM") => {
+                    let detail = e.detail().unwrap_or_default();
+                    let (which, holds) = detail.split_once(' ').unwrap_or((detail, "?"));
+                    let (role, key) = match which {
+                        "1" => ("input stream", config.stream.as_str()),
+                        "2" if matches!(config.output, Output::Stream(_)) => {
+                            ("output stream", out_stream)
+                        }
+                        _ => ("dead-letter stream", config.invalid_stream.as_str()),
+                    };
+                    Error::Store(StoreError::NotAStream {
+                        key: key.to_string(),
+                        role,
+                        holds: holds.to_string(),
+                    })
+                }
+                e => store_error(e),
+            }),
+        }
     }
 }
 

@@ -179,4 +179,26 @@ pub enum StoreError {
     /// Redis answered with an error that retrying will not cure.
     #[error("Redis refused: {0}")]
     Refused(String),
+    /// Redis wants a password the URL does not give (NOAUTH), or refused
+    /// the one it gives (WRONGPASS).
+    #[error(
+        "Redis refused the connection's authentication ({0}): give the password in the URL, \
+         redis://:PASSWORD@HOST:PORT (or redis://USER:PASSWORD@HOST:PORT with an ACL user)"
+    )]
+    Auth(String),
+    /// A key `consume` appends to holds something else than a stream, so
+    /// nothing was written or acknowledged: the entries stay pending.
+    #[error(
+        "the {role} {key:?} holds a {holds}, not a stream: nothing was written or acknowledged \
+         (the entries stay pending); rename or delete that key, or name another stream"
+    )]
+    NotAStream {
+        /// The key.
+        key: String,
+        /// What it is for: the stream read, the output or the dead-letter
+        /// stream.
+        role: &'static str,
+        /// Its Redis type (`string`, `hash`, …).
+        holds: String,
+    },
 }

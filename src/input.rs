@@ -1,7 +1,8 @@
 //! The filter's input: files and stdin read in order as one stream of
 //! lines, with every line traceable to its file and line number.
 //!
-//! [`Inputs`] is a [`Read`] that chains its [`Source`]s: it skips a UTF-8
+//! [`Inputs`] is a [`Read`] that chains its [`Source`]s (a file whose name
+//! ends in `.gz` decompressed as it is read): it skips a UTF-8
 //! byte-order mark at the start of each one, ends a source whose last line
 //! has no terminator with one (so a file's last line never merges with the
 //! next file's first), and records in a shared [`LineMap`] at which line of
@@ -220,7 +221,16 @@ impl Inputs {
         self.next += 1;
         let mut reader: Box<dyn Read + Send> = match &source {
             Source::Stdin => Box::new(io::stdin()),
-            Source::File(path) => Box::new(File::open(path).map_err(|e| named(path, e))?),
+            Source::File(path) => {
+                let file = File::open(path).map_err(|e| named(path, e))?;
+                if is_gzip(path) {
+                    // Several members one after another (`cat a.gz b.gz`)
+                    // are one stream, as gzip -d reads them.
+                    Box::new(flate2::read::MultiGzDecoder::new(io::BufReader::new(file)))
+                } else {
+                    Box::new(file)
+                }
+            }
         };
         // Read enough to see a byte-order mark.
         let mut head = Vec::with_capacity(BOM.len());
@@ -322,6 +332,13 @@ impl Read for Inputs {
             }
         }
     }
+}
+
+/// Whether a file is read through gzip: its name ends in `.gz`, as tweet
+/// archives come.
+pub fn is_gzip(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gz"))
 }
 
 /// An I/O error with the path it happened on.
@@ -428,6 +445,31 @@ mod tests {
         assert_eq!(map.locate(3).to_string(), format!("{}:1", b.display()));
         assert_eq!(map.locate(5).to_string(), format!("{}:3", b.display()));
         assert_eq!(map.first_line().as_deref(), Some(&b"a1"[..]));
+    }
+
+    #[test]
+    fn gzip_files_are_read_decompressed() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let gz = dir.path().join("a.jsonl.gz");
+        let mut members = Vec::new();
+        for part in [&b"\xEF\xBB\xBFa1\na2\n"[..], b"a3"] {
+            let mut encoder =
+                flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            encoder.write_all(part).unwrap();
+            members.extend(encoder.finish().unwrap());
+        }
+        fs::write(&gz, members).unwrap();
+        let plain = dir.path().join("b.jsonl");
+        fs::write(&plain, b"b1\n").unwrap();
+        let (out, map) = read_all(vec![Source::File(gz.clone()), Source::File(plain)]);
+        assert_eq!(out, b"a1\na2\na3\nb1\n");
+        assert_eq!(map.locate(3).to_string(), format!("{}:3", gz.display()));
+        let corrupt = dir.path().join("c.gz");
+        fs::write(&corrupt, b"not gzip at all").unwrap();
+        let mut inputs = Inputs::new(vec![Source::File(corrupt)]);
+        let error = inputs.read_to_end(&mut Vec::new()).unwrap_err();
+        assert!(error.to_string().contains("c.gz"), "{error}");
     }
 
     #[test]

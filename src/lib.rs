@@ -22,6 +22,9 @@
 //! - [`input`]: files and stdin chained into one stream (byte-order marks
 //!   skipped), each line traceable to `file:line`; output paths checked
 //!   before a run.
+//! - [`output`]: the files a run writes (`--stats`, `--state`, `-o`):
+//!   never an input, never a file of another kind; tagged output written
+//!   whole or not at all.
 //! - [`lines`]: bounded line reading (a huge line never sits in memory).
 //! - [`record`]: the wire format: a JSON line decoded once into id, text and
 //!   URL entities, borrowing the line; the tag spliced back into its bytes.
@@ -41,7 +44,8 @@
 //!   TCP and Unix sockets, the `dedup_op` query form, limits, an admin HTTP
 //!   endpoint with Prometheus metrics, graceful shutdown.
 //! - [`snapshot`]: versioned, checksummed, atomically written state files,
-//!   so an index survives restarts.
+//!   so an index survives restarts; [`journal`]: the sidecar's log of what
+//!   it indexed since the last one, so a crash loses nothing answered.
 //! - [`stream`]: the engine as an async `Stream` adapter, for Rust
 //!   consumers that embed it.
 //! - [`timestamp`]: message times for `--window` (`created_at`, or arrival).
@@ -62,7 +66,9 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod input;
+pub mod journal;
 pub mod lines;
+pub mod output;
 pub mod pipeline;
 pub mod record;
 pub mod redis_index;

@@ -18,6 +18,8 @@ use cli::{Command, CompareArgs, CompletionsArgs, FilterArgs, ServeArgs, ShellArg
 use dedup_stream::engine::verdict::{LoneMatch, RECENT_MARGIN};
 use dedup_stream::engine::{Explained, IndexStore, Preparer};
 use dedup_stream::input::{self, Inputs, Source};
+use dedup_stream::journal::{self, Journal, JournalError, SnapshotId};
+use dedup_stream::output::{self, AtomicFile, OutputKind};
 use dedup_stream::redis_index::IndexLocation;
 use dedup_stream::report::{DEFAULT_WARNING_LIMIT, Report};
 use dedup_stream::server::metrics::Metrics;
@@ -111,16 +113,19 @@ fn filter(args: &FilterArgs) -> Exit {
     if let Err(e) = input::check_readable(&sources) {
         return usage(format!("cannot read the input {e}"));
     }
-    let outputs = [("--state", &args.state.state), ("--stats", &args.stats)];
-    for (option, path) in outputs {
-        if let Some(path) = path
-            && let Err(e) = input::check_writable(path)
-        {
-            return usage(format!(
-                "{option} {}: cannot write there: {e}",
-                path.display()
-            ));
-        }
+    // Never an input, never a file of another kind (a slip such as
+    // `--stats tweets.jsonl` must not replace the tweets).
+    let outputs: Vec<(OutputKind, &Path)> = [
+        (OutputKind::Tagged, args.output_file()),
+        (OutputKind::State, args.state.state.as_deref()),
+        (OutputKind::Stats, args.stats.as_deref()),
+        (OutputKind::Rejects, args.rejects.as_deref()),
+    ]
+    .into_iter()
+    .filter_map(|(kind, path)| Some((kind, path?)))
+    .collect();
+    if let Err(e) = output::check(&outputs, &sources, args.force) {
+        return usage(e);
     }
     if sources.is_empty() && io::stdin().is_terminal() && !args.quiet {
         eprintln!(
@@ -137,7 +142,25 @@ fn filter(args: &FilterArgs) -> Exit {
     };
     let inputs = Inputs::new(sources);
     let limit = (args.verbose == 0).then_some(DEFAULT_WARNING_LIMIT);
-    let report = Arc::new(Report::new(inputs.line_map(), limit));
+    let mut report = Report::new(inputs.line_map(), limit);
+    if config.window.is_some() {
+        report = report.with_times();
+    }
+    // Skipped lines go to --rejects whole or not at all, as -o does.
+    let rejects = match &args.rejects {
+        None => None,
+        Some(path) => match AtomicFile::create(path).and_then(|f| Ok((f.writer()?, f))) {
+            Ok((writer, file)) => {
+                report = report.with_rejects(Box::new(io::BufWriter::new(writer)));
+                Some(file)
+            }
+            Err(e) => {
+                eprintln!("dedup-stream: --rejects {}: {e}", path.display());
+                return Exit::Failure;
+            }
+        },
+    };
+    let report = Arc::new(report);
     pipeline_config.report = Arc::clone(&report);
     let preparer = Preparer::new(&config);
     let stop = Arc::new(AtomicBool::new(false));
@@ -147,6 +170,7 @@ fn filter(args: &FilterArgs) -> Exit {
         preparer,
         inputs,
         report,
+        rejects,
         stop,
     };
     match &args.index.index {
@@ -179,6 +203,8 @@ struct Run<'a> {
     preparer: Preparer,
     inputs: Inputs,
     report: Arc<Report>,
+    /// The `--rejects` file, renamed into place at the end.
+    rejects: Option<AtomicFile>,
     /// Tells a store waiting for Redis to give up (set on a signal).
     stop: Arc<AtomicBool>,
 }
@@ -196,25 +222,47 @@ impl Run<'_> {
             preparer,
             inputs,
             report,
+            rejects,
             stop,
         } = self;
         let status = (!args.quiet && io::stderr().is_terminal())
             .then(|| status::StatusLine::start(Arc::clone(&report), args.message.capacity.get()));
         let signal = Arc::new(AtomicU8::new(0));
+        let (target, writer): (Option<AtomicFile>, Box<dyn Write + Send>) = match args.output_file()
+        {
+            None => (None, Box::new(io::stdout())),
+            Some(path) => match AtomicFile::create(path).and_then(|f| Ok((f.writer()?, f))) {
+                Ok((writer, file)) => (Some(file), Box::new(writer)),
+                Err(e) => {
+                    eprintln!("dedup-stream: --output {}: {e}", path.display());
+                    return Exit::Failure;
+                }
+            },
+        };
         let result = runtime.block_on(async {
             let shutdown = stop_on_signal(Arc::clone(&signal), stop);
-            pipeline::run(
-                pipeline_config,
-                preparer,
-                store,
-                inputs,
-                io::stdout(),
-                shutdown,
-            )
-            .await
+            pipeline::run(pipeline_config, preparer, store, inputs, writer, shutdown).await
         });
         runtime.shutdown_background();
         drop(status); // Clears the status line before anything else is said.
+        // The lines skipped so far, whatever the run's end: a log of them.
+        if let (Some(file), Some(path)) = (rejects, &args.rejects)
+            && let Err(e) = report.finish_rejects().and_then(|()| file.commit())
+        {
+            eprintln!("dedup-stream: --rejects {}: {e}", path.display());
+            return Exit::Failure;
+        }
+        let unreadable = report.unreadable_times();
+        if unreadable > 0 {
+            eprintln!(
+                "dedup-stream: {} took the arrival time of the line (--window)",
+                dedup_stream::stats::counted(
+                    unreadable,
+                    "message with an unreadable created_at",
+                    "messages with an unreadable created_at"
+                )
+            );
+        }
         let hidden = report.hidden();
         if hidden > 0 {
             eprintln!(
@@ -224,6 +272,14 @@ impl Run<'_> {
         }
         match result {
             Ok(finished) => {
+                // What was decided is written whole, also when a signal
+                // stopped the run (as it would be on stdout).
+                if let (Some(target), Some(path)) = (target, args.output_file())
+                    && let Err(e) = target.commit()
+                {
+                    eprintln!("dedup-stream: --output {}: {e}", path.display());
+                    return Exit::Failure;
+                }
                 if !args.quiet {
                     eprintln!("dedup-stream: {}", finished.summary);
                 }
@@ -283,7 +339,7 @@ async fn stop_on_signal(which: Arc<AtomicU8>, stop: Arc<AtomicBool>) {
 /// Writes `--stats`: the summary as one JSON object and a newline.
 fn write_stats<S: IndexStore>(path: &Path, finished: &pipeline::Finished<S>) -> io::Result<()> {
     let json = finished.summary.to_json(&finished.store.stats());
-    std::fs::write(path, format!("{json}\n"))
+    output::write_file(path, format!("{json}\n").as_bytes())
 }
 
 /// Reports a bad option value in clap's style: exit status 2.
@@ -358,9 +414,15 @@ fn runtime() -> Result<tokio::runtime::Runtime, Exit> {
 /// Loads `--state` into a new engine. A missing file is the first run; a
 /// corrupt or incompatible one stops the run (exit 1) and is left as it is,
 /// unless `--fresh-state` says to start empty.
-fn load_state(args: &StateArgs, mut deduper: Deduper) -> Result<Deduper, Exit> {
+fn load_state(args: &StateArgs, deduper: Deduper) -> Result<Deduper, Exit> {
+    load_state_checked(args, deduper).map(|(deduper, _)| deduper)
+}
+
+/// [`load_state`], and whether the index holds what the file holds (it
+/// does not when --fresh-state set a bad file aside).
+fn load_state_checked(args: &StateArgs, mut deduper: Deduper) -> Result<(Deduper, bool), Exit> {
     let Some(path) = &args.state else {
-        return Ok(deduper);
+        return Ok((deduper, true));
     };
     match snapshot::load(path, &mut deduper) {
         Ok(Loaded::Missing) => {
@@ -372,6 +434,7 @@ fn load_state(args: &StateArgs, mut deduper: Deduper) -> Result<Deduper, Exit> {
         Err(e) if args.fresh_state => {
             // Loading leaves the engine untouched on error: it is empty.
             tracing::warn!("{e}; starting empty (--fresh-state): the file will be replaced");
+            return Ok((deduper, false));
         }
         Err(e) => {
             eprintln!("dedup-stream: {e}");
@@ -382,7 +445,7 @@ fn load_state(args: &StateArgs, mut deduper: Deduper) -> Result<Deduper, Exit> {
             return Err(Exit::Failure);
         }
     }
-    Ok(deduper)
+    Ok((deduper, true))
 }
 
 /// `dedup-stream serve`: bind, serve until SIGTERM or SIGINT, drain, save.
@@ -392,12 +455,9 @@ fn serve(args: &ServeArgs) -> Exit {
         Err(e) => return usage(e),
     };
     if let Some(path) = &args.state.state
-        && let Err(e) = input::check_writable(path)
+        && let Err(e) = output::check(&[(OutputKind::State, path)], &[], false)
     {
-        return usage(format!(
-            "--state {}: cannot write there: {e}",
-            path.display()
-        ));
+        return usage(e);
     }
     if let Err(e) = scale::refuse_memory_only(&args.index, &args.state) {
         return usage(e);
@@ -410,12 +470,44 @@ fn serve(args: &ServeArgs) -> Exit {
     let metrics = Arc::new(Metrics::default());
     let stop = Arc::new(AtomicBool::new(false));
     match &args.index.index {
-        IndexLocation::Memory => match start(Ok(engine), &args.state) {
-            Ok((deduper, runtime)) => {
-                run_server(args, config, preparer, deduper, runtime, metrics, stop)
+        IndexLocation::Memory => {
+            let fingerprint = snapshot::fingerprint(&engine);
+            let deduper = match Deduper::new(engine).map_err(usage).and_then(|deduper| {
+                // The state file's id before it is loaded: the journal
+                // follows it.
+                let base = match &args.state.state {
+                    Some(path) => SnapshotId::of_file(path).unwrap_or(SnapshotId::NONE),
+                    None => SnapshotId::NONE,
+                };
+                let (deduper, loaded) = load_state_checked(&args.state, deduper)?;
+                Ok((deduper, if loaded { base } else { SnapshotId::NONE }))
+            }) {
+                Ok(loaded) => loaded,
+                Err(exit) => return exit,
+            };
+            let (mut deduper, base) = deduper;
+            let journal = match &args.state.state {
+                Some(path) => match open_journal(
+                    args,
+                    path,
+                    base,
+                    fingerprint,
+                    &preparer,
+                    &config,
+                    &mut deduper,
+                ) {
+                    Ok(journal) => Some(journal),
+                    Err(exit) => return exit,
+                },
+                None => None,
+            };
+            match runtime() {
+                Ok(runtime) => run_server_with(
+                    args, config, preparer, deduper, runtime, metrics, stop, journal,
+                ),
+                Err(exit) => exit,
             }
-            Err(exit) => exit,
-        },
+        }
         location => {
             let options = scale::index_options(&args.index, &stop, &metrics);
             let store = match scale::open_index(location, &args.index.index_name, &engine, options)
@@ -431,6 +523,81 @@ fn serve(args: &ServeArgs) -> Exit {
     }
 }
 
+/// Opens `serve --state`'s journal and replays it into `deduper` (see
+/// [`dedup_stream::journal`]); a journal that cannot be read stops the
+/// server as a bad state file does, unless `--fresh-state`.
+fn open_journal(
+    args: &ServeArgs,
+    state: &Path,
+    base: SnapshotId,
+    fingerprint: u64,
+    preparer: &Preparer,
+    config: &server::ServerConfig,
+    deduper: &mut Deduper,
+) -> Result<Journal, Exit> {
+    let decoder = Decoder::new(config.fields.clone());
+    let mut opened = journal::open(
+        state,
+        base,
+        fingerprint,
+        args.fsync,
+        deduper,
+        preparer,
+        &decoder,
+    );
+    if let Err(e @ (JournalError::NotAJournal { .. } | JournalError::Settings { .. })) = &opened {
+        if !args.state.fresh_state {
+            eprintln!("dedup-stream: {e}");
+            eprintln!(
+                "dedup-stream: the file was left as it is; pass --fresh-state to start without \
+                 it (it is replaced)"
+            );
+            return Err(Exit::Failure);
+        }
+        tracing::warn!("{e}; replaced (--fresh-state)");
+        let _ = std::fs::remove_file(journal::path_for(state));
+        opened = journal::open(
+            state,
+            base,
+            fingerprint,
+            args.fsync,
+            deduper,
+            preparer,
+            &decoder,
+        );
+    }
+    match opened {
+        Ok((journal, replayed)) => {
+            if replayed.dropped_bytes > 0 {
+                tracing::warn!(
+                    path = %journal.path().display(),
+                    bytes = replayed.dropped_bytes,
+                    "the journal ended with a torn or corrupt record (a write cut short): dropped"
+                );
+            }
+            if replayed.unrelated {
+                tracing::warn!(
+                    path = %journal.path().display(),
+                    "the journal does not follow this state file (replaced, or started afresh): \
+                     set aside unread, as FILE.journal.unrelated"
+                );
+            }
+            if replayed.messages > 0 {
+                tracing::info!(
+                    path = %journal.path().display(),
+                    messages = replayed.messages,
+                    "journal replayed"
+                );
+            }
+            Ok(journal)
+        }
+        Err(e) => {
+            eprintln!("dedup-stream: {e}");
+            Err(Exit::Failure)
+        }
+    }
+}
+
 fn run_server<S>(
     args: &ServeArgs,
     config: server::ServerConfig,
@@ -439,6 +606,23 @@ fn run_server<S>(
     runtime: tokio::runtime::Runtime,
     metrics: Arc<Metrics>,
     stop: Arc<AtomicBool>,
+) -> Exit
+where
+    S: IndexStore + Saveable + Send + 'static,
+{
+    run_server_with(args, config, preparer, store, runtime, metrics, stop, None)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_server_with<S>(
+    args: &ServeArgs,
+    config: server::ServerConfig,
+    preparer: Preparer,
+    store: S,
+    runtime: tokio::runtime::Runtime,
+    metrics: Arc<Metrics>,
+    stop: Arc<AtomicBool>,
+    journal: Option<Journal>,
 ) -> Exit
 where
     S: IndexStore + Saveable + Send + 'static,
@@ -459,7 +643,10 @@ where
             listeners.admin = Some(bound);
         }
         let shutdown = stop_on_signal(Arc::clone(&signal), stop);
-        server::run_with_metrics(config, preparer, store, listeners, shutdown, metrics).await
+        server::run_with_journal(
+            config, preparer, store, listeners, shutdown, metrics, journal,
+        )
+        .await
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     // A service stopped by either signal has drained and saved: that is a
@@ -540,6 +727,7 @@ fn compare(args: &CompareArgs) -> Exit {
     // B right after A, alone: a lone recent match when it is one.
     let mut lone = LoneMatch::new(config.threshold, config.lone_reach(), 1);
     lone.offer((), similarity, 0, b.shingles.len(), a.shingles.len(), || ());
+    let duplicate = similarity >= config.threshold || lone.result().is_some();
     let verdict = if similarity >= config.threshold {
         "duplicate".to_string()
     } else if lone.result().is_some() {
@@ -597,12 +785,20 @@ fn compare(args: &CompareArgs) -> Exit {
         .lines()
         .map(|line| format!("{}\n", line.trim_end()))
         .collect();
+    // As cmp and grep: 0 when the texts are near-duplicates, 1 when not,
+    // 2 for trouble (a bad option, an unreadable file, a failed write), so
+    // a script can branch on the answer.
+    let answer = if duplicate {
+        Exit::Success
+    } else {
+        Exit::Failure
+    };
     match out.write_all(report.as_bytes()).and_then(|()| out.flush()) {
-        Ok(()) => Exit::Success,
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Exit::Success,
+        Ok(()) => answer,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => answer,
         Err(e) => {
             eprintln!("dedup-stream: writing output: {e}");
-            Exit::Failure
+            Exit::Usage
         }
     }
 }

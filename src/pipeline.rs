@@ -367,7 +367,7 @@ fn decide_batches<S: IndexStore>(
         )?;
         let mut verdicts = verdicts.iter();
         let mut out = reuse(&spares.out, batch.raw.bytes.len() + batch.items.len() * 64);
-        for item in &batch.items {
+        for (at, item) in batch.items.iter().enumerate() {
             match item {
                 Item::Invalid(invalid) => {
                     summary.invalid += 1;
@@ -376,12 +376,22 @@ fn decide_batches<S: IndexStore>(
                         return Err(Error::Invalid(invalid.clone()));
                     }
                     report.skipped(invalid);
+                    let line = match batch.raw.lines.get(at) {
+                        Some(RawLine::Content { range, .. }) => {
+                            Some(&batch.raw.bytes[range.clone()])
+                        }
+                        _ => None,
+                    };
+                    report.rejected(invalid, line);
                 }
                 Item::Message(message) => {
                     let verdict = verdicts
                         .next()
                         .ok_or_else(|| Error::Internal("the store lost a verdict".into()))?;
                     summary.messages += 1;
+                    if message.unreadable_time {
+                        report.unreadable_time(message.number);
+                    }
                     if verdict.is_duplicate() {
                         summary.duplicates += 1;
                     } else {

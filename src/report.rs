@@ -10,6 +10,7 @@
 //! a run in which no line was usable can say why ([`Report::no_usable_line`]).
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -79,6 +80,29 @@ pub struct Report {
     limit: Option<u64>,
     /// Invalid lines seen, by reason.
     invalid: Mutex<InvalidCounts>,
+    /// Whether message times matter (`--window`), so that an unreadable
+    /// `created_at` is worth a warning.
+    times: bool,
+    /// Messages whose `created_at` could not be read: (seen, warned about).
+    unreadable_times: Mutex<(u64, u64)>,
+    /// Where every skipped line goes (`--rejects`), whatever the limit of
+    /// warnings: nothing is dropped unseen.
+    rejects: Mutex<Option<Rejects>>,
+}
+
+/// The `--rejects` writer, and the first error it met (writing stops
+/// there, said once).
+struct Rejects {
+    out: Box<dyn Write + Send>,
+    failed: bool,
+}
+
+impl std::fmt::Debug for Rejects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rejects")
+            .field("failed", &self.failed)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -107,7 +131,90 @@ impl Report {
             lines,
             limit,
             invalid: Mutex::default(),
+            times: false,
+            unreadable_times: Mutex::default(),
+            rejects: Mutex::default(),
         }
+    }
+
+    /// Writes every skipped line to `out` (see [`Report::rejected`]).
+    pub fn with_rejects(self, out: Box<dyn Write + Send>) -> Report {
+        *self.rejects.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some(Rejects { out, failed: false });
+        self
+    }
+
+    /// Records a skipped line for `--rejects`: one JSON object per line,
+    /// `{"at":"FILE:LINE","reason":"…","line":"…"}`, where `line` is the
+    /// line as text (invalid UTF-8 replaced by U+FFFD) and is absent for a
+    /// line over the length limit, which was never read whole.
+    pub fn rejected(&self, invalid: &InvalidLine, line: Option<&[u8]>) {
+        let mut rejects = self.rejects.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(rejects) = rejects.as_mut().filter(|r| !r.failed) else {
+            return;
+        };
+        let mut record = serde_json::json!({
+            "at": self.lines.locate(invalid.line).to_string(),
+            "reason": invalid.reason.to_string(),
+        });
+        if let Some(line) = line {
+            record["line"] = String::from_utf8_lossy(line).into();
+        }
+        if let Err(e) = writeln!(rejects.out, "{record}") {
+            rejects.failed = true;
+            tracing::error!("writing --rejects: {e}; no more rejected lines are written");
+        }
+    }
+
+    /// Flushes the `--rejects` writer and gives it back; `Err` if any write
+    /// failed.
+    pub fn finish_rejects(&self) -> std::io::Result<()> {
+        let mut rejects = self.rejects.lock().unwrap_or_else(PoisonError::into_inner);
+        match rejects.take() {
+            Some(mut r) if !r.failed => r.out.flush(),
+            Some(_) => Err(std::io::Error::other("a write failed")),
+            None => Ok(()),
+        }
+    }
+
+    /// Warns about messages whose `created_at` cannot be read (under
+    /// `--window`, where their time matters).
+    pub fn with_times(mut self) -> Report {
+        self.times = true;
+        self
+    }
+
+    /// Notes a message whose `created_at` is a string in neither known
+    /// format and that took its arrival time instead: warned about by
+    /// `file:line` within the limit of invalid lines, and counted. In a
+    /// replay of old data that arrival time moves the window's clock to
+    /// now, which would otherwise happen silently.
+    pub fn unreadable_time(&self, line: u64) {
+        if !self.times {
+            return;
+        }
+        let mut counts = self
+            .unreadable_times
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        counts.0 += 1;
+        if self.limit.is_none_or(|limit| counts.1 < limit) {
+            counts.1 += 1;
+            drop(counts);
+            tracing::warn!(
+                "{}: created_at is not a date in Twitter v1.1 or RFC 3339 form: the line's \
+                 arrival time is used (with --window, it moves the clock to now)",
+                self.lines.locate(line)
+            );
+        }
+    }
+
+    /// Messages whose `created_at` could not be read (under `--window`).
+    pub fn unreadable_times(&self) -> u64 {
+        self.unreadable_times
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .0
     }
 
     /// Where each line came from.

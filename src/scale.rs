@@ -116,11 +116,10 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
     };
     let streams = match args.redis.parse::<IndexLocation>() {
         Ok(location @ IndexLocation::Redis(_)) => location,
-        Ok(_) => {
+        Ok(location) => {
             return usage(format!(
-                "--redis {}: the streams' Redis must be one server (redis://HOST:PORT[/DB], \
-                 rediss://… or redis+unix:///PATH)",
-                args.redis
+                "--redis {location}: the streams' Redis must be one server (redis://HOST:PORT[/DB], \
+                 rediss://… or redis+unix:///PATH)"
             ));
         }
         Err(e) => return usage(e),

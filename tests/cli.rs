@@ -311,12 +311,20 @@ fn a_lone_recent_edit_is_a_duplicate() {
         text.contains("0.8: duplicate (a lone recent match"),
         "{text}"
     );
+    assert_eq!(output.status.code(), Some(0), "a duplicate: 0, as grep");
     let output = Command::new(bin())
         .args(["compare", "--recent", "0", ORIGINAL, EDIT])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&output.stdout);
     assert!(text.contains("0.8: not a duplicate"), "{text}");
+    assert_eq!(output.status.code(), Some(1), "not a duplicate: 1, as grep");
+    // Trouble is 2.
+    let output = Command::new(bin())
+        .args(["compare", "@/no/such/file", EDIT])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
 }
 
 #[test]
@@ -333,7 +341,7 @@ fn compare_shows_spot_signatures_and_the_sampling() {
         ])
         .output()
         .unwrap();
-    assert!(output.status.success());
+    assert_eq!(output.status.code(), Some(1), "not near-duplicates");
     let text = String::from_utf8_lossy(&output.stdout);
     // B holds three of A's five chains: under two thirds of A, and the two
     // neither begin nor end alike, so the pair is compared by Jaccard.
@@ -442,4 +450,336 @@ fn empty_text_invalid_refuses_texts_with_nothing_to_compare() {
     assert_eq!(all_empty.status.code(), Some(65), "{all_empty:?}");
     let bad = common::run(&["--empty-text", "skip"], b"");
     assert_eq!(bad.status.code(), Some(2));
+}
+
+/// Runs the binary with `args` in `dir`, feeding `input`.
+fn run_in(dir: &std::path::Path, args: &[&str], input: &[u8]) -> std::process::Output {
+    let mut child = Command::new(bin())
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    let feeder = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
+    let output = child.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    output
+}
+
+#[test]
+fn output_options_never_replace_an_input_or_a_file_of_another_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let tweets = [
+        tweet("1", STORY),
+        tweet("2", &format!("RT @police: {STORY}")),
+    ]
+    .concat();
+    std::fs::write(dir.path().join("in.jsonl"), &tweets).unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "my notes\n").unwrap();
+    let untouched = |what: &str| {
+        assert_eq!(
+            std::fs::read(dir.path().join("in.jsonl")).unwrap(),
+            tweets.as_bytes(),
+            "{what}: the input was changed"
+        );
+        assert_eq!(
+            std::fs::read(dir.path().join("notes.txt")).unwrap(),
+            b"my notes\n",
+            "{what}: the notes were changed"
+        );
+    };
+    let refused = |args: &[&str], input: &[u8], says: &str| {
+        let output = run_in(dir.path(), args, input);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?}: nothing read or tagged");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        untouched(&format!("{args:?}"));
+    };
+    // The slip of a ripgrep user: --stats takes a value here.
+    refused(
+        &["--stats", "in.jsonl"],
+        tweets.as_bytes(),
+        "--stats in.jsonl: the file exists and is not a stats file",
+    );
+    // Its own input, however spelt.
+    refused(
+        &["--stats", "./in.jsonl", "in.jsonl"],
+        b"",
+        "is also an input file",
+    );
+    refused(
+        &["-o", "in.jsonl", "in.jsonl"],
+        b"",
+        "--output in.jsonl: is also an input file",
+    );
+    refused(
+        &["-o", "./in.jsonl", "--force", "in.jsonl"],
+        b"",
+        "is also an input file",
+    );
+    refused(
+        &["--state", "in.jsonl", "--fresh-state"],
+        tweets.as_bytes(),
+        "is not a state file",
+    );
+    refused(
+        &["--state", "in.jsonl", "in.jsonl"],
+        b"",
+        "is also an input file",
+    );
+    refused(
+        &["--stats", "notes.txt", "in.jsonl"],
+        b"",
+        "is not a stats file",
+    );
+    refused(&["-o", "notes.txt", "in.jsonl"], b"", "pass --force");
+    refused(
+        &["--stats", "s.json", "--state", "s.json", "in.jsonl"],
+        b"",
+        "is also the file of --state",
+    );
+    let serve = run_in(dir.path(), &["serve", "--state", "notes.txt"], b"");
+    assert_eq!(serve.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&serve.stderr).contains("is not a state file"));
+    untouched("serve");
+    #[cfg(unix)]
+    refused(
+        &["--state", "/dev/null", "in.jsonl"],
+        b"",
+        "is not a regular file",
+    );
+
+    // Files of their own kind are replaced, run after run.
+    for _ in 0..2 {
+        let output = run_in(
+            dir.path(),
+            &[
+                "-q",
+                "-o",
+                "out.jsonl",
+                "--stats",
+                "run.json",
+                "--state",
+                "x.state",
+                "in.jsonl",
+            ],
+            b"",
+        );
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(output.stdout.is_empty(), "the lines went to the file");
+        let out = std::fs::read_to_string(dir.path().join("out.jsonl")).unwrap();
+        assert_eq!(out.lines().count(), 2);
+        assert!(
+            out.lines()
+                .nth(1)
+                .unwrap()
+                .contains("\"duplicate_of\":\"1\"")
+        );
+        let stats = std::fs::read_to_string(dir.path().join("run.json")).unwrap();
+        assert!(stats.contains("\"messages\":2"), "{stats}");
+    }
+    // -o - is stdout.
+    let output = run_in(dir.path(), &["-q", "-o", "-", "in.jsonl"], b"");
+    assert!(output.status.success());
+    assert_eq!(verdicts(&output).len(), 2);
+    assert!(!dir.path().join("-").exists());
+    // --force replaces what is not tagged output (never an input).
+    let output = run_in(
+        dir.path(),
+        &["-q", "-o", "notes.txt", "--force", "in.jsonl"],
+        b"",
+    );
+    assert!(output.status.success());
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("notes.txt"))
+            .unwrap()
+            .lines()
+            .count(),
+        2
+    );
+    // Nothing left behind: no temporary files.
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["in.jsonl", "notes.txt", "out.jsonl", "run.json", "x.state"]
+    );
+}
+
+#[test]
+fn a_failed_run_leaves_the_previous_output_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.jsonl");
+    let before = "{\"id\":7,\"dedup\":{\"status\":\"new\"}}\n";
+    std::fs::write(&out, before).unwrap();
+    // An invalid line with --on-invalid fail stops the run (exit 65).
+    let input = [tweet("1", STORY), "not json\n".to_string()].concat();
+    let output = run_in(
+        dir.path(),
+        &["-q", "-o", "out.jsonl", "--on-invalid", "fail"],
+        input.as_bytes(),
+    );
+    assert_eq!(output.status.code(), Some(65));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), before);
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "no temporary left"
+    );
+}
+
+#[test]
+fn an_unreadable_created_at_under_window_is_warned_about_and_counted() {
+    let line = |id: u32, text: &str, created_at: Option<&str>| {
+        let mut value = serde_json::json!({"id_str": id.to_string(), "text": text});
+        if let Some(at) = created_at {
+            value["created_at"] = at.into();
+        }
+        format!("{value}\n")
+    };
+    let input = [
+        line(1, STORY, Some("Wed Oct 10 20:19:24 +0000 2018")),
+        line(
+            2,
+            "the bakery on 5th street reopens on Monday",
+            Some("last tuesday"),
+        ),
+        line(3, "no time on this one about the football match", None),
+        line(
+            4,
+            "and another unreadable one, about the weather",
+            Some("2018-13-45"),
+        ),
+    ]
+    .concat();
+    let output = run(&["--window", "1h"], input.as_bytes());
+    assert!(output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for number in [2, 4] {
+        assert!(
+            stderr.contains(&format!(
+                "line {number}: created_at is not a date in Twitter v1.1 or RFC 3339 form"
+            )),
+            "line {number}: {stderr}"
+        );
+    }
+    assert!(
+        !stderr.contains("<stdin>:3:"),
+        "an absent one is not: {stderr}"
+    );
+    assert!(
+        stderr.contains("2 messages with an unreadable created_at took the arrival time"),
+        "{stderr}"
+    );
+    assert_eq!(verdicts(&output).len(), 4, "every message is still decided");
+    // Without --window the time does not matter: nothing is said.
+    let output = run(&[], input.as_bytes());
+    assert!(!String::from_utf8_lossy(&output.stderr).contains("created_at"));
+}
+
+#[test]
+fn a_gz_file_is_read_decompressed() {
+    let plain = common::fixture("retweet_storm.jsonl");
+    let bytes = std::fs::read(&plain).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let gz = dir.path().join("retweet_storm.jsonl.gz");
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(&bytes).unwrap();
+    std::fs::write(&gz, encoder.finish().unwrap()).unwrap();
+    let expected = run(&["--quiet", plain.to_str().unwrap()], b"");
+    let output = run(&["--quiet", gz.to_str().unwrap()], b"");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(!expected.stdout.is_empty());
+    assert_eq!(
+        output.stdout, expected.stdout,
+        "byte for byte the plain file's output"
+    );
+}
+
+#[test]
+fn rejects_keeps_every_skipped_line_with_where_and_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = tweet("1", STORY);
+    for i in 0..24 {
+        a.push_str(&format!("not json {i}\n"));
+    }
+    std::fs::write(dir.path().join("a.jsonl"), &a).unwrap();
+    let b = [
+        tweet("2", &format!("RT @police: {STORY}")),
+        format!("{{\"id\":3,\"text\":\"{}\"}}\n", "long ".repeat(40)),
+        "{\"id\":4}\n".to_string(),
+    ]
+    .concat();
+    std::fs::write(dir.path().join("b.jsonl"), &b).unwrap();
+    for _ in 0..2 {
+        let output = run_in(
+            dir.path(),
+            &[
+                "-q",
+                "--max-line-bytes",
+                "150",
+                "--rejects",
+                "r.jsonl",
+                "a.jsonl",
+                "b.jsonl",
+            ],
+            b"",
+        );
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(verdicts(&output).len(), 2);
+        let rejects = std::fs::read_to_string(dir.path().join("r.jsonl")).unwrap();
+        let records: Vec<serde_json::Value> = rejects
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(records.len(), 26, "all of them, past the 20 warnings");
+        assert_eq!(records[0]["at"], "a.jsonl:2");
+        assert!(
+            records[0]["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("not valid JSON")
+        );
+        assert_eq!(records[0]["line"], "not json 0");
+        assert_eq!(records[23]["line"], "not json 23");
+        assert_eq!(records[24]["at"], "b.jsonl:2");
+        assert_eq!(
+            records[24]["reason"],
+            "line is longer than the limit of 150 bytes"
+        );
+        assert!(records[24].get("line").is_none(), "never read whole");
+        assert_eq!(records[25]["at"], "b.jsonl:3");
+        assert!(
+            records[25]["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("no text field")
+        );
+    }
+    // Like --stats: never an input, never a file of another kind.
+    let output = run_in(dir.path(), &["--rejects", "b.jsonl", "a.jsonl"], b"");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("is not a rejects file"));
 }

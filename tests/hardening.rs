@@ -183,7 +183,12 @@ async fn failed_periodic_save_is_retried_while_no_message_arrives() {
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     names.sort();
-    assert_eq!(names, ["s.sock", "s.state"], "{:#?}", served.drain_log());
+    assert_eq!(
+        names,
+        ["s.sock", "s.state", "s.state.journal"],
+        "{:#?}",
+        served.drain_log()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -102,7 +102,7 @@ fn prefix_pattern(prefix: &str) -> String {
 /// A connection to the one server that holds the index's keys: the
 /// location's server, or in a cluster the node serving the index's slot.
 fn owner(location: &IndexLocation, name: &str) -> Result<Box<dyn ConnectionLike>, StoreError> {
-    let failed = |e: redis::RedisError| StoreError::Refused(e.to_string());
+    let failed = |e: redis::RedisError| super::connection::refused(&e);
     let connect = |url: &str| -> Result<redis::Connection, StoreError> {
         redis::Client::open(url)
             .and_then(|c| c.get_connection_with_timeout(std::time::Duration::from_secs(5)))
@@ -200,7 +200,7 @@ fn for_each_key_page(
 /// Reads what the index holds and how much memory its keys take.
 pub fn info(location: &IndexLocation, name: &str) -> Result<IndexInfo, StoreError> {
     check_name(name)?;
-    let failed = |e: redis::RedisError| StoreError::Refused(e.to_string());
+    let failed = |e: redis::RedisError| super::connection::refused(&e);
     let mut con = owner(location, name)?;
     let prefix = key_prefix(name);
     let settings: Option<String> = redis::cmd("HGET")
@@ -275,7 +275,7 @@ pub fn drop(location: &IndexLocation, name: &str) -> Result<u64, StoreError> {
         removed += page.len() as u64;
         redis::cmd("UNLINK").arg(page).query::<()>(con)
     })
-    .map_err(|e| StoreError::Refused(e.to_string()))?;
+    .map_err(|e| super::connection::refused(&e))?;
     Ok(removed)
 }
 

@@ -13,8 +13,67 @@ use redis::{ConnectionLike, ErrorKind, RedisError, RedisResult, ServerErrorKind}
 use crate::error::StoreError;
 use crate::server::metrics::Metrics;
 
+/// What a password is shown as.
+const HIDDEN: &str = "***";
+
+/// `url` with its password replaced by `***` (the user is kept):
+/// `redis://:s3cret@host:6379` shows as `redis://:***@host:6379`, and a
+/// `pass=` or `password=` query parameter (`redis+unix:///PATH?pass=…`)
+/// likewise. Every URL that reaches a log line, an error or a report goes
+/// through it, so a password given in a URL is never printed.
+pub fn redact_url(url: &str) -> std::borrow::Cow<'_, str> {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
+        return url.into();
+    };
+    let rest = &url[start..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let mut shown = String::with_capacity(url.len());
+    shown.push_str(&url[..start]);
+    match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => {
+            match userinfo.split_once(':') {
+                Some((user, _password)) => {
+                    shown.push_str(user);
+                    shown.push(':');
+                    shown.push_str(HIDDEN);
+                }
+                None => shown.push_str(userinfo),
+            }
+            shown.push('@');
+            shown.push_str(hosts);
+        }
+        None => shown.push_str(authority),
+    }
+    match tail.split_once('?') {
+        Some((path, query)) => {
+            shown.push_str(path);
+            shown.push('?');
+            let params: Vec<String> = query
+                .split('&')
+                .map(|param| match param.split_once('=') {
+                    Some((name, _)) if matches!(name, "pass" | "password") => {
+                        format!("{name}={HIDDEN}")
+                    }
+                    _ => param.to_string(),
+                })
+                .collect();
+            shown.push_str(&params.join("&"));
+        }
+        None => shown.push_str(tail),
+    }
+    if shown == url {
+        url.into()
+    } else {
+        shown.into()
+    }
+}
+
 /// Where an index lives, as `--index` gives it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Its `Display` and `Debug` hide the password of a URL (`redis://:***@…`):
+/// the URL itself is only handed to the Redis client.
+#[derive(Clone, PartialEq, Eq)]
 pub enum IndexLocation {
     /// In this process (`memory`, the default).
     Memory,
@@ -31,7 +90,7 @@ impl FromStr for IndexLocation {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = |reason: String| StoreError::Location {
-            given: s.to_string(),
+            given: redact_url(s).into_owned(),
             reason,
         };
         if s == "memory" {
@@ -75,15 +134,33 @@ impl fmt::Display for IndexLocation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             IndexLocation::Memory => f.write_str("memory"),
-            IndexLocation::Redis(url) => f.write_str(url),
+            IndexLocation::Redis(url) => f.write_str(&redact_url(url)),
             IndexLocation::Cluster(urls) => {
-                let hosts: Vec<&str> = urls
+                // Every node's URL carries the same credentials: show them
+                // once, redacted, as they were given.
+                let shown: Vec<String> = urls.iter().map(|u| redact_url(u).into_owned()).collect();
+                let auth = shown[0]
+                    .strip_prefix("redis://")
+                    .and_then(|rest| rest.rsplit_once('@'))
+                    .map(|(auth, _)| format!("{auth}@"))
+                    .unwrap_or_default();
+                let hosts: Vec<&str> = shown
                     .iter()
-                    .map(|u| u.strip_prefix("redis://").unwrap_or(u))
+                    .map(|u| {
+                        let rest = u.strip_prefix("redis://").unwrap_or(u);
+                        rest.rsplit_once('@').map_or(rest, |(_, host)| host)
+                    })
                     .collect();
-                write!(f, "redis+cluster://{}", hosts.join(","))
+                write!(f, "redis+cluster://{auth}{}", hosts.join(","))
             }
         }
+    }
+}
+
+/// As `Display`: a derived `Debug` would print the password.
+impl fmt::Debug for IndexLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "IndexLocation({self})")
     }
 }
 
@@ -256,6 +333,18 @@ impl Link {
                     self.recovered(down_since, what);
                     return Ok(value);
                 }
+                Err(e) if interrupted(&e) => {
+                    // A signal cut a blocked call short (EINTR): not an
+                    // outage, so neither reported nor counted. It is most
+                    // likely the stop signal, whose flag is set a moment
+                    // later by another thread: wait for it a little.
+                    for _ in 0..10 {
+                        if self.stopping() {
+                            return Err(RetryError::Stopped(e));
+                        }
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
                 Err(e) if is_transient(&e) => {
                     if let Some(metrics) = &self.metrics {
                         metrics.store_errors.fetch_add(1, Ordering::Relaxed);
@@ -283,11 +372,7 @@ impl Link {
                         }
                         Some(_) => {}
                     }
-                    if self
-                        .stop
-                        .as_ref()
-                        .is_some_and(|s| s.load(Ordering::Relaxed))
-                    {
+                    if self.stopping() {
                         return Err(RetryError::Stopped(e));
                     }
                     std::thread::sleep(wait);
@@ -303,6 +388,13 @@ impl Link {
                 }
             }
         }
+    }
+
+    /// Whether the worker was told to stop.
+    fn stopping(&self) -> bool {
+        self.stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::Relaxed))
     }
 
     /// Says so when Redis answers again after an outage.
@@ -338,9 +430,48 @@ pub enum RetryError {
 impl From<RetryError> for StoreError {
     fn from(e: RetryError) -> StoreError {
         match e {
-            RetryError::Failed(e) => StoreError::Refused(e.to_string()),
+            RetryError::Failed(e) => refused(&e),
             RetryError::Stopped(e) => StoreError::Unavailable(e.to_string()),
         }
+    }
+}
+
+/// What an error Redis answered means for the user: an authentication
+/// failure says how to pass the password; anything else is refused as is.
+pub fn refused(e: &RedisError) -> StoreError {
+    let text = e.to_string();
+    // Redis answers NOAUTH, or WRONGPASS; and to a large request from a
+    // client that has not authenticated, "Protocol error: unauthenticated
+    // multibulk length" before it closes the connection.
+    let auth = matches!(e.code(), Some("NOAUTH" | "WRONGPASS"))
+        || e.kind() == ErrorKind::AuthenticationFailed
+        || [
+            "NOAUTH",
+            "WRONGPASS",
+            "unauthenticated",
+            "Authentication required",
+        ]
+        .iter()
+        .any(|sign| text.contains(sign));
+    if auth {
+        StoreError::Auth(text)
+    } else {
+        StoreError::Refused(text)
+    }
+}
+
+/// Whether a call failed because a signal interrupted it (EINTR): the
+/// redis crate keeps the I/O error only as text.
+fn interrupted(e: &RedisError) -> bool {
+    #[cfg(unix)]
+    {
+        let eintr = std::io::Error::from_raw_os_error(rustix::io::Errno::INTR.raw_os_error());
+        e.is_io_error() && e.to_string().contains(&eintr.to_string())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = e;
+        false
     }
 }
 
@@ -404,6 +535,36 @@ mod tests {
         ] {
             assert!(bad.parse::<IndexLocation>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn passwords_are_never_shown() {
+        for (given, shown) in [
+            ("redis://:s3cret@h:6379", "redis://:***@h:6379"),
+            ("redis://app:s3cret@h:6379/2", "redis://app:***@h:6379/2"),
+            ("rediss://app:p%40ss:w@h", "rediss://app:***@h"),
+            ("redis://app@h:6379", "redis://app@h:6379"),
+            (
+                "redis+unix:///run/r.sock?db=1&pass=s3cret",
+                "redis+unix:///run/r.sock?db=1&pass=***",
+            ),
+            (
+                "unix:///run/r.sock?user=app&password=s3cret",
+                "unix:///run/r.sock?user=app&password=***",
+            ),
+            (
+                "redis+cluster://:s3cret@h:1,h:2",
+                "redis+cluster://:***@h:1,h:2",
+            ),
+        ] {
+            let location: IndexLocation = given.parse().unwrap();
+            assert_eq!(location.to_string(), shown, "{given}");
+            assert_eq!(format!("{location:?}"), format!("IndexLocation({shown})"));
+        }
+        // Also when the location is refused.
+        let refused = "redis+cluster://:s3cret@".parse::<IndexLocation>();
+        assert!(!refused.unwrap_err().to_string().contains("s3cret"));
+        assert_eq!(redact_url("memory"), "memory");
     }
 
     #[test]

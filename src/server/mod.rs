@@ -55,6 +55,7 @@ use tokio::sync::{Semaphore, broadcast, mpsc, oneshot};
 
 use crate::engine::{IndexStore, Preparer};
 use crate::error::Error;
+use crate::journal::{Fsync, Journal, SnapshotId};
 use crate::record::{Decoder, FieldSpec};
 use crate::snapshot::{self, Saveable};
 use metrics::Metrics;
@@ -405,6 +406,27 @@ pub async fn run_with_metrics<S>(
 where
     S: IndexStore + Saveable + Send + 'static,
 {
+    run_with_journal(config, preparer, store, listeners, shutdown, metrics, None).await
+}
+
+/// [`run_with_metrics`], writing what is indexed to `journal` (opened, and
+/// replayed into the store, by [`crate::journal::open`]) before it is
+/// answered, so that a crash loses nothing answered.
+pub async fn run_with_journal<S>(
+    config: ServerConfig,
+    preparer: Preparer,
+    store: S,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()>,
+    metrics: Arc<Metrics>,
+    journal: Option<Journal>,
+) -> Result<S, Error>
+where
+    S: IndexStore + Saveable + Send + 'static,
+{
+    let sync_every_second = journal
+        .as_ref()
+        .is_some_and(|j| j.fsync() == Fsync::EverySec);
     let mut config = config;
     config.max_connections = fit_open_files(config.max_connections.max(1));
     metrics.record_index(store.stats());
@@ -419,7 +441,7 @@ where
         std::thread::Builder::new()
             .name("dedup-engine".into())
             .spawn(move || {
-                let _ = owner_done.send(owner::run(store, engine_rx, metrics, reply));
+                let _ = owner_done.send(owner::run(store, journal, engine_rx, metrics, reply));
             })
             .map_err(|e| Error::Internal(format!("cannot start the engine thread: {e}")))?;
     }
@@ -453,6 +475,23 @@ where
         _ => None,
     };
 
+    let ticker = sync_every_second.then(|| {
+        let engine = ctx.engine.clone();
+        let mut shutdown = Shutdown::new(notify_shutdown.subscribe());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    biased;
+                    () = shutdown.recv() => return,
+                    () = tokio::time::sleep(crate::journal::SYNC_EVERY) => {}
+                }
+                if engine.send(Request::Tick).await.is_err() {
+                    return;
+                }
+            }
+        })
+    });
+
     let state = ctx.config.state.clone();
     let limit = Arc::new(Semaphore::new(ctx.config.max_connections.max(1)));
     tracing::debug!(
@@ -471,11 +510,14 @@ where
     if let Some(saver) = saver {
         let _ = saver.await;
     }
+    if let Some(ticker) = ticker {
+        let _ = ticker.await;
+    }
     if let Some(admin) = admin {
         let _ = admin.await;
     }
     // The owner ends once every connection is done with the engine queue.
-    let store = owner
+    let (store, journal) = owner
         .await
         .map_err(|_| Error::Internal("the engine thread panicked".into()))?;
     let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
@@ -488,7 +530,7 @@ where
         "stopped"
     );
     match state {
-        Some(path) => save_final(path, store, &metrics).await,
+        Some(path) => save_final(path, store, journal, &metrics).await,
         None => Ok(store),
     }
 }
@@ -741,6 +783,8 @@ async fn save_snapshot(
         Ok(()) => {
             metrics.snapshots_saved.fetch_add(1, Ordering::Relaxed);
             tracing::debug!(path = %path.display(), bytes = size, "state saved");
+            // The journal can drop what the file now holds.
+            let _ = engine.send(Request::Saved(SnapshotId::of(&bytes))).await;
             Ok(())
         }
         Err(e) => {
@@ -778,18 +822,35 @@ async fn save_periodically(
     }
 }
 
-/// Saves the state file one last time, off the reactor.
-async fn save_final<S>(path: PathBuf, store: S, metrics: &Metrics) -> Result<S, Error>
+/// Saves the state file one last time, off the reactor (marked in the
+/// journal first, and the journal emptied once it is written).
+async fn save_final<S>(
+    path: PathBuf,
+    store: S,
+    mut journal: Option<Journal>,
+    metrics: &Metrics,
+) -> Result<S, Error>
 where
     S: IndexStore + Saveable + Send + 'static,
 {
     let saved = tokio::task::spawn_blocking(move || {
         let result = match store.encode_snapshot() {
             Some(bytes) => {
-                snapshot::write_atomic(&path, &bytes).map_err(|e| snapshot::SnapshotError {
-                    path: path.clone(),
-                    kind: snapshot::ErrorKind::Io(e),
-                })
+                let id = SnapshotId::of(&bytes);
+                if let Some(journal) = journal.as_mut() {
+                    journal.mark(id);
+                }
+                let written =
+                    snapshot::write_atomic(&path, &bytes).map_err(|e| snapshot::SnapshotError {
+                        path: path.clone(),
+                        kind: snapshot::ErrorKind::Io(e),
+                    });
+                if written.is_ok()
+                    && let Some(journal) = journal.as_mut()
+                {
+                    journal.saved(id);
+                }
+                written
             }
             None => Ok(()),
         };

@@ -8,7 +8,8 @@
 //! connection from sending more, never the owner nor the other connections.
 //!
 //! Snapshots are taken here too, between two batches, so a state file is
-//! always a consistent picture of the index.
+//! always a consistent picture of the index; and the journal is written
+//! here, before each batch's replies are handed over.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -19,6 +20,7 @@ use tokio::sync::oneshot;
 
 use crate::batch::{self, Item, Op, PreparedBatch};
 use crate::engine::{IndexStore, Verdict};
+use crate::journal::{Journal, SnapshotId};
 use crate::snapshot::Saveable;
 
 use super::Reply;
@@ -31,6 +33,11 @@ pub(crate) enum Request {
     /// Encode the index as a state file's bytes; `None` when no check was
     /// decided since the last snapshot (the file on disk is current).
     Snapshot(oneshot::Sender<Option<Vec<u8>>>),
+    /// The state file of these bytes was written: the journal can drop
+    /// what it holds.
+    Saved(SnapshotId),
+    /// Sync the journal if a second has passed (`--fsync everysec`).
+    Tick,
 }
 
 /// One connection's prepared batch.
@@ -44,13 +51,16 @@ pub(crate) struct Job {
     pub received: Instant,
 }
 
-/// Runs until every sender is gone, then gives the index store back.
+/// Runs until every sender is gone, then gives the index store (and the
+/// journal) back. The journal, when there is one, gets every batch's
+/// checks before the batch's replies go out.
 pub(crate) fn run<S: IndexStore + Saveable>(
     mut store: S,
+    mut journal: Option<Journal>,
     mut requests: mpsc::Receiver<Request>,
     metrics: Arc<Metrics>,
     reply: Reply,
-) -> S {
+) -> (S, Option<Journal>) {
     // Checks decided since the last snapshot (queries change nothing).
     let mut checks_since_snapshot = 0u64;
     let mut verdicts = Vec::new();
@@ -58,6 +68,9 @@ pub(crate) fn run<S: IndexStore + Saveable>(
         match request {
             Request::Batch(job) => {
                 let out = decide(&mut store, &job.batch, reply, &metrics, &mut verdicts);
+                if let Some(journal) = journal.as_mut() {
+                    journal.append(&job.batch);
+                }
                 checks_since_snapshot += job
                     .batch
                     .items
@@ -80,6 +93,9 @@ pub(crate) fn run<S: IndexStore + Saveable>(
                 let started = Instant::now();
                 let bytes = store.encode_snapshot();
                 if let Some(bytes) = &bytes {
+                    if let Some(journal) = journal.as_mut() {
+                        journal.mark(SnapshotId::of(bytes));
+                    }
                     tracing::debug!(
                         entries = store.stats().len,
                         bytes = bytes.len(),
@@ -89,9 +105,19 @@ pub(crate) fn run<S: IndexStore + Saveable>(
                 }
                 let _ = done.send(bytes);
             }
+            Request::Saved(id) => {
+                if let Some(journal) = journal.as_mut() {
+                    journal.saved(id);
+                }
+            }
+            Request::Tick => {
+                if let Some(journal) = journal.as_mut() {
+                    journal.tick();
+                }
+            }
         }
     }
-    store
+    (store, journal)
 }
 
 /// Decides every message of a batch, in order, and writes one reply line

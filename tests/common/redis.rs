@@ -113,10 +113,13 @@ impl RedisServer {
     fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Ok(mut con) = self.try_connection()
-                && redis::cmd("PING").query::<String>(&mut con).is_ok()
-            {
-                return;
+            if let Ok(mut con) = self.try_connection() {
+                match redis::cmd("PING").query::<String>(&mut con) {
+                    Ok(_) => return,
+                    // A server with --requirepass is up too.
+                    Err(e) if e.code() == Some("NOAUTH") => return,
+                    Err(_) => {}
+                }
             }
             assert!(
                 Instant::now() < deadline,

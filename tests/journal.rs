@@ -1,0 +1,212 @@
+//! `serve --state`'s journal through the real binary: `kill -9` at moments
+//! spread over a run (mid-stream, between and during snapshots), then a
+//! restart, under each `--fsync` policy: every message answered before the
+//! kill is still held. A torn last record is dropped with a warning.
+
+#![cfg(unix)]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use common::served::Served;
+
+/// A text of twelve words from a vocabulary of 5,000, unlike the others.
+fn text(n: u64) -> String {
+    let mut x = n
+        .wrapping_mul(6_364_136_223_846_793_005)
+        .wrapping_add(1_442_695_040_888_963_407);
+    (0..12)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            format!("w{}", (x >> 33) % 5000)
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn line(id: u64, op: Option<&str>) -> String {
+    let mut value = serde_json::json!({"id": id, "text": text(id)});
+    if let Some(op) = op {
+        value["dedup_op"] = op.into();
+    }
+    format!("{value}\n")
+}
+
+fn serve(dir: &Path, fsync: &str) -> Served {
+    let sock = dir.join("s.sock");
+    let _ = std::fs::remove_file(&sock);
+    let mut served = Served::start(&[
+        "--listen",
+        &format!("unix:{}", sock.display()),
+        "--state",
+        dir.join("s.state").to_str().unwrap(),
+        "--fsync",
+        fsync,
+        "--snapshot-interval",
+        "150ms",
+    ]);
+    served.wait_for("listening");
+    served
+}
+
+/// Sends `ids` on one connection and reads replies until `answered` came
+/// back (or all of them): the ids answered.
+fn send(dir: &Path, ids: std::ops::Range<u64>, answered: usize) -> Vec<serde_json::Value> {
+    let stream = UnixStream::connect(dir.join("s.sock")).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let lines: String = ids.clone().map(|id| line(id, None)).collect();
+    let feeder = std::thread::spawn(move || {
+        // The server may be killed mid-way: a broken pipe is expected.
+        let _ = writer.write_all(lines.as_bytes());
+    });
+    let mut replies = Vec::new();
+    let mut reader = BufReader::new(stream);
+    while replies.len() < answered.min(ids.clone().count()) {
+        let mut reply = String::new();
+        if reader.read_line(&mut reply).unwrap_or(0) == 0 {
+            break;
+        }
+        replies.push(serde_json::from_str(&reply).unwrap());
+    }
+    drop(reader);
+    if replies.len() == ids.count() {
+        let _ = feeder.join();
+    }
+    replies
+}
+
+fn kill_9_loses_nothing_answered(fsync: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    // The ids the client got an answer for, over every round.
+    let mut answered_ids: Vec<u64> = Vec::new();
+    let mut next = 0u64;
+    // Kills at moments spread over the run: after a few replies, many,
+    // right after a snapshot interval, mid-way through a long batch.
+    for (round, (sent, answered, pause)) in [
+        (3000, 3, 0),
+        (4000, 2500, 0),
+        (3000, 1700, 160),
+        (5000, 4999, 310),
+        (2000, 800, 40),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut served = serve(dir.path(), fsync);
+        let replies = send(dir.path(), next..next + sent, answered);
+        assert!(
+            replies.len() >= answered.min(sent as usize),
+            "round {round}"
+        );
+        std::thread::sleep(Duration::from_millis(pause));
+        served.child.kill().unwrap(); // SIGKILL
+        served.child.wait().unwrap();
+        answered_ids.extend(next..next + replies.len() as u64);
+        next += sent;
+
+        // Restarted: every message answered so far is still held.
+        let served = serve(dir.path(), fsync);
+        let check = query(dir.path(), &answered_ids);
+        let missing: Vec<u64> = answered_ids
+            .iter()
+            .zip(&check)
+            .filter(|(_, reply)| reply["dedup"]["status"] != "duplicate")
+            .map(|(id, _)| *id)
+            .collect();
+        assert_eq!(check.len(), answered_ids.len());
+        assert!(
+            missing.is_empty(),
+            "--fsync {fsync}, round {round}: {} of {} answered messages lost, the first {:?}",
+            missing.len(),
+            answered_ids.len(),
+            &missing[..missing.len().min(5)]
+        );
+        drop(served);
+    }
+    assert!(answered_ids.len() > 9_000);
+}
+
+/// Asks (without indexing) about each of `ids`: the replies, in order.
+fn query(dir: &Path, ids: &[u64]) -> Vec<serde_json::Value> {
+    let stream = UnixStream::connect(dir.join("s.sock")).unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let lines: String = ids.iter().map(|&id| line(id, Some("query"))).collect();
+    let feeder = std::thread::spawn(move || writer.write_all(lines.as_bytes()));
+    let replies = BufReader::new(stream)
+        .lines()
+        .take(ids.len())
+        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
+        .collect();
+    feeder.join().unwrap().unwrap();
+    replies
+}
+
+#[test]
+fn kill_9_loses_nothing_answered_with_fsync_always() {
+    kill_9_loses_nothing_answered("always");
+}
+
+#[test]
+fn kill_9_loses_nothing_answered_with_fsync_everysec() {
+    kill_9_loses_nothing_answered("everysec");
+}
+
+#[test]
+fn kill_9_loses_nothing_answered_with_fsync_never() {
+    kill_9_loses_nothing_answered("never");
+}
+
+#[test]
+fn a_torn_last_record_is_dropped_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut served = serve(dir.path(), "always");
+    let replies = send(dir.path(), 0..100, 100);
+    assert_eq!(replies.len(), 100);
+    served.child.kill().unwrap();
+    served.child.wait().unwrap();
+    // A record cut short: its length says more than is there.
+    let journal = dir.path().join("s.state.journal");
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&journal)
+        .unwrap();
+    file.write_all(&[200, 0, 0, 0, 7, 7, 7, 7, 0, 1, 2])
+        .unwrap();
+    drop(file);
+    let mut served = serve(dir.path(), "always");
+    served.wait_for("torn or corrupt record");
+    let check = query(dir.path(), &(0..100).collect::<Vec<_>>());
+    assert!(check.iter().all(|r| r["dedup"]["status"] == "duplicate"));
+    // And a journal that is not one stops the server, as a bad state file
+    // does.
+    drop(served);
+    std::fs::write(&journal, b"my notes").unwrap();
+    let sock = dir.path().join("s.sock");
+    let _ = std::fs::remove_file(&sock);
+    let refused = Served::start(&[
+        "--listen",
+        &format!("unix:{}", sock.display()),
+        "--state",
+        dir.path().join("s.state").to_str().unwrap(),
+    ]);
+    let (status, log) = refused.wait();
+    assert_eq!(status.code(), Some(1), "{log:?}");
+    assert!(
+        log.join("\n").contains("not a dedup-stream journal"),
+        "{log:?}"
+    );
+    assert_eq!(
+        std::fs::read(&journal).unwrap(),
+        b"my notes",
+        "left as it was"
+    );
+}

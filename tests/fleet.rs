@@ -311,3 +311,98 @@ fn eight_workers_on_the_same_few_texts_all_progress() {
     }
     assert_eq!(new, stories.len(), "each story new once in the fleet");
 }
+
+/// `consume --output -` writes its lines before it acknowledges: a worker
+/// stopped in between leaves its entries pending, and the worker that
+/// finishes them writes their lines again. Every replica remembers the
+/// verdict each entry got, so the repeats are byte for byte the first
+/// lines, never "a duplicate of itself" (failure case 3 of issue 23).
+#[test]
+fn an_entry_written_twice_to_stdout_carries_its_first_verdict() {
+    if !available("an_entry_written_twice_to_stdout_carries_its_first_verdict") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut con = redis.connection();
+    let add = |con: &mut redis::Connection, id: u32, text: &str| {
+        redis::cmd("XADD")
+            .arg("in")
+            .arg("*")
+            .arg("json")
+            .arg(format!("{{\"id_str\":\"{id}\",\"text\":\"{text}\"}}"))
+            .query::<String>(con)
+            .unwrap();
+    };
+    const STORY: &str = "Flooding closes the coastal highway north of the city tonight";
+    add(&mut con, 1, STORY);
+    add(&mut con, 2, "The bakery on 5th street reopens on Monday");
+    let consume = || {
+        Worker::start(&[
+            "consume",
+            "--redis",
+            &url,
+            "--stream",
+            "in",
+            "--group",
+            "g",
+            "--consumer",
+            "a",
+            "--output",
+            "-",
+            "--quiet",
+        ])
+    };
+    let mut first = consume();
+    let early: Vec<String> = (0..2)
+        .map(|_| first.lines.recv_timeout(Duration::from_secs(60)).unwrap())
+        .collect();
+    assert!(
+        early.iter().all(|l| l.contains("\"status\":\"new\"")),
+        "{early:?}"
+    );
+    // The dead-letter stream turns into a list: the next batch's lines are
+    // written, and its acknowledgement refused (nothing acknowledged).
+    redis::cmd("RPUSH")
+        .arg("in:invalid")
+        .arg("x")
+        .query::<()>(&mut con)
+        .unwrap();
+    redis::pipe()
+        .atomic()
+        .cmd("XADD")
+        .arg("in")
+        .arg("*")
+        .arg("json")
+        .arg(format!(
+            "{{\"id_str\":\"3\",\"text\":\"RT @police: {STORY}\"}}"
+        ))
+        .cmd("XADD")
+        .arg("in")
+        .arg("*")
+        .arg("json")
+        .arg("{\"id_str\":\"4\",\"text\":\"Sunny all weekend, say the forecasters\"}")
+        .query::<()>(&mut con)
+        .unwrap();
+    let written: Vec<String> = (0..2)
+        .map(|_| first.lines.recv_timeout(Duration::from_secs(60)).unwrap())
+        .collect();
+    let (status, stderr) = first.finish();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(written[0].contains("\"duplicate_of\":\"1\""), "{written:?}");
+    redis::cmd("DEL")
+        .arg("in:invalid")
+        .query::<()>(&mut con)
+        .unwrap();
+    // The same consumer again: its pending entries first.
+    let mut second = consume();
+    let again: Vec<String> = (0..2)
+        .map(|_| second.lines.recv_timeout(Duration::from_secs(60)).unwrap())
+        .collect();
+    second.child.kill().unwrap();
+    let _ = second.finish();
+    assert_eq!(
+        again, written,
+        "the repeats are the first lines, byte for byte"
+    );
+}

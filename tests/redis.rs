@@ -415,18 +415,22 @@ fn redis_memory_stays_flat_past_capacity_and_drop_leaves_nothing() {
     ];
     assert!(run(&args, &batch(0, 2000)).status.success());
     let full = redis.used_memory();
-    for round in 1..=3 {
+    // The log grows between snapshots (every half capacity) and is trimmed
+    // behind the one before the newest: Redis holds one snapshot and one
+    // to two halves of a capacity of log, whatever went before.
+    let mut later = 0;
+    for round in 1..=7 {
         assert!(run(&args, &batch(round * 2000, 2000)).status.success());
+        later = later.max(redis.used_memory());
     }
-    let later = redis.used_memory();
     assert!(
-        (later as f64) < full as f64 * 1.10,
-        "used_memory {full} when full, {later} after three times as many messages"
+        (later as f64) < full as f64 * 1.5,
+        "used_memory {full} when full, up to {later} after seven times as many messages"
     );
     let info = index_command("info", &url, "flat");
     let info = String::from_utf8(info.stdout).unwrap();
     assert!(
-        info.contains("8000 checked; 2000 indexed, 6000 evicted at the snapshot"),
+        info.contains("16000 checked; 2000 indexed, "),
         "{info}"
     );
     let per_message: u64 = info

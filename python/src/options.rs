@@ -179,9 +179,9 @@ impl Raw<'_> {
             config.window = Some(parsed::<Window>(py, "window", v)?);
         }
         if let Some(v) = &self.recent {
+            // clap's own parser for a u64 (`--recent` has no custom one).
             config.recent = parse_with(py, "recent", v, |s| {
-                s.parse::<u64>()
-                    .map_err(|_| format!("must be a whole number from 0 to {}", u64::MAX))
+                s.parse::<u64>().map_err(|e| e.to_string())
             })?;
         }
         if let Some(v) = &self.empty_text {

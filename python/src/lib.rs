@@ -219,7 +219,7 @@ fn message_time(value: Option<&Bound<'_, PyAny>>) -> PyResult<i64> {
         return Ok(now());
     };
     if let Ok(text) = value.cast::<PyString>() {
-        return Ok(dedup_stream::timestamp::parse_created_at(&*text.to_cow()?).unwrap_or_else(now));
+        return Ok(dedup_stream::timestamp::parse_created_at(&text.to_cow()?).unwrap_or_else(now));
     }
     if let Ok(ms) = value.extract::<i64>() {
         return Ok(ms.clamp(0, dedup_stream::timestamp::MAX_TIME));
@@ -456,7 +456,7 @@ impl Deduper {
             None => None,
         };
         let shared = &*self.shared;
-        let this = &*self;
+        let this = self;
         let result = py.detach(move || {
             // Auto ids are taken for the whole call at once.
             let first_auto = {
@@ -556,7 +556,7 @@ impl Deduper {
             lines.push(line);
         }
         let shared = &*self.shared;
-        let this = &*self;
+        let this = self;
         let result = py.detach(move || {
             let decoder = custom.as_ref().unwrap_or(&shared.decoder);
             let now = dedup_stream::timestamp::now_millis();

@@ -19,10 +19,13 @@ are Python's, not the engine's.
 
 Methods:
   cli           target/release/dedup-stream --quiet (built if missing)
-  check_many    Deduper().check_many(texts, ids)
-  check         for text, id in ...: Deduper.check(text, id=id)
+  check_many    Deduper().check_many(texts, ids, urls)
+  check         for text, id, urls in ...: Deduper.check(text, id=id, urls=urls)
   check_records Deduper().check_records(lines)   (the CLI's field discovery)
-  dedupe_frame  dedupe_frame(pandas DataFrame of id_str, text)
+  dedupe_frame  dedupe_frame(pandas DataFrame of id_str, text, urls)
+
+(urls: each tweet's entities.urls and media as {short: expanded}, which
+the CLI reads by itself.)
   dedupe_jsonl  dedupe_jsonl("/dev/stdin", "/dev/stdout")
   datasketch    MinHashLSH(threshold=0.5, num_perm=128), word 2-shingles
   rensa         RMinHashLSH(threshold=0.5, num_perm=128, num_bands=64), word 2-shingles
@@ -59,12 +62,14 @@ PEERS = {"datasketch": "datasketch", "rensa": "rensa"}
 
 def read_stdin():
     lines = sys.stdin.buffer.read().splitlines()
-    ids, texts = [], []
+    ids, texts, urls = [], [], []
     for line in lines:
         obj = json.loads(line)
         ids.append(obj["id_str"])
         texts.append(obj["text"])
-    return lines, ids, texts
+        entities = obj.get("entities") or {}
+        urls.append({u["url"]: u["expanded_url"] for u in entities.get("urls", []) + entities.get("media", [])} or None)
+    return lines, ids, texts, urls
 
 
 def tagged(line, member):
@@ -95,20 +100,22 @@ def run_ours(method):
         # No JSON work in Python at all: the pipeline reads and writes.
         timed(lambda: ds.dedupe_jsonl("/dev/stdin", "/dev/stdout"))
         return
-    lines, ids, texts = read_stdin()
+    lines, ids, texts, urls = read_stdin()
     d = ds.Deduper()
+    # Texts with their URL entities (short link -> expanded), as the CLI
+    # reads a tweet.
     if method == "check_many":
-        verdicts = timed(lambda: d.check_many(texts, ids))
+        verdicts = timed(lambda: d.check_many(texts, ids, urls))
     elif method == "check":
         check = d.check
-        verdicts = timed(lambda: [check(t, id=i) for t, i in zip(texts, ids)])
+        verdicts = timed(lambda: [check(t, id=i, urls=u) for t, i, u in zip(texts, ids, urls)])
     elif method == "check_records":
         verdicts = timed(lambda: d.check_records(lines))
     elif method == "dedupe_frame":
         import pandas as pd
 
-        df = pd.DataFrame({"id_str": ids, "text": texts})
-        out = timed(lambda: ds.dedupe_frame(df, deduper=d))
+        df = pd.DataFrame({"id_str": ids, "text": texts, "urls": urls})
+        out = timed(lambda: ds.dedupe_frame(df, urls="urls", deduper=d))
         members = []
         for status, of, s in zip(out["dedup_status"], out["duplicate_of"], out["similarity"]):
             if status == "duplicate":
@@ -131,7 +138,7 @@ def shingles(text):
 
 
 def run_peer(method):
-    lines, ids, texts = read_stdin()
+    lines, ids, texts, _ = read_stdin()
     if method == "datasketch":
         from datasketch import MinHash, MinHashLSH
 

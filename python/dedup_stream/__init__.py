@@ -77,6 +77,7 @@ def dedupe_frame(
     text: str = "text",
     id: Optional[str] = "id_str",
     *,
+    urls: Optional[str] = None,
     deduper: Optional[Deduper] = None,
     **options: Any,
 ) -> Any:
@@ -87,7 +88,8 @@ def dedupe_frame(
     group per story).
 
     ``text`` and ``id`` name the columns; ``id=None`` numbers the rows
-    from 0 instead. ``deduper`` continues with an existing index;
+    from 0 instead. ``urls`` names a column of URL entities (each a dict of
+    short link to expanded link, or None), as ``check(urls=...)`` takes. ``deduper`` continues with an existing index;
     otherwise ``options`` make a new :class:`Deduper`. A null text counts
     as an empty one (new, never a duplicate).
     """
@@ -98,17 +100,21 @@ def dedupe_frame(
     if kind not in ("pandas", "polars"):
         raise TypeError(f"dedupe_frame takes a pandas or Polars DataFrame, got {type(df).__name__}")
     columns = list(df.columns)
-    for name, role in ((text, "text"), (id, "id")):
+    for name, role in ((text, "text"), (id, "id"), (urls, "urls")):
         if name is not None and name not in columns:
             hint = "; pass id=None to number the rows" if role == "id" else ""
             raise KeyError(f"no {role} column {name!r} (columns: {', '.join(map(str, columns))}){hint}")
     if kind == "polars":
         texts = df.get_column(text).to_list()
         ids = df.get_column(id).to_list() if id is not None else list(range(df.height))
+        links = df.get_column(urls).to_list() if urls is not None else None
     else:
         texts = [t if isinstance(t, str) else None for t in df[text].tolist()]
         ids = df[id].tolist() if id is not None else list(range(len(df)))
-    verdicts = d.check_many(texts, ids)
+        links = df[urls].tolist() if urls is not None else None
+    if links is not None:
+        links = [u if isinstance(u, (dict, list, tuple)) else None for u in links]
+    verdicts = d.check_many(texts, ids, links)
     status, dup_of, similarity, cluster = [], [], [], []
     for own, v in zip(ids, verdicts):
         if v is not None and v.is_duplicate:

@@ -2,11 +2,12 @@
 
 import os
 from datetime import datetime
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, TypedDict, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, TypedDict, Union
 
 Id = Union[str, int]
 PathLike = Union[str, "os.PathLike[str]"]
 CreatedAt = Union[str, int, datetime, None]
+Urls = Union[Mapping[str, str], Sequence[Tuple[str, str]], None]
 
 __version__: str
 
@@ -99,12 +100,17 @@ class Deduper:
         id_field: Optional[str] = None,
         text_field: Union[str, Sequence[str], None] = None,
     ) -> None: ...
-    def check(self, text: str, id: Optional[Id] = None, created_at: CreatedAt = None) -> Verdict:
+    def check(
+        self, text: str, id: Optional[Id] = None, created_at: CreatedAt = None, urls: Urls = None
+    ) -> Verdict:
         """Decides on ``text`` and indexes it."""
-    def query(self, text: str, created_at: CreatedAt = None) -> Verdict:
+    def query(self, text: str, created_at: CreatedAt = None, urls: Urls = None) -> Verdict:
         """Decides without indexing or refreshing anything."""
     def check_many(
-        self, texts: Iterable[Optional[str]], ids: Optional[Iterable[Id]] = None
+        self,
+        texts: Iterable[Optional[str]],
+        ids: Optional[Iterable[Id]] = None,
+        urls: Optional[Iterable[Urls]] = None,
     ) -> List[Optional[Verdict]]:
         """Checks texts in order with the GIL released."""
     def check_records(

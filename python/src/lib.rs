@@ -19,8 +19,11 @@ mod errors;
 mod ids;
 mod options;
 
+use std::borrow::Cow;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use dedup_stream::engine::verdict::{LoneMatch, RECENT_MARGIN};
 use dedup_stream::engine::{
@@ -168,12 +171,24 @@ const CHUNK: usize = 512;
 /// The shared engine: the mutex, and what needs no lock.
 struct Shared {
     inner: Mutex<Inner>,
+    /// Set on Ctrl-C during a call (see [`interruptible`]).
+    stop: Arc<AtomicBool>,
     preparer: Preparer,
     decoder: Decoder,
     options: Options,
 }
 
 impl Shared {
+    /// Runs `work` without the GIL: directly for an index in memory (it
+    /// never waits on anything but the lock), interruptibly for one in
+    /// Redis.
+    fn run<T: Send>(&self, py: Python<'_>, work: impl FnOnce() -> T + Send) -> PyResult<T> {
+        match self.options.location {
+            IndexLocation::Memory => Ok(py.detach(work)),
+            _ => interruptible(py, &self.stop, work),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic inside a decision is a bug; the index is still whole
         // (every change is made in one place), so the lock is taken back.
@@ -234,9 +249,88 @@ fn message_time(value: Option<&Bound<'_, PyAny>>) -> PyResult<i64> {
     ))
 }
 
+/// Runs `work` without the GIL on a helper thread while this thread
+/// watches for Python's signals: on Ctrl-C, `stop` is set (an index in
+/// Redis waiting for Redis gives up; the pipeline stops reading at a line
+/// boundary and drains), the work is let finish, and `KeyboardInterrupt`
+/// is raised.
+fn interruptible<T: Send>(
+    py: Python<'_>,
+    stop: &AtomicBool,
+    work: impl FnOnce() -> T + Send,
+) -> PyResult<T> {
+    let done = (Mutex::new(false), Condvar::new());
+    let mut signal = None;
+    let result = std::thread::scope(|scope| {
+        let handle = scope.spawn(|| {
+            let value = work();
+            *done.0.lock().unwrap_or_else(PoisonError::into_inner) = true;
+            done.1.notify_all();
+            value
+        });
+        loop {
+            let finished = py.detach(|| {
+                let guard = done.0.lock().unwrap_or_else(PoisonError::into_inner);
+                let (guard, _) = done
+                    .1
+                    .wait_timeout_while(guard, Duration::from_millis(50), |d| !*d)
+                    .unwrap_or_else(PoisonError::into_inner);
+                *guard
+            });
+            if finished {
+                break;
+            }
+            if signal.is_none()
+                && let Err(e) = py.check_signals()
+            {
+                stop.store(true, Ordering::Relaxed);
+                signal = Some(e);
+            }
+        }
+        py.detach(|| handle.join())
+    });
+    stop.store(false, Ordering::Relaxed);
+    let value = result.map_err(|_| {
+        pyo3::panic::PanicException::new_err("dedup-stream: a worker thread panicked")
+    })?;
+    match signal {
+        Some(e) => Err(e),
+        None => Ok(value),
+    }
+}
+
+/// A message's URL entities: short link to expanded link, as the CLI
+/// reads them from a tweet's `entities` (so that two posts with one
+/// caption and different links stay apart, and a copy with another t.co
+/// address of the same link is caught): a dict, or (short, expanded)
+/// pairs; `None`: none.
+type Urls = Vec<(Cow<'static, str>, Cow<'static, str>)>;
+
+fn read_urls(value: Option<&Bound<'_, PyAny>>) -> PyResult<Urls> {
+    let Some(value) = value.filter(|v| !v.is_none()) else {
+        return Ok(Vec::new());
+    };
+    let pairs: Vec<(String, String)> = if let Ok(dict) = value.cast::<PyDict>() {
+        dict.iter()
+            .map(|(k, v)| Ok((k.extract()?, v.extract()?)))
+            .collect::<PyResult<_>>()?
+    } else {
+        value.extract().map_err(|_| {
+            pyo3::exceptions::PyTypeError::new_err(
+                "urls takes a dict of short link to expanded link, or (short, expanded) pairs",
+            )
+        })?
+    };
+    Ok(pairs
+        .into_iter()
+        .map(|(short, long)| (Cow::Owned(short), Cow::Owned(long)))
+        .collect())
+}
+
 impl Deduper {
     fn open(py: Python<'_>, options: Options) -> PyResult<Deduper> {
         let config = options.config.clone();
+        let stop = Arc::new(AtomicBool::new(false));
         let store = match &options.location {
             IndexLocation::Memory => Store::Memory(Box::new(
                 Engine::new(config.clone()).map_err(|e| errors::config(py, e.to_string()))?,
@@ -246,10 +340,12 @@ impl Deduper {
                 let name = options.index_name.clone();
                 let redis_options = RedisOptions {
                     timeout: Some(options.redis_timeout),
+                    stop: Some(Arc::clone(&stop)),
                     ..RedisOptions::default()
                 };
-                let opened =
-                    py.detach(|| RedisIndex::open(&location, &name, &config, redis_options));
+                let opened = interruptible(py, &stop, || {
+                    RedisIndex::open(&location, &name, &config, redis_options)
+                })?;
                 Store::Redis(Box::new(opened.map_err(|e| errors::store(py, &e))?))
             }
         };
@@ -261,6 +357,7 @@ impl Deduper {
                     next_auto: 0,
                     counts: Counts::default(),
                 }),
+                stop,
                 preparer: Preparer::new(&config),
                 decoder: Decoder::new(options.fields()),
                 options,
@@ -275,15 +372,17 @@ impl Deduper {
         text: &str,
         id: Option<&Bound<'_, PyAny>>,
         created_at: Option<&Bound<'_, PyAny>>,
+        urls: Option<&Bound<'_, PyAny>>,
         op: Op,
     ) -> PyResult<Verdict> {
+        let urls = read_urls(urls)?;
         let id = match id.filter(|v| !v.is_none()) {
             Some(id) => Some(ids::from_py(id)?),
             None => None,
         };
         let time = message_time(created_at)?;
         let shared = &*self.shared;
-        let result = py.detach(|| {
+        let result = shared.run(py, || {
             let mut guard = shared.lock();
             let inner = &mut *guard;
             let id = id.unwrap_or_else(|| {
@@ -294,7 +393,7 @@ impl Deduper {
                 inner.next_auto += 1;
             }
             let mut batch = Batch::default();
-            if !batch.push(&shared.preparer, &mut inner.scratch, id, text, &[], time) {
+            if !batch.push(&shared.preparer, &mut inner.scratch, id, text, &urls, time) {
                 inner.counts.invalid += 1;
                 return Ok(None);
             }
@@ -305,7 +404,7 @@ impl Deduper {
                 Op::Query => inner.counts.queries += 1,
             }
             Ok(out.pop())
-        });
+        })?;
         match result {
             Ok(Some(v)) => Ok(Verdict(v)),
             Ok(None) => Err(errors::invalid(
@@ -390,36 +489,39 @@ impl Deduper {
 
     /// Decides whether `text` is new or a near-duplicate of a text checked
     /// before, and indexes it.
-    #[pyo3(signature = (text, id=None, created_at=None))]
+    #[pyo3(signature = (text, id=None, created_at=None, urls=None))]
     fn check(
         &self,
         py: Python<'_>,
         text: &str,
         id: Option<&Bound<'_, PyAny>>,
         created_at: Option<&Bound<'_, PyAny>>,
+        urls: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Verdict> {
-        self.one(py, text, id, created_at, Op::Check)
+        self.one(py, text, id, created_at, urls, Op::Check)
     }
 
     /// Decides like `check`, but indexes nothing and refreshes nothing.
-    #[pyo3(signature = (text, created_at=None))]
+    #[pyo3(signature = (text, created_at=None, urls=None))]
     fn query(
         &self,
         py: Python<'_>,
         text: &str,
         created_at: Option<&Bound<'_, PyAny>>,
+        urls: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Verdict> {
-        self.one(py, text, None, created_at, Op::Query)
+        self.one(py, text, None, created_at, urls, Op::Query)
     }
 
     /// Checks many texts in order, with the GIL released; a list of
     /// verdicts (`None` for a text refused by `empty_text="invalid"`).
-    #[pyo3(signature = (texts, ids=None))]
+    #[pyo3(signature = (texts, ids=None, urls=None))]
     fn check_many<'py>(
         &self,
         py: Python<'py>,
         texts: &Bound<'py, PyAny>,
         ids: Option<&Bound<'py, PyAny>>,
+        urls: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Vec<Option<Verdict>>> {
         let mut owned: Vec<Option<String>> = Vec::new();
         for text in texts.try_iter()? {
@@ -455,9 +557,26 @@ impl Deduper {
             }
             None => None,
         };
+        let urls: Vec<Urls> = match urls.filter(|v| !v.is_none()) {
+            Some(urls) => {
+                let mut out = Vec::with_capacity(owned.len());
+                for entry in urls.try_iter()? {
+                    out.push(read_urls(Some(&entry?))?);
+                }
+                if out.len() != owned.len() {
+                    return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                        "urls has {} items, texts {}",
+                        out.len(),
+                        owned.len()
+                    )));
+                }
+                out
+            }
+            None => Vec::new(),
+        };
         let shared = &*self.shared;
         let this = self;
-        let result = py.detach(move || {
+        let result = shared.run(py, move || {
             // Auto ids are taken for the whole call at once.
             let first_auto = {
                 let mut inner = shared.lock();
@@ -479,7 +598,8 @@ impl Deduper {
                     None => MessageId::Integer(first_auto + n as u64),
                 };
                 let text = text.as_deref().unwrap_or("");
-                if !batch.push(&shared.preparer, &mut scratch, id, text, &[], now) {
+                let urls = urls.get(n).map_or(&[][..], Vec::as_slice);
+                if !batch.push(&shared.preparer, &mut scratch, id, text, urls, now) {
                     refused.push(n);
                 }
                 if batch.items.len() == CHUNK {
@@ -492,7 +612,7 @@ impl Deduper {
             }
             let verdicts = this.decide_batches(&batches)?;
             Ok::<_, StoreError>(place(owned.len(), verdicts, &refused))
-        });
+        })?;
         result.map_err(|e| errors::store(py, &e))
     }
 
@@ -557,7 +677,7 @@ impl Deduper {
         }
         let shared = &*self.shared;
         let this = self;
-        let result = py.detach(move || {
+        let result = shared.run(py, move || {
             let decoder = custom.as_ref().unwrap_or(&shared.decoder);
             let now = dedup_stream::timestamp::now_millis();
             let mut scratch = Scratch::default();
@@ -603,7 +723,7 @@ impl Deduper {
             }
             let verdicts = this.decide_batches(&batches).map_err(Ok)?;
             Ok(place(lines.len(), verdicts, &refused))
-        });
+        })?;
         match result {
             Ok(v) => Ok(v),
             Err(Ok(e)) => Err(errors::store(py, &e)),
@@ -689,7 +809,8 @@ impl Deduper {
         let preparer = self.shared.preparer.clone();
         let store = Locked(Arc::clone(&self.shared));
         let threads = config.threads.get();
-        let run = py.detach(move || {
+        let stop = Arc::clone(&self.shared.stop);
+        let run = interruptible(py, &self.shared.stop, move || {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(threads.max(1))
                 .enable_all()
@@ -701,7 +822,11 @@ impl Deduper {
                 store,
                 inputs,
                 output,
-                std::future::pending::<()>(),
+                async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
             ));
             runtime.shutdown_background();
             match result {
@@ -715,7 +840,7 @@ impl Deduper {
                 }
                 Err(e) => Err(e.to_string()),
             }
-        });
+        })?;
         match run {
             Ok((json, None)) => py.import("json")?.call_method1("loads", (json,)),
             Ok((_, Some(hint))) => Err(errors::invalid(py, format!("no usable line: {hint}"))),

@@ -66,3 +66,19 @@ def test_check_and_check_many_give_the_cli_verdicts_on_plain_texts(cli, dev_json
     many = Deduper()
     assert [v.to_json() for v in many.check_many(texts)] == expected, "auto ids count from 0"
     assert len(one) == len(many)
+
+
+def test_check_with_url_entities_gives_the_cli_verdicts_on_tweets(cli, dev_jsonl):
+    # The dev stream's v1.1 tweets: text, id_str and entities, as the CLI reads them.
+    expected = [dedup_member(l) for l in cli(["--quiet", dev_jsonl]).stdout.splitlines()]
+    tweets = [json.loads(l) for l in dev_jsonl.read_text().splitlines()]
+    urls = [{u["url"]: u["expanded_url"] for u in t["entities"]["urls"]} for t in tweets]
+    one = Deduper()
+    got = [one.check(t["text"], id=t["id_str"], urls=u).to_json() for t, u in zip(tweets, urls)]
+    assert got == expected
+    many = Deduper()
+    pairs = [list(u.items()) for u in urls]
+    got = [v.to_json() for v in many.check_many([t["text"] for t in tweets], [t["id_str"] for t in tweets], pairs)]
+    assert got == expected
+    with pytest.raises(TypeError, match="urls takes a dict"):
+        Deduper().check("x", urls=3)

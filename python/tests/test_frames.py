@@ -46,6 +46,15 @@ def test_pandas(dev_jsonl):
     assert len(d) == 1
     with pytest.raises(KeyError, match="no id column 'id_str'.*id=None"):
         dedupe_frame(df2, text="body")
+    # URL entities from a column: two posts of one caption and other links stay apart.
+    df3 = pd.DataFrame(
+        {
+            "text": ["Look at this https://t.co/a", "Look at this https://t.co/b", "RT @x: Look at this https://t.co/c"],
+            "urls": [{"https://t.co/a": "https://a.example/1"}, {"https://t.co/b": "https://b.example/2"}, {"https://t.co/c": "https://a.example/1"}],
+        }
+    )
+    out3 = dedupe_frame(df3, id=None, urls="urls")
+    assert out3["dedup_status"].tolist() == ["new", "new", "duplicate"] and out3["duplicate_of"].tolist()[2] == 0
 
 
 def test_polars(dev_jsonl):

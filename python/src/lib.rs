@@ -1093,6 +1093,21 @@ impl Verdict {
         self.0.is_duplicate()
     }
 
+    /// Pickling: the ids as their JSON text, the similarity exactly.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let make = py.import("dedup_stream._engine")?.getattr("_verdict")?;
+        let args = match &self.0 {
+            V::New => (None::<String>, None::<f64>, None::<String>).into_pyobject(py)?,
+            V::Duplicate(m) => (
+                Some(m.of.to_json()),
+                Some(m.similarity),
+                Some(m.cluster.to_json()),
+            )
+                .into_pyobject(py)?,
+        };
+        PyTuple::new(py, [make, args.into_any()])
+    }
+
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         Ok(match &self.0 {
             V::New => "Verdict(status='new')".to_string(),
@@ -1104,6 +1119,25 @@ impl Verdict {
             ),
         })
     }
+}
+
+/// Rebuilds a pickled `Verdict`.
+#[pyfunction]
+#[pyo3(signature = (of, similarity, cluster))]
+fn _verdict(of: Option<&str>, similarity: Option<f64>, cluster: Option<&str>) -> PyResult<Verdict> {
+    let id = |json: &str| {
+        MessageId::from_json(json).ok_or_else(|| {
+            pyo3::exceptions::PyValueError::new_err(format!("not a pickled id: {json}"))
+        })
+    };
+    Ok(Verdict(match (of, similarity, cluster) {
+        (Some(of), Some(similarity), Some(cluster)) => V::Duplicate(dedup_stream::Match {
+            of: id(of)?,
+            similarity,
+            cluster: id(cluster)?,
+        }),
+        _ => V::New,
+    }))
 }
 
 /// How the engine sees two texts, as `dedup-stream compare A B` prints
@@ -1215,6 +1249,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Verdict>()?;
     m.add_function(wrap_pyfunction!(compare, m)?)?;
     m.add_function(wrap_pyfunction!(_unpickle, m)?)?;
+    m.add_function(wrap_pyfunction!(_verdict, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

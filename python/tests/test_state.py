@@ -90,3 +90,15 @@ def test_pickling_keeps_the_index_and_the_options(dev_jsonl):
     d = pickle.loads(pickle.dumps(c))
     assert d.check("RT @x: one two three four five six").duplicate_of == 0
     assert d.check("seven eight nine ten eleven twelve") == c.check("seven eight nine ten eleven twelve")
+
+
+def test_verdicts_pickle():
+    flood = "Flooding has closed the coastal highway north of the city tonight"
+    for given in ["1", 1, "abc", 2**70]:
+        d = Deduper()
+        d.check(flood, id=given)
+        v = d.check("RT @x: " + flood, id=f"copy-{given}")
+        back = pickle.loads(pickle.dumps(v))
+        assert back == v and back.duplicate_of == given and type(back.duplicate_of) is type(given)
+    new = d.check("something else entirely, unrelated to the rest", id=9)
+    assert pickle.loads(pickle.dumps(new)) == new

@@ -30,7 +30,7 @@
 //!   script that fails halfway, so the script checks that the keys it
 //!   writes are streams (or absent) before writing anything: an output key
 //!   of another type stops the worker with
-//!   [`StoreError::NotAStream`](crate::error::StoreError::NotAStream) (at
+//!   [`StoreError::NotAStream`] (at
 //!   its start, or at the batch that meets it), and the entries stay
 //!   pending.
 //! - A stop request (SIGTERM) finishes the batch in hand, acknowledges it

@@ -322,6 +322,15 @@ pub struct StateArgs {
     /// stopping.
     #[arg(long, requires = "state")]
     pub fresh_state: bool,
+
+    /// With --state: when the journal (FILE.journal, what was indexed since
+    /// the last save, written before each answer or output line) is forced
+    /// to the disk: always (before each batch's answers: a power cut loses
+    /// nothing answered), everysec (at most a second's worth lost), or never
+    /// (the system's choice). kill -9 loses nothing answered with any of
+    /// them.
+    #[arg(long, default_value = "everysec", value_name = "POLICY", value_parser = parse_fsync)]
+    pub fsync: Fsync,
 }
 
 /// The filter's options.
@@ -449,14 +458,6 @@ pub struct ServeArgs {
     /// shutdown.
     #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
     pub snapshot_interval: Duration,
-
-    /// With --state: when the journal (FILE.journal, what was indexed since
-    /// the last save, written before each answer) is forced to the disk:
-    /// always (before each batch's answers: a power cut loses nothing
-    /// answered), everysec (at most a second's worth lost), or never (the
-    /// system's choice). kill -9 loses nothing answered with any of them.
-    #[arg(long, default_value = "everysec", value_name = "POLICY", value_parser = parse_fsync)]
-    pub fsync: Fsync,
 
     /// At shutdown, how long connections get to answer what they received
     /// before they are dropped.

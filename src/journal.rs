@@ -408,11 +408,17 @@ impl Journal {
     /// and ends the journal (the server goes on answering; its state file is
     /// still saved at each interval).
     pub fn append(&mut self, batch: &PreparedBatch) {
+        self.append_until(batch, usize::MAX);
+    }
+
+    /// [`Journal::append`] for the items before `end` only: those decided
+    /// when an invalid line stops the filter (`--on-invalid fail`).
+    pub fn append_until(&mut self, batch: &PreparedBatch, end: usize) {
         if self.failed {
             return;
         }
         self.buf.clear();
-        for item in &batch.items {
+        for item in batch.items.iter().take(end) {
             if let Item::Message(message) = item
                 && message.op == Op::Check
             {

@@ -25,7 +25,7 @@ use dedup_stream::report::{DEFAULT_WARNING_LIMIT, Report};
 use dedup_stream::server::metrics::Metrics;
 use dedup_stream::server::{self, Listeners};
 use dedup_stream::snapshot::{self, Loaded, Saveable};
-use dedup_stream::{ConfigError, Decoder, Deduper, EngineConfig, Error, FieldSpec, pipeline};
+use dedup_stream::{Decoder, Deduper, EngineConfig, Error, FieldSpec, pipeline};
 
 /// How the process ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -174,10 +174,15 @@ fn filter(args: &FilterArgs) -> Exit {
         stop,
     };
     match &args.index.index {
-        IndexLocation::Memory => match start(Ok(config), &args.state) {
-            Ok((deduper, runtime)) => run.filter(deduper, runtime),
-            Err(exit) => exit,
-        },
+        IndexLocation::Memory => {
+            let fields = run.pipeline_config.fields.clone();
+            match load_with_journal(&args.state, config, &run.preparer, &fields)
+                .and_then(|(deduper, journal)| Ok((deduper, journal, runtime()?)))
+            {
+                Ok((deduper, journal, runtime)) => run.filter(deduper, runtime, journal),
+                Err(exit) => exit,
+            }
+        }
         location => {
             let metrics = Arc::new(Metrics::default());
             let options = scale::index_options(&args.index, &run.stop, &metrics);
@@ -187,7 +192,7 @@ fn filter(args: &FilterArgs) -> Exit {
                 Err(exit) => return exit,
             };
             let exit = match runtime() {
-                Ok(runtime) => run.filter(store, runtime),
+                Ok(runtime) => run.filter(store, runtime, None),
                 Err(exit) => exit,
             };
             scale::report_store(&metrics);
@@ -212,7 +217,7 @@ struct Run<'a> {
 impl Run<'_> {
     /// Runs the filter over the inputs with the index in `store`, saves the
     /// state file and the stats if asked, and says how it went.
-    fn filter<S>(self, store: S, runtime: tokio::runtime::Runtime) -> Exit
+    fn filter<S>(self, store: S, runtime: tokio::runtime::Runtime, journal: Option<Journal>) -> Exit
     where
         S: IndexStore + Saveable + Send + 'static,
     {
@@ -241,7 +246,16 @@ impl Run<'_> {
         };
         let result = runtime.block_on(async {
             let shutdown = stop_on_signal(Arc::clone(&signal), stop);
-            pipeline::run(pipeline_config, preparer, store, inputs, writer, shutdown).await
+            pipeline::run_with_journal(
+                pipeline_config,
+                preparer,
+                store,
+                inputs,
+                writer,
+                shutdown,
+                journal,
+            )
+            .await
         });
         runtime.shutdown_background();
         drop(status); // Clears the status line before anything else is said.
@@ -271,7 +285,7 @@ impl Run<'_> {
             );
         }
         match result {
-            Ok(finished) => {
+            Ok(mut finished) => {
                 // What was decided is written whole, also when a signal
                 // stopped the run (as it would be on stdout).
                 if let (Some(target), Some(path)) = (target, args.output_file())
@@ -292,9 +306,18 @@ impl Run<'_> {
                 if let Some(path) = &args.state.state
                     && let Some(bytes) = finished.store.encode_snapshot()
                 {
+                    // The journal's marker goes first: a crash between the
+                    // two leaves a journal that says what the file holds.
+                    let id = SnapshotId::of(&bytes);
+                    if let Some(journal) = finished.journal.as_mut() {
+                        journal.mark(id);
+                    }
                     if let Err(e) = snapshot::write_atomic(path, &bytes) {
                         eprintln!("dedup-stream: saving the state to {}: {e}", path.display());
                         return Exit::Failure;
+                    }
+                    if let Some(journal) = finished.journal.as_mut() {
+                        journal.saved(id);
                     }
                     tracing::info!(
                         path = %path.display(),
@@ -388,18 +411,6 @@ fn write_stdout(bytes: &[u8]) -> Exit {
     }
 }
 
-/// What the filter and the server both need first (with the index in
-/// memory): the engine, with its
-/// state file loaded, and a runtime.
-fn start(
-    engine: Result<EngineConfig, ConfigError>,
-    state: &StateArgs,
-) -> Result<(Deduper, tokio::runtime::Runtime), Exit> {
-    let deduper = engine.and_then(Deduper::new).map_err(usage)?;
-    let deduper = load_state(state, deduper)?;
-    Ok((deduper, runtime()?))
-}
-
 fn runtime() -> Result<tokio::runtime::Runtime, Exit> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -411,15 +422,11 @@ fn runtime() -> Result<tokio::runtime::Runtime, Exit> {
         })
 }
 
-/// Loads `--state` into a new engine. A missing file is the first run; a
-/// corrupt or incompatible one stops the run (exit 1) and is left as it is,
-/// unless `--fresh-state` says to start empty.
-fn load_state(args: &StateArgs, deduper: Deduper) -> Result<Deduper, Exit> {
-    load_state_checked(args, deduper).map(|(deduper, _)| deduper)
-}
-
-/// [`load_state`], and whether the index holds what the file holds (it
-/// does not when --fresh-state set a bad file aside).
+/// Loads `--state` into a new engine, and says whether the index holds what
+/// the file holds (it does not when --fresh-state set a bad file aside). A
+/// missing file is the first run; a corrupt or incompatible one stops the
+/// run (exit 1) and is left as it is, unless `--fresh-state` says to start
+/// empty.
 fn load_state_checked(args: &StateArgs, mut deduper: Deduper) -> Result<(Deduper, bool), Exit> {
     let Some(path) = &args.state else {
         return Ok((deduper, true));
@@ -471,36 +478,11 @@ fn serve(args: &ServeArgs) -> Exit {
     let stop = Arc::new(AtomicBool::new(false));
     match &args.index.index {
         IndexLocation::Memory => {
-            let fingerprint = snapshot::fingerprint(&engine);
-            let deduper = match Deduper::new(engine).map_err(usage).and_then(|deduper| {
-                // The state file's id before it is loaded: the journal
-                // follows it.
-                let base = match &args.state.state {
-                    Some(path) => SnapshotId::of_file(path).unwrap_or(SnapshotId::NONE),
-                    None => SnapshotId::NONE,
-                };
-                let (deduper, loaded) = load_state_checked(&args.state, deduper)?;
-                Ok((deduper, if loaded { base } else { SnapshotId::NONE }))
-            }) {
-                Ok(loaded) => loaded,
-                Err(exit) => return exit,
-            };
-            let (mut deduper, base) = deduper;
-            let journal = match &args.state.state {
-                Some(path) => match open_journal(
-                    args,
-                    path,
-                    base,
-                    fingerprint,
-                    &preparer,
-                    &config,
-                    &mut deduper,
-                ) {
-                    Ok(journal) => Some(journal),
+            let (deduper, journal) =
+                match load_with_journal(&args.state, engine, &preparer, &config.fields) {
+                    Ok(loaded) => loaded,
                     Err(exit) => return exit,
-                },
-                None => None,
-            };
+                };
             match runtime() {
                 Ok(runtime) => run_server_with(
                     args, config, preparer, deduper, runtime, metrics, stop, journal,
@@ -523,19 +505,49 @@ fn serve(args: &ServeArgs) -> Exit {
     }
 }
 
-/// Opens `serve --state`'s journal and replays it into `deduper` (see
+/// A new engine with `--state` loaded and its journal replayed into it,
+/// and the journal, open for appending (none without `--state`): for the
+/// filter and `serve`.
+fn load_with_journal(
+    state: &StateArgs,
+    engine: EngineConfig,
+    preparer: &Preparer,
+    fields: &FieldSpec,
+) -> Result<(Deduper, Option<Journal>), Exit> {
+    let fingerprint = snapshot::fingerprint(&engine);
+    let deduper = Deduper::new(engine).map_err(usage)?;
+    let Some(path) = &state.state else {
+        return Ok((deduper, None));
+    };
+    // The state file's id before it is loaded: the journal follows it.
+    let base = SnapshotId::of_file(path).unwrap_or(SnapshotId::NONE);
+    let (mut deduper, loaded) = load_state_checked(state, deduper)?;
+    let base = if loaded { base } else { SnapshotId::NONE };
+    let journal = open_journal(
+        state,
+        path,
+        base,
+        fingerprint,
+        preparer,
+        fields,
+        &mut deduper,
+    )?;
+    Ok((deduper, Some(journal)))
+}
+
+/// Opens `--state`'s journal and replays it into `deduper` (see
 /// [`dedup_stream::journal`]); a journal that cannot be read stops the
 /// server as a bad state file does, unless `--fresh-state`.
 fn open_journal(
-    args: &ServeArgs,
+    args: &StateArgs,
     state: &Path,
     base: SnapshotId,
     fingerprint: u64,
     preparer: &Preparer,
-    config: &server::ServerConfig,
+    fields: &FieldSpec,
     deduper: &mut Deduper,
 ) -> Result<Journal, Exit> {
-    let decoder = Decoder::new(config.fields.clone());
+    let decoder = Decoder::new(fields.clone());
     let mut opened = journal::open(
         state,
         base,
@@ -546,7 +558,7 @@ fn open_journal(
         &decoder,
     );
     if let Err(e @ (JournalError::NotAJournal { .. } | JournalError::Settings { .. })) = &opened {
-        if !args.state.fresh_state {
+        if !args.fresh_state {
             eprintln!("dedup-stream: {e}");
             eprintln!(
                 "dedup-stream: the file was left as it is; pass --fresh-state to start without \

@@ -40,6 +40,7 @@ use tokio::sync::mpsc;
 use crate::batch::{self, Item, PreparedBatch, RawBatch, RawLine};
 use crate::engine::{Deduper, IndexStore, Preparer, Verdict};
 use crate::error::Error;
+use crate::journal::Journal;
 use crate::lines::{Line, LineReader, is_blank};
 use crate::record::{Decoder, FieldSpec};
 use crate::report::Report;
@@ -134,6 +135,9 @@ pub struct Finished<S = Deduper> {
     pub summary: Summary,
     /// The index store, with everything it indexed.
     pub store: S,
+    /// The journal of `--state`, if the run kept one: cut down once the
+    /// state file is saved.
+    pub journal: Option<Journal>,
 }
 
 /// Runs the filter from `input` to `output` until the input ends or
@@ -146,6 +150,27 @@ pub async fn run<S, R, W>(
     input: R,
     output: W,
     shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<Finished<S>, Error>
+where
+    S: IndexStore + Send + 'static,
+    R: Read + Send + 'static,
+    W: Write + Send + 'static,
+{
+    run_with_journal(config, preparer, store, input, output, shutdown, None).await
+}
+
+/// [`run`], writing what is indexed to `journal` (see [`crate::journal`])
+/// before each batch's lines go to the writer, so that a run killed midway
+/// holds, at its next start, every message it wrote out. The journal comes
+/// back in [`Finished`], for the state file's save to cut it down.
+pub async fn run_with_journal<S, R, W>(
+    config: PipelineConfig,
+    preparer: Preparer,
+    store: S,
+    input: R,
+    output: W,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    journal: Option<Journal>,
 ) -> Result<Finished<S>, Error>
 where
     S: IndexStore + Send + 'static,
@@ -193,6 +218,7 @@ where
                 emit,
                 on_invalid,
                 &report,
+                journal,
             )
         })
     };
@@ -241,7 +267,7 @@ where
     let written = writer
         .join()
         .map_err(|_| Error::Internal("the writer thread panicked".into()));
-    let (store, mut summary) = decided??;
+    let (store, mut summary, journal) = decided??;
     written??;
     // A reader that ended the stream has returned (perhaps with a read error
     // to report). Otherwise it may be blocked on an idle input: it is joined
@@ -253,7 +279,11 @@ where
     }
     summary.evicted = store.stats().evictions;
     summary.elapsed = started.elapsed();
-    Ok(Finished { summary, store })
+    Ok(Finished {
+        summary,
+        store,
+        journal,
+    })
 }
 
 /// Largest buffer handed back for reuse: a batch of very long lines keeps
@@ -348,7 +378,8 @@ fn decide_batches<S: IndexStore>(
     emit: Emit,
     on_invalid: OnInvalid,
     report: &Report,
-) -> Result<(S, Summary), Error> {
+    mut journal: Option<Journal>,
+) -> Result<(S, Summary, Option<Journal>), Error> {
     let mut summary = Summary::default();
     let mut verdicts = Vec::new();
     while let Some(batch) = batches.blocking_recv() {
@@ -365,6 +396,11 @@ fn decide_batches<S: IndexStore>(
             &batch::asks(&batch, first_invalid.unwrap_or(usize::MAX)),
             &mut verdicts,
         )?;
+        // On disk (as the policy says) before any of its lines goes out.
+        if let Some(journal) = journal.as_mut() {
+            journal.append_until(&batch, first_invalid.unwrap_or(usize::MAX));
+            journal.tick();
+        }
         let mut verdicts = verdicts.iter();
         let mut out = reuse(&spares.out, batch.raw.bytes.len() + batch.items.len() * 64);
         for (at, item) in batch.items.iter().enumerate() {
@@ -409,7 +445,7 @@ fn decide_batches<S: IndexStore>(
             break; // The output is closed: stop quietly.
         }
     }
-    Ok((store, summary))
+    Ok((store, summary, journal))
 }
 
 /// The writer thread: owns the output, flushes when idle, treats a closed

@@ -210,3 +210,67 @@ fn a_torn_last_record_is_dropped_with_a_warning() {
         "left as it was"
     );
 }
+
+/// The filter with `--state` keeps the journal too: killed midway on a
+/// live input, its next run holds every message it wrote out, and decides
+/// what follows exactly as one run over everything would have.
+#[test]
+fn the_filter_killed_midway_holds_every_line_it_wrote() {
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("index.state");
+    // Copies of earlier texts among the new ones, so that verdicts depend
+    // on what is held.
+    let input: Vec<String> = (0..600u64)
+        .map(|n| {
+            let source = if n % 3 == 2 { n / 3 } else { n };
+            format!("{{\"id\":{n},\"text\":\"{}\"}}\n", text(source))
+        })
+        .collect();
+    let (before, after) = input.split_at(300);
+    let whole = common::run(&["--quiet"], input.concat().as_bytes());
+    let expected: Vec<&str> = std::str::from_utf8(&whole.stdout)
+        .unwrap()
+        .lines()
+        .skip(before.len())
+        .collect();
+
+    for fsync in ["always", "never"] {
+        let _ = std::fs::remove_file(&state);
+        let _ = std::fs::remove_file(dir.path().join("index.state.journal"));
+        let mut child = Command::new(common::bin())
+            .args(["--quiet", "--fsync", fsync, "--state"])
+            .arg(&state)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(before.concat().as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        for _ in 0..before.len() {
+            let mut line = String::new();
+            out.read_line(&mut line).unwrap();
+            assert!(line.ends_with('\n'), "a whole line before the kill");
+        }
+        // Written out: now SIGKILL, the input still open.
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!state.exists(), "no state file was saved");
+        let resumed = common::run(
+            &["--quiet", "--state", state.to_str().unwrap()],
+            after.concat().as_bytes(),
+        );
+        assert!(resumed.status.success());
+        let got: Vec<&str> = std::str::from_utf8(&resumed.stdout)
+            .unwrap()
+            .lines()
+            .collect();
+        assert!(
+            got == expected,
+            "--fsync {fsync}: the run after the kill decides as one run over everything"
+        );
+    }
+}

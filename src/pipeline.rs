@@ -203,7 +203,7 @@ where
     let preparer = Arc::new(preparer);
     let decoder = Arc::new(Decoder::new(config.fields.clone()));
     let engine = {
-        let (emit, on_invalid) = (config.emit, config.on_invalid);
+        let policy = (config.emit, config.on_invalid);
         let report = Arc::clone(&config.report);
         tokio::task::spawn_blocking(move || {
             let spares = Spares {
@@ -215,8 +215,7 @@ where
                 prepared_rx,
                 bytes_tx,
                 &spares,
-                emit,
-                on_invalid,
+                policy,
                 &report,
                 journal,
             )
@@ -375,8 +374,7 @@ fn decide_batches<S: IndexStore>(
     mut batches: mpsc::Receiver<PreparedBatch>,
     output: mpsc::Sender<Vec<u8>>,
     spares: &Spares,
-    emit: Emit,
-    on_invalid: OnInvalid,
+    (emit, on_invalid): (Emit, OnInvalid),
     report: &Report,
     mut journal: Option<Journal>,
 ) -> Result<(S, Summary, Option<Journal>), Error> {

@@ -626,33 +626,38 @@ pub const ENV_PREFIX: &str = "DEDUP_STREAM_";
 /// capitals, dashes as underscores (`--idle-timeout`:
 /// `DEDUP_STREAM_IDLE_TIMEOUT`). `--help` shows each variable.
 pub fn command() -> clap::Command {
-    let mut command = Cli::command();
+    let mut command = Cli::command().mut_args(from_env);
     for name in ENV_SUBCOMMANDS {
         if command.find_subcommand(name).is_some() {
-            command = command.mut_subcommand(name, |sub| {
-                sub.mut_args(|arg| {
-                    let Some(long) = arg.get_long() else {
-                        return arg;
-                    };
-                    // Counted flags (-v) have no value to read from the
-                    // environment.
-                    use clap::ArgAction::{Count, Help, HelpLong, HelpShort, Version};
-                    if matches!(
-                        arg.get_action(),
-                        Count | Help | HelpLong | HelpShort | Version
-                    ) {
-                        return arg;
-                    }
-                    let var = format!("{ENV_PREFIX}{}", long.to_uppercase().replace('-', "_"));
-                    // A URL's value may hold a password: --help must not
-                    // show it.
-                    let secret = matches!(long, "redis" | "index");
-                    arg.env(var).hide_env_values(secret)
-                })
-            });
+            command = command.mut_subcommand(name, |sub| sub.mut_args(from_env));
         }
     }
     command
+}
+
+/// An option that also reads `DEDUP_STREAM_` and its long name from the
+/// environment (see [`command`]).
+fn from_env(arg: clap::Arg) -> clap::Arg {
+    let Some(long) = arg.get_long() else {
+        return arg;
+    };
+    // Counted flags (-v) have no value to read from the environment.
+    use clap::ArgAction::{Count, Help, HelpLong, HelpShort, Version};
+    if matches!(
+        arg.get_action(),
+        Count | Help | HelpLong | HelpShort | Version
+    ) {
+        return arg;
+    }
+    let var = env_var(long);
+    // A URL's value may hold a password: --help must not show it.
+    let secret = matches!(long, "redis" | "index" | "nats");
+    arg.env(var).hide_env_values(secret)
+}
+
+/// The environment variable of the option `--long`.
+fn env_var(long: &str) -> String {
+    format!("{ENV_PREFIX}{}", long.to_uppercase().replace('-', "_"))
 }
 
 /// The subcommands whose options environment variables can set: services
@@ -662,8 +667,47 @@ pub const ENV_SUBCOMMANDS: &[&str] = &["serve", "consume"];
 /// Parses the process's arguments (and, for the services, environment),
 /// exiting with clap's message and status 2 on a usage error.
 pub fn parse() -> Cli {
-    let matches = command().get_matches();
+    let matches = command()
+        .try_get_matches()
+        .unwrap_or_else(|e| blame_the_environment(e).exit());
     Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.format(&mut command()).exit())
+}
+
+/// A bad value that came from a `DEDUP_STREAM_*` variable rather than the
+/// command line is reported as the variable's: the user did not type it.
+fn blame_the_environment(e: clap::Error) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(
+        e.kind(),
+        ErrorKind::ValueValidation | ErrorKind::InvalidValue
+    ) {
+        return e;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return e;
+    };
+    let Some(long) = arg
+        .strip_prefix("--")
+        .map(|a| a.split([' ', '=']).next().unwrap_or(a))
+    else {
+        return e;
+    };
+    let var = env_var(long);
+    let typed =
+        std::env::args().any(|a| a == format!("--{long}") || a.starts_with(&format!("--{long}=")));
+    if typed || std::env::var_os(&var).is_none() {
+        return e;
+    }
+    let message = e.to_string();
+    let first = message
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("error: ");
+    command().error(
+        ErrorKind::ValueValidation,
+        format!("the environment variable {var}: {first}"),
+    )
 }
 
 /// Prints a usage error in clap's style (`error: ...`, the usage line, a

@@ -383,6 +383,16 @@ fn completions(args: &CompletionsArgs) -> Exit {
     };
     let mut out = Vec::new();
     clap_complete::generate(shell, &mut cli::command(), "dedup-stream", &mut out);
+    if shell == Shell::Bash {
+        // clap_complete (4.6.11) spells a subcommand's state one way in the
+        // loop that finds it (`dedup__stream__subcmd__serve`) and another
+        // in the arms that complete it (`dedup__subcmd__stream__…`) when
+        // the program's name has a hyphen, so no subcommand's options ever
+        // complete (clap issues 6421, 6529). The arms are made to match.
+        out = String::from_utf8_lossy(&out)
+            .replace("dedup__subcmd__stream", "dedup__stream")
+            .into_bytes();
+    }
     write_stdout(&out)
 }
 

@@ -783,3 +783,116 @@ fn rejects_keeps_every_skipped_line_with_where_and_why() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("is not a rejects file"));
 }
+
+/// A shell's completion of `dedup-stream WORDS…`, with the script
+/// `completions SHELL` writes loaded; `None` when the shell is not there.
+fn complete_in(shell: &str, line: &str) -> Option<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("completion");
+    let out = Command::new(bin())
+        .args(["completions", shell])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    std::fs::write(&script, &out.stdout).unwrap();
+    let script = script.to_str().unwrap();
+    let program = match shell {
+        "bash" => {
+            let words = line.split(' ').collect::<Vec<_>>();
+            format!(
+                "source {script}; COMP_WORDS=({}); COMP_CWORD={}; _dedup__stream dedup-stream {} {}; \
+                 printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+                line,
+                words.len() - 1,
+                words[words.len() - 1],
+                words[words.len() - 2],
+            )
+        }
+        "fish" => format!("source {script}; complete -C '{line}'"),
+        _ => unreachable!(),
+    };
+    let done = Command::new(shell).args(["-c", &program]).output().ok()?;
+    Some(String::from_utf8_lossy(&done.stdout).into_owned())
+}
+
+/// Completion works past a subcommand: `serve --li` completes to
+/// `--listen` (bash's script from clap_complete needs a fix for a program
+/// name with a hyphen, see main.rs).
+#[test]
+fn completion_works_for_subcommands() {
+    let bash = complete_in("bash", "dedup-stream serve --li").expect("bash runs");
+    assert!(bash.lines().any(|l| l == "--listen"), "{bash}");
+    assert!(bash.lines().all(|l| l.starts_with("--li")), "{bash}");
+    let consume = complete_in("bash", "dedup-stream consume --cla").expect("bash runs");
+    assert!(consume.contains("--claim-idle"), "{consume}");
+    match complete_in("fish", "dedup-stream serve --li") {
+        Some(fish) => assert!(fish.contains("--listen"), "{fish}"),
+        None => eprintln!("SKIPPED the fish part: fish is not installed"),
+    }
+    // zsh's script names every subcommand's options.
+    let zsh = Command::new(bin())
+        .args(["completions", "zsh"])
+        .output()
+        .unwrap();
+    let zsh = String::from_utf8(zsh.stdout).unwrap();
+    assert!(
+        zsh.contains("'*--listen=") && zsh.contains("(serve)"),
+        "zsh"
+    );
+}
+
+/// The filter's options can come from `DEDUP_STREAM_*` variables too (as
+/// the services' do), the command line winning; a bad value from one is
+/// reported as the variable's.
+#[test]
+fn filter_options_come_from_the_environment_and_bad_ones_are_named() {
+    let input = format!(
+        "{}{}",
+        tweet("1", "The bakery on 5th street reopens on Monday"),
+        tweet("2", "the bakery on 5th street reopens monday!")
+    );
+    let with_env = |vars: &[(&str, &str)], args: &[&str]| {
+        let mut command = Command::new(bin());
+        command
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in vars {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let default = with_env(&[], &["--quiet"]);
+    assert_eq!(verdicts(&default)[1]["status"], "duplicate");
+    let strict = [
+        ("DEDUP_STREAM_THRESHOLD", "0.99"),
+        ("DEDUP_STREAM_RECENT", "0"),
+    ];
+    let strict_run = with_env(&strict, &["--quiet"]);
+    assert_eq!(
+        verdicts(&strict_run)[1]["status"],
+        "new",
+        "0.99 from the environment"
+    );
+    let typed = with_env(&strict, &["--quiet", "--threshold", "0.8"]);
+    assert_eq!(
+        verdicts(&typed)[1]["status"],
+        "duplicate",
+        "the command line wins"
+    );
+    let bad = with_env(&[("DEDUP_STREAM_THRESHOLD", "7")], &["--quiet"]);
+    assert_eq!(bad.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.contains("the environment variable DEDUP_STREAM_THRESHOLD: invalid value '7'"),
+        "{stderr}"
+    );
+}

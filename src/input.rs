@@ -364,10 +364,29 @@ pub fn check_readable(sources: &[Source]) -> io::Result<()> {
                     io::Error::new(io::ErrorKind::InvalidInput, "is a directory"),
                 ));
             }
-            File::open(path).map_err(|e| named(path, e))?;
+            // A named pipe is not opened to try it: opening it waits for a
+            // writer, and closing it again throws away what that writer
+            // sent first. The run's own open reports a problem with it.
+            if !is_fifo(path) {
+                File::open(path).map_err(|e| named(path, e))?;
+            }
         }
     }
     Ok(())
+}
+
+/// Whether `path` is a named pipe (FIFO).
+fn is_fifo(path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        false
+    }
 }
 
 /// Checks that `path` can be written (created or replaced) later, without

@@ -896,3 +896,41 @@ fn filter_options_come_from_the_environment_and_bad_ones_are_named() {
         "{stderr}"
     );
 }
+
+/// A named pipe given as an input loses nothing: the check that inputs
+/// can be read before the run does not open it (opening and closing it
+/// threw away what its writer sent first).
+#[cfg(unix)]
+#[test]
+fn a_named_pipe_input_loses_no_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("in.fifo");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let child = Command::new(bin())
+        .arg("--quiet")
+        .arg(&fifo)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut writer = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    writer
+        .write_all(format!("{}{}", tweet("1", STORY), tweet("2", STORY)).as_bytes())
+        .unwrap();
+    drop(writer);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tags = verdicts(&out);
+    assert_eq!(tags.len(), 2, "both lines, the first one too");
+    assert_eq!(tags[1]["duplicate_of"], "1");
+}

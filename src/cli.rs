@@ -239,9 +239,10 @@ pub struct EngineArgs {
     #[arg(long, default_value_t = DEFAULT_THRESHOLD, value_name = "F", value_parser = parse_threshold)]
     pub threshold: f64,
 
-    /// How texts are cut into shingles: words:N (word N-grams), chars:N
-    /// (character N-grams) or spots:N (each English stop word and the next N
-    /// other words, SpotSigs).
+    /// How texts are cut into shingles: words:N (word N-grams), words:1-N
+    /// (every word k-gram for k from 1 to N: the default, words and word
+    /// pairs), chars:N (character N-grams) or spots:N (each English stop
+    /// word and the next N other words, SpotSigs).
     #[arg(long, default_value_t = DEFAULT_SHINGLE, value_name = "KIND:N", value_parser = parse_shingling)]
     pub shingle: Shingling,
 

@@ -230,7 +230,10 @@ impl Run<'_> {
             rejects,
             stop,
         } = self;
-        let status = (!args.quiet && io::stderr().is_terminal())
+        // Drawn on stderr's terminal, never where the tagged lines go: with
+        // them on the same terminal it would run into them.
+        let output_on_terminal = args.output_file().is_none() && io::stdout().is_terminal();
+        let status = (!args.quiet && io::stderr().is_terminal() && !output_on_terminal)
             .then(|| status::StatusLine::start(Arc::clone(&report), args.message.capacity.get()));
         let signal = Arc::new(AtomicU8::new(0));
         let (target, writer): (Option<AtomicFile>, Box<dyn Write + Send>) = match args.output_file()

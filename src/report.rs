@@ -266,20 +266,39 @@ impl Report {
         let (n, reason) = counts.by_kind.values().max_by_key(|(n, _)| *n).cloned()?;
         let all = n == counts.total;
         drop(counts);
-        let fields = || match self
-            .lines
-            .first_line()
-            .as_deref()
-            .and_then(top_level_fields)
-        {
+        let first = self.lines.first_line();
+        let fields = || match first.as_deref().and_then(top_level_fields) {
+            // A Twitter API v2 response: its tweets are the "data" array.
+            Some(_) if first.as_deref().is_some_and(is_v2_page) => {
+                "; line 1 is a Twitter API v2 response page, whose tweets are its \"data\" \
+                 array: give them one per line (jq -c '.data[]' page.json | dedup-stream)"
+                    .to_string()
+            }
             Some(fields) => format!("; fields seen on line 1: {fields}"),
             None => String::new(),
+        };
+        let pretty = || {
+            if first
+                .as_deref()
+                .is_some_and(|l| l.trim_ascii() == b"{" || l.trim_ascii() == b"[")
+            {
+                "; line 1 opens a JSON document spread over lines (a pretty-printed file, or \
+                 an API response page): give one object per line (jq -c '.data[]' or \
+                 jq -c '.[]')"
+            } else {
+                ""
+            }
         };
         // "no line had X" when every line failed so, else "most lines had
         // no X".
         let had = |what: &str| {
+            let article = if what.starts_with(['a', 'e', 'i', 'o', 'u']) {
+                "an"
+            } else {
+                "a"
+            };
             if all {
-                format!("no line had a {what}")
+                format!("no line had {article} {what}")
             } else {
                 format!("most lines had no {what}")
             }
@@ -314,8 +333,9 @@ impl Report {
                 were("UTF-8 text", "UTF-8 text")
             ),
             InvalidReason::Json(first) => format!(
-                "{} (the first: {first}): the input must hold one JSON object per line",
-                were("valid JSON", "valid JSON")
+                "{} (the first: {first}): the input must hold one JSON object per line{}",
+                were("valid JSON", "valid JSON"),
+                pretty()
             ),
             InvalidReason::NotObject => format!(
                 "{}: each line must be one {{...}} object",
@@ -352,6 +372,18 @@ fn kind(reason: &InvalidReason) -> &'static str {
 }
 
 /// The names of a JSON object's members, as a short list (`a, b, c, …`).
+/// Whether a line is one page of a Twitter API v2 search or timeline
+/// response: an object whose `data` is an array of objects.
+fn is_v2_page(line: &[u8]) -> bool {
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(line) else {
+        return false;
+    };
+    value
+        .get("data")
+        .and_then(serde_json::Value::as_array)
+        .is_some_and(|tweets| tweets.first().is_some_and(serde_json::Value::is_object))
+}
+
 fn top_level_fields(line: &[u8]) -> Option<String> {
     const SHOWN: usize = 8;
     let value: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(line).ok()?;

@@ -934,3 +934,63 @@ fn a_named_pipe_input_loses_no_line() {
     assert_eq!(tags.len(), 2, "both lines, the first one too");
     assert_eq!(tags[1]["duplicate_of"], "1");
 }
+
+/// A Twitter API v2 response page (tweets in its "data" array), on one
+/// line or pretty-printed over many, is not a stream of tweets: the run
+/// says how to unpack it.
+#[test]
+fn a_v2_response_page_gets_a_hint_to_unpack_it() {
+    let page = r#"{"data":[{"id":"1","text":"hello world"}],"meta":{"result_count":1}}"#;
+    let out = run(&["--quiet"], format!("{page}\n").as_bytes());
+    assert_eq!(out.status.code(), Some(65));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no line had an id field"), "{stderr}");
+    assert!(stderr.contains("Twitter API v2 response page"), "{stderr}");
+    assert!(stderr.contains("jq -c '.data[]'"), "{stderr}");
+    let pretty =
+        serde_json::to_string_pretty(&serde_json::from_str::<serde_json::Value>(page).unwrap())
+            .unwrap();
+    let out = run(&["--quiet"], pretty.as_bytes());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("a JSON document spread over lines"),
+        "{stderr}"
+    );
+}
+
+/// With the tagged lines on the terminal, no status line is drawn there
+/// (it would run into them); with them in a file, it is.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_status_line_never_runs_into_output_on_the_terminal() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: no script(1) to give the run a terminal");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out_file = dir.path().join("tagged.jsonl");
+    // A run of two seconds (the line is drawn after one), in a terminal.
+    let in_terminal = |extra: &str| {
+        let program = format!(
+            "(printf '%s\\n' '{{\"id\":1,\"text\":\"a b c\"}}'; sleep 2; \
+             printf '%s\\n' '{{\"id\":2,\"text\":\"d e f\"}}') | {} {extra}",
+            bin()
+        );
+        let done = Command::new("script")
+            .args(["-qec", &program, "/dev/null"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&done.stdout).into_owned()
+    };
+    let shown = in_terminal("");
+    assert!(shown.contains("\"id\":2"), "{shown}");
+    assert!(
+        !shown.contains(" messages, "),
+        "no status line among the output: {shown:?}"
+    );
+    let to_file = in_terminal(&format!("-o {}", out_file.display()));
+    assert!(
+        to_file.contains(" messages, "),
+        "the status line when the output is a file: {to_file:?}"
+    );
+}

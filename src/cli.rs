@@ -59,9 +59,19 @@ pub enum Command {
     /// Print a shell completion script to stdout (for example
     /// `dedup-stream completions bash > ~/.local/share/bash-completion/completions/dedup-stream`).
     Completions(CompletionsArgs),
-    /// Print the manual page (roff) to stdout (for example
-    /// `dedup-stream man > ~/.local/share/man/man1/dedup-stream.1`).
-    Man,
+    /// Print a manual page (roff) to stdout: the main one, or a
+    /// subcommand's (for example
+    /// `dedup-stream man > ~/.local/share/man/man1/dedup-stream.1`,
+    /// `dedup-stream man serve > ~/.local/share/man/man1/dedup-stream-serve.1`).
+    Man(ManArgs),
+}
+
+/// `man`'s argument.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// The subcommand whose page to print; none: the main page.
+    #[arg(value_parser = clap::builder::PossibleValuesParser::new(["compare", "serve", "consume", "index", "completions", "man"]))]
+    pub page: Option<String>,
 }
 
 /// `completions`' argument.

@@ -2,6 +2,7 @@
 //! out. All the logic lives in the library.
 
 mod cli;
+mod manual;
 mod scale;
 mod status;
 
@@ -76,7 +77,7 @@ fn main() -> ExitCode {
         Some(Command::Consume(args)) => scale::consume(&args),
         Some(Command::Index(args)) => scale::index(&args),
         Some(Command::Completions(args)) => completions(&args),
-        Some(Command::Man) => man(),
+        Some(Command::Man(args)) => man(args.page.as_deref()),
         None => filter(&cli.filter),
     };
     ExitCode::from(exit)
@@ -399,10 +400,10 @@ fn completions(args: &CompletionsArgs) -> Exit {
     write_stdout(&out)
 }
 
-/// `dedup-stream man`: the manual page, in roff.
-fn man() -> Exit {
+/// `dedup-stream man [PAGE]`: a manual page, in roff.
+fn man(page: Option<&str>) -> Exit {
     let mut out = Vec::new();
-    match clap_mangen::Man::new(cli::command()).render(&mut out) {
+    match manual::render(page, &mut out) {
         Ok(()) => write_stdout(&out),
         Err(e) => {
             eprintln!("dedup-stream: cannot render the manual page: {e}");

@@ -1,0 +1,238 @@
+//! The manual pages (`dedup-stream man [SUBCOMMAND]`): clap_mangen's
+//! sections from the command line's definition, and the sections it cannot
+//! know (exit status, environment, examples) written here, per page.
+
+use std::io::Write;
+
+/// What a page adds to clap_mangen's sections.
+struct Extra {
+    exit_status: &'static [(&'static str, &'static str)],
+    environment: &'static str,
+    examples: &'static [(&'static str, &'static str)],
+}
+
+const FILTER: Extra = Extra {
+    exit_status: &[
+        (
+            "0",
+            "Done: the input ended, the output pipe closed, or SIGTERM stopped the run (what was read is decided and written).",
+        ),
+        (
+            "1",
+            "A fatal error: an input or output that cannot be read or written, a state file or journal that cannot be loaded, Redis refusing.",
+        ),
+        (
+            "2",
+            "A usage error: an unknown option, a value out of range (also from a DEDUP_STREAM_ variable), an output path that is an input or a file of another kind.",
+        ),
+        (
+            "65",
+            "No line was usable (the reason and a hint follow on stderr), or an invalid line with --on-invalid fail.",
+        ),
+        (
+            "130",
+            "Stopped by SIGINT (Ctrl-C): what was read is decided and written.",
+        ),
+    ],
+    environment: "Every option can also be set by DEDUP_STREAM_ and its long name in capitals, dashes as underscores (--threshold: DEDUP_STREAM_THRESHOLD); the command line wins. RUST_LOG overrides the logging level (-v).",
+    examples: &[
+        (
+            "Tag a file, and keep only what is new:",
+            "dedup-stream tweets.jsonl > tagged.jsonl\ndedup-stream --emit new tweets.jsonl.gz > deduplicated.jsonl",
+        ),
+        (
+            "Keep the index from one run to the next:",
+            "dedup-stream --state index.state today.jsonl > tagged.jsonl",
+        ),
+        (
+            "Share one index with other workers, through Redis:",
+            "dedup-stream --index redis://127.0.0.1:6379 part1.jsonl > out1.jsonl",
+        ),
+    ],
+};
+
+const SERVE: Extra = Extra {
+    exit_status: &[
+        (
+            "0",
+            "Stopped by SIGTERM or SIGINT after answering what it received and saving its state.",
+        ),
+        (
+            "1",
+            "A fatal error: a listener that cannot be bound, a state file or journal that cannot be loaded, Redis refusing.",
+        ),
+        (
+            "2",
+            "A usage error: an unknown option or a value out of range (also from a DEDUP_STREAM_ variable).",
+        ),
+    ],
+    environment: "Every option can also be set by DEDUP_STREAM_ and its long name in capitals, dashes as underscores (--listen: DEDUP_STREAM_LISTEN); the command line wins. Values holding a password (--index) are never shown by --help.",
+    examples: &[
+        (
+            "A sidecar on loopback, its index kept across restarts:",
+            "dedup-stream serve --listen 127.0.0.1:7878 --state index.state --admin 127.0.0.1:9100",
+        ),
+        (
+            "Ask it from a shell:",
+            "echo '{\"id\":1,\"text\":\"hello world\"}' | socat - TCP:127.0.0.1:7878",
+        ),
+    ],
+};
+
+const CONSUME: Extra = Extra {
+    exit_status: &[
+        (
+            "0",
+            "Stopped by SIGTERM or SIGINT after acknowledging the batch in hand (unacknowledged entries stay pending).",
+        ),
+        (
+            "1",
+            "A fatal error: an output or dead-letter key that is not a stream (nothing acknowledged), authentication refused, Redis refusing.",
+        ),
+        (
+            "2",
+            "A usage error: an unknown option or a value out of range (also from a DEDUP_STREAM_ variable).",
+        ),
+    ],
+    environment: "Every option can also be set by DEDUP_STREAM_ and its long name in capitals, dashes as underscores (--stream: DEDUP_STREAM_STREAM); the command line wins. Values holding a password (--redis, --index) are never shown by --help nor logged.",
+    examples: &[(
+        "Two workers of one consumer group, exactly once into tweets:tagged:",
+        "dedup-stream consume --redis redis://127.0.0.1:6379 --stream tweets --group dedup --output tweets:tagged &\ndedup-stream consume --redis redis://127.0.0.1:6379 --stream tweets --group dedup --output tweets:tagged &",
+    )],
+};
+
+const COMPARE: Extra = Extra {
+    exit_status: &[
+        ("0", "The two texts are near-duplicates at the threshold."),
+        ("1", "They are not."),
+        ("2", "A usage error, or a file (@PATH) that cannot be read."),
+    ],
+    environment: "RUST_LOG overrides the logging level.",
+    examples: &[(
+        "Why were these two tagged (or not)?",
+        "dedup-stream compare 'RT @news: Flooding closes the coastal highway' 'Flooding closes the coastal highway tonight'",
+    )],
+};
+
+const INDEX: Extra = Extra {
+    exit_status: &[
+        ("0", "Done."),
+        ("1", "Redis refused, or there is no such index (info)."),
+        ("2", "A usage error: a bad location or index name."),
+    ],
+    environment: "RUST_LOG overrides the logging level.",
+    examples: &[(
+        "What an index in Redis holds, then remove it:",
+        "dedup-stream index info --index redis://127.0.0.1:6379\ndedup-stream index drop --index redis://127.0.0.1:6379",
+    )],
+};
+
+const OTHER: Extra = Extra {
+    exit_status: &[("0", "Done."), ("2", "A usage error.")],
+    environment: "None.",
+    examples: &[],
+};
+
+/// The subcommands that have a page of their own.
+pub const PAGES: &[&str] = &["compare", "serve", "consume", "index", "completions", "man"];
+
+/// Writes the page of `page` (a subcommand), or the main one.
+pub fn render(page: Option<&str>, out: &mut dyn Write) -> std::io::Result<()> {
+    let mut root = crate::cli::command().disable_help_subcommand(true);
+    root.build();
+    let (command, extra) = match page {
+        None => (root, &FILTER),
+        Some(name) => {
+            let Some(command) = root.find_subcommand(name).cloned() else {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("no page {name:?}"),
+                ));
+            };
+            let extra = match name {
+                "serve" => &SERVE,
+                "consume" => &CONSUME,
+                "compare" => &COMPARE,
+                "index" => &INDEX,
+                _ => &OTHER,
+            };
+            (command, extra)
+        }
+    };
+    let man = clap_mangen::Man::new(command.clone());
+    man.render_title(out)?;
+    man.render_name_section(out)?;
+    man.render_synopsis_section(out)?;
+    man.render_description_section(out)?;
+    if command.get_arguments().any(|a| !a.is_hide_set()) {
+        man.render_options_section(out)?;
+    }
+    if command.get_subcommands().any(|s| !s.is_hide_set()) {
+        man.render_subcommands_section(out)?;
+    }
+    writeln!(out, ".SH \"EXIT STATUS\"")?;
+    for (code, meaning) in extra.exit_status {
+        writeln!(out, ".TP\n\\fB{code}\\fR\n{}", escape(meaning))?;
+    }
+    writeln!(out, ".SH ENVIRONMENT\n{}", escape(extra.environment))?;
+    if !extra.examples.is_empty() {
+        writeln!(out, ".SH EXAMPLES")?;
+        for (what, commands) in extra.examples {
+            writeln!(out, ".PP\n{}\n.PP\n.nf\n.RS 4", escape(what))?;
+            for line in commands.lines() {
+                writeln!(out, "{}", escape(line))?;
+            }
+            writeln!(out, ".RE\n.fi")?;
+        }
+    }
+    if page.is_none() {
+        writeln!(
+            out,
+            ".SH \"SEE ALSO\"\n{}",
+            PAGES
+                .iter()
+                .map(|p| format!("\\fBdedup-stream-{p}\\fR(1)"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )?;
+        // Only the main command has a version (clap_mangen unwraps it).
+        man.render_version_section(out)?;
+    }
+    Ok(())
+}
+
+/// Text made safe for roff: backslashes doubled, a leading dot or quote
+/// kept from being read as a request.
+fn escape(text: &str) -> String {
+    let text = text.replace('\\', "\\\\").replace('-', "\\-");
+    if text.starts_with(['.', '\'']) {
+        format!("\\&{text}")
+    } else {
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_page_has_exit_status_environment_and_examples() {
+        for page in std::iter::once(None).chain(PAGES.iter().map(|p| Some(*p))) {
+            let mut out = Vec::new();
+            render(page, &mut out).unwrap();
+            let text = String::from_utf8(out).unwrap();
+            assert!(text.contains(".SH \"EXIT STATUS\""), "{page:?}");
+            assert!(text.contains(".SH ENVIRONMENT"), "{page:?}");
+            if matches!(page, None | Some("serve" | "consume" | "compare" | "index")) {
+                assert!(text.contains(".SH EXAMPLES"), "{page:?}");
+            }
+        }
+        let mut serve = Vec::new();
+        render(Some("serve"), &mut serve).unwrap();
+        let serve = String::from_utf8(serve).unwrap();
+        assert!(serve.contains("dedup\\-stream\\-serve") || serve.contains("dedup-stream-serve"));
+        assert!(serve.contains("listen"));
+        assert!(render(Some("nope"), &mut Vec::new()).is_err());
+    }
+}

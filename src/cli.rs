@@ -112,6 +112,14 @@ pub struct IndexArgs {
     #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
     pub redis_timeout: Duration,
 
+    /// With the index in Redis: how long an outage of Redis is waited out
+    /// (the input held, calls retried) before the run stops with an error;
+    /// `forever` waits until Redis is back or a signal comes. Units: ms, s,
+    /// m. A host name that does not resolve, a refused password, or a
+    /// cluster location that is not a cluster stop the run at once.
+    #[arg(long, default_value = "forever", value_name = "DURATION|forever", value_parser = parse_wait)]
+    pub redis_wait: Wait,
+
     /// With the index in Redis: messages logged between two snapshots of
     /// the index stored there (the log is trimmed behind them). Default:
     /// half the capacity.
@@ -194,6 +202,12 @@ pub struct ConsumeArgs {
     /// taken for dead, made again, and the call repeated. Units: ms, s, m.
     #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
     pub redis_timeout: Duration,
+
+    /// How long an outage of Redis is waited out before the worker stops
+    /// with an error (its unacknowledged entries stay pending); `forever`
+    /// waits until Redis is back or a signal comes.
+    #[arg(long, default_value = "forever", value_name = "DURATION|forever", value_parser = parse_wait)]
+    pub redis_wait: Wait,
 
     /// Messages logged between two snapshots of the index in Redis.
     /// Default: half the capacity.
@@ -743,6 +757,17 @@ fn parse_measure(s: &str) -> Result<Measure, ConfigError> {
 
 fn parse_empty_text(s: &str) -> Result<EmptyText, ConfigError> {
     s.parse()
+}
+
+/// How long an outage of Redis is waited out (`--redis-wait`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Wait(pub Option<Duration>);
+
+fn parse_wait(s: &str) -> Result<Wait, String> {
+    if s == "forever" {
+        return Ok(Wait(None));
+    }
+    parse_duration(s).map(|d| Wait(Some(d)))
 }
 
 fn parse_fsync(s: &str) -> Result<Fsync, String> {

@@ -171,7 +171,7 @@ pub enum StoreError {
     },
     /// Redis could not be reached, and the worker was told to stop while
     /// it waited.
-    #[error("Redis is unreachable ({0}); stopped while waiting for it")]
+    #[error("Redis is unreachable ({0}); gave up waiting for it")]
     Unavailable(String),
     /// A setting the index in Redis does not take.
     #[error("{0}")]

@@ -51,6 +51,7 @@ pub fn index_options(
         stop: Some(Arc::clone(stop)),
         token_scope: None,
         timeout: Some(index.redis_timeout),
+        wait: index.redis_wait.0,
         snapshot_every: index.log_snapshot_every,
     }
 }
@@ -160,6 +161,7 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
     }
     let mut link = match Link::new(&streams, args.redis_timeout) {
         Ok(link) => link
+            .with_wait(args.redis_wait.0)
             .with_metrics(Arc::clone(&metrics))
             .with_stop(Arc::clone(&stop)),
         Err(e) => return usage(e),
@@ -198,6 +200,7 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
                 stop: Some(Arc::clone(&stop)),
                 token_scope: Some(scope),
                 timeout: Some(args.redis_timeout),
+                wait: args.redis_wait.0,
                 snapshot_every: args.log_snapshot_every,
             };
             let mut store = match open_index(location, &args.index_name, &engine, options) {

@@ -406,3 +406,44 @@ fn an_entry_written_twice_to_stdout_carries_its_first_verdict() {
         "the repeats are the first lines, byte for byte"
     );
 }
+
+/// What waiting will not cure stops the run at once, with the reason: a
+/// host name that does not resolve, a cluster location whose node is not
+/// a cluster. An outage is waited out, for at most `--redis-wait`.
+#[test]
+fn errors_waiting_cannot_cure_fail_fast_and_the_wait_is_bounded() {
+    if !available("errors_waiting_cannot_cure_fail_fast_and_the_wait_is_bounded") {
+        return;
+    }
+    let input = b"{\"id\":1,\"text\":\"one two three four\"}\n";
+    let timed = |args: &[&str]| {
+        let started = std::time::Instant::now();
+        let out = run(args, input);
+        (out, started.elapsed())
+    };
+    let (out, took) = timed(&["--quiet", "--index", "redis://no-such-host.invalid:6379"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("failed to lookup address"));
+    assert!(took < Duration::from_secs(15), "{took:?}");
+
+    let redis = RedisServer::start();
+    let cluster = format!("redis+cluster://127.0.0.1:{}", redis.port);
+    let (out, _) = timed(&["--quiet", "--index", &cluster]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cluster mode off"), "{stderr}");
+
+    let closed = common::redis::free_port(false);
+    let (out, took) = timed(&[
+        "--quiet",
+        "--index",
+        &format!("redis://127.0.0.1:{closed}"),
+        "--redis-wait",
+        "1s",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("gave up waiting"), "{stderr}");
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    assert!(out.stdout.is_empty());
+}

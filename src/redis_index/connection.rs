@@ -207,6 +207,10 @@ pub struct Link {
     stop: Option<Arc<AtomicBool>>,
     /// Time Redis has to answer a call.
     timeout: Duration,
+    /// Longest an outage is waited out; `None`: until told to stop.
+    wait: Option<Duration>,
+    /// A cluster's seed nodes, checked once to be a cluster at all.
+    seeds: Vec<String>,
 }
 
 impl fmt::Debug for Link {
@@ -253,7 +257,47 @@ impl Link {
             metrics: None,
             stop: None,
             timeout,
+            wait: None,
+            seeds: match location {
+                IndexLocation::Cluster(urls) => urls.clone(),
+                _ => Vec::new(),
+            },
         })
+    }
+
+    /// Waits out an outage for at most `wait` (`--redis-wait`), then gives
+    /// up with [`RetryError::Stopped`].
+    pub fn with_wait(mut self, wait: Option<Duration>) -> Link {
+        self.wait = wait;
+        self
+    }
+
+    /// A cluster location whose seed node answers but is not a cluster
+    /// (`cluster_enabled:0`) would never connect: say so. Seeds that do not
+    /// answer are waited for as any outage.
+    fn check_cluster_seeds(&mut self) -> Result<(), RedisError> {
+        for seed in std::mem::take(&mut self.seeds) {
+            let Ok(client) = redis::Client::open(seed.as_str()) else {
+                continue;
+            };
+            let Ok(mut con) = client.get_connection_with_timeout(CONNECT_TIMEOUT) else {
+                continue;
+            };
+            if let Ok(info) = redis::cmd("INFO").arg("cluster").query::<String>(&mut con)
+                && info.contains("cluster_enabled:0")
+            {
+                return Err(RedisError::from((
+                    ErrorKind::InvalidClientConfig,
+                    "not a Redis Cluster",
+                    format!(
+                        "{} answers but has cluster mode off (cluster_enabled:0): use \
+                         redis://HOST:PORT for a single Redis",
+                        redact_url(&seed)
+                    ),
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Reports reachability and errors to `metrics`.
@@ -321,6 +365,9 @@ impl Link {
         what: &str,
         mut call: impl FnMut(&mut dyn ConnectionLike, bool) -> RedisResult<T>,
     ) -> Result<T, RetryError> {
+        if !self.seeds.is_empty() {
+            self.check_cluster_seeds().map_err(RetryError::Failed)?;
+        }
         let mut wait = BACKOFF.0;
         let mut down_since: Option<Instant> = None;
         let mut last_report = Instant::now();
@@ -372,7 +419,12 @@ impl Link {
                         }
                         Some(_) => {}
                     }
-                    if self.stopping() {
+                    if self.stopping()
+                        || self
+                            .wait
+                            .zip(down_since)
+                            .is_some_and(|(limit, since)| since.elapsed() >= limit)
+                    {
                         return Err(RetryError::Stopped(e));
                     }
                     std::thread::sleep(wait);
@@ -479,6 +531,12 @@ fn interrupted(e: &RedisError) -> bool {
 /// connection failed or timed out, or Redis is loading its data, failing
 /// over or resharding.
 pub fn is_transient(e: &RedisError) -> bool {
+    // A host name that does not resolve will not resolve by waiting.
+    if e.to_string()
+        .contains("failed to lookup address information")
+    {
+        return false;
+    }
     e.is_io_error()
         || e.is_timeout()
         || e.is_connection_dropped()

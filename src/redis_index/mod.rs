@@ -220,6 +220,9 @@ pub struct RedisOptions {
     pub token_scope: Option<String>,
     /// Time Redis has to answer a call; `None`: [`DEFAULT_TIMEOUT`].
     pub timeout: Option<std::time::Duration>,
+    /// Longest an outage of Redis is waited out; `None`: until told to
+    /// stop.
+    pub wait: Option<std::time::Duration>,
     /// Messages between snapshots of the index in Redis; `None`: half the
     /// capacity (the log is trimmed behind the snapshot before the newest,
     /// so it holds at most about one capacity of messages).
@@ -248,7 +251,8 @@ impl RedisIndex {
             ));
         }
         check_name(name)?;
-        let mut link = Link::new(location, options.timeout.unwrap_or(DEFAULT_TIMEOUT))?;
+        let mut link = Link::new(location, options.timeout.unwrap_or(DEFAULT_TIMEOUT))?
+            .with_wait(options.wait);
         if let Some(metrics) = options.metrics.clone() {
             link = link.with_metrics(metrics);
         }

@@ -186,6 +186,18 @@ pub struct ConsumeArgs {
     #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
     pub claim_idle: Duration,
 
+    /// Create the input stream if it does not exist (empty), instead of
+    /// waiting for it to appear (a misspelt name otherwise waits, saying
+    /// so, rather than consuming a new, empty stream forever).
+    #[arg(long)]
+    pub create: bool,
+
+    /// Consumers of the group that hold no pending entry and have been idle
+    /// this long (workers that stopped, under names not used again) are
+    /// removed from the group. Units: ms, s, m, h.
+    #[arg(long, default_value = "1h", value_name = "DURATION", value_parser = parse_duration)]
+    pub forget_idle_consumers: Duration,
+
     /// Entries read at a time.
     #[arg(long, default_value_t = consume::DEFAULT_BATCH, value_name = "N")]
     pub batch: usize,
@@ -941,6 +953,8 @@ impl ConsumeArgs {
             emit: self.emit.emit(),
             fields: self.message.fields()?,
             claim_idle: self.claim_idle,
+            create: self.create,
+            forget_idle_consumers: self.forget_idle_consumers,
             batch: self.batch.max(1),
             max_line_bytes: self.message.max_line_bytes.max(1),
         })

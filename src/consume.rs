@@ -96,6 +96,11 @@ pub struct ConsumeConfig {
     pub fields: FieldSpec,
     /// Entries pending longer than this on another consumer are claimed.
     pub claim_idle: Duration,
+    /// Create the stream if missing, rather than wait for it.
+    pub create: bool,
+    /// Consumers holding nothing and idle this long are removed from the
+    /// group.
+    pub forget_idle_consumers: Duration,
     /// Entries read at a time.
     pub batch: usize,
     /// Longest message, in bytes (`--max-line-bytes`): a longer one is
@@ -195,6 +200,7 @@ struct Worker<'a, S> {
     ack: Script,
     summary: ConsumeSummary,
     verdicts: Vec<Verdict>,
+    stop: &'a AtomicBool,
 }
 
 /// Runs the worker until `stop` is set (or a fatal error): reads its own
@@ -220,6 +226,7 @@ pub fn run<S: IndexStore>(
         ack: Script::new(ACK_SCRIPT),
         summary: ConsumeSummary::default(),
         verdicts: Vec::new(),
+        stop,
     };
     worker.create_group()?;
     // An empty acknowledgement only checks the keys' types: a key that
@@ -249,6 +256,7 @@ pub fn run<S: IndexStore>(
             let (next, entries, deleted) = worker.claim(&claim_cursor)?;
             if next == "0-0" {
                 last_claim = Some(Instant::now());
+                worker.forget_idle_consumers();
             }
             claim_cursor = next;
             worker.summary.claimed += (entries.len() + deleted.len()) as u64;
@@ -287,22 +295,107 @@ fn store_error(e: RetryError) -> Error {
 
 impl<S: IndexStore> Worker<'_, S> {
     fn create_group(&mut self) -> Result<(), Error> {
-        let (stream, group) = (&self.config.stream, &self.config.group);
+        if !self.config.create {
+            self.wait_for_stream()?;
+        }
+        let (stream, group, create) = (&self.config.stream, &self.config.group, self.config.create);
         self.link
             .retry("creating the consumer group", |c, _| {
-                let created: RedisResult<()> = redis::cmd("XGROUP")
-                    .arg("CREATE")
-                    .arg(stream)
-                    .arg(group)
-                    .arg("0")
-                    .arg("MKSTREAM")
-                    .query(c);
+                let mut command = redis::cmd("XGROUP");
+                command.arg("CREATE").arg(stream).arg(group).arg("0");
+                if create {
+                    command.arg("MKSTREAM");
+                }
+                let created: RedisResult<()> = command.query(c);
                 match created {
                     Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
                     other => other,
                 }
             })
             .map_err(store_error)
+    }
+
+    /// Waits, saying so, until the input stream exists (or the worker is
+    /// told to stop): a worker started before its producer, or on a
+    /// misspelt name, must not create and consume an empty stream.
+    fn wait_for_stream(&mut self) -> Result<(), Error> {
+        let mut said = false;
+        loop {
+            let stream = &self.config.stream;
+            let exists: bool = self
+                .link
+                .retry("looking for the stream", |c, _| {
+                    redis::cmd("EXISTS").arg(stream).query(c)
+                })
+                .map_err(store_error)?;
+            if exists {
+                if said {
+                    tracing::info!(stream = %self.config.stream, "the stream exists now");
+                }
+                return Ok(());
+            }
+            if !said {
+                tracing::warn!(
+                    stream = %self.config.stream,
+                    "the stream does not exist: waiting for it to appear (pass --create to \
+                     create it empty instead)"
+                );
+                said = true;
+            }
+            if self.stop.load(Ordering::Relaxed) {
+                return Err(Error::Store(StoreError::Unavailable(format!(
+                    "stopped while waiting for the stream {:?} to exist",
+                    self.config.stream
+                ))));
+            }
+            std::thread::sleep(BLOCK);
+        }
+    }
+
+    /// Removes from the group the consumers that hold no pending entry and
+    /// have been idle for `--forget-idle-consumers` (workers that stopped;
+    /// a restarted worker takes a new name): otherwise they pile up, one
+    /// per restart. Best effort: a failure is only logged.
+    fn forget_idle_consumers(&mut self) {
+        let (stream, group) = (&self.config.stream, &self.config.group);
+        let consumers: Result<Vec<std::collections::HashMap<String, Value>>, _> =
+            self.link.once(|c| {
+                redis::cmd("XINFO")
+                    .arg("CONSUMERS")
+                    .arg(stream)
+                    .arg(group)
+                    .query(c)
+            });
+        let Ok(consumers) = consumers else {
+            return;
+        };
+        let limit = self.config.forget_idle_consumers.as_millis() as i64;
+        for consumer in consumers {
+            let number = |key: &str| match consumer.get(key) {
+                Some(Value::Int(n)) => Some(*n),
+                _ => None,
+            };
+            let Some(name) = consumer.get("name").cloned().and_then(text) else {
+                continue;
+            };
+            if name == self.config.consumer
+                || number("pending") != Some(0)
+                || number("idle").is_none_or(|idle| idle < limit)
+            {
+                continue;
+            }
+            let removed: RedisResult<i64> = self.link.once(|c| {
+                redis::cmd("XGROUP")
+                    .arg("DELCONSUMER")
+                    .arg(stream)
+                    .arg(group)
+                    .arg(&name)
+                    .query(c)
+            });
+            if removed.is_ok() {
+                tracing::info!(consumer = %name, "removed a consumer that held nothing and was idle");
+            }
+        }
     }
 
     /// The consumer group is gone (Redis restarted without persistence, or

@@ -526,3 +526,79 @@ fn a_missing_or_wrong_password_is_reported_as_such() {
         }
     }
 }
+
+/// A stream that does not exist is waited for, saying so (a misspelt name
+/// must not be consumed as a new, empty stream forever); `--create` makes
+/// it. Consumers that hold nothing and have been idle long are removed
+/// from the group, so restarts do not pile them up.
+#[test]
+fn a_missing_stream_is_waited_for_and_idle_consumers_are_removed() {
+    if !available("a_missing_stream_is_waited_for_and_idle_consumers_are_removed") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let mut con = redis.connection();
+    let waiting = worker(&redis.url(), "a", "out", &[]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let exists: bool = redis::cmd("EXISTS").arg("in").query(&mut con).unwrap();
+    assert!(!exists, "the worker did not make the stream");
+    add(&mut con, "in", "json", &message(1, TEXT));
+    wait_until("the entry out", Duration::from_secs(20), || {
+        xlen(&mut con, "out") == 1
+    });
+    let (code, stderr) = terminate(waiting);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("the stream does not exist: waiting for it"),
+        "{stderr}"
+    );
+
+    // --create makes a missing stream at once.
+    let created = Command::new(bin())
+        .args([
+            "consume",
+            "--redis",
+            &redis.url(),
+            "--stream",
+            "other",
+            "--group",
+            "g",
+            "--output",
+            "out2",
+            "--create",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the stream made", Duration::from_secs(20), || {
+        redis::cmd("EXISTS")
+            .arg("other")
+            .query(&mut con)
+            .unwrap_or(false)
+    });
+    let _ = terminate(created);
+
+    // Consumer "a" holds nothing now; one idle past the limit is removed
+    // by the next worker's claim round.
+    std::thread::sleep(Duration::from_millis(300));
+    let sweeping = worker(
+        &redis.url(),
+        "c",
+        "out",
+        &["--forget-idle-consumers", "200ms"],
+    );
+    wait_until("consumer a removed", Duration::from_secs(20), || {
+        let consumers: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("XINFO")
+            .arg("CONSUMERS")
+            .arg("in")
+            .arg("g")
+            .query(&mut con)
+            .unwrap_or_default();
+        consumers
+            .iter()
+            .all(|c| c.get("name") != Some(&redis::Value::BulkString(b"a".to_vec())))
+    });
+    let _ = terminate(sweeping);
+}

@@ -443,6 +443,12 @@ impl Deduper {
 #[pymethods]
 impl Deduper {
     #[new]
+    #[pyo3(
+        text_signature = "(threshold=0.8, *, measure='containment', shingle='words:1-2', \
+        sample='all', capacity=1000000, window=None, recent=3000, empty_text='new', max_bucket=64, \
+        max_index_bytes=None, index='memory', index_name='dedup-stream', redis_timeout='30s', \
+        id_field=None, text_field=None)"
+    )]
     #[pyo3(signature = (
         threshold=None, *, measure=None, shingle=None, sample=None, capacity=None, window=None,
         recent=None, empty_text=None, max_bucket=None, max_index_bytes=None, index=None,

@@ -801,12 +801,24 @@ impl Deduper {
             config.max_line_bytes = options::at_least_one(&text)
                 .map_err(|e| options::bad_value(py, "max_line_bytes", &text, e))?;
         }
-        let sources: Vec<Source> = sources.into_iter().map(Source::File).collect();
-        if let Err(e) = dedup_stream::input::check_readable(&sources) {
-            return Err(pyo3::exceptions::PyOSError::new_err(format!(
-                "cannot read the input {e}"
-            )));
+        // Every input is checked before the run, as the CLI checks them, but
+        // only a regular file is opened to see that it can be read: opening
+        // and closing a named pipe (a FIFO) would cut off a writer that
+        // opened it meanwhile (its next write fails with EPIPE).
+        for path in &sources {
+            let meta = std::fs::metadata(path).map_err(|e| errors::io(&e, path))?;
+            if meta.is_dir() {
+                return Err(pyo3::exceptions::PyIsADirectoryError::new_err((
+                    21,
+                    "Is a directory",
+                    path.display().to_string(),
+                )));
+            }
+            if meta.is_file() {
+                std::fs::File::open(path).map_err(|e| errors::io(&e, path))?;
+            }
         }
+        let sources: Vec<Source> = sources.into_iter().map(Source::File).collect();
         let output = std::fs::File::create(&dst).map_err(|e| errors::io(&e, &dst))?;
         let inputs = Inputs::new(sources);
         // Invalid lines are counted in the summary, not warned about.

@@ -20,6 +20,9 @@ are Python's, not the engine's.
 Methods:
   cli           target/release/dedup-stream --quiet (built if missing)
   check_many    Deduper().check_many(texts, ids, urls)
+  check_many_2threads  the same from two threads sharing one Deduper, each
+                taking the next chunk of 1,024 in turn (the GIL is released:
+                one thread prepares while the other decides)
   check         for text, id, urls in ...: Deduper.check(text, id=id, urls=urls)
   check_records Deduper().check_records(lines)   (the CLI's field discovery)
   dedupe_frame  dedupe_frame(pandas DataFrame of id_str, text, urls)
@@ -51,7 +54,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "synthetic"
-METHODS = ["cli", "check_many", "check", "check_records", "dedupe_frame", "dedupe_jsonl", "datasketch", "rensa"]
+METHODS = ["cli", "check_many", "check_many_2threads", "check", "check_records", "dedupe_frame", "dedupe_jsonl", "datasketch", "rensa"]
 PEERS = {"datasketch": "datasketch", "rensa": "rensa"}
 
 
@@ -106,6 +109,8 @@ def run_ours(method):
     # reads a tweet.
     if method == "check_many":
         verdicts = timed(lambda: d.check_many(texts, ids, urls))
+    elif method == "check_many_2threads":
+        verdicts = timed(lambda: two_threads(d, texts, ids, urls))
     elif method == "check":
         check = d.check
         verdicts = timed(lambda: [check(t, id=i, urls=u) for t, i, u in zip(texts, ids, urls)])
@@ -125,6 +130,34 @@ def run_ours(method):
         write(lines, members)
         return
     write(lines, [v.to_json().encode() for v in verdicts])
+
+
+def two_threads(d, texts, ids, urls, chunk=1024):
+    """check_many from two threads sharing one Deduper: each takes the next
+    chunk of the stream in turn, so chunks are decided nearly in order
+    (two at a time interleave, 512 messages at a time)."""
+    import threading
+
+    verdicts = [None] * len(texts)
+    lock = threading.Lock()
+    next_start = [0]
+
+    def work():
+        while True:
+            with lock:
+                start = next_start[0]
+                next_start[0] += chunk
+            if start >= len(texts):
+                return
+            end = start + chunk
+            verdicts[start:end] = d.check_many(texts[start:end], ids[start:end], urls[start:end])
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return verdicts
 
 
 NOISE = re.compile(r"^(rt\s+@\w+:?\s*)+|@\w+|https?://\S+")

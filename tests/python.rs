@@ -13,6 +13,7 @@
 //! with the `pyext` profile of `python/Cargo.toml`: optimised, without the
 //! release profile's fat LTO.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -29,7 +30,8 @@ fn skip(reason: &str) {
         !required(),
         "the Python tests are required (DEDUP_REQUIRE_PYTHON=1): {reason}"
     );
-    eprintln!("SKIPPED python: {reason}");
+    // Past the test harness's capture, so that a skip shows in the run.
+    let _ = writeln!(std::io::stderr(), "SKIPPED python: {reason}");
 }
 
 /// `command` with the variables cargo sets for this test removed (they

@@ -19,10 +19,13 @@ taken with the GIL released. See ``docs/python.md`` for the whole API.
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 from ._engine import Deduper, Verdict, __version__, compare
 from ._errors import ConfigError, DedupError, InvalidInput, StateFileError, StoreError
+
+if TYPE_CHECKING:  # typed dicts of the stubs (python/dedup_stream/_engine.pyi)
+    from ._engine import Summary
 
 __all__ = [
     "ConfigError",
@@ -50,7 +53,7 @@ def dedupe_jsonl(
     *,
     state: Optional[PathLike] = None,
     **options: Any,
-) -> dict:
+) -> "Summary":
     """Tags every JSON line of ``src`` (a path, or a list read in order as
     one stream) into ``dst``, byte for byte as ``dedup-stream SRC > DST``
     does, and returns the run's summary (what ``--stats`` writes).

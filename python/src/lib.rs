@@ -443,6 +443,12 @@ impl Deduper {
 #[pymethods]
 impl Deduper {
     #[new]
+    #[pyo3(
+        text_signature = "(threshold=0.8, *, measure='containment', shingle='words:1-2', \
+        sample='all', capacity=1000000, window=None, recent=3000, empty_text='new', max_bucket=64, \
+        max_index_bytes=None, index='memory', index_name='dedup-stream', redis_timeout='30s', \
+        id_field=None, text_field=None)"
+    )]
     #[pyo3(signature = (
         threshold=None, *, measure=None, shingle=None, sample=None, capacity=None, window=None,
         recent=None, empty_text=None, max_bucket=None, max_index_bytes=None, index=None,
@@ -795,12 +801,24 @@ impl Deduper {
             config.max_line_bytes = options::at_least_one(&text)
                 .map_err(|e| options::bad_value(py, "max_line_bytes", &text, e))?;
         }
-        let sources: Vec<Source> = sources.into_iter().map(Source::File).collect();
-        if let Err(e) = dedup_stream::input::check_readable(&sources) {
-            return Err(pyo3::exceptions::PyOSError::new_err(format!(
-                "cannot read the input {e}"
-            )));
+        // Every input is checked before the run, as the CLI checks them, but
+        // only a regular file is opened to see that it can be read: opening
+        // and closing a named pipe (a FIFO) would cut off a writer that
+        // opened it meanwhile (its next write fails with EPIPE).
+        for path in &sources {
+            let meta = std::fs::metadata(path).map_err(|e| errors::io(&e, path))?;
+            if meta.is_dir() {
+                return Err(pyo3::exceptions::PyIsADirectoryError::new_err((
+                    21,
+                    "Is a directory",
+                    path.display().to_string(),
+                )));
+            }
+            if meta.is_file() {
+                std::fs::File::open(path).map_err(|e| errors::io(&e, path))?;
+            }
         }
+        let sources: Vec<Source> = sources.into_iter().map(Source::File).collect();
         let output = std::fs::File::create(&dst).map_err(|e| errors::io(&e, &dst))?;
         let inputs = Inputs::new(sources);
         // Invalid lines are counted in the summary, not warned about.

@@ -174,8 +174,10 @@ def test_compare_says_what_the_cli_says(cli):
 def test_every_error_is_a_dedup_error_or_a_builtin(tmp_path):
     with pytest.raises(FileNotFoundError):
         Deduper.load(tmp_path / "missing.state")
-    with pytest.raises(OSError):
+    with pytest.raises(FileNotFoundError):
         Deduper().dedupe_jsonl(tmp_path / "missing.jsonl", tmp_path / "out.jsonl")
+    with pytest.raises(IsADirectoryError):
+        Deduper().dedupe_jsonl(tmp_path, tmp_path / "out.jsonl")
     with pytest.raises(DedupError):
         Deduper(threshold=3)
     bad = tmp_path / "bad.jsonl"

@@ -18,6 +18,9 @@ use dedup_stream::journal::Fsync;
 use dedup_stream::pipeline::{self, Emit, OnInvalid, PipelineConfig};
 use dedup_stream::redis_index::{DEFAULT_INDEX_NAME, IndexLocation};
 use dedup_stream::server::{self, ListenAddr, Reply, ServerConfig};
+use dedup_stream::values::{
+    at_least_one, parse_capacity, parse_duration, parse_size, parse_threshold,
+};
 use dedup_stream::{ConfigError, FieldSpec, StoreError};
 
 /// Tags every JSON line of the files (or stdin) as new or as a
@@ -552,76 +555,6 @@ pub enum OnInvalidArg {
     Fail,
 }
 
-/// The threshold: a number in (0, 1].
-fn parse_threshold(s: &str) -> Result<f64, String> {
-    let t: f64 = s
-        .parse()
-        .map_err(|_| "expected a number in (0, 1], such as 0.8".to_string())?;
-    if t > 0.0 && t <= 1.0 {
-        Ok(t)
-    } else {
-        Err("must be in (0, 1]: above 0, at most 1".into())
-    }
-}
-
-/// The index capacity: 1 to 2^32 - 1 (the index's slots are 32-bit).
-fn parse_capacity(s: &str) -> Result<NonZeroUsize, String> {
-    let range = || format!("must be from 1 to {}", u32::MAX);
-    let n: u64 = s.parse().map_err(|_| range())?;
-    if n == 0 || n > u64::from(u32::MAX) {
-        return Err(range());
-    }
-    usize::try_from(n)
-        .ok()
-        .and_then(NonZeroUsize::new)
-        .ok_or_else(range)
-}
-
-/// The smallest byte budget `--max-index-bytes` takes: a couple of
-/// thousand tweets.
-const MIN_INDEX_BYTES: u64 = 1 << 20;
-
-/// A size in bytes: a whole number with an optional unit, K, M or G
-/// (powers of 1024; a trailing B or iB is allowed: 64MiB, 64MB, 64M), at
-/// least [`MIN_INDEX_BYTES`].
-fn parse_size(s: &str) -> Result<NonZeroUsize, String> {
-    let bad = || {
-        format!("expected a size like 512M or 2G (K, M, G: powers of 1024), at least 1M, got {s:?}")
-    };
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (number, unit) = s.split_at(split);
-    let n: u64 = number.parse().map_err(|_| bad())?;
-    let unit = unit.to_ascii_uppercase();
-    let unit = unit
-        .strip_suffix("IB")
-        .or_else(|| unit.strip_suffix('B'))
-        .unwrap_or(&unit);
-    let shift = match unit {
-        "" => 0,
-        "K" => 10,
-        "M" => 20,
-        "G" => 30,
-        "T" => 40,
-        _ => return Err(bad()),
-    };
-    let bytes = n.checked_mul(1 << shift).ok_or_else(bad)?;
-    if bytes < MIN_INDEX_BYTES {
-        return Err(bad());
-    }
-    usize::try_from(bytes)
-        .ok()
-        .and_then(NonZeroUsize::new)
-        .ok_or_else(bad)
-}
-
-/// A count that must be at least 1.
-fn at_least_one(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(n) if n >= 1 => Ok(n),
-        _ => Err(format!("must be a whole number from 1 to {}", usize::MAX)),
-    }
-}
-
 /// A dotted field path such as `data.text`.
 fn parse_field_path(s: &str) -> Result<String, ConfigError> {
     FieldSpec::new(Some(s), Vec::new())?;
@@ -817,23 +750,6 @@ impl clap::builder::TypedValueParser for LocationParser {
         let s = value.to_str().ok_or_else(|| refused("not UTF-8".into()))?;
         s.parse().map_err(|e: StoreError| refused(e.to_string()))
     }
-}
-
-/// A duration: a number with an optional unit (ms, s, m, h; seconds when
-/// none).
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (number, unit) = s.split_at(split);
-    let bad = || format!("expected a duration like 30s, 500ms, 5m or 1h, got {s:?}");
-    let n: u64 = number.parse().map_err(|_| bad())?;
-    let seconds = match unit {
-        "ms" => return Ok(Duration::from_millis(n)),
-        "" | "s" => n,
-        "m" => n.checked_mul(60).ok_or_else(bad)?,
-        "h" => n.checked_mul(3600).ok_or_else(bad)?,
-        _ => return Err(bad()),
-    };
-    Ok(Duration::from_secs(seconds))
 }
 
 /// Zero means "never" for the durations that can be turned off.

@@ -78,6 +78,7 @@ pub mod snapshot;
 pub mod stats;
 pub mod stream;
 pub mod timestamp;
+pub mod values;
 
 pub use config::{EmptyText, EngineConfig, Measure, Sampling, Shingling};
 pub use engine::{Deduper, Match, Preparer, Sketch, SketchBuf, Verdict};

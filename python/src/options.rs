@@ -19,6 +19,9 @@ use dedup_stream::config::{
     EngineConfig, Measure, Sampling, Shingling, Window,
 };
 use dedup_stream::redis_index::{DEFAULT_INDEX_NAME, IndexLocation};
+pub use dedup_stream::values::{
+    at_least_one, parse_capacity, parse_duration, parse_size, parse_threshold,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
@@ -262,88 +265,6 @@ pub fn read_fields(
         FieldSpec::new(Some(path), Vec::new()).map_err(|e| bad_value(py, name, path, e))?;
     }
     Ok((id, text))
-}
-
-/// `--threshold`: a number in (0, 1] (src/cli.rs `parse_threshold`).
-pub fn parse_threshold(s: &str) -> Result<f64, String> {
-    let t: f64 = s
-        .parse()
-        .map_err(|_| "expected a number in (0, 1], such as 0.8".to_string())?;
-    if t > 0.0 && t <= 1.0 {
-        Ok(t)
-    } else {
-        Err("must be in (0, 1]: above 0, at most 1".into())
-    }
-}
-
-/// `--capacity`: 1 to 2^32 - 1 (src/cli.rs `parse_capacity`).
-pub fn parse_capacity(s: &str) -> Result<NonZeroUsize, String> {
-    let range = || format!("must be from 1 to {}", u32::MAX);
-    let n: u64 = s.parse().map_err(|_| range())?;
-    if n == 0 || n > u64::from(u32::MAX) {
-        return Err(range());
-    }
-    usize::try_from(n)
-        .ok()
-        .and_then(NonZeroUsize::new)
-        .ok_or_else(range)
-}
-
-/// `--max-index-bytes`: a size with K, M, G or T, at least 1M (src/cli.rs
-/// `parse_size`).
-pub fn parse_size(s: &str) -> Result<NonZeroUsize, String> {
-    let bad = || {
-        format!("expected a size like 512M or 2G (K, M, G: powers of 1024), at least 1M, got {s:?}")
-    };
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (number, unit) = s.split_at(split);
-    let n: u64 = number.parse().map_err(|_| bad())?;
-    let unit = unit.to_ascii_uppercase();
-    let unit = unit
-        .strip_suffix("IB")
-        .or_else(|| unit.strip_suffix('B'))
-        .unwrap_or(&unit);
-    let shift = match unit {
-        "" => 0,
-        "K" => 10,
-        "M" => 20,
-        "G" => 30,
-        "T" => 40,
-        _ => return Err(bad()),
-    };
-    let bytes = n.checked_mul(1 << shift).ok_or_else(bad)?;
-    if bytes < 1 << 20 {
-        return Err(bad());
-    }
-    usize::try_from(bytes)
-        .ok()
-        .and_then(NonZeroUsize::new)
-        .ok_or_else(bad)
-}
-
-/// A count of at least 1 (src/cli.rs `at_least_one`).
-pub fn at_least_one(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(n) if n >= 1 => Ok(n),
-        _ => Err(format!("must be a whole number from 1 to {}", usize::MAX)),
-    }
-}
-
-/// A duration: a number with ms, s, m or h, seconds when none (src/cli.rs
-/// `parse_duration`).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (number, unit) = s.split_at(split);
-    let bad = || format!("expected a duration like 30s, 500ms, 5m or 1h, got {s:?}");
-    let n: u64 = number.parse().map_err(|_| bad())?;
-    let seconds = match unit {
-        "ms" => return Ok(Duration::from_millis(n)),
-        "" | "s" => n,
-        "m" => n.checked_mul(60).ok_or_else(bad)?,
-        "h" => n.checked_mul(3600).ok_or_else(bad)?,
-        _ => return Err(bad()),
-    };
-    Ok(Duration::from_secs(seconds))
 }
 
 /// The defaults, for the docs and `Deduper.defaults()`.

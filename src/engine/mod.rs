@@ -516,8 +516,54 @@ pub struct Deduper {
     next_seq: u64,
     clock: window::Clock,
     counts: EngineCounts,
+    /// The distinct candidates of the message being decided.
     candidates: Vec<u32>,
+    /// Which slots are among them (see [`SlotSet`]).
+    seen: SlotSet,
+    /// The message's set, laid out for verifying its candidates.
+    verifier: verdict::Verifier,
     scratch: Scratch,
+}
+
+/// A set of slots that empties in constant time: the candidates a message
+/// found so far, so that one found under several keys is verified once,
+/// without sorting them. An open-addressing table of `stamp << 32 | slot`
+/// cells, where a cell of an older stamp is empty; it stays small (a few
+/// times the most postings one message's keys hold) and so in cache.
+#[derive(Debug, Default)]
+struct SlotSet {
+    cells: Vec<u64>,
+    stamp: u32,
+}
+
+impl SlotSet {
+    /// Empties it, with room for `most` slots at a load of at most 1/2.
+    fn clear(&mut self, most: usize) {
+        let size = (2 * most).next_power_of_two().max(64);
+        self.stamp = self.stamp.wrapping_add(1);
+        if size > self.cells.len() || self.stamp == 0 {
+            self.cells = vec![0; size.max(self.cells.len())];
+            self.stamp = 1;
+        }
+    }
+
+    /// Adds `slot`; whether it was not there yet.
+    fn insert(&mut self, slot: u32) -> bool {
+        let mask = self.cells.len() - 1;
+        let wanted = u64::from(self.stamp) << 32 | u64::from(slot);
+        let mut at = (slot.wrapping_mul(0x9e37_79b1) as usize) & mask;
+        loop {
+            let c = self.cells[at];
+            if c == wanted {
+                return false;
+            }
+            if (c >> 32) as u32 != self.stamp {
+                self.cells[at] = wanted;
+                return true;
+            }
+            at = (at + 1) & mask;
+        }
+    }
 }
 
 impl std::fmt::Debug for Deduper {
@@ -557,6 +603,8 @@ impl Deduper {
             clock,
             counts: EngineCounts::default(),
             candidates: Vec::new(),
+            seen: SlotSet::default(),
+            verifier: verdict::Verifier::new(),
             scratch: Scratch::default(),
         })
     }
@@ -763,13 +811,17 @@ impl Deduper {
     /// least as similar as the threshold; otherwise the lone recent match,
     /// if there is one (see [`verdict::LoneMatch`]).
     fn best_match(&mut self, sketch: Sketch<'_>, exact: Option<u32>) -> Option<(u32, f64)> {
+        // Each distinct candidate once; the order they are verified in
+        // changes no verdict (the best is the most similar, ties to the
+        // earliest, and a lone match is looked for among them all).
         self.candidates.clear();
         self.index
             .candidates(sketch.band_keys, &mut self.candidates);
         self.candidates.extend(exact);
-        self.candidates.sort_unstable();
-        self.candidates.dedup();
-        let filter = verdict::SetFilter::new(sketch.shingles);
+        self.seen.clear(self.candidates.len());
+        let seen = &mut self.seen;
+        self.candidates.retain(|&slot| seen.insert(slot));
+        self.verifier.load(sketch.shingles);
         let bands = self.preparer.lsh_params().bands;
         let anchors = sketch.band_keys.get(bands..).unwrap_or_default();
         let mut best: Option<(u32, f64, u64)> = None;
@@ -793,10 +845,9 @@ impl Deduper {
                 None if lone.is_on() => lone.floor(),
                 None => self.config.threshold,
             };
-            let Some(s) = verdict::similarity_at_least_filtered(
+            let Some(s) = self.verifier.similarity_at_least(
                 self.config.measure,
                 sketch.shingles,
-                &filter,
                 entry.shingles(),
                 verdict::PairHints {
                     anchored: false,

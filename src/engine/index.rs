@@ -438,25 +438,68 @@ impl Index {
     /// each), and walking all of them twice more for hints cost more than
     /// the misses it saved.
     pub fn prefetch(&self, band_keys: &[u32], set_fingerprint: u64, stage: PrefetchStage) {
+        match stage {
+            PrefetchStage::Postings => {
+                for &key in band_keys {
+                    self.postings.prefetch(key);
+                }
+                self.postings.prefetch(exact_key(set_fingerprint));
+            }
+            PrefetchStage::Entries => {
+                self.for_each_prefetched(band_keys, set_fingerprint, |_, entry| {
+                    prefetch_entry(entry)
+                });
+            }
+            PrefetchStage::Sets => {
+                self.for_each_prefetched(band_keys, set_fingerprint, |_, entry| {
+                    prefetch(entry.data.as_ptr())
+                });
+            }
+        }
+    }
+
+    /// [`PrefetchStage::Entries`], noting in `slots` the slots whose
+    /// entries it loads, so that [`Index::prefetch_sets`] loads their sets
+    /// a little later without walking the postings again.
+    pub fn prefetch_entries(&self, band_keys: &[u32], set_fingerprint: u64, slots: &mut Vec<u32>) {
+        slots.clear();
+        self.for_each_prefetched(band_keys, set_fingerprint, |slot, entry| {
+            prefetch_entry(entry);
+            slots.push(slot);
+        });
+    }
+
+    /// [`PrefetchStage::Sets`] of the slots [`Index::prefetch_entries`]
+    /// noted. A slot since given to another message is only a wasted
+    /// hint.
+    pub fn prefetch_sets(&self, slots: &[u32]) {
+        for &slot in slots {
+            if let Some(entry) = self.peek(slot) {
+                prefetch(entry.data.as_ptr());
+            }
+        }
+    }
+
+    /// Calls `f` with the first [`PREFETCH_BUDGET`] slots posted under the
+    /// keys (with repeats) and their entries.
+    fn for_each_prefetched(
+        &self,
+        band_keys: &[u32],
+        set_fingerprint: u64,
+        mut f: impl FnMut(u32, &Entry),
+    ) {
         let exact = exact_key(set_fingerprint);
         let mut budget = PREFETCH_BUDGET;
         for &key in band_keys.iter().chain(std::iter::once(&exact)) {
-            match stage {
-                PrefetchStage::Postings => self.postings.prefetch(key),
-                PrefetchStage::Entries | PrefetchStage::Sets => {
-                    self.postings.for_each_while(key, |slot| {
-                        match self.peek(slot) {
-                            Some(entry) if stage == PrefetchStage::Entries => prefetch_entry(entry),
-                            Some(entry) => prefetch(entry.data.as_ptr()),
-                            None => {}
-                        }
-                        budget -= 1;
-                        budget > 0
-                    });
-                    if budget == 0 {
-                        return;
-                    }
+            self.postings.for_each_while(key, |slot| {
+                if let Some(entry) = self.peek(slot) {
+                    f(slot, entry);
                 }
+                budget -= 1;
+                budget > 0
+            });
+            if budget == 0 {
+                return;
             }
         }
     }
@@ -518,12 +561,10 @@ impl Index {
     /// LRU node.
     pub fn insert(&mut self, id: MessageId, message: Insert<'_>) -> Option<MessageId> {
         let exact = exact_key(message.set_fingerprint);
-        let data: Box<[u32]> = message
-            .band_keys
-            .iter()
-            .chain(message.shingles)
-            .copied()
-            .collect();
+        let mut data = Vec::with_capacity(message.band_keys.len() + message.shingles.len());
+        data.extend_from_slice(message.band_keys);
+        data.extend_from_slice(message.shingles);
+        let data = data.into_boxed_slice();
         let fresh = Entry {
             seq: message.seq,
             id,

@@ -518,6 +518,11 @@ pub struct Deduper {
     counts: EngineCounts,
     /// The distinct candidates of the message being decided.
     candidates: Vec<u32>,
+    /// The slots whose entries [`PrefetchStage::Entries`] loaded for the
+    /// messages a few places ahead, by position modulo [`PREFETCH_RING`],
+    /// for [`PrefetchStage::Sets`] to load their sets without walking the
+    /// postings again.
+    prefetched: [Vec<u32>; PREFETCH_RING],
     /// Which slots are among them (see [`SlotSet`]).
     seen: SlotSet,
     /// The message's set, laid out for verifying its candidates.
@@ -603,6 +608,7 @@ impl Deduper {
             clock,
             counts: EngineCounts::default(),
             candidates: Vec::new(),
+            prefetched: Default::default(),
             seen: SlotSet::default(),
             verifier: verdict::Verifier::new(),
             scratch: Scratch::default(),
@@ -901,9 +907,21 @@ impl Deduper {
 /// it loaded is still cached.
 pub const PREFETCH_STAGES: [(usize, PrefetchStage); 3] = [
     (8, PrefetchStage::Postings),
-    (4, PrefetchStage::Entries),
-    (2, PrefetchStage::Sets),
+    (ENTRIES_DISTANCE, PrefetchStage::Entries),
+    (SETS_DISTANCE, PrefetchStage::Sets),
 ];
+
+/// How many messages ahead the entries stage runs (see [`PREFETCH_STAGES`]).
+const ENTRIES_DISTANCE: usize = 4;
+
+/// How many messages ahead the sets stage runs (see [`PREFETCH_STAGES`]).
+const SETS_DISTANCE: usize = 2;
+
+/// Messages whose noted slots [`Deduper`] keeps between its entries and
+/// sets stages: at least the distance between them, plus one.
+const PREFETCH_RING: usize = 4;
+
+const _: () = assert!(PREFETCH_RING > ENTRIES_DISTANCE - SETS_DISTANCE);
 
 impl IndexStore for Deduper {
     /// Decides in order, and before each message asks the memory to start
@@ -914,8 +932,22 @@ impl IndexStore for Deduper {
         verdicts.reserve(asks.len());
         for (position, ask) in asks.iter().enumerate() {
             for (distance, stage) in PREFETCH_STAGES {
-                if let Some(ahead) = asks.get(position + distance) {
-                    self.prefetch(ahead.sketch, stage);
+                let Some(ahead) = asks.get(position + distance) else {
+                    continue;
+                };
+                // The sets stage reads the slots the entries stage noted
+                // for the same message, when it ran in this call.
+                let noted = &mut self.prefetched[(position + distance) % PREFETCH_RING];
+                match stage {
+                    PrefetchStage::Entries => self.index.prefetch_entries(
+                        ahead.sketch.band_keys,
+                        ahead.sketch.set_fingerprint,
+                        noted,
+                    ),
+                    PrefetchStage::Sets if position + distance >= ENTRIES_DISTANCE => {
+                        self.index.prefetch_sets(noted)
+                    }
+                    _ => self.prefetch(ahead.sketch, stage),
                 }
             }
             self.prefetch_evictions();

@@ -618,47 +618,62 @@ impl Verifier {
     fn shared_at_least_avx2(&self, other: &[u32], need: usize) -> Option<usize> {
         use std::arch::x86_64::*;
         let mut shared = 0;
-        let mut start = 0;
-        while start < other.len() {
-            if shared + (other.len() - start) < need {
+        let mut left = other.len();
+        let mut groups = other.chunks_exact(8);
+        for group in &mut groups {
+            if shared + left < need {
                 return None;
             }
-            let group = &other[start..other.len().min(start + 8)];
-            start += 8;
+            left -= 8;
+            // SAFETY: the group is 8 u32s (an unaligned load).
+            let s = unsafe { _mm256_loadu_si256(group.as_ptr().cast()) };
+            shared += self.shared_in_group(s, group, 0xff);
+        }
+        let rest = groups.remainder();
+        if !rest.is_empty() {
+            if shared + left < need {
+                return None;
+            }
             let live = _mm256_cmpgt_epi32(
-                _mm256_set1_epi32(group.len() as i32),
+                _mm256_set1_epi32(rest.len() as i32),
                 _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
             );
             // SAFETY: the masked load reads only the lanes below
-            // `group.len()`, all within `group` (the others read nothing
-            // and are 0); every gathered cell index is below `1 << bits`,
-            // within the table (bits <= 12).
-            let (found, vacant) = unsafe {
-                let s = _mm256_maskload_epi32(group.as_ptr().cast(), live);
-                let cells = _mm256_srl_epi32(
-                    _mm256_mullo_epi32(s, _mm256_set1_epi32(CELL_MULTIPLIER as i32)),
-                    _mm_cvtsi32_si128(32 - self.bits as i32),
-                );
-                let there = _mm256_i32gather_epi32::<4>(self.table.as_ptr().cast(), cells);
-                let vacant = _mm256_cmpeq_epi32(there, _mm256_set1_epi32(self.empty as i32));
-                let found = _mm256_andnot_si256(vacant, _mm256_cmpeq_epi32(there, s));
-                (
-                    _mm256_movemask_ps(_mm256_castsi256_ps(found)) as u32,
-                    _mm256_movemask_ps(_mm256_castsi256_ps(vacant)) as u32,
-                )
-            };
-            let lanes = (1u32 << group.len()) - 1;
-            shared += (found & lanes).count_ones() as usize;
-            // Lanes whose home cell holds another shingle: look further.
-            let mut open = lanes & !(found | vacant);
-            while open != 0 {
-                let s = group[open.trailing_zeros() as usize];
-                let next = (self.cell(s) + 1) & ((1usize << self.bits) - 1);
-                shared += usize::from(self.holds_from(s, next));
-                open &= open - 1;
-            }
+            // `rest.len()`, all within `rest`; the others read nothing.
+            let s = unsafe { _mm256_maskload_epi32(rest.as_ptr().cast(), live) };
+            shared += self.shared_in_group(s, rest, (1 << rest.len()) - 1);
         }
         (shared >= need).then_some(shared)
+    }
+
+    /// How many of the shingles `s` (those of `group`, in the lanes set in
+    /// `lanes`) the set holds.
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,popcnt")]
+    fn shared_in_group(&self, s: std::arch::x86_64::__m256i, group: &[u32], lanes: u32) -> usize {
+        use std::arch::x86_64::*;
+        let cells = _mm256_srl_epi32(
+            _mm256_mullo_epi32(s, _mm256_set1_epi32(CELL_MULTIPLIER as i32)),
+            _mm_cvtsi32_si128(32 - self.bits as i32),
+        );
+        // SAFETY: every cell index is below `1 << bits`, within the table
+        // (bits <= 12).
+        let there = unsafe { _mm256_i32gather_epi32::<4>(self.table.as_ptr().cast(), cells) };
+        let vacant = _mm256_cmpeq_epi32(there, _mm256_set1_epi32(self.empty as i32));
+        let found = _mm256_andnot_si256(vacant, _mm256_cmpeq_epi32(there, s));
+        let vacant = _mm256_movemask_ps(_mm256_castsi256_ps(vacant)) as u32;
+        let found = _mm256_movemask_ps(_mm256_castsi256_ps(found)) as u32 & lanes;
+        let mut shared = found.count_ones() as usize;
+        // Lanes whose home cell holds another shingle: look further.
+        let mut open = lanes & !(found | vacant);
+        while open != 0 {
+            let s = group[open.trailing_zeros() as usize];
+            let next = (self.cell(s) + 1) & ((1usize << self.bits) - 1);
+            shared += usize::from(self.holds_from(s, next));
+            open &= open - 1;
+        }
+        shared
     }
 
     /// [`similarity_at_least_filtered`] of the loaded set (`a`, passed

@@ -520,8 +520,59 @@ pub struct Deduper {
     next_seq: u64,
     clock: window::Clock,
     counts: EngineCounts,
+    /// The distinct candidates of the message being decided.
     candidates: Vec<u32>,
+    /// The slots whose entries [`PrefetchStage::Entries`] loaded for the
+    /// messages a few places ahead, by position modulo [`PREFETCH_RING`],
+    /// for [`PrefetchStage::Sets`] to load their sets without walking the
+    /// postings again.
+    prefetched: [Vec<u32>; PREFETCH_RING],
+    /// Which slots are among them (see [`SlotSet`]).
+    seen: SlotSet,
+    /// The message's set, laid out for verifying its candidates.
+    verifier: verdict::Verifier,
     scratch: Scratch,
+}
+
+/// A set of slots that empties in constant time: the candidates a message
+/// found so far, so that one found under several keys is verified once,
+/// without sorting them. An open-addressing table of `stamp << 32 | slot`
+/// cells, where a cell of an older stamp is empty; it stays small (a few
+/// times the most postings one message's keys hold) and so in cache.
+#[derive(Debug, Default)]
+struct SlotSet {
+    cells: Vec<u64>,
+    stamp: u32,
+}
+
+impl SlotSet {
+    /// Empties it, with room for `most` slots at a load of at most 1/2.
+    fn clear(&mut self, most: usize) {
+        let size = (2 * most).next_power_of_two().max(64);
+        self.stamp = self.stamp.wrapping_add(1);
+        if size > self.cells.len() || self.stamp == 0 {
+            self.cells = vec![0; size.max(self.cells.len())];
+            self.stamp = 1;
+        }
+    }
+
+    /// Adds `slot`; whether it was not there yet.
+    fn insert(&mut self, slot: u32) -> bool {
+        let mask = self.cells.len() - 1;
+        let wanted = u64::from(self.stamp) << 32 | u64::from(slot);
+        let mut at = (slot.wrapping_mul(0x9e37_79b1) as usize) & mask;
+        loop {
+            let c = self.cells[at];
+            if c == wanted {
+                return false;
+            }
+            if (c >> 32) as u32 != self.stamp {
+                self.cells[at] = wanted;
+                return true;
+            }
+            at = (at + 1) & mask;
+        }
+    }
 }
 
 impl std::fmt::Debug for Deduper {
@@ -561,6 +612,9 @@ impl Deduper {
             clock,
             counts: EngineCounts::default(),
             candidates: Vec::new(),
+            prefetched: Default::default(),
+            seen: SlotSet::default(),
+            verifier: verdict::Verifier::new(),
             scratch: Scratch::default(),
         })
     }
@@ -781,13 +835,17 @@ impl Deduper {
     /// least as similar as the threshold; otherwise the lone recent match,
     /// if there is one (see [`verdict::LoneMatch`]).
     fn best_match(&mut self, sketch: Sketch<'_>, exact: Option<u32>) -> Option<(u32, f64)> {
+        // Each distinct candidate once; the order they are verified in
+        // changes no verdict (the best is the most similar, ties to the
+        // earliest, and a lone match is looked for among them all).
         self.candidates.clear();
         self.index
             .candidates(sketch.band_keys, &mut self.candidates);
         self.candidates.extend(exact);
-        self.candidates.sort_unstable();
-        self.candidates.dedup();
-        let filter = verdict::SetFilter::new(sketch.shingles);
+        self.seen.clear(self.candidates.len());
+        let seen = &mut self.seen;
+        self.candidates.retain(|&slot| seen.insert(slot));
+        self.verifier.load(sketch.shingles);
         let bands = self.preparer.lsh_params().bands;
         let anchors = sketch.band_keys.get(bands..).unwrap_or_default();
         let mut best: Option<(u32, f64, u64)> = None;
@@ -811,10 +869,9 @@ impl Deduper {
                 None if lone.is_on() => lone.floor(),
                 None => self.config.threshold,
             };
-            let Some(s) = verdict::similarity_at_least_filtered(
+            let Some(s) = self.verifier.similarity_at_least(
                 self.config.measure,
                 sketch.shingles,
-                &filter,
                 entry.shingles(),
                 verdict::PairHints {
                     anchored: false,
@@ -865,12 +922,26 @@ impl Deduper {
 /// [`Deduper`]'s [`IndexStore::decide`] runs each. A stage reads what the
 /// one before loaded, so each comes a few messages after it: far enough that
 /// a few hundred nanoseconds of memory latency pass, near enough that what
-/// it loaded is still cached.
+/// it loaded is still cached. 12, 6 and 3 rather than 8, 4 and 2 since a
+/// message's verification costs less: on `dev-200k`, 12 to 14% less CPU on
+/// the engine's thread (`docs/performance.md`).
 pub const PREFETCH_STAGES: [(usize, PrefetchStage); 3] = [
-    (8, PrefetchStage::Postings),
-    (4, PrefetchStage::Entries),
-    (2, PrefetchStage::Sets),
+    (12, PrefetchStage::Postings),
+    (ENTRIES_DISTANCE, PrefetchStage::Entries),
+    (SETS_DISTANCE, PrefetchStage::Sets),
 ];
+
+/// How many messages ahead the entries stage runs (see [`PREFETCH_STAGES`]).
+const ENTRIES_DISTANCE: usize = 6;
+
+/// How many messages ahead the sets stage runs (see [`PREFETCH_STAGES`]).
+const SETS_DISTANCE: usize = 3;
+
+/// Messages whose noted slots [`Deduper`] keeps between its entries and
+/// sets stages: at least the distance between them, plus one.
+const PREFETCH_RING: usize = 4;
+
+const _: () = assert!(PREFETCH_RING > ENTRIES_DISTANCE - SETS_DISTANCE);
 
 impl IndexStore for Deduper {
     /// Decides in order, and before each message asks the memory to start
@@ -881,8 +952,22 @@ impl IndexStore for Deduper {
         verdicts.reserve(asks.len());
         for (position, ask) in asks.iter().enumerate() {
             for (distance, stage) in PREFETCH_STAGES {
-                if let Some(ahead) = asks.get(position + distance) {
-                    self.prefetch(ahead.sketch, stage);
+                let Some(ahead) = asks.get(position + distance) else {
+                    continue;
+                };
+                // The sets stage reads the slots the entries stage noted
+                // for the same message, when it ran in this call.
+                let noted = &mut self.prefetched[(position + distance) % PREFETCH_RING];
+                match stage {
+                    PrefetchStage::Entries => self.index.prefetch_entries(
+                        ahead.sketch.band_keys,
+                        ahead.sketch.set_fingerprint,
+                        noted,
+                    ),
+                    PrefetchStage::Sets if position + distance >= ENTRIES_DISTANCE => {
+                        self.index.prefetch_sets(noted)
+                    }
+                    _ => self.prefetch(ahead.sketch, stage),
                 }
             }
             self.prefetch_evictions();

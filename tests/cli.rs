@@ -608,7 +608,8 @@ fn output_options_never_replace_an_input_or_a_file_of_another_kind() {
             .count(),
         2
     );
-    // Nothing left behind: no temporary files.
+    // Nothing left behind: no temporary files (the state file's journal,
+    // emptied by the save, stays beside it).
     let mut names: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -616,7 +617,14 @@ fn output_options_never_replace_an_input_or_a_file_of_another_kind() {
     names.sort();
     assert_eq!(
         names,
-        ["in.jsonl", "notes.txt", "out.jsonl", "run.json", "x.state"]
+        [
+            "in.jsonl",
+            "notes.txt",
+            "out.jsonl",
+            "run.json",
+            "x.state",
+            "x.state.journal"
+        ]
     );
 }
 

@@ -353,7 +353,7 @@ fn an_entry_written_twice_to_stdout_carries_its_first_verdict() {
             "--quiet",
         ])
     };
-    let mut first = consume();
+    let first = consume();
     let early: Vec<String> = (0..2)
         .map(|_| first.lines.recv_timeout(Duration::from_secs(60)).unwrap())
         .collect();

@@ -429,10 +429,7 @@ fn redis_memory_stays_flat_past_capacity_and_drop_leaves_nothing() {
     );
     let info = index_command("info", &url, "flat");
     let info = String::from_utf8(info.stdout).unwrap();
-    assert!(
-        info.contains("16000 checked; 2000 indexed, "),
-        "{info}"
-    );
+    assert!(info.contains("16000 checked; 2000 indexed, "), "{info}");
     let per_message: u64 = info
         .split(", ")
         .find_map(|p| p.strip_suffix(" bytes per indexed message\n"))

@@ -498,3 +498,100 @@ fn passwords_in_the_url_are_never_printed() {
     assert!(!stderr.contains("s3cret"), "{stderr}");
     assert!(stderr.contains("nats://me:***@127.0.0.1:1"), "{stderr}");
 }
+
+#[test]
+fn the_state_file_carries_the_index_across_restarts() {
+    if !available("the_state_file_carries_the_index_across_restarts") {
+        return;
+    }
+    let server = NatsServer::start();
+    let client = Client::connect(&server.url());
+    client.create_stream(IN_STREAM, &[IN_SUBJECT]);
+    client.publish(
+        IN_SUBJECT,
+        &[br#"{"id_str":"1","text":"Flooding has closed the coastal highway north of the city tonight"}"#.to_vec()],
+    );
+    let temp = tempfile::tempdir().unwrap();
+    let state = temp.path().join("index.state");
+    let state_arg = state.to_str().unwrap();
+    let log = temp.path().join("worker.log");
+    let mut child = worker(&server, &["--state", state_arg], &log);
+    wait_for(Duration::from_secs(20), "the first output", &log, || {
+        client.count(OUT_STREAM) >= 1
+    });
+    assert!(terminate(&mut child).success());
+    assert!(state.exists(), "saved at the stop");
+
+    client.publish(
+        IN_SUBJECT,
+        &[br#"{"id_str":"2","text":"RT @police: Flooding has closed the coastal highway north of the city tonight"}"#.to_vec()],
+    );
+    let mut child = worker(&server, &["--state", state_arg], &log);
+    wait_for(Duration::from_secs(20), "the second output", &log, || {
+        client.count(OUT_STREAM) >= 2
+    });
+    assert!(terminate(&mut child).success());
+    let outputs = outputs(&client);
+    let second = String::from_utf8_lossy(&outputs[1].payload).into_owned();
+    assert!(second.contains(r#""duplicate_of":"1""#), "{second}");
+}
+
+#[test]
+fn two_workers_sharing_an_index_in_redis_answer_each_input_once_through_a_kill() {
+    let test = "two_workers_sharing_an_index_in_redis_answer_each_input_once_through_a_kill";
+    if !available(test) || !common::redis::available(test) {
+        return;
+    }
+    let redis = common::redis::RedisServer::start();
+    let index = format!("redis://127.0.0.1:{}", redis.port);
+    let server = NatsServer::start();
+    let client = Client::connect(&server.url());
+    let lines = tweets(1200);
+    client.create_stream(IN_STREAM, &[IN_SUBJECT]);
+    client.publish(IN_SUBJECT, &lines);
+    let temp = tempfile::tempdir().unwrap();
+    let logs: Vec<_> = (0..3)
+        .map(|i| temp.path().join(format!("w{i}.log")))
+        .collect();
+    let options = ["--batch", "16", "--index", &index];
+    let mut a = worker(&server, &options, &logs[0]);
+    let mut b = worker(&server, &options, &logs[1]);
+    wait_for(Duration::from_secs(20), "some outputs", &logs[0], || {
+        client.count(OUT_STREAM) >= 200
+    });
+    a.kill().unwrap();
+    a.wait().unwrap();
+    let mut c = worker(&server, &options, &logs[2]);
+    wait_for(
+        Duration::from_secs(25),
+        "every input answered",
+        &logs[1],
+        || {
+            client.consumer_backlog(IN_STREAM, "dedup") == (0, 0)
+                && client.count(OUT_STREAM) >= lines.len() as u64
+        },
+    );
+    assert!(terminate(&mut b).success());
+    assert!(terminate(&mut c).success());
+    let outputs = outputs(&client);
+    assert_eq!(outputs.len(), lines.len(), "exactly one output per input");
+    let answered = by_sequence(&outputs);
+    assert_eq!(answered.len(), lines.len());
+    for (sequence, payload) in &answered {
+        is_tagged(&lines[*sequence as usize - 1], payload);
+    }
+    // One index: each story is new once, whichever worker saw it.
+    let new = outputs
+        .iter()
+        .filter(|o| String::from_utf8_lossy(&o.payload).contains(r#""status":"new""#))
+        .count();
+    let expected_new = filtered(&lines)
+        .iter()
+        .filter(|l| String::from_utf8_lossy(l).contains(r#""status":"new""#))
+        .count();
+    eprintln!("new: {new} with two workers and a kill, {expected_new} in the filter");
+    assert!(
+        new.abs_diff(expected_new) <= expected_new / 20,
+        "{new} vs {expected_new}"
+    );
+}

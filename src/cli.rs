@@ -167,17 +167,17 @@ pub struct ConsumeArgs {
     pub group: Option<String>,
 
     /// With --nats: the subject read (the consumer's filter).
-    #[arg(long, value_name = "SUBJECT", requires = "nats")]
+    #[arg(long, value_name = "SUBJECT", requires = "nats", required_unless_present = "redis")]
     pub subject: Option<String>,
 
     /// With --nats: the durable pull consumer (created if missing; workers
     /// of one name share the messages).
-    #[arg(long, value_name = "NAME", requires = "nats")]
+    #[arg(long, value_name = "NAME", requires = "nats", required_unless_present = "redis")]
     pub durable: Option<String>,
 
     /// With --nats: the subject tagged messages are published to (each with
     /// Nats-Msg-Id dedup-STREAM-SEQUENCE).
-    #[arg(long, value_name = "SUBJECT", requires = "nats")]
+    #[arg(long, value_name = "SUBJECT", requires = "nats", required_unless_present = "redis")]
     pub output_subject: Option<String>,
 
     /// With --nats: the stream that stores the output and dead-letter
@@ -965,7 +965,9 @@ impl ConsumeArgs {
             dead_letter_subject,
             emit: self.emit.emit(),
             fields: self.message.fields().map_err(|e| e.to_string())?,
-            batch: self.batch.max(1),
+            // A batch's publishes are all in flight before their acks are
+            // awaited: the client allows 5,000.
+            batch: self.batch.clamp(1, 4096),
             max_line_bytes: self.message.max_line_bytes.max(1),
             ack_wait: self.ack_wait.max(Duration::from_secs(1)),
         };

@@ -188,7 +188,8 @@ pub struct NatsConfig {
     pub emit: Emit,
     /// Where the id and text are in a message.
     pub fields: FieldSpec,
-    /// Messages fetched at a time.
+    /// Messages fetched at a time (at most 4,096: a batch's publishes are
+    /// all in flight at once, and the client allows 5,000).
     pub batch: usize,
     /// Longest message, in bytes (`--max-line-bytes`).
     pub max_line_bytes: usize,

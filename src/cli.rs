@@ -167,17 +167,32 @@ pub struct ConsumeArgs {
     pub group: Option<String>,
 
     /// With --nats: the subject read (the consumer's filter).
-    #[arg(long, value_name = "SUBJECT", requires = "nats", required_unless_present = "redis")]
+    #[arg(
+        long,
+        value_name = "SUBJECT",
+        requires = "nats",
+        required_unless_present = "redis"
+    )]
     pub subject: Option<String>,
 
     /// With --nats: the durable pull consumer (created if missing; workers
     /// of one name share the messages).
-    #[arg(long, value_name = "NAME", requires = "nats", required_unless_present = "redis")]
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "nats",
+        required_unless_present = "redis"
+    )]
     pub durable: Option<String>,
 
     /// With --nats: the subject tagged messages are published to (each with
     /// Nats-Msg-Id dedup-STREAM-SEQUENCE).
-    #[arg(long, value_name = "SUBJECT", requires = "nats", required_unless_present = "redis")]
+    #[arg(
+        long,
+        value_name = "SUBJECT",
+        requires = "nats",
+        required_unless_present = "redis"
+    )]
     pub output_subject: Option<String>,
 
     /// With --nats: the stream that stores the output and dead-letter

@@ -334,10 +334,49 @@ pub async fn connect(server: &NatsServer) -> Result<async_nats::Client, NatsErro
     if let Some(ca) = &server.ca {
         options = options.add_root_certificates(ca.clone()).require_tls(true);
     }
+    // The client does not log in with credentials written in the URL:
+    // they are taken out of it and given as options.
+    let (urls, auth) = split_auth(&server.url);
+    match auth {
+        Some((user, Some(password))) => options = options.user_and_password(user, password),
+        Some((token, None)) => options = options.token(token),
+        None => {}
+    }
     options
-        .connect(server.url.as_str())
+        .connect(urls.as_str())
         .await
         .map_err(|e| bad(e.to_string()))
+}
+
+/// A server list without its credentials, and the first credentials
+/// found: `(user, Some(password))` or `(token, None)`.
+pub fn split_auth(urls: &str) -> (String, Option<(String, Option<String>)>) {
+    let mut auth = None;
+    let bare: Vec<String> = urls
+        .split(',')
+        .map(|one| {
+            let one = one.trim();
+            let (scheme, rest) = match one.split_once("://") {
+                Some((scheme, rest)) => (format!("{scheme}://"), rest),
+                None => (String::new(), one),
+            };
+            match rest.rsplit_once('@') {
+                Some((credentials, host)) => {
+                    if auth.is_none() {
+                        auth = Some(match credentials.split_once(':') {
+                            Some((user, password)) => {
+                                (user.to_string(), Some(password.to_string()))
+                            }
+                            None => (credentials.to_string(), None),
+                        });
+                    }
+                    format!("{scheme}{host}")
+                }
+                None => one.to_string(),
+            }
+        })
+        .collect();
+    (bare.join(","), auth)
 }
 
 /// Whether `subject` is among those `pattern` takes (`*`: one token, `>`:
@@ -1000,6 +1039,22 @@ mod tests {
         assert!(!subject_matches("tweets.>", "tweets"));
         assert!(!subject_matches("tweets", "tweets.in"));
         assert!(!subject_matches("a.b", "a"));
+    }
+
+    #[test]
+    fn credentials_are_taken_out_of_the_url() {
+        assert_eq!(split_auth("nats://h:1"), ("nats://h:1".into(), None));
+        assert_eq!(
+            split_auth("nats://me:pw@h:1,nats://me:pw@h:2"),
+            (
+                "nats://h:1,nats://h:2".into(),
+                Some(("me".into(), Some("pw".into())))
+            )
+        );
+        assert_eq!(
+            split_auth("tls://tok@h:1"),
+            ("tls://h:1".into(), Some(("tok".into(), None)))
+        );
     }
 
     #[test]

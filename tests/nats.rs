@@ -595,3 +595,75 @@ fn two_workers_sharing_an_index_in_redis_answer_each_input_once_through_a_kill()
         "{new} vs {expected_new}"
     );
 }
+
+/// `GET path` on the admin endpoint: the status line's code, 0 if none.
+fn http_status(port: u16, path: &str) -> u16 {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return 0;
+    };
+    let _ = write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn health_follows_the_server_and_a_password_in_the_url_logs_in() {
+    if !available("health_follows_the_server_and_a_password_in_the_url_logs_in") {
+        return;
+    }
+    let mut server = NatsServer::start_with(&["--user", "me", "--pass", "s3cret"]);
+    let url = format!("nats://me:s3cret@127.0.0.1:{}", server.port);
+    let client = Client::connect(&url);
+    client.create_stream(IN_STREAM, &[IN_SUBJECT]);
+    client.publish(IN_SUBJECT, &tweets(10));
+    let admin = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let temp = tempfile::tempdir().unwrap();
+    let log = temp.path().join("worker.log");
+    let mut child = Command::new(bin())
+        .args([
+            "consume",
+            "--nats",
+            &url,
+            "--stream",
+            IN_STREAM,
+            "--subject",
+            IN_SUBJECT,
+            "--durable",
+            "dedup",
+            "--output-subject",
+            OUT_SUBJECT,
+            "--output-stream",
+            OUT_STREAM,
+            "--admin",
+            &format!("127.0.0.1:{admin}"),
+        ])
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for(Duration::from_secs(20), "the outputs", &log, || {
+        client.count(OUT_STREAM) >= 10
+    });
+    assert_eq!(http_status(admin, "/healthz"), 200);
+    server.kill();
+    wait_for(Duration::from_secs(25), "/healthz 503", &log, || {
+        http_status(admin, "/healthz") == 503
+    });
+    server.restart();
+    wait_for(Duration::from_secs(25), "/healthz 200 again", &log, || {
+        http_status(admin, "/healthz") == 200
+    });
+    assert!(terminate(&mut child).success());
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(!stderr.contains("s3cret"), "{stderr}");
+    assert!(stderr.contains("NATS reachable again"), "{stderr}");
+}

@@ -37,6 +37,7 @@ pub fn available(test: &str) -> bool {
 pub struct NatsServer {
     pub port: u16,
     dir: PathBuf,
+    args: Vec<String>,
     child: Option<Child>,
     _temp: tempfile::TempDir,
 }
@@ -44,6 +45,11 @@ pub struct NatsServer {
 impl NatsServer {
     /// A server on a free port, its store in a new temporary directory.
     pub fn start() -> NatsServer {
+        Self::start_with(&[])
+    }
+
+    /// The same with extra arguments (`--user`, `--pass`, …).
+    pub fn start_with(args: &[&str]) -> NatsServer {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -52,6 +58,7 @@ impl NatsServer {
         let mut server = NatsServer {
             port,
             dir: temp.path().to_path_buf(),
+            args: args.iter().map(|a| a.to_string()).collect(),
             child: None,
             _temp: temp,
         };
@@ -70,6 +77,7 @@ impl NatsServer {
             .arg(self.port.to_string())
             .arg("-sd")
             .arg(&self.dir)
+            .args(&self.args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -130,13 +138,13 @@ impl Stored {
 impl Client {
     pub fn connect(url: &str) -> Client {
         let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-        let client = runtime
-            .block_on(
-                async_nats::ConnectOptions::new()
-                    .retry_on_initial_connect()
-                    .connect(url),
-            )
-            .expect("connect");
+        // The client does not log in with credentials in the URL.
+        let (url, auth) = dedup_stream::consume_nats::split_auth(url);
+        let mut options = async_nats::ConnectOptions::new().retry_on_initial_connect();
+        if let Some((user, Some(password))) = auth {
+            options = options.user_and_password(user, password);
+        }
+        let client = runtime.block_on(options.connect(url)).expect("connect");
         // The JetStream context spawns a task: it needs the runtime.
         let _entered = runtime.enter();
         let js = jetstream::new(client);

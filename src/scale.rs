@@ -107,6 +107,9 @@ fn hostname() -> String {
 
 /// `dedup-stream consume`.
 pub fn consume(args: &ConsumeArgs) -> Exit {
+    if args.nats.is_some() {
+        return consume_nats(args);
+    }
     let engine = match args.engine_config() {
         Ok(engine) => engine,
         Err(e) => return usage(e),
@@ -115,9 +118,6 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
         Ok(config) => config,
         Err(e) => return usage(e),
     };
-    if args.nats.is_some() {
-        return consume_nats(args);
-    }
     if args.state.state.is_some() {
         return usage(
             "--state keeps an index in memory for a NATS worker; with --redis the index lives in \

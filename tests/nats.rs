@@ -285,12 +285,12 @@ fn a_worker_killed_mid_stream_leaves_exactly_one_output_per_input() {
     }
     let server = NatsServer::start();
     let client = Client::connect(&server.url());
-    let lines = tweets(1500);
+    let lines = tweets(3000);
     client.create_stream(IN_STREAM, &[IN_SUBJECT]);
     client.publish(IN_SUBJECT, &lines);
     let temp = tempfile::tempdir().unwrap();
     let log = temp.path().join("worker.log");
-    let mut first = worker(&server, &["--batch", "16"], &log);
+    let mut first = worker(&server, &["--batch", "8"], &log);
     wait_for(Duration::from_secs(20), "some outputs", &log, || {
         client.count(OUT_STREAM) >= 100
     });

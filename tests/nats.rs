@@ -667,3 +667,39 @@ fn health_follows_the_server_and_a_password_in_the_url_logs_in() {
     assert!(!stderr.contains("s3cret"), "{stderr}");
     assert!(stderr.contains("NATS reachable again"), "{stderr}");
 }
+
+#[test]
+fn a_token_in_the_url_logs_in() {
+    if !available("a_token_in_the_url_logs_in") {
+        return;
+    }
+    let server = NatsServer::start_with(&["--auth", "t0ken"]);
+    let url = format!("nats://t0ken@127.0.0.1:{}", server.port);
+    let temp = tempfile::tempdir().unwrap();
+    let log = temp.path().join("worker.log");
+    let mut child = Command::new(bin())
+        .args([
+            "consume",
+            "--nats",
+            &url,
+            "--stream",
+            IN_STREAM,
+            "--subject",
+            IN_SUBJECT,
+            "--durable",
+            "dedup",
+            "--output-subject",
+            OUT_SUBJECT,
+            "--output-stream",
+            OUT_STREAM,
+        ])
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for(Duration::from_secs(20), "the consumer", &log, || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("created the durable consumer"))
+    });
+    assert!(terminate(&mut child).success());
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(!stderr.contains("t0ken"), "{stderr}");
+}

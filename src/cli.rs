@@ -14,6 +14,7 @@ use dedup_stream::config::{
     Shingling, Window,
 };
 use dedup_stream::consume::{self, ConsumeConfig, Output};
+use dedup_stream::consume_nats::{NatsConfig, NatsServer};
 use dedup_stream::journal::Fsync;
 use dedup_stream::pipeline::{self, Emit, OnInvalid, PipelineConfig};
 use dedup_stream::redis_index::{DEFAULT_INDEX_NAME, IndexLocation};
@@ -52,11 +53,12 @@ pub enum Command {
     /// several consumers ask per message (JSON lines in, one reply line per
     /// line out). Every option can also be set by an environment variable
     /// (DEDUP_STREAM_ and the option's name, as --help shows).
-    Serve(ServeArgs),
-    /// Read a Redis Streams consumer group, tag every entry's message, and
-    /// append it to an output stream, exactly once: a worker of a fleet
-    /// that shares one index in Redis.
-    Consume(ConsumeArgs),
+    Serve(Box<ServeArgs>),
+    /// Read a Redis Streams consumer group (or, with --nats, a NATS
+    /// JetStream durable consumer), tag every message, and append it to an
+    /// output stream, exactly once: a worker of a fleet that shares one
+    /// index in Redis.
+    Consume(Box<ConsumeArgs>),
     /// Look after an index kept in Redis: what it holds, or remove it.
     Index(IndexAdminArgs),
     /// Print a shell completion script to stdout (for example
@@ -148,35 +150,112 @@ pub struct ConsumeArgs {
 
     /// The Redis that holds the streams: redis://HOST:PORT[/DB],
     /// rediss://… or redis+unix:///PATH.
-    #[arg(long, value_name = "URL")]
-    pub redis: String,
+    #[arg(
+        long,
+        value_name = "URL",
+        required_unless_present = "nats",
+        conflicts_with = "nats"
+    )]
+    pub redis: Option<String>,
 
-    /// The stream to read.
+    /// Read a NATS JetStream stream instead of Redis: the server,
+    /// nats://[USER:PASSWORD@|TOKEN@]HOST:PORT or tls://… (several
+    /// separated by commas). Takes --subject, --durable, --output-subject.
+    #[arg(long, value_name = "URL")]
+    pub nats: Option<String>,
+
+    /// With --nats: a credentials file (JWT and NKey seed) to log in with.
+    #[arg(long, value_name = "FILE", requires = "nats")]
+    pub nats_creds: Option<PathBuf>,
+
+    /// With --nats: a CA certificate (PEM) to verify the server's TLS
+    /// certificate with (TLS is then required).
+    #[arg(long, value_name = "FILE", requires = "nats")]
+    pub nats_ca: Option<PathBuf>,
+
+    /// The stream to read (a Redis key, or with --nats a JetStream stream,
+    /// created on --subject if missing).
     #[arg(long, value_name = "KEY")]
     pub stream: String,
 
     /// The consumer group (created at the start of the stream if missing).
-    #[arg(long, value_name = "NAME")]
-    pub group: String,
+    #[arg(
+        long,
+        value_name = "NAME",
+        required_unless_present = "nats",
+        conflicts_with = "nats"
+    )]
+    pub group: Option<String>,
+
+    /// With --nats: the subject read (the consumer's filter).
+    #[arg(
+        long,
+        value_name = "SUBJECT",
+        requires = "nats",
+        required_unless_present = "redis"
+    )]
+    pub subject: Option<String>,
+
+    /// With --nats: the durable pull consumer (created if missing; workers
+    /// of one name share the messages).
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "nats",
+        required_unless_present = "redis"
+    )]
+    pub durable: Option<String>,
+
+    /// With --nats: the subject tagged messages are published to (each with
+    /// Nats-Msg-Id dedup-STREAM-SEQUENCE).
+    #[arg(
+        long,
+        value_name = "SUBJECT",
+        requires = "nats",
+        required_unless_present = "redis"
+    )]
+    pub output_subject: Option<String>,
+
+    /// With --nats: the stream that stores the output and dead-letter
+    /// subjects, created on them if missing (default: a stream must
+    /// already take them).
+    #[arg(long, value_name = "NAME", requires = "nats")]
+    pub output_stream: Option<String>,
+
+    /// With --nats: the subject malformed messages are published to, with
+    /// the reason in the Dedup-Error header (default: OUTPUT-SUBJECT.invalid).
+    #[arg(long, value_name = "SUBJECT", requires = "nats")]
+    pub dead_letter_subject: Option<String>,
+
+    /// With --nats: how long the server waits for a message's
+    /// acknowledgement before delivering it again (the consumer's ack
+    /// wait). Units: ms, s, m, h.
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_duration, requires = "nats")]
+    pub ack_wait: Duration,
 
     /// This worker's name in the group (default: HOSTNAME-PID). A worker
     /// restarted under the same name first finishes its own pending
     /// entries.
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", conflicts_with = "nats")]
     pub consumer: Option<String>,
 
     /// The stream tagged messages are appended to, or - to write them as
     /// lines to stdout (then at least once rather than exactly once).
-    #[arg(long, value_name = "KEY")]
-    pub output: String,
+    #[arg(
+        long,
+        value_name = "KEY",
+        required_unless_present = "nats",
+        conflicts_with = "nats"
+    )]
+    pub output: Option<String>,
 
     /// The entry field that holds the message's JSON (in and out).
-    #[arg(long, value_name = "NAME", default_value = consume::DEFAULT_FIELD)]
+    #[arg(long, value_name = "NAME", default_value = consume::DEFAULT_FIELD, conflicts_with = "nats")]
     pub field: String,
 
     /// The stream malformed entries are sent to (default: OUTPUT:invalid,
     /// or STREAM:invalid with --output -).
-    #[arg(long, value_name = "KEY")]
+    #[arg(long, value_name = "KEY", conflicts_with = "nats")]
     pub invalid_stream: Option<String>,
 
     /// Which messages to append: all (tagged), new or duplicates. Every
@@ -186,7 +265,7 @@ pub struct ConsumeArgs {
 
     /// Entries pending this long on another consumer (one that died) are
     /// claimed and finished here. Units: ms, s, m, h.
-    #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration, conflicts_with = "nats")]
     pub claim_idle: Duration,
 
     /// Create the input stream if it does not exist (empty), instead of
@@ -205,7 +284,8 @@ pub struct ConsumeArgs {
     #[arg(long, default_value_t = consume::DEFAULT_BATCH, value_name = "N")]
     pub batch: usize,
 
-    /// Where the index lives (default: on the --redis server).
+    /// Where the index lives (default: on the --redis server; with --nats,
+    /// memory).
     #[arg(long, value_name = "URL", value_parser = LocationParser)]
     pub index: Option<IndexLocation>,
 
@@ -233,6 +313,11 @@ pub struct ConsumeArgs {
     /// IP:PORT.
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<SocketAddr>,
+
+    /// With --nats and --index memory: the index's state file, loaded at
+    /// the start and saved at a clean stop.
+    #[command(flatten)]
+    pub state: StateArgs,
 
     /// No summary at the end.
     #[arg(short, long)]
@@ -848,7 +933,7 @@ impl ConsumeArgs {
 
     /// The worker's config; `consumer` names it when --consumer does not.
     pub fn consume_config(&self, consumer: String) -> Result<ConsumeConfig, ConfigError> {
-        let output = match self.output.as_str() {
+        let output = match self.output.as_deref().unwrap_or("-") {
             "-" => Output::Lines,
             name => Output::Stream(name.to_string()),
         };
@@ -861,7 +946,7 @@ impl ConsumeArgs {
             });
         Ok(ConsumeConfig {
             stream: self.stream.clone(),
-            group: self.group.clone(),
+            group: self.group.clone().unwrap_or_default(),
             consumer: self.consumer.clone().unwrap_or(consumer),
             output,
             invalid_stream,
@@ -874,6 +959,45 @@ impl ConsumeArgs {
             batch: self.batch.max(1),
             max_line_bytes: self.message.max_line_bytes.max(1),
         })
+    }
+
+    /// With --nats: the server and the worker's config.
+    pub fn nats_config(&self) -> Result<(NatsServer, NatsConfig), String> {
+        let url = self.nats.clone().ok_or("--nats is missing")?;
+        let need = |value: &Option<String>, name: &str| {
+            value
+                .clone()
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| format!("--nats needs {name}"))
+        };
+        let subject = need(&self.subject, "--subject SUBJECT")?;
+        let durable = need(&self.durable, "--durable NAME")?;
+        let output_subject = need(&self.output_subject, "--output-subject SUBJECT")?;
+        let dead_letter_subject = self
+            .dead_letter_subject
+            .clone()
+            .unwrap_or_else(|| format!("{output_subject}.invalid"));
+        let server = NatsServer {
+            url,
+            creds: self.nats_creds.clone(),
+            ca: self.nats_ca.clone(),
+        };
+        let config = NatsConfig {
+            stream: self.stream.clone(),
+            subject,
+            durable,
+            output_subject,
+            output_stream: self.output_stream.clone(),
+            dead_letter_subject,
+            emit: self.emit.emit(),
+            fields: self.message.fields().map_err(|e| e.to_string())?,
+            // A batch's publishes are all in flight before their acks are
+            // awaited: the client allows 5,000.
+            batch: self.batch.clamp(1, 4096),
+            max_line_bytes: self.message.max_line_bytes.max(1),
+            ack_wait: self.ack_wait.max(Duration::from_secs(1)),
+        };
+        Ok((server, config))
     }
 }
 

@@ -91,7 +91,9 @@ fn init_logging(level: LevelFilter) {
             eprintln!("dedup-stream: ignoring RUST_LOG={spec:?}: {e}");
             EnvFilter::new(level.to_string())
         }),
-        _ => EnvFilter::new(level.to_string()),
+        // The NATS client's own debugging prints server URLs whole, password
+        // and all: it says nothing below a warning unless RUST_LOG asks.
+        _ => EnvFilter::new(format!("{level},async_nats=warn")),
     };
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     tracing_subscriber::fmt()

@@ -6,14 +6,15 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-use dedup_stream::consume;
 use dedup_stream::engine::Preparer;
+use dedup_stream::output::OutputKind;
 use dedup_stream::redis_index::{IndexLocation, Link, RedisIndex, RedisOptions, admin};
 use dedup_stream::server::{self, metrics::Metrics};
 use dedup_stream::{Deduper, EngineConfig, Error, StoreError};
+use dedup_stream::{consume, consume_nats, output, snapshot};
 
 use crate::cli::{ConsumeArgs, IndexAction, IndexAdminArgs, IndexArgs, StateArgs};
-use crate::{Exit, runtime, stop_on_signal, usage};
+use crate::{Exit, load_state, runtime, stop_on_signal, usage};
 
 /// Options for an index in memory only: a state file (with Redis, its
 /// persistence keeps the index) and a byte budget (Redis's memory is
@@ -107,6 +108,9 @@ fn hostname() -> String {
 
 /// `dedup-stream consume`.
 pub fn consume(args: &ConsumeArgs) -> Exit {
+    if args.nats.is_some() {
+        return consume_nats(args);
+    }
     let engine = match args.engine_config() {
         Ok(engine) => engine,
         Err(e) => return usage(e),
@@ -115,7 +119,18 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
         Ok(config) => config,
         Err(e) => return usage(e),
     };
-    let streams = match args.redis.parse::<IndexLocation>() {
+    if args.state.state.is_some() {
+        return usage(
+            "--state keeps an index in memory for a NATS worker; with --redis the index lives in \
+             Redis (or in memory for this run only)",
+        );
+    }
+    let streams = match args
+        .redis
+        .as_deref()
+        .unwrap_or_default()
+        .parse::<IndexLocation>()
+    {
         Ok(location @ IndexLocation::Redis(_)) => location,
         Ok(location) => {
             return usage(format!(
@@ -135,29 +150,8 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
     };
     let signal = Arc::new(AtomicU8::new(0));
     runtime.spawn(stop_on_signal(Arc::clone(&signal), Arc::clone(&stop)));
-    if let Some(address) = args.admin {
-        let listener = match runtime.block_on(tokio::net::TcpListener::bind(address)) {
-            Ok(listener) => listener,
-            Err(source) => {
-                let e = Error::Listen {
-                    address: address.to_string(),
-                    source,
-                };
-                eprintln!("dedup-stream: {e}");
-                return Exit::Failure;
-            }
-        };
-        tracing::info!(address = %address, "admin endpoint listening");
-        let stopped = Arc::clone(&stop);
-        runtime.spawn(server::serve_admin(
-            listener,
-            Arc::clone(&metrics),
-            async move {
-                while !stopped.load(Ordering::Relaxed) {
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                }
-            },
-        ));
+    if let Err(exit) = start_admin(args, &runtime, &metrics, &stop) {
+        return exit;
     }
     let mut link = match Link::new(&streams, args.redis_timeout) {
         Ok(link) => link
@@ -225,6 +219,157 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
             // Nothing is lost: what was not acknowledged stays pending, and
             // is read again by this consumer or claimed by another.
             eprintln!("dedup-stream: {e}; unacknowledged entries stay pending");
+            Exit::Success
+        }
+        Err(e) => {
+            eprintln!("dedup-stream: {e}");
+            Exit::Failure
+        }
+    }
+}
+
+/// Serves `--admin` (health and metrics) on the runtime until `stop`.
+fn start_admin(
+    args: &ConsumeArgs,
+    runtime: &tokio::runtime::Runtime,
+    metrics: &Arc<Metrics>,
+    stop: &Arc<AtomicBool>,
+) -> Result<(), Exit> {
+    let Some(address) = args.admin else {
+        return Ok(());
+    };
+    let listener = match runtime.block_on(tokio::net::TcpListener::bind(address)) {
+        Ok(listener) => listener,
+        Err(source) => {
+            let e = Error::Listen {
+                address: address.to_string(),
+                source,
+            };
+            eprintln!("dedup-stream: {e}");
+            return Err(Exit::Failure);
+        }
+    };
+    tracing::info!(address = %address, "admin endpoint listening");
+    let stopped = Arc::clone(stop);
+    runtime.spawn(server::serve_admin(
+        listener,
+        Arc::clone(metrics),
+        async move {
+            while !stopped.load(Ordering::Relaxed) {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        },
+    ));
+    Ok(())
+}
+
+/// `dedup-stream consume --nats`: the worker of `consume_nats` on the
+/// binary's runtime, with the index in memory (and `--state`) or in Redis.
+fn consume_nats(args: &ConsumeArgs) -> Exit {
+    let engine = match args.engine_config() {
+        Ok(engine) => engine,
+        Err(e) => return usage(e),
+    };
+    let (server, config) = match args.nats_config() {
+        Ok(pair) => pair,
+        Err(e) => return usage(e),
+    };
+    let index_location = args.index.clone().unwrap_or(IndexLocation::Memory);
+    if index_location != IndexLocation::Memory && args.state.state.is_some() {
+        return usage(format!(
+            "--state keeps an index in memory; with --index {index_location} Redis keeps it"
+        ));
+    }
+    if let Some(path) = &args.state.state
+        && let Err(e) = output::check(&[(OutputKind::State, path)], &[], false)
+    {
+        return usage(e);
+    }
+    let preparer = Preparer::new(&engine);
+    let metrics = Arc::new(Metrics::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let runtime = match runtime() {
+        Ok(runtime) => runtime,
+        Err(exit) => return exit,
+    };
+    let signal = Arc::new(AtomicU8::new(0));
+    runtime.spawn(stop_on_signal(Arc::clone(&signal), Arc::clone(&stop)));
+    if let Err(exit) = start_admin(args, &runtime, &metrics, &stop) {
+        return exit;
+    }
+    tracing::info!(
+        nats = %server,
+        stream = %config.stream,
+        subject = %config.subject,
+        durable = %config.durable,
+        output = %config.output_subject,
+        index = %index_location,
+        "consuming"
+    );
+    let client = match runtime.block_on(consume_nats::connect(&server)) {
+        Ok(client) => client,
+        Err(e @ consume_nats::NatsError::Location { .. }) => return usage(e),
+        Err(e) => {
+            eprintln!("dedup-stream: {e}");
+            return Exit::Failure;
+        }
+    };
+    let result = match &index_location {
+        IndexLocation::Memory => {
+            let deduper = match Deduper::new(engine).map_err(usage) {
+                Ok(deduper) => deduper,
+                Err(exit) => return exit,
+            };
+            let deduper = match load_state(&args.state, deduper) {
+                Ok(deduper) => deduper,
+                Err(exit) => return exit,
+            };
+            let mut store = consume_nats::Memo::new(deduper);
+            let result = runtime.block_on(consume_nats::run(
+                client, &config, &preparer, &mut store, &stop, &metrics,
+            ));
+            if let Some(path) = &args.state.state
+                && let Err(e) = snapshot::save(path, &store.inner)
+            {
+                eprintln!("dedup-stream: {e}");
+                return Exit::Failure;
+            }
+            result
+        }
+        location => {
+            // Set one by one: options the index gains later keep their
+            // defaults here until this worker has a say in them.
+            #[allow(clippy::field_reassign_with_default)]
+            let options = {
+                let mut options = RedisOptions::default();
+                options.metrics = Some(Arc::clone(&metrics));
+                options.stop = Some(Arc::clone(&stop));
+                options.token_scope = Some(consume_nats::token_scope(&config));
+                options.timeout = Some(args.redis_timeout);
+                options.snapshot_every = args.log_snapshot_every;
+                options
+            };
+            let mut store = match open_index(location, &args.index_name, &engine, options) {
+                Ok(store) => store,
+                Err(exit) => return exit,
+            };
+            runtime.block_on(consume_nats::run(
+                client, &config, &preparer, &mut store, &stop, &metrics,
+            ))
+        }
+    };
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    report_store(&metrics);
+    match result {
+        Ok(summary) => {
+            if !args.quiet {
+                eprintln!("dedup-stream: {summary}");
+            }
+            Exit::Success
+        }
+        Err(e @ consume_nats::NatsError::Unavailable(_)) if stop.load(Ordering::Relaxed) => {
+            // Nothing is lost: what was not acknowledged is delivered again.
+            eprintln!("dedup-stream: {e}; unacknowledged messages will be delivered again");
             Exit::Success
         }
         Err(e) => {

@@ -1,0 +1,1076 @@
+//! `dedup-stream consume --nats`: a worker of a NATS JetStream durable pull
+//! consumer.
+//!
+//! ```text
+//!  stream IN ──fetch (pull)──▶ prepare ──▶ index store ──▶ publish OUT (Nats-Msg-Id)  ──▶ AckSync IN
+//!   (durable, explicit acks)  (sketch)    (one call)       await every publish ack        (Term for dead
+//!                                                          (stored in the output stream)   letters)
+//! ```
+//!
+//! - Each message's payload is one JSON message, tagged exactly as the
+//!   filter tags a line and published to the output subject (without the
+//!   newline). A leading UTF-8 byte-order mark is skipped; a payload longer
+//!   than `--max-line-bytes` is refused, as the filter refuses such a line.
+//! - **Exactly once in the output stream.** Each output is published with
+//!   the header `Nats-Msg-Id: dedup-<STREAM>-<SEQUENCE>` (the input's stream
+//!   sequence), every publish acknowledgement is awaited (the output is
+//!   stored), and only then is the input acknowledged with a double ack
+//!   (`AckSync`: the server confirms it). A worker that dies between the
+//!   two leaves the input pending; it is delivered again after `ack_wait`,
+//!   the index answers it from its memo (its first verdict: the message is
+//!   never "a duplicate of itself"), and the republish, byte for byte the
+//!   same, is dropped by the output stream's duplicate window. That holds
+//!   while the republish comes within the window (two minutes by default):
+//!   a fleet with one live worker republishes within `ack_wait` and a batch.
+//! - Malformed messages (not a JSON object with an id and a text, too long)
+//!   are published to the dead-letter subject with the reason in the
+//!   header `Dedup-Error` and the original bytes, then terminated
+//!   (`AckTerm`): never retried forever.
+//! - The input stream, the durable consumer and (with `--output-stream`)
+//!   the output stream are created when missing, and said so; existing ones
+//!   whose settings conflict with this worker's are refused with
+//!   [`NatsError::Conflict`] before anything is read.
+//! - NATS unreachable (a restart, a network cut): the client reconnects by
+//!   itself, and every step of a batch is retried with backoff, reported on
+//!   stderr every ten seconds and in the metrics (`/healthz` answers 503).
+//!   Nothing is acknowledged that was not stored.
+//! - A stop request (SIGTERM) finishes the batch in hand, acknowledges it
+//!   and returns.
+//!
+//! The engine stays synchronous: preparing and deciding a batch run under
+//! [`tokio::task::block_in_place`], so [`run`] needs a multi-threaded tokio
+//! runtime (the binary's).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, AckKind, consumer::pull, message::PublishMessage, stream};
+use futures::StreamExt;
+
+use crate::batch::{self, Item, RawBatch, RawLine};
+use crate::engine::{Ask, IndexStats, IndexStore, Preparer, Verdict};
+use crate::error::{InvalidReason, StoreError};
+use crate::input::BOM;
+use crate::pipeline::Emit;
+use crate::record::{Decoder, FieldSpec};
+use crate::server::metrics::Metrics;
+
+/// Default time the server waits for a delivered message's acknowledgement
+/// before it delivers it again (to this worker or another).
+pub const DEFAULT_ACK_WAIT: Duration = Duration::from_secs(30);
+/// Default messages fetched at a time.
+pub const DEFAULT_BATCH: usize = 256;
+/// Header of a dead letter that says why its message was refused.
+pub const ERROR_HEADER: &str = "Dedup-Error";
+/// Header of a dead letter that names its input: `STREAM.SEQUENCE`.
+pub const SOURCE_HEADER: &str = "Dedup-Source";
+/// Longest wait for a message when none is ready, before looking around
+/// (stop requests, progress).
+const IDLE_WAIT: Duration = Duration::from_secs(1);
+/// Longest time one fetch may take (it asks the server to answer within
+/// [`IDLE_WAIT`]).
+const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often progress is logged.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+/// How often a continuing outage is reported.
+const REPORT_EVERY: Duration = Duration::from_secs(10);
+/// First and longest wait between two attempts.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
+/// Verdicts the in-memory memo keeps at most (see [`Memo`]): far more
+/// than the messages a worker has in hand.
+const MEMO_LIMIT: usize = 1 << 20;
+
+/// Why the NATS worker stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NatsError {
+    /// The server address or credentials cannot be used.
+    #[error("bad NATS server {given}: {reason}")]
+    Location {
+        /// The address, its password hidden.
+        given: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An existing stream or consumer has settings this worker cannot
+    /// work with (nothing was read).
+    #[error("{0}")]
+    Conflict(String),
+    /// NATS could not be reached, and the worker was told to stop while
+    /// waiting: what was not acknowledged will be delivered again.
+    #[error("NATS unreachable while {0}")]
+    Unavailable(String),
+    /// The server refused a request outright.
+    #[error("NATS refused {what}: {reason}")]
+    Refused {
+        /// The request.
+        what: String,
+        /// The server's answer.
+        reason: String,
+    },
+    /// The index store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Where the NATS server is and how to log in.
+#[derive(Clone)]
+pub struct NatsServer {
+    /// `nats://[USER:PASSWORD@|TOKEN@]HOST:PORT` or `tls://…`; several
+    /// separated by commas.
+    pub url: String,
+    /// A credentials file (JWT and NKey seed, as `nsc` writes them).
+    pub creds: Option<PathBuf>,
+    /// A CA certificate (PEM) to verify the server's TLS certificate with.
+    pub ca: Option<PathBuf>,
+}
+
+impl fmt::Display for NatsServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&redact(&self.url))
+    }
+}
+
+/// As `Display`: a derived `Debug` would print the password.
+impl fmt::Debug for NatsServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "NatsServer({self})")
+    }
+}
+
+/// A server URL with its password or token replaced by `***`: URLs are
+/// printed in logs and errors, secrets never.
+pub fn redact(url: &str) -> String {
+    url.split(',')
+        .map(|one| {
+            let (scheme, rest) = one.split_once("://").unwrap_or(("", one));
+            let Some((auth, host)) = rest.rsplit_once('@') else {
+                return one.to_string();
+            };
+            let auth = match auth.split_once(':') {
+                Some((user, _)) => format!("{user}:***"),
+                // A lone name before the host is a token.
+                None => "***".to_string(),
+            };
+            if scheme.is_empty() {
+                format!("{auth}@{host}")
+            } else {
+                format!("{scheme}://{auth}@{host}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// How the worker runs (the engine's settings are in the [`Preparer`] and
+/// the index store).
+#[derive(Clone, Debug)]
+pub struct NatsConfig {
+    /// The JetStream stream read (created on `subject` if missing).
+    pub stream: String,
+    /// The subject read (the consumer's filter).
+    pub subject: String,
+    /// The durable pull consumer's name (created if missing): workers of
+    /// one name share its messages.
+    pub durable: String,
+    /// The subject tagged messages are published to.
+    pub output_subject: String,
+    /// The stream that stores them: created on the output and dead-letter
+    /// subjects if missing. `None`: a stream must already take them.
+    pub output_stream: Option<String>,
+    /// The subject malformed messages are published to.
+    pub dead_letter_subject: String,
+    /// Which verdicts are published (every message is acknowledged).
+    pub emit: Emit,
+    /// Where the id and text are in a message.
+    pub fields: FieldSpec,
+    /// Messages fetched at a time (at most 4,096: a batch's publishes are
+    /// all in flight at once, and the client allows 5,000).
+    pub batch: usize,
+    /// Longest message, in bytes (`--max-line-bytes`).
+    pub max_line_bytes: usize,
+    /// Time the server waits for an acknowledgement before delivering a
+    /// message again (the consumer's `ack_wait`).
+    pub ack_wait: Duration,
+}
+
+/// What a run did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NatsSummary {
+    /// Messages fetched (deliveries: a redelivered message counts again).
+    pub read: u64,
+    /// Of those, delivered more than once.
+    pub redelivered: u64,
+    /// Messages tagged new.
+    pub new: u64,
+    /// Messages tagged duplicate.
+    pub duplicates: u64,
+    /// Messages sent to the dead-letter subject.
+    pub invalid: u64,
+    /// Outputs the output stream already held (a republish after a
+    /// redelivery), dropped by its duplicate window.
+    pub republished: u64,
+    /// Messages acknowledged (terminated ones included).
+    pub acked: u64,
+}
+
+impl fmt::Display for NatsSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} messages read ({} redelivered): {} new, {} duplicates, {} invalid; \
+             {} outputs already stored; {} acknowledged",
+            self.read,
+            self.redelivered,
+            self.new,
+            self.duplicates,
+            self.invalid,
+            self.republished,
+            self.acked
+        )
+    }
+}
+
+/// An index store that remembers each token's verdict until it is
+/// forgotten: the in-memory index remembers none, and a message delivered
+/// again to this process (its acknowledgement lost) must get its first
+/// verdict, not be "a duplicate of itself". An index in Redis keeps its own
+/// memo, shared by the fleet, and needs no wrapper.
+#[derive(Debug)]
+pub struct Memo<S> {
+    /// The store that decides what the memo does not know.
+    pub inner: S,
+    verdicts: HashMap<Vec<u8>, Verdict>,
+}
+
+impl<S> Memo<S> {
+    /// A memo in front of `inner`.
+    pub fn new(inner: S) -> Memo<S> {
+        Memo {
+            inner,
+            verdicts: HashMap::new(),
+        }
+    }
+}
+
+impl<S: IndexStore> IndexStore for Memo<S> {
+    fn decide(&mut self, asks: &[Ask<'_>], verdicts: &mut Vec<Verdict>) -> Result<(), StoreError> {
+        let fresh: Vec<Ask<'_>> = asks
+            .iter()
+            .filter(|ask| ask.token.is_none_or(|t| !self.verdicts.contains_key(t)))
+            .copied()
+            .collect();
+        let mut decided = Vec::with_capacity(fresh.len());
+        self.inner.decide(&fresh, &mut decided)?;
+        if self.verdicts.len() > MEMO_LIMIT {
+            // Only tokens whose acknowledgement failed stay here; past the
+            // limit they are dropped (their republish is still dropped by
+            // the output stream's duplicate window).
+            self.verdicts.clear();
+        }
+        let mut decided = decided.into_iter();
+        for ask in asks {
+            let remembered = ask.token.and_then(|t| self.verdicts.get(t)).cloned();
+            let verdict = match remembered {
+                Some(verdict) => verdict,
+                None => {
+                    let verdict = decided.next().ok_or_else(|| {
+                        StoreError::Unavailable("the index store lost a verdict".into())
+                    })?;
+                    if let Some(token) = ask.token {
+                        self.verdicts.insert(token.to_vec(), verdict.clone());
+                    }
+                    verdict
+                }
+            };
+            verdicts.push(verdict);
+        }
+        Ok(())
+    }
+
+    fn stats(&self) -> IndexStats {
+        self.inner.stats()
+    }
+
+    fn forget(&mut self, tokens: &[&[u8]]) {
+        for token in tokens {
+            self.verdicts.remove(*token);
+        }
+        self.inner.forget(tokens);
+    }
+}
+
+/// Connects to the server: the client connects in the background and
+/// reconnects for ever, so a server that is down at the start is waited
+/// for (and reported) like one that goes down later.
+pub async fn connect(server: &NatsServer) -> Result<async_nats::Client, NatsError> {
+    let bad = |reason: String| NatsError::Location {
+        given: server.to_string(),
+        reason,
+    };
+    let mut options = async_nats::ConnectOptions::new()
+        .name("dedup-stream")
+        .retry_on_initial_connect()
+        .max_reconnects(None::<usize>)
+        .event_callback(|event| async move {
+            match event {
+                async_nats::Event::Connected => tracing::info!("connected to NATS"),
+                async_nats::Event::Disconnected => {
+                    tracing::warn!("disconnected from NATS: reconnecting")
+                }
+                other => tracing::debug!(event = %other, "NATS"),
+            }
+        });
+    if let Some(creds) = &server.creds {
+        options = options
+            .credentials_file(creds)
+            .await
+            .map_err(|e| bad(format!("credentials file {}: {e}", creds.display())))?;
+    }
+    if let Some(ca) = &server.ca {
+        options = options.add_root_certificates(ca.clone()).require_tls(true);
+    }
+    // The client does not log in with credentials written in the URL:
+    // they are taken out of it and given as options.
+    let (urls, auth) = split_auth(&server.url);
+    match auth {
+        Some((user, Some(password))) => options = options.user_and_password(user, password),
+        Some((token, None)) => options = options.token(token),
+        None => {}
+    }
+    options
+        .connect(urls.as_str())
+        .await
+        .map_err(|e| bad(e.to_string()))
+}
+
+/// A server list without its credentials, and the first credentials
+/// found: `(user, Some(password))` or `(token, None)`.
+pub fn split_auth(urls: &str) -> (String, Option<(String, Option<String>)>) {
+    let mut auth = None;
+    let bare: Vec<String> = urls
+        .split(',')
+        .map(|one| {
+            let one = one.trim();
+            let (scheme, rest) = match one.split_once("://") {
+                Some((scheme, rest)) => (format!("{scheme}://"), rest),
+                None => (String::new(), one),
+            };
+            match rest.rsplit_once('@') {
+                Some((credentials, host)) => {
+                    if auth.is_none() {
+                        auth = Some(match credentials.split_once(':') {
+                            Some((user, password)) => {
+                                (user.to_string(), Some(password.to_string()))
+                            }
+                            None => (credentials.to_string(), None),
+                        });
+                    }
+                    format!("{scheme}{host}")
+                }
+                None => one.to_string(),
+            }
+        })
+        .collect();
+    (bare.join(","), auth)
+}
+
+/// Whether `subject` is among those `pattern` takes (`*`: one token, `>`:
+/// one or more at the end).
+pub fn subject_matches(pattern: &str, subject: &str) -> bool {
+    let mut tokens = subject.split('.');
+    for want in pattern.split('.') {
+        match (want, tokens.next()) {
+            (">", Some(_)) => return true,
+            ("*", Some(_)) => {}
+            (want, Some(token)) if want == token => {}
+            _ => return false,
+        }
+    }
+    tokens.next().is_none()
+}
+
+/// The messages' memo scope for an index in Redis (see
+/// [`RedisOptions::token_scope`](crate::redis_index::RedisOptions::token_scope)).
+pub fn token_scope(config: &NatsConfig) -> String {
+    format!("nats:{}:{}", config.stream, config.durable)
+}
+
+/// Waits out outages: runs `attempt` until it succeeds, retrying with
+/// backoff, reporting, and giving up only when `stop` is set.
+struct Retry<'a> {
+    stop: &'a AtomicBool,
+    metrics: &'a Metrics,
+}
+
+impl Retry<'_> {
+    async fn run<T, E: fmt::Display, F, Fut>(
+        &self,
+        what: &str,
+        mut attempt: F,
+    ) -> Result<T, NatsError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, E>>,
+    {
+        let mut wait = BACKOFF.0;
+        let mut since: Option<Instant> = None;
+        let mut reported: Option<Instant> = None;
+        loop {
+            match attempt().await {
+                Ok(value) => {
+                    if let Some(since) = since {
+                        self.metrics.store_unreachable.store(0, Ordering::Relaxed);
+                        tracing::info!(
+                            after_seconds = since.elapsed().as_secs(),
+                            "NATS reachable again ({what})"
+                        );
+                    }
+                    return Ok(value);
+                }
+                Err(e) => {
+                    self.metrics.store_errors.fetch_add(1, Ordering::Relaxed);
+                    let first = *since.get_or_insert_with(Instant::now);
+                    self.metrics.store_unreachable.store(1, Ordering::Relaxed);
+                    if reported.is_none_or(|at| at.elapsed() >= REPORT_EVERY) {
+                        reported = Some(Instant::now());
+                        tracing::warn!(
+                            for_seconds = first.elapsed().as_secs(),
+                            "NATS failed while {what}: {e}; retrying"
+                        );
+                    }
+                    if self.stop.load(Ordering::Relaxed) {
+                        return Err(NatsError::Unavailable(what.to_string()));
+                    }
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(BACKOFF.1);
+                }
+            }
+        }
+    }
+}
+
+/// One message a batch publishes.
+struct Publish<'a> {
+    subject: &'a str,
+    /// `Nats-Msg-Id`: the output stream stores one message per id.
+    id: String,
+    payload: Vec<u8>,
+    /// For a dead letter: the reason and the input (`STREAM.SEQUENCE`).
+    dead: Option<(String, String)>,
+}
+
+/// What becomes of a message once decided.
+enum Outcome {
+    /// Publish this to the output subject, then acknowledge.
+    Output(Vec<u8>),
+    /// Acknowledge only (a verdict not emitted).
+    Ack,
+    /// Publish to the dead-letter subject, then terminate.
+    Dead { reason: String, message: Vec<u8> },
+}
+
+/// The answer to a request that may be refused for good (`Err` inside) or
+/// fail for now (`Err` outside, retried).
+type Answer<T> = Result<Result<T, NatsError>, async_nats::Error>;
+
+/// Looks up a stream's subjects and duplicate window; `None` if missing.
+async fn stream_info(
+    js: &jetstream::Context,
+    name: &str,
+) -> Answer<Option<(Vec<String>, Duration)>> {
+    use jetstream::context::GetStreamErrorKind as Kind;
+    match js.get_stream(name).await {
+        Ok(stream) => {
+            let config = &stream.cached_info().config;
+            Ok(Ok(Some((config.subjects.clone(), config.duplicate_window))))
+        }
+        Err(e) => match e.kind() {
+            Kind::JetStream(j) if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND => {
+                Ok(Ok(None))
+            }
+            Kind::JetStream(_) | Kind::EmptyName | Kind::InvalidStreamName => {
+                Ok(Err(NatsError::Refused {
+                    what: format!("looking up stream {name:?}"),
+                    reason: e.to_string(),
+                }))
+            }
+            _ => Err(Box::new(e)),
+        },
+    }
+}
+
+/// Makes the stream `name` on `subjects` if it is missing (saying so), or
+/// checks that the existing one takes them; returns its duplicate window.
+async fn ensure_stream(
+    js: &jetstream::Context,
+    retry: &Retry<'_>,
+    name: &str,
+    subjects: &[&str],
+    role: &str,
+) -> Result<Duration, NatsError> {
+    let found = retry
+        .run("looking up the streams", || stream_info(js, name))
+        .await??;
+    if let Some((taken, window)) = found {
+        for subject in subjects {
+            if !taken.iter().any(|p| subject_matches(p, subject)) {
+                return Err(NatsError::Conflict(format!(
+                    "stream {name:?} (the {role}) exists with subjects {taken:?}, which do not \
+                     take {subject:?}: add the subject to it, or name another stream"
+                )));
+            }
+        }
+        return Ok(window);
+    }
+    let config = stream::Config {
+        name: name.to_string(),
+        subjects: subjects.iter().map(|s| s.to_string()).collect(),
+        storage: stream::StorageType::File,
+        ..Default::default()
+    };
+    let info = retry
+        .run("creating a stream", || {
+            let config = config.clone();
+            async move {
+                match js.create_stream(config).await {
+                    Ok(mut stream) => Ok(Ok(stream
+                        .info()
+                        .await
+                        .map(|i| i.config.duplicate_window)
+                        .unwrap_or_default())),
+                    Err(e) => match e.kind() {
+                        jetstream::context::CreateStreamErrorKind::JetStream(_) => {
+                            Ok(Err(NatsError::Refused {
+                                what: format!("creating stream {name:?} on {subjects:?}"),
+                                reason: e.to_string(),
+                            }))
+                        }
+                        _ => Err(async_nats::Error::from(e)),
+                    },
+                }
+            }
+        })
+        .await??;
+    tracing::info!(stream = name, subjects = ?subjects, "created the {role} (it was missing)");
+    Ok(info)
+}
+
+/// Makes the streams and the consumer this worker needs, or checks the
+/// existing ones (see the module documentation); returns the consumer.
+async fn setup(
+    js: &jetstream::Context,
+    config: &NatsConfig,
+    retry: &Retry<'_>,
+) -> Result<jetstream::consumer::PullConsumer, NatsError> {
+    for subject in [&config.output_subject, &config.dead_letter_subject] {
+        if subject_matches(&config.subject, subject) {
+            return Err(NatsError::Conflict(format!(
+                "the input subject {:?} takes {subject:?}: the worker would read its own \
+                 output; publish to a subject outside it",
+                config.subject
+            )));
+        }
+    }
+    ensure_stream(
+        js,
+        retry,
+        &config.stream,
+        &[&config.subject],
+        "input stream",
+    )
+    .await?;
+    let outputs = [
+        config.output_subject.as_str(),
+        config.dead_letter_subject.as_str(),
+    ];
+    match &config.output_stream {
+        Some(name) => {
+            let window = ensure_stream(js, retry, name, &outputs, "output stream").await?;
+            if window.is_zero() || window < config.ack_wait * 2 {
+                tracing::warn!(
+                    stream = %name,
+                    duplicate_window_seconds = window.as_secs(),
+                    ack_wait_seconds = config.ack_wait.as_secs(),
+                    "the output stream's duplicate window is short beside --ack-wait: a \
+                     message delivered again after it would be published twice"
+                );
+            }
+        }
+        None => {
+            for subject in outputs {
+                let found = retry
+                    .run("looking up the output stream", || async move {
+                        match js.stream_by_subject(subject).await {
+                            Ok(name) => Ok(Ok(name)),
+                            Err(e) => match e.kind() {
+                                jetstream::context::GetStreamByNameErrorKind::NotFound => {
+                                    Ok(Err(NatsError::Conflict(format!(
+                                        "no stream stores {subject:?}: name one with \
+                                         --output-stream (created if missing) or create it"
+                                    ))))
+                                }
+                                _ => Err(async_nats::Error::from(e)),
+                            },
+                        }
+                    })
+                    .await??;
+                tracing::debug!(subject, stream = %found, "output stored");
+            }
+        }
+    }
+    let stream = retry
+        .run("opening the input stream", || js.get_stream(&config.stream))
+        .await?;
+    let existing = retry
+        .run("looking up the consumer", || async {
+            use jetstream::context::ConsumerInfoErrorKind as Kind;
+            match stream.consumer_info(&config.durable).await {
+                Ok(info) => Ok(Ok(Some(info.config))),
+                Err(e) => match e.kind() {
+                    Kind::NotFound => Ok(Ok(None)),
+                    Kind::InvalidName | Kind::JetStream(_) | Kind::StreamNotFound => {
+                        Ok(Err(NatsError::Refused {
+                            what: format!("looking up consumer {:?}", config.durable),
+                            reason: e.to_string(),
+                        }))
+                    }
+                    _ => Err(async_nats::Error::from(e)),
+                },
+            }
+        })
+        .await??;
+    match existing {
+        Some(found) => {
+            let mut conflicts = Vec::new();
+            if found.deliver_subject.is_some() {
+                conflicts.push("it is a push consumer (this worker pulls)".to_string());
+            }
+            if found.ack_policy != jetstream::consumer::AckPolicy::Explicit {
+                conflicts.push(format!(
+                    "its ack policy is {:?}, not explicit",
+                    found.ack_policy
+                ));
+            }
+            if found.filter_subject != config.subject {
+                conflicts.push(format!(
+                    "it filters {:?}, not {:?}",
+                    found.filter_subject, config.subject
+                ));
+            }
+            if found.ack_wait != config.ack_wait {
+                conflicts.push(format!(
+                    "its ack wait is {:?}, not {:?} (--ack-wait)",
+                    found.ack_wait, config.ack_wait
+                ));
+            }
+            if !conflicts.is_empty() {
+                return Err(NatsError::Conflict(format!(
+                    "consumer {:?} on stream {:?} exists with other settings: {}; start with \
+                     its settings, name another --durable, or delete it",
+                    config.durable,
+                    config.stream,
+                    conflicts.join("; ")
+                )));
+            }
+        }
+        None => {
+            let consumer = pull::Config {
+                durable_name: Some(config.durable.clone()),
+                filter_subject: config.subject.clone(),
+                ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                ack_wait: config.ack_wait,
+                ..Default::default()
+            };
+            retry
+                .run("creating the consumer", || {
+                    stream.create_consumer(consumer.clone())
+                })
+                .await?;
+            tracing::info!(
+                stream = %config.stream,
+                durable = %config.durable,
+                subject = %config.subject,
+                "created the durable consumer (it was missing)"
+            );
+        }
+    }
+    retry
+        .run("opening the consumer", || {
+            stream.get_consumer::<pull::Config>(&config.durable)
+        })
+        .await
+}
+
+/// Fetches a batch: what is ready now, else waits up to [`IDLE_WAIT`] for
+/// one message and takes what is ready with it. Low latency when the
+/// stream is quiet, full batches when it is busy.
+async fn fetch(
+    consumer: &jetstream::consumer::PullConsumer,
+    max: usize,
+) -> Result<Vec<jetstream::Message>, async_nats::Error> {
+    let mut out = Vec::new();
+    let mut ready = consumer.fetch().max_messages(max).messages().await?;
+    while let Some(message) = ready.next().await {
+        out.push(message?);
+    }
+    if out.is_empty() {
+        let mut first = consumer
+            .batch()
+            .max_messages(1)
+            .expires(IDLE_WAIT)
+            .messages()
+            .await?;
+        while let Some(message) = first.next().await {
+            out.push(message?);
+        }
+        if !out.is_empty() && max > 1 {
+            let mut ready = consumer.fetch().max_messages(max - 1).messages().await?;
+            while let Some(message) = ready.next().await {
+                out.push(message?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The worker's state between batches.
+struct Worker<'a, S> {
+    config: &'a NatsConfig,
+    preparer: &'a Preparer,
+    decoder: Decoder,
+    store: &'a mut S,
+    js: jetstream::Context,
+    retry: Retry<'a>,
+    metrics: &'a Metrics,
+    summary: NatsSummary,
+}
+
+/// Runs the worker on `client`'s server until `stop` is set (or a fatal
+/// error): makes or checks the streams and the consumer, then fetches,
+/// decides, publishes and acknowledges batch after batch. Needs a
+/// multi-threaded tokio runtime (the engine runs under
+/// [`tokio::task::block_in_place`]).
+pub async fn run<S: IndexStore>(
+    client: async_nats::Client,
+    config: &NatsConfig,
+    preparer: &Preparer,
+    store: &mut S,
+    stop: &AtomicBool,
+    metrics: &Arc<Metrics>,
+) -> Result<NatsSummary, NatsError> {
+    let js = jetstream::new(client);
+    let retry = Retry {
+        stop,
+        metrics: metrics.as_ref(),
+    };
+    let consumer = setup(&js, config, &retry).await?;
+    let mut worker = Worker {
+        config,
+        preparer,
+        decoder: Decoder::new(config.fields.clone()),
+        store,
+        js,
+        retry,
+        metrics: metrics.as_ref(),
+        summary: NatsSummary::default(),
+    };
+    let started = Instant::now();
+    let mut last_report = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        if last_report.elapsed() >= PROGRESS_EVERY {
+            last_report = Instant::now();
+            let s = worker.summary;
+            tracing::info!(
+                read = s.read,
+                per_second = (s.read as f64 / started.elapsed().as_secs_f64()).round(),
+                duplicates = s.duplicates,
+                redelivered = s.redelivered,
+                invalid = s.invalid,
+                acknowledged = s.acked,
+                "consuming"
+            );
+        }
+        let messages = match worker
+            .retry
+            .run("fetching messages", || async {
+                // A pull whose server went away may never end by itself.
+                tokio::time::timeout(FETCH_TIMEOUT, fetch(&consumer, config.batch))
+                    .await
+                    .unwrap_or_else(|_| Err("no answer to a fetch within 10 s".into()))
+            })
+            .await
+        {
+            // Stopped while NATS was away: nothing is in hand.
+            Err(NatsError::Unavailable(_)) => break,
+            fetched => fetched?,
+        };
+        if messages.is_empty() {
+            continue;
+        }
+        worker.process(messages).await?;
+    }
+    Ok(worker.summary)
+}
+
+impl<S: IndexStore> Worker<'_, S> {
+    /// Prepares and decides a batch: one outcome per message.
+    fn decide(&mut self, payloads: &[&[u8]], tokens: &[String]) -> Result<Vec<Outcome>, NatsError> {
+        let mut raw = RawBatch::default();
+        for (i, payload) in payloads.iter().enumerate() {
+            let number = i as u64 + 1;
+            // A byte-order mark is skipped, as the filter skips one at the
+            // start of a file: some producers write one per message.
+            let payload = payload.strip_prefix(BOM).unwrap_or(payload);
+            if payload.len() > self.config.max_line_bytes {
+                raw.lines.push(RawLine::TooLong {
+                    number,
+                    max: self.config.max_line_bytes,
+                });
+            } else {
+                raw.push_line(number, payload);
+            }
+        }
+        let prepared = batch::prepare(self.preparer, &self.decoder, raw, None);
+        let mut asks = Vec::with_capacity(payloads.len());
+        for (item, token) in prepared.items.iter().zip(tokens) {
+            if let Item::Message(message) = item {
+                asks.push(Ask {
+                    id: &message.id,
+                    sketch: prepared.sketch(message),
+                    op: message.op,
+                    token: Some(token.as_bytes()),
+                    time: message.time,
+                });
+            }
+        }
+        let mut verdicts = Vec::with_capacity(asks.len());
+        self.store.decide(&asks, &mut verdicts)?;
+        drop(asks);
+        let mut verdicts = verdicts.into_iter();
+        let mut outcomes = Vec::with_capacity(payloads.len());
+        for (item, payload) in prepared.items.iter().zip(payloads) {
+            outcomes.push(match item {
+                Item::Invalid(invalid) => Outcome::Dead {
+                    reason: invalid.reason.to_string(),
+                    message: match invalid.reason {
+                        // Over the limit: not copied (it may not fit in a
+                        // message either); Dedup-Source names it.
+                        InvalidReason::TooLong { .. } => Vec::new(),
+                        _ => payload.to_vec(),
+                    },
+                },
+                Item::Message(message) => {
+                    let verdict = verdicts.next().ok_or_else(|| {
+                        StoreError::Unavailable("the index store lost a verdict".into())
+                    })?;
+                    if verdict.is_duplicate() {
+                        self.summary.duplicates += 1;
+                        self.metrics
+                            .checks_duplicate
+                            .fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        self.summary.new += 1;
+                        self.metrics.checks_new.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if self.config.emit.wants(&verdict) {
+                        let mut tagged = Vec::with_capacity(message.line.len() + 80);
+                        batch::write_message(&mut tagged, &prepared, message, &verdict);
+                        tagged.pop(); // the newline: a message is not a line
+                        Outcome::Output(tagged)
+                    } else {
+                        Outcome::Ack
+                    }
+                }
+            });
+        }
+        self.metrics.record_index(self.store.stats());
+        Ok(outcomes)
+    }
+
+    /// Decides a batch, publishes its outputs and dead letters (every
+    /// publish acknowledged by its stream), then acknowledges its messages.
+    async fn process(&mut self, messages: Vec<jetstream::Message>) -> Result<(), NatsError> {
+        let n = messages.len() as u64;
+        self.summary.read += n;
+        self.metrics.queue_read.fetch_add(n, Ordering::Relaxed);
+        let mut sequences = Vec::with_capacity(messages.len());
+        for message in &messages {
+            let info = message.info().map_err(|e| NatsError::Refused {
+                what: "a delivered message".into(),
+                reason: format!("its reply subject is not JetStream's: {e}"),
+            })?;
+            if info.delivered > 1 {
+                self.summary.redelivered += 1;
+                self.metrics.queue_claimed.fetch_add(1, Ordering::Relaxed);
+            }
+            sequences.push(info.stream_sequence);
+        }
+        let tokens: Vec<String> = sequences.iter().map(u64::to_string).collect();
+        let payloads: Vec<&[u8]> = messages.iter().map(|m| m.payload.as_ref()).collect();
+        let outcomes = tokio::task::block_in_place(|| self.decide(&payloads, &tokens))?;
+
+        // Everything this batch publishes, in input order.
+        let stream = &self.config.stream;
+        let mut publishes: Vec<Publish<'_>> = Vec::new();
+        for (outcome, sequence) in outcomes.iter().zip(&sequences) {
+            let id = format!("dedup-{stream}-{sequence}");
+            match outcome {
+                Outcome::Output(bytes) => publishes.push(Publish {
+                    subject: &self.config.output_subject,
+                    id,
+                    payload: bytes.clone(),
+                    dead: None,
+                }),
+                Outcome::Dead { reason, message } => {
+                    self.summary.invalid += 1;
+                    self.metrics.invalid_lines.fetch_add(1, Ordering::Relaxed);
+                    self.metrics
+                        .queue_dead_lettered
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        stream = %stream,
+                        sequence,
+                        "{reason}: sent to {}",
+                        self.config.dead_letter_subject
+                    );
+                    // A header value is one line.
+                    let reason = reason.replace(['\r', '\n'], " ");
+                    publishes.push(Publish {
+                        subject: &self.config.dead_letter_subject,
+                        id,
+                        payload: message.clone(),
+                        dead: Some((reason, format!("{stream}.{sequence}"))),
+                    });
+                }
+                Outcome::Ack => {}
+            }
+        }
+        let js = &self.js;
+        let publishes = &publishes;
+        let acks = self
+            .retry
+            .run("publishing outputs", || async move {
+                let mut pending = Vec::with_capacity(publishes.len());
+                for publish in publishes {
+                    let mut message = PublishMessage::build()
+                        .payload(publish.payload.clone().into())
+                        .message_id(&publish.id);
+                    if let Some((reason, source)) = &publish.dead {
+                        message = message
+                            .header(ERROR_HEADER, reason.as_str())
+                            .header(SOURCE_HEADER, source.as_str());
+                    }
+                    pending.push(
+                        js.send_publish(publish.subject.to_string(), message)
+                            .await?,
+                    );
+                }
+                futures::future::try_join_all(pending.into_iter().map(|p| p.into_future()))
+                    .await
+                    .map_err(async_nats::Error::from)
+            })
+            .await?;
+        self.summary.republished += acks.iter().filter(|a| a.duplicate).count() as u64;
+
+        // The outputs are stored: now the inputs may go.
+        let mut left: Vec<usize> = (0..messages.len()).collect();
+        let mut tries = 0;
+        while !left.is_empty() {
+            tries += 1;
+            let results = futures::future::join_all(left.iter().map(|&i| {
+                let kind = match outcomes[i] {
+                    Outcome::Dead { .. } => AckKind::Term,
+                    _ => AckKind::Ack,
+                };
+                messages[i].double_ack_with(kind)
+            }))
+            .await;
+            let mut failed = Vec::new();
+            let mut error = None;
+            let mut acked = Vec::new();
+            for (&i, result) in left.iter().zip(results) {
+                match result {
+                    Ok(()) => acked.push(i),
+                    Err(e) => {
+                        failed.push(i);
+                        error = Some(e);
+                    }
+                }
+            }
+            self.summary.acked += acked.len() as u64;
+            self.metrics
+                .queue_acked
+                .fetch_add(acked.len() as u64, Ordering::Relaxed);
+            let forget: Vec<&[u8]> = acked.iter().map(|&i| tokens[i].as_bytes()).collect();
+            self.store.forget(&forget);
+            left = failed;
+            if let Some(e) = error {
+                if tries >= 3 || self.retry.stop.load(Ordering::Relaxed) {
+                    // Not acknowledged: delivered again after the ack wait,
+                    // answered from the memo, and its republish dropped.
+                    tracing::warn!(
+                        messages = left.len(),
+                        "acknowledging failed ({e}); they will be delivered again"
+                    );
+                    break;
+                }
+                tokio::time::sleep(BACKOFF.1).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subjects_match_as_nats_matches_them() {
+        assert!(subject_matches("tweets", "tweets"));
+        assert!(subject_matches("tweets.*", "tweets.in"));
+        assert!(!subject_matches("tweets.*", "tweets.in.x"));
+        assert!(subject_matches("tweets.>", "tweets.in.x"));
+        assert!(!subject_matches("tweets.>", "tweets"));
+        assert!(!subject_matches("tweets", "tweets.in"));
+        assert!(!subject_matches("a.b", "a"));
+    }
+
+    #[test]
+    fn credentials_are_taken_out_of_the_url() {
+        assert_eq!(split_auth("nats://h:1"), ("nats://h:1".into(), None));
+        assert_eq!(
+            split_auth("nats://me:pw@h:1,nats://me:pw@h:2"),
+            (
+                "nats://h:1,nats://h:2".into(),
+                Some(("me".into(), Some("pw".into())))
+            )
+        );
+        assert_eq!(
+            split_auth("tls://tok@h:1"),
+            ("tls://h:1".into(), Some(("tok".into(), None)))
+        );
+    }
+
+    #[test]
+    fn passwords_and_tokens_are_never_shown() {
+        assert_eq!(redact("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
+        assert_eq!(redact("nats://me:secret@h:4222"), "nats://me:***@h:4222");
+        assert_eq!(redact("tls://s3cr3t@h:4222"), "tls://***@h:4222");
+        assert_eq!(
+            redact("nats://a:b@h1:1,nats://a:b@h2:2"),
+            "nats://a:***@h1:1,nats://a:***@h2:2"
+        );
+        let server = NatsServer {
+            url: "nats://me:secret@h:4222".into(),
+            creds: None,
+            ca: None,
+        };
+        assert!(!format!("{server} {server:?}").contains("secret"));
+    }
+}

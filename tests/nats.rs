@@ -1,0 +1,705 @@
+//! `dedup-stream consume --nats` against a real `nats-server -js` (Debian's
+//! `nats-server`; skipped, saying so, without one unless
+//! `DEDUP_REQUIRE_NATS=1`): the filter's output with one worker, dead
+//! letters, SIGTERM, exactly one output per input through `kill -9` of the
+//! worker and a restart of the server, and a consumer whose settings
+//! conflict.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use common::nats::{Client, NatsServer, Stored, available};
+use common::{bin, run};
+
+const IN_STREAM: &str = "tweets";
+const IN_SUBJECT: &str = "tweets.in";
+const OUT_STREAM: &str = "tagged";
+const OUT_SUBJECT: &str = "tagged.out";
+const DEAD_SUBJECT: &str = "tagged.out.invalid";
+
+/// `n` tweets in v1.1 form where stories repeat as retweets and edits.
+fn tweets(n: usize) -> Vec<Vec<u8>> {
+    let places = ["coastal", "northern", "river", "mountain", "harbour", "old"];
+    (0..n)
+        .map(|i| {
+            let story = (i * 7) % 41;
+            let text = match i % 4 {
+                0 => format!(
+                    "Storm {story} has closed the {} highway north of the city tonight",
+                    places[story % places.len()]
+                ),
+                1 => format!(
+                    "RT @news{}: Storm {story} has closed the {} highway north of the city tonight",
+                    i % 5,
+                    places[story % places.len()]
+                ),
+                2 => format!(
+                    "Market report {i}: prices of item {} rose by {} percent",
+                    i * 13,
+                    i % 9
+                ),
+                _ => format!(
+                    "Storm {story} has closed the {} highway north of the city tonight, police say",
+                    places[story % places.len()]
+                ),
+            };
+            format!(r#"{{"id_str":"{i}","text":"{text}"}}"#).into_bytes()
+        })
+        .collect()
+}
+
+/// A worker on `server`'s streams (ack wait 2 s) with these extra options;
+/// its stderr goes to `log`.
+fn worker(server: &NatsServer, extra: &[&str], log: &Path) -> Child {
+    let url = server.url();
+    Command::new(bin())
+        .args([
+            "consume",
+            "--nats",
+            &url,
+            "--stream",
+            IN_STREAM,
+            "--subject",
+            IN_SUBJECT,
+            "--durable",
+            "dedup",
+            "--output-subject",
+            OUT_SUBJECT,
+            "--output-stream",
+            OUT_STREAM,
+            "--ack-wait",
+            "2s",
+        ])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).expect("a log file"))
+        .spawn()
+        .expect("the worker starts")
+}
+
+/// SIGTERM, then the exit status (waiting at most 20 s).
+fn terminate(child: &mut Child) -> ExitStatus {
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the worker did not stop within 20 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until `done` holds (at most `limit`), polling; on a timeout
+/// shows the worker's log.
+fn wait_for(limit: Duration, what: &str, log: &Path, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}; the worker's log:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn outputs(client: &Client) -> Vec<Stored> {
+    client
+        .read(OUT_STREAM)
+        .into_iter()
+        .filter(|m| m.subject == OUT_SUBJECT)
+        .collect()
+}
+
+/// The outputs by their input's stream sequence (from `Nats-Msg-Id`),
+/// failing on two outputs of one input.
+fn by_sequence(outputs: &[Stored]) -> BTreeMap<u64, Vec<u8>> {
+    let mut seen = BTreeMap::new();
+    for output in outputs {
+        let id = output
+            .header("Nats-Msg-Id")
+            .expect("every output has Nats-Msg-Id");
+        let sequence: u64 = id
+            .strip_prefix(&format!("dedup-{IN_STREAM}-"))
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("Nats-Msg-Id {id:?} names its input"));
+        assert!(
+            seen.insert(sequence, output.payload.clone()).is_none(),
+            "input {sequence} has two outputs"
+        );
+    }
+    seen
+}
+
+/// The filter's output for these lines, one tagged line per input.
+fn filtered(lines: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let input = lines.join(&b"\n"[..]);
+    let output = run(&["--quiet"], &input);
+    assert!(output.status.success());
+    output
+        .stdout
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
+/// Asserts that `tagged` is `input` with a `dedup` member spliced in.
+fn is_tagged(input: &[u8], tagged: &[u8]) {
+    let body = &input[..input.len() - 1];
+    assert!(
+        tagged.starts_with(body) && tagged[body.len()..].starts_with(br#","dedup":{"status":""#),
+        "{} is not {} tagged",
+        String::from_utf8_lossy(tagged),
+        String::from_utf8_lossy(input)
+    );
+}
+
+#[test]
+fn one_worker_publishes_what_the_filter_writes_and_stops_on_sigterm() {
+    if !available("one_worker_publishes_what_the_filter_writes_and_stops_on_sigterm") {
+        return;
+    }
+    let server = NatsServer::start();
+    let client = Client::connect(&server.url());
+    let lines = tweets(400);
+    client.create_stream(IN_STREAM, &[IN_SUBJECT]);
+    client.publish(IN_SUBJECT, &lines);
+    let temp = tempfile::tempdir().unwrap();
+    let log = temp.path().join("worker.log");
+    let mut child = worker(&server, &["--batch", "64"], &log);
+    wait_for(Duration::from_secs(20), "every output", &log, || {
+        client.count(OUT_STREAM) >= lines.len() as u64
+    });
+    let started = Instant::now();
+    let status = terminate(&mut child);
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{status}: {stderr}");
+    assert!(started.elapsed() < Duration::from_secs(5), "a quick stop");
+    assert!(stderr.contains("created the output stream"), "{stderr}");
+    assert!(stderr.contains("created the durable consumer"), "{stderr}");
+    assert!(
+        stderr.contains("400 messages read (0 redelivered)") && stderr.contains("400 acknowledged"),
+        "{stderr}"
+    );
+
+    let outputs = outputs(&client);
+    let expected = filtered(&lines);
+    assert_eq!(outputs.len(), expected.len());
+    for (i, (output, line)) in outputs.iter().zip(&expected).enumerate() {
+        assert_eq!(
+            String::from_utf8_lossy(&output.payload),
+            String::from_utf8_lossy(line),
+            "output {i}"
+        );
+        assert_eq!(
+            output.header("Nats-Msg-Id"),
+            Some(format!("dedup-{IN_STREAM}-{}", i + 1).as_str())
+        );
+    }
+    assert!(
+        expected
+            .iter()
+            .any(|l| String::from_utf8_lossy(l).contains("duplicate")),
+        "the stream has duplicates"
+    );
+    assert_eq!(client.consumer_backlog(IN_STREAM, "dedup"), (0, 0));
+}
+
+#[test]
+fn malformed_messages_go_to_the_dead_letter_subject_and_are_terminated() {
+    if !available("malformed_messages_go_to_the_dead_letter_subject_and_are_terminated") {
+        return;
+    }
+    let server = NatsServer::start();
+    let client = Client::connect(&server.url());
+    client.create_stream(IN_STREAM, &[IN_SUBJECT]);
+    let good = tweets(2);
+    let inputs = vec![
+        good[0].clone(),
+        b"not json at all".to_vec(),
+        br#"{"id_str":"9"}"#.to_vec(),
+        good[1].clone(),
+        vec![b'x'; 300],
+    ];
+    client.publish(IN_SUBJECT, &inputs);
+    let temp = tempfile::tempdir().unwrap();
+    let log = temp.path().join("worker.log");
+    let mut child = worker(&server, &["--max-line-bytes", "200"], &log);
+    wait_for(
+        Duration::from_secs(20),
+        "every message handled",
+        &log,
+        || client.read(OUT_STREAM).len() >= 5,
+    );
+    let status = terminate(&mut child);
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("3 invalid"), "{stderr}");
+
+    let all = client.read(OUT_STREAM);
+    assert_eq!(all.len(), 5);
+    let dead: Vec<&Stored> = all.iter().filter(|m| m.subject == DEAD_SUBJECT).collect();
+    assert_eq!(dead.len(), 3);
+    assert_eq!(dead[0].payload, inputs[1]);
+    assert_eq!(dead[0].header("Dedup-Source"), Some("tweets.2"));
+    assert!(
+        dead[0]
+            .header("Dedup-Error")
+            .is_some_and(|e| e.contains("JSON")),
+        "{dead:?}"
+    );
+    assert_eq!(dead[1].payload, inputs[2]);
+    assert!(
+        dead[1]
+            .header("Dedup-Error")
+            .is_some_and(|e| e.contains("text")),
+        "{dead:?}"
+    );
+    // Over --max-line-bytes: named, not copied.
+    assert!(dead[2].payload.is_empty());
+    assert_eq!(dead[2].header("Dedup-Source"), Some("tweets.5"));
+    let tagged = outputs(&client);
+    assert_eq!(tagged.len(), 2);
+    is_tagged(&inputs[0], &tagged[0].payload);
+    is_tagged(&inputs[3], &tagged[1].payload);
+    // Terminated and acknowledged: nothing waits, nothing comes back.
+    assert_eq!(client.consumer_backlog(IN_STREAM, "dedup"), (0, 0));
+}
+
+#[test]
+fn a_worker_killed_mid_stream_leaves_exactly_one_output_per_input() {
+    if !available("a_worker_killed_mid_stream_leaves_exactly_one_output_per_input") {
+        return;
+    }
+    let server = NatsServer::start();
+    let client = Client::connect(&server.url());
+    let lines = tweets(3000);
+    client.create_stream(IN_STREAM, &[IN_SUBJECT]);
+    client.publish(IN_SUBJECT, &lines);
+    let temp = tempfile::tempdir().unwrap();
+    let log = temp.path().join("worker.log");
+    let mut first = worker(&server, &["--batch", "8"], &log);
+    wait_for(Duration::from_secs(20), "some outputs", &log, || {
+        client.count(OUT_STREAM) >= 100
+    });
+    first.kill().unwrap(); // SIGKILL: mid-stream, mid-batch
+    first.wait().unwrap();
+    let done = outputs(&client).len();
+    assert!(done < lines.len(), "killed before the end ({done})");
+
+    let log2 = temp.path().join("worker2.log");
+    let mut second = worker(&server, &["--batch", "16"], &log2);
+    wait_for(
+        Duration::from_secs(25),
+        "every input answered",
+        &log2,
+        || {
+            client.consumer_backlog(IN_STREAM, "dedup") == (0, 0)
+                && client.count(OUT_STREAM) >= lines.len() as u64
+        },
+    );
+    let status = terminate(&mut second);
+    let stderr = std::fs::read_to_string(&log2).unwrap();
+    assert!(status.success(), "{stderr}");
+    eprintln!(
+        "the restarted worker: {}",
+        stderr.lines().last().unwrap_or("")
+    );
+
+    let outputs = outputs(&client);
+    let answered = by_sequence(&outputs);
+    assert_eq!(outputs.len(), lines.len(), "exactly one output per input");
+    assert_eq!(answered.len(), lines.len());
+    for (sequence, payload) in &answered {
+        is_tagged(&lines[*sequence as usize - 1], payload);
+    }
+    // What the first worker published before it died is what the filter
+    // writes for those messages (it saw them in order, from the start).
+    let expected = filtered(&lines);
+    for (i, output) in outputs.iter().take(done).enumerate() {
+        assert_eq!(output.payload, expected[i], "output {i}");
+    }
+}
+
+#[test]
+fn a_worker_waits_out_a_server_restart_and_loses_nothing() {
+    if !available("a_worker_waits_out_a_server_restart_and_loses_nothing") {
+        return;
+    }
+    let mut server = NatsServer::start();
+    let lines = tweets(800);
+    let (before, after) = lines.split_at(400);
+    {
+        let client = Client::connect(&server.url());
+        client.create_stream(IN_STREAM, &[IN_SUBJECT]);
+        client.publish(IN_SUBJECT, before);
+    }
+    let temp = tempfile::tempdir().unwrap();
+    let log = temp.path().join("worker.log");
+    let mut child = worker(&server, &["--batch", "16"], &log);
+    {
+        let client = Client::connect(&server.url());
+        wait_for(Duration::from_secs(20), "some outputs", &log, || {
+            client.count(OUT_STREAM) >= 100
+        });
+    }
+    server.restart();
+    std::thread::sleep(Duration::from_millis(500));
+    let client = Client::connect(&server.url());
+    client.publish(IN_SUBJECT, after);
+    wait_for(
+        Duration::from_secs(25),
+        "every input answered",
+        &log,
+        || {
+            client.count(OUT_STREAM) >= lines.len() as u64
+                && client.consumer_backlog(IN_STREAM, "dedup") == (0, 0)
+        },
+    );
+    let status = terminate(&mut child);
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{stderr}");
+    eprintln!("the worker: {}", stderr.lines().last().unwrap_or(""));
+    assert!(
+        stderr.contains("disconnected from NATS"),
+        "the outage was seen: {stderr}"
+    );
+    let outputs = outputs(&client);
+    assert_eq!(outputs.len(), lines.len(), "{stderr}");
+    let answered = by_sequence(&outputs);
+    assert_eq!(answered.len(), lines.len());
+    for (sequence, payload) in &answered {
+        is_tagged(&lines[*sequence as usize - 1], payload);
+    }
+}
+
+#[test]
+fn a_consumer_with_other_settings_is_refused() {
+    if !available("a_consumer_with_other_settings_is_refused") {
+        return;
+    }
+    let server = NatsServer::start();
+    let client = Client::connect(&server.url());
+    client.create_stream(IN_STREAM, &["tweets.>"]);
+    let temp = tempfile::tempdir().unwrap();
+    // A worker makes the consumer on tweets.in; one on tweets.other with
+    // the same durable is refused, as is one whose output it would read.
+    let log = temp.path().join("worker.log");
+    let mut child = worker(&server, &[], &log);
+    wait_for(Duration::from_secs(20), "the consumer", &log, || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("created the durable consumer"))
+    });
+    assert!(terminate(&mut child).success());
+
+    let url = server.url();
+    let refused = |extra: &[&str]| {
+        let output = Command::new(bin())
+            .args([
+                "consume",
+                "--nats",
+                &url,
+                "--stream",
+                IN_STREAM,
+                "--durable",
+                "dedup",
+                "--output-stream",
+                OUT_STREAM,
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(1));
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let stderr = refused(&["--subject", "tweets.other", "--output-subject", OUT_SUBJECT]);
+    assert!(
+        stderr.contains("exists with other settings") && stderr.contains("tweets.in"),
+        "{stderr}"
+    );
+    let stderr = refused(&[
+        "--subject",
+        "tweets.in",
+        "--output-subject",
+        "tagged.out",
+        "--ack-wait",
+        "9s",
+    ]);
+    assert!(stderr.contains("ack wait"), "{stderr}");
+    let stderr = refused(&["--subject", "tweets.>", "--output-subject", "tweets.out"]);
+    assert!(stderr.contains("read its own output"), "{stderr}");
+}
+
+#[test]
+fn passwords_in_the_url_are_never_printed() {
+    let output = Command::new(bin())
+        .args([
+            "consume",
+            "--nats",
+            "nats://me:s3cret@127.0.0.1:1",
+            "--stream",
+            "s",
+            "--subject",
+            "a",
+            "--durable",
+            "d",
+            "--output-subject",
+            "b",
+            "--redis",
+            "redis://x",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "--redis and --nats exclude each other"
+    );
+    let output = Command::new(bin())
+        .args([
+            "consume",
+            "-v",
+            "--nats",
+            "nats://me:s3cret@127.0.0.1:1",
+            "--stream",
+            "s",
+            "--subject",
+            "a",
+            "--durable",
+            "d",
+            "--output-subject",
+            "b",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut child = output;
+    terminate(&mut child);
+    let mut stderr = String::new();
+    use std::io::Read;
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(!stderr.contains("s3cret"), "{stderr}");
+    assert!(stderr.contains("nats://me:***@127.0.0.1:1"), "{stderr}");
+}
+
+#[test]
+fn the_state_file_carries_the_index_across_restarts() {
+    if !available("the_state_file_carries_the_index_across_restarts") {
+        return;
+    }
+    let server = NatsServer::start();
+    let client = Client::connect(&server.url());
+    client.create_stream(IN_STREAM, &[IN_SUBJECT]);
+    client.publish(
+        IN_SUBJECT,
+        &[br#"{"id_str":"1","text":"Flooding has closed the coastal highway north of the city tonight"}"#.to_vec()],
+    );
+    let temp = tempfile::tempdir().unwrap();
+    let state = temp.path().join("index.state");
+    let state_arg = state.to_str().unwrap();
+    let log = temp.path().join("worker.log");
+    let mut child = worker(&server, &["--state", state_arg], &log);
+    wait_for(Duration::from_secs(20), "the first output", &log, || {
+        client.count(OUT_STREAM) >= 1
+    });
+    assert!(terminate(&mut child).success());
+    assert!(state.exists(), "saved at the stop");
+
+    client.publish(
+        IN_SUBJECT,
+        &[br#"{"id_str":"2","text":"RT @police: Flooding has closed the coastal highway north of the city tonight"}"#.to_vec()],
+    );
+    let mut child = worker(&server, &["--state", state_arg], &log);
+    wait_for(Duration::from_secs(20), "the second output", &log, || {
+        client.count(OUT_STREAM) >= 2
+    });
+    assert!(terminate(&mut child).success());
+    let outputs = outputs(&client);
+    let second = String::from_utf8_lossy(&outputs[1].payload).into_owned();
+    assert!(second.contains(r#""duplicate_of":"1""#), "{second}");
+}
+
+#[test]
+fn two_workers_sharing_an_index_in_redis_answer_each_input_once_through_a_kill() {
+    let test = "two_workers_sharing_an_index_in_redis_answer_each_input_once_through_a_kill";
+    if !available(test) || !common::redis::available(test) {
+        return;
+    }
+    let redis = common::redis::RedisServer::start();
+    let index = format!("redis://127.0.0.1:{}", redis.port);
+    let server = NatsServer::start();
+    let client = Client::connect(&server.url());
+    let lines = tweets(1200);
+    client.create_stream(IN_STREAM, &[IN_SUBJECT]);
+    client.publish(IN_SUBJECT, &lines);
+    let temp = tempfile::tempdir().unwrap();
+    let logs: Vec<_> = (0..3)
+        .map(|i| temp.path().join(format!("w{i}.log")))
+        .collect();
+    let options = ["--batch", "16", "--index", &index];
+    let mut a = worker(&server, &options, &logs[0]);
+    let mut b = worker(&server, &options, &logs[1]);
+    wait_for(Duration::from_secs(20), "some outputs", &logs[0], || {
+        client.count(OUT_STREAM) >= 200
+    });
+    a.kill().unwrap();
+    a.wait().unwrap();
+    let mut c = worker(&server, &options, &logs[2]);
+    wait_for(
+        Duration::from_secs(25),
+        "every input answered",
+        &logs[1],
+        || {
+            client.consumer_backlog(IN_STREAM, "dedup") == (0, 0)
+                && client.count(OUT_STREAM) >= lines.len() as u64
+        },
+    );
+    assert!(terminate(&mut b).success());
+    assert!(terminate(&mut c).success());
+    let outputs = outputs(&client);
+    assert_eq!(outputs.len(), lines.len(), "exactly one output per input");
+    let answered = by_sequence(&outputs);
+    assert_eq!(answered.len(), lines.len());
+    for (sequence, payload) in &answered {
+        is_tagged(&lines[*sequence as usize - 1], payload);
+    }
+    // One index: each story is new once, whichever worker saw it.
+    let new = outputs
+        .iter()
+        .filter(|o| String::from_utf8_lossy(&o.payload).contains(r#""status":"new""#))
+        .count();
+    let expected_new = filtered(&lines)
+        .iter()
+        .filter(|l| String::from_utf8_lossy(l).contains(r#""status":"new""#))
+        .count();
+    eprintln!("new: {new} with two workers and a kill, {expected_new} in the filter");
+    assert!(
+        new.abs_diff(expected_new) <= expected_new / 20,
+        "{new} vs {expected_new}"
+    );
+}
+
+/// `GET path` on the admin endpoint: the status line's code, 0 if none.
+fn http_status(port: u16, path: &str) -> u16 {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return 0;
+    };
+    let _ = write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn health_follows_the_server_and_a_password_in_the_url_logs_in() {
+    if !available("health_follows_the_server_and_a_password_in_the_url_logs_in") {
+        return;
+    }
+    let mut server = NatsServer::start_with(&["--user", "me", "--pass", "s3cret"]);
+    let url = format!("nats://me:s3cret@127.0.0.1:{}", server.port);
+    let client = Client::connect(&url);
+    client.create_stream(IN_STREAM, &[IN_SUBJECT]);
+    client.publish(IN_SUBJECT, &tweets(10));
+    let admin = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let temp = tempfile::tempdir().unwrap();
+    let log = temp.path().join("worker.log");
+    let mut child = Command::new(bin())
+        .args([
+            "consume",
+            "--nats",
+            &url,
+            "--stream",
+            IN_STREAM,
+            "--subject",
+            IN_SUBJECT,
+            "--durable",
+            "dedup",
+            "--output-subject",
+            OUT_SUBJECT,
+            "--output-stream",
+            OUT_STREAM,
+            "--admin",
+            &format!("127.0.0.1:{admin}"),
+        ])
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for(Duration::from_secs(20), "the outputs", &log, || {
+        client.count(OUT_STREAM) >= 10
+    });
+    assert_eq!(http_status(admin, "/healthz"), 200);
+    server.kill();
+    wait_for(Duration::from_secs(25), "/healthz 503", &log, || {
+        http_status(admin, "/healthz") == 503
+    });
+    server.restart();
+    wait_for(Duration::from_secs(25), "/healthz 200 again", &log, || {
+        http_status(admin, "/healthz") == 200
+    });
+    assert!(terminate(&mut child).success());
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(!stderr.contains("s3cret"), "{stderr}");
+    assert!(stderr.contains("NATS reachable again"), "{stderr}");
+}
+
+#[test]
+fn a_token_in_the_url_logs_in() {
+    if !available("a_token_in_the_url_logs_in") {
+        return;
+    }
+    let server = NatsServer::start_with(&["--auth", "t0ken"]);
+    let url = format!("nats://t0ken@127.0.0.1:{}", server.port);
+    let temp = tempfile::tempdir().unwrap();
+    let log = temp.path().join("worker.log");
+    let mut child = Command::new(bin())
+        .args([
+            "consume",
+            "--nats",
+            &url,
+            "--stream",
+            IN_STREAM,
+            "--subject",
+            IN_SUBJECT,
+            "--durable",
+            "dedup",
+            "--output-subject",
+            OUT_SUBJECT,
+            "--output-stream",
+            OUT_STREAM,
+        ])
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for(Duration::from_secs(20), "the consumer", &log, || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("created the durable consumer"))
+    });
+    assert!(terminate(&mut child).success());
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(!stderr.contains("t0ken"), "{stderr}");
+}

@@ -270,14 +270,16 @@ pub struct ConsumeArgs {
 
     /// Create the input stream if it does not exist (empty), instead of
     /// waiting for it to appear (a misspelt name otherwise waits, saying
-    /// so, rather than consuming a new, empty stream forever).
-    #[arg(long)]
+    /// so, rather than consuming a new, empty stream forever). Redis
+    /// Streams only (a NATS stream is created when missing).
+    #[arg(long, conflicts_with = "nats")]
     pub create: bool,
 
     /// Consumers of the group that hold no pending entry and have been idle
     /// this long (workers that stopped, under names not used again) are
     /// removed from the group. Units: ms, s, m, h.
-    #[arg(long, default_value = "1h", value_name = "DURATION", value_parser = parse_duration)]
+    /// Redis Streams only.
+    #[arg(long, default_value = "1h", value_name = "DURATION", value_parser = parse_duration, conflicts_with = "nats")]
     pub forget_idle_consumers: Duration,
 
     /// Entries read at a time.

@@ -438,6 +438,11 @@ fn runtime() -> Result<tokio::runtime::Runtime, Exit> {
         })
 }
 
+/// Loads `--state` into a new engine (see [`load_state_checked`]).
+fn load_state(args: &StateArgs, deduper: Deduper) -> Result<Deduper, Exit> {
+    load_state_checked(args, deduper).map(|(deduper, _)| deduper)
+}
+
 /// Loads `--state` into a new engine, and says whether the index holds what
 /// the file holds (it does not when --fresh-state set a bad file aside). A
 /// missing file is the first run; a corrupt or incompatible one stops the

@@ -337,17 +337,13 @@ fn consume_nats(args: &ConsumeArgs) -> Exit {
             result
         }
         location => {
-            // Set one by one: options the index gains later keep their
-            // defaults here until this worker has a say in them.
-            #[allow(clippy::field_reassign_with_default)]
-            let options = {
-                let mut options = RedisOptions::default();
-                options.metrics = Some(Arc::clone(&metrics));
-                options.stop = Some(Arc::clone(&stop));
-                options.token_scope = Some(consume_nats::token_scope(&config));
-                options.timeout = Some(args.redis_timeout);
-                options.snapshot_every = args.log_snapshot_every;
-                options
+            let options = RedisOptions {
+                metrics: Some(Arc::clone(&metrics)),
+                stop: Some(Arc::clone(&stop)),
+                token_scope: Some(consume_nats::token_scope(&config)),
+                timeout: Some(args.redis_timeout),
+                wait: args.redis_wait.0,
+                snapshot_every: args.log_snapshot_every,
             };
             let mut store = match open_index(location, &args.index_name, &engine, options) {
                 Ok(store) => store,

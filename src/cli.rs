@@ -464,7 +464,7 @@ pub struct StateArgs {
 #[derive(Debug, Args)]
 pub struct FilterArgs {
     /// JSON-lines files to read in order, as one stream (`-`: stdin; a
-    /// name ending in .gz is read decompressed).
+    /// name ending in .gz or .zst is read decompressed).
     /// Default: stdin. A file named like a subcommand needs a path: ./serve.
     #[arg(value_name = "FILE")]
     pub files: Vec<PathBuf>,

@@ -227,6 +227,9 @@ impl Inputs {
                     // Several members one after another (`cat a.gz b.gz`)
                     // are one stream, as gzip -d reads them.
                     Box::new(flate2::read::MultiGzDecoder::new(io::BufReader::new(file)))
+                } else if is_zstd(path) {
+                    // Several frames, likewise (zstd's decoder reads them all).
+                    Box::new(zstd::stream::read::Decoder::new(file).map_err(|e| named(path, e))?)
                 } else {
                     Box::new(file)
                 }
@@ -339,6 +342,12 @@ impl Read for Inputs {
 pub fn is_gzip(path: &Path) -> bool {
     path.extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("gz"))
+}
+
+/// Whether a file is read through zstd: its name ends in `.zst`.
+pub fn is_zstd(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("zst"))
 }
 
 /// An I/O error with the path it happened on.

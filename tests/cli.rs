@@ -1002,3 +1002,24 @@ fn the_status_line_never_runs_into_output_on_the_terminal() {
         "the status line when the output is a file: {to_file:?}"
     );
 }
+
+/// A file whose name ends in `.zst` is read decompressed, as `.gz` is.
+#[test]
+fn a_zst_file_is_read_decompressed() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = common::fixture("retweet_storm.jsonl");
+    let bytes = std::fs::read(&plain).unwrap();
+    let packed = dir.path().join("storm.jsonl.zst");
+    std::fs::write(&packed, zstd::encode_all(&bytes[..], 3).unwrap()).unwrap();
+    let expected = run(&["--quiet", plain.to_str().unwrap()], b"");
+    let got = run(&["--quiet", packed.to_str().unwrap()], b"");
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    assert!(
+        got.stdout == expected.stdout,
+        "the same tags as the plain file"
+    );
+}

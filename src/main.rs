@@ -553,7 +553,7 @@ fn load_with_journal(
         fields,
         &mut deduper,
     )?;
-    Ok((deduper, Some(journal)))
+    Ok((deduper, journal))
 }
 
 /// Opens `--state`'s journal and replays it into `deduper` (see
@@ -567,7 +567,7 @@ fn open_journal(
     preparer: &Preparer,
     fields: &FieldSpec,
     deduper: &mut Deduper,
-) -> Result<Journal, Exit> {
+) -> Result<Option<Journal>, Exit> {
     let decoder = Decoder::new(fields.clone());
     let mut opened = journal::open(
         state,
@@ -622,7 +622,25 @@ fn open_journal(
                     "journal replayed"
                 );
             }
-            Ok(journal)
+            Ok(Some(journal))
+        }
+        // The journal was read and replayed, but its new copy cannot be
+        // written (a full or read-only disk): the run goes on without one,
+        // as it does when a write fails later, and the old file is kept
+        // for the next start.
+        Err(JournalError::Io { path, source })
+            if matches!(
+                source.kind(),
+                std::io::ErrorKind::StorageFull | std::io::ErrorKind::ReadOnlyFilesystem
+            ) =>
+        {
+            tracing::warn!(
+                path = %path.display(),
+                error = %source,
+                "cannot write the journal: going on without it (a crash loses what is indexed \
+                 until the state file is saved)"
+            );
+            Ok(None)
         }
         Err(e) => {
             eprintln!("dedup-stream: {e}");

@@ -360,9 +360,14 @@ fn serve_options_come_from_environment_variables_too() {
     let listen = format!("unix:{}", socket.display());
     let seen = serve_until_listening(&[], &[("DEDUP_STREAM_LISTEN", &listen)]);
     assert!(seen.contains(&listen), "{seen}");
-    // The filter does not read them.
+    // The filter reads them too, and names the variable of a bad value.
     let filter = run_env(&["--quiet"], &[("DEDUP_STREAM_THRESHOLD", "1.5")]);
-    assert!(filter.status.success(), "{}", stderr(&filter));
+    assert_eq!(filter.status.code(), Some(2));
+    assert!(
+        stderr(&filter).contains("DEDUP_STREAM_THRESHOLD"),
+        "{}",
+        stderr(&filter)
+    );
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! times, queue tokens; see [`log`]), numbered 1, 2, 3… by a small script
 //! (`append.lua`) as workers append them. Every worker keeps a **replica**
 //! of the whole index in memory ([`replica`]): the same
-//! [`Deduper`](crate::engine::Deduper) the filter uses, applied to every
+//! [`Deduper`] the filter uses, applied to every
 //! entry in log order. A worker appends its batch, reads and applies the
 //! entries other workers appended before it, then applies its own: its
 //! verdicts are those of the in-memory engine on the messages in log order,

@@ -777,7 +777,10 @@ impl IndexStore for RedisIndex {
                 )));
             }
             let found = if number == self.replica.applied + 1 {
-                // Nothing came between: the batch is applied as it was sent.
+                // Nothing came between: the batch is applied as it was sent,
+                // read back from the very bytes the other replicas read (not
+                // from the asks), so no difference between the two can make
+                // this replica decide otherwise than theirs.
                 let batch =
                     Batch::decode(&self.payload).map_err(|e| StoreError::Refused(e.to_string()))?;
                 self.replica.apply(&batch, true, verdicts);

@@ -512,6 +512,13 @@ pub struct FilterArgs {
     #[arg(long, value_enum, default_value_t = EmitArg::All)]
     pub emit: EmitArg,
 
+    /// Add to each tag what decided it, as "explain": the rule, the
+    /// measure, the shingle counts behind the similarity, the threshold,
+    /// and for a new message the nearest candidate (docs/explain.md). With
+    /// the index in memory.
+    #[arg(long)]
+    pub explain: bool,
+
     /// What an invalid line does: skip (warn with its number and go on) or
     /// fail (stop with exit status 65).
     #[arg(long, value_enum, default_value_t = OnInvalidArg::Skip)]

@@ -139,6 +139,9 @@ fn filter(args: &FilterArgs) -> Exit {
     if let Err(e) = scale::refuse_memory_only(&args.index, &args.state) {
         return usage(e);
     }
+    if args.explain && !matches!(args.index.index, IndexLocation::Memory) {
+        return usage("--explain needs the index in memory (--index memory)");
+    }
     let config = match args.engine_config() {
         Ok(config) => config,
         Err(e) => return usage(e),
@@ -182,7 +185,10 @@ fn filter(args: &FilterArgs) -> Exit {
             match load_with_journal(&args.state, config, &run.preparer, &fields)
                 .and_then(|(deduper, journal)| Ok((deduper, journal, runtime()?)))
             {
-                Ok((deduper, journal, runtime)) => run.filter(deduper, runtime, journal),
+                Ok((mut deduper, journal, runtime)) => {
+                    deduper.set_explain(args.explain);
+                    run.filter(deduper, runtime, journal)
+                }
                 Err(exit) => exit,
             }
         }

@@ -623,6 +623,11 @@ pub struct CompareArgs {
     #[arg(long)]
     pub file: bool,
 
+    /// Also say which rule decides (as the filter's --explain would tag B
+    /// after A) and the counts behind the similarity.
+    #[arg(long)]
+    pub explain: bool,
+
     /// First text (@PATH: the text in a file).
     pub a: String,
 

@@ -17,7 +17,7 @@ use tracing_subscriber::filter::LevelFilter;
 
 use cli::{Command, CompareArgs, CompletionsArgs, FilterArgs, ServeArgs, ShellArg, StateArgs};
 use dedup_stream::engine::verdict::{LoneMatch, RECENT_MARGIN};
-use dedup_stream::engine::{Explained, IndexStore, Preparer};
+use dedup_stream::engine::{Explained, IndexStore, Preparer, Rule};
 use dedup_stream::input::{self, Inputs, Source};
 use dedup_stream::journal::{self, Journal, JournalError, SnapshotId};
 use dedup_stream::output::{self, AtomicFile, OutputKind};
@@ -838,6 +838,36 @@ fn compare(args: &CompareArgs) -> Exit {
         obc = shown(b, a).len(),
         only_b = shown(b, a).join(", "),
     );
+    let report = if args.explain {
+        let counts =
+            dedup_stream::engine::explain::pair_counts(config.measure, &set(b), &set(a), hints);
+        let rule = if set(a) == set(b) {
+            Rule::Exact
+        } else if similarity >= config.threshold && counts.anchored {
+            Rule::Anchor
+        } else if similarity >= config.threshold {
+            Rule::Threshold
+        } else if duplicate {
+            Rule::LoneRecent
+        } else {
+            Rule::BelowThreshold
+        };
+        format!(
+            "{report}rule: {rule} ({measure}: {shared} of {total} shingles{against}; threshold {threshold})\n",
+            rule = rule.name(),
+            measure = counts.measure,
+            shared = counts.shared,
+            total = counts.total,
+            against = match (counts.measure, counts.anchored) {
+                (dedup_stream::Measure::Jaccard, _) => " in the union",
+                (_, false) => " of the smaller set",
+                (_, true) => " of the smaller set, which begins or ends as the other",
+            },
+            threshold = config.threshold,
+        )
+    } else {
+        report
+    };
     let report: String = report
         .lines()
         .map(|line| format!("{}\n", line.trim_end()))

@@ -5,6 +5,7 @@ mod cli;
 mod manual;
 mod scale;
 mod status;
+mod tune_cmd;
 
 use std::io::{self, IsTerminal, Write};
 use std::path::Path;
@@ -76,6 +77,7 @@ fn main() -> ExitCode {
         Some(Command::Serve(args)) => serve(&args),
         Some(Command::Consume(args)) => scale::consume(&args),
         Some(Command::Index(args)) => scale::index(&args),
+        Some(Command::Tune(args)) => tune_cmd::tune(&args),
         Some(Command::Completions(args)) => completions(&args),
         Some(Command::Man(args)) => man(args.page.as_deref()),
         None => filter(&cli.filter),

@@ -572,6 +572,11 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value_t = ReplyArg::Tagged)]
     pub reply: ReplyArg,
 
+    /// Add to each verdict what decided it, as "explain" (see the
+    /// filter's --explain and docs/explain.md). With the index in memory.
+    #[arg(long)]
+    pub explain: bool,
+
     /// Most client connections open at once; one more gets an error line
     /// and is closed.
     #[arg(long, default_value_t = server::DEFAULT_MAX_CONNECTIONS, value_name = "N", value_parser = at_least_one)]

@@ -498,6 +498,9 @@ fn serve(args: &ServeArgs) -> Exit {
     if let Err(e) = scale::refuse_memory_only(&args.index, &args.state) {
         return usage(e);
     }
+    if args.explain && !matches!(args.index.index, IndexLocation::Memory) {
+        return usage("--explain needs the index in memory (--index memory)");
+    }
     let engine = match args.engine_config() {
         Ok(engine) => engine,
         Err(e) => return usage(e),
@@ -507,11 +510,12 @@ fn serve(args: &ServeArgs) -> Exit {
     let stop = Arc::new(AtomicBool::new(false));
     match &args.index.index {
         IndexLocation::Memory => {
-            let (deduper, journal) =
+            let (mut deduper, journal) =
                 match load_with_journal(&args.state, engine, &preparer, &config.fields) {
                     Ok(loaded) => loaded,
                     Err(exit) => return exit,
                 };
+            deduper.set_explain(args.explain);
             match runtime() {
                 Ok(runtime) => run_server_with(
                     args, config, preparer, deduper, runtime, metrics, stop, journal,

@@ -61,10 +61,13 @@ pub enum Command {
     Consume(Box<ConsumeArgs>),
     /// Look after an index kept in Redis: what it holds, or remove it.
     Index(IndexAdminArgs),
-    /// Find the settings that suit a labelled sample of your data: run the
-    /// engine over it at a grid of thresholds, measures and shingle choices,
-    /// and print precision, recall and F1 of each, the threshold curve and
-    /// the recommended flags (docs/tune.md).
+    /// Find the settings that suit a labelled sample of your data.
+    ///
+    /// Runs the engine over the sample at a grid of thresholds, measures
+    /// and shingle choices, and prints precision, recall and F1 of each
+    /// (scored as the synthetic streams' score.py scores the filter's
+    /// output), the threshold curve and the recommended flags
+    /// (docs/tune.md).
     Tune(Box<TuneArgs>),
     /// Print a shell completion script to stdout (for example
     /// `dedup-stream completions bash > ~/.local/share/bash-completion/completions/dedup-stream`).

@@ -436,7 +436,59 @@ mod tests {
         proptest::collection::btree_set(0u32..40, 0..30).prop_map(|s| s.into_iter().collect())
     }
 
+    /// Texts from a small vocabulary, so that a stream has copies, edits
+    /// and near misses.
+    fn stream() -> impl Strategy<Value = Vec<Vec<u8>>> {
+        proptest::collection::vec(proptest::collection::vec(0u8..12, 0..16), 1..60)
+    }
+
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Explanations change no verdict, and each agrees with its
+        /// verdict: a duplicate's counts give its similarity, a lone
+        /// recent match is below the threshold and nothing else is, a new
+        /// message's nearest is below the threshold.
+        #[test]
+        fn explaining_changes_nothing_and_agrees(texts in stream(), threshold in 0.5f64..=0.95) {
+            const WORDS: [&str; 12] = [
+                "river", "road", "closed", "flood", "north", "city", "the", "police",
+                "tonight", "bakery", "opens", "monday",
+            ];
+            let config = EngineConfig { threshold, ..EngineConfig::default() };
+            let mut plain = Deduper::new(config.clone()).unwrap();
+            let mut explained = explaining(config);
+            for (n, words) in texts.iter().enumerate() {
+                let text: Vec<&str> = words.iter().map(|&w| WORDS[w as usize]).collect();
+                let text = text.join(" ");
+                let want = plain.check_text(id(n as u64), &text);
+                let (got, e) = check(&mut explained, n as u64, &text);
+                prop_assert_eq!(&got, &want);
+                prop_assert_eq!(e.threshold, threshold);
+                match &got {
+                    Verdict::Duplicate(m) => {
+                        let counts = e.counts.expect("a duplicate's counts");
+                        prop_assert_eq!(counts.similarity(), m.similarity);
+                        prop_assert!(matches!(
+                            e.rule,
+                            Rule::Exact | Rule::Threshold | Rule::Anchor | Rule::LoneRecent
+                        ));
+                        prop_assert_eq!(e.rule == Rule::LoneRecent, m.similarity < threshold);
+                    }
+                    Verdict::New => {
+                        prop_assert!(matches!(
+                            e.rule,
+                            Rule::Empty | Rule::NoCandidate | Rule::BelowThreshold
+                        ));
+                        prop_assert_eq!(e.rule == Rule::Empty, text.is_empty());
+                        if let Some(nearest) = &e.nearest {
+                            prop_assert!(nearest.similarity < threshold);
+                        }
+                    }
+                }
+            }
+        }
+
         /// The counts are those of the similarity the verdict reports.
         #[test]
         fn counts_are_the_similarity(

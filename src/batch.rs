@@ -9,7 +9,7 @@
 
 use std::ops::Range;
 
-use crate::engine::{Ask, Preparer, Scratch, Sketch, Verdict};
+use crate::engine::{Ask, Explanation, Preparer, Scratch, Sketch, Verdict};
 use crate::error::{InvalidLine, InvalidReason};
 use crate::record::{Decoder, MessageId, Splice, write_tagged};
 
@@ -248,5 +248,19 @@ pub fn write_message(
 ) {
     write_tagged(out, batch.line(message), message.splice, |out| {
         verdict.write_json(out)
+    });
+}
+
+/// [`write_message`] with the verdict's explanation in its tag, when there
+/// is one (`--explain`); without one, the same bytes.
+pub fn write_explained(
+    out: &mut Vec<u8>,
+    batch: &PreparedBatch,
+    message: &PreparedMessage,
+    verdict: &Verdict,
+    explanation: Option<&Explanation>,
+) {
+    write_tagged(out, batch.line(message), message.splice, |out| {
+        verdict.write_json_explained(explanation, out)
     });
 }

@@ -61,6 +61,14 @@ pub enum Command {
     Consume(Box<ConsumeArgs>),
     /// Look after an index kept in Redis: what it holds, or remove it.
     Index(IndexAdminArgs),
+    /// Find the settings that suit a labelled sample of your data.
+    ///
+    /// Runs the engine over the sample at a grid of thresholds, measures
+    /// and shingle choices, and prints precision, recall and F1 of each
+    /// (scored as the synthetic streams' score.py scores the filter's
+    /// output), the threshold curve and the recommended flags
+    /// (docs/tune.md).
+    Tune(Box<TuneArgs>),
     /// Print a shell completion script to stdout (for example
     /// `dedup-stream completions bash > ~/.local/share/bash-completion/completions/dedup-stream`).
     Completions(CompletionsArgs),
@@ -75,7 +83,7 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct ManArgs {
     /// The subcommand whose page to print; none: the main page.
-    #[arg(value_parser = clap::builder::PossibleValuesParser::new(["compare", "serve", "consume", "index", "completions", "man"]))]
+    #[arg(value_parser = clap::builder::PossibleValuesParser::new(["compare", "serve", "consume", "index", "tune", "completions", "man"]))]
     pub page: Option<String>,
 }
 
@@ -512,6 +520,13 @@ pub struct FilterArgs {
     #[arg(long, value_enum, default_value_t = EmitArg::All)]
     pub emit: EmitArg,
 
+    /// Add to each tag what decided it, as "explain": the rule, the
+    /// measure, the shingle counts behind the similarity, the threshold,
+    /// and for a new message the nearest candidate (docs/explain.md). With
+    /// the index in memory.
+    #[arg(long)]
+    pub explain: bool,
+
     /// What an invalid line does: skip (warn with its number and go on) or
     /// fail (stop with exit status 65).
     #[arg(long, value_enum, default_value_t = OnInvalidArg::Skip)]
@@ -559,6 +574,11 @@ pub struct ServeArgs {
     /// as the filter writes it) or verdict (only {"id":ID,"dedup":{...}}).
     #[arg(long, value_enum, default_value_t = ReplyArg::Tagged)]
     pub reply: ReplyArg,
+
+    /// Add to each verdict what decided it, as "explain" (see the
+    /// filter's --explain and docs/explain.md). With the index in memory.
+    #[arg(long)]
+    pub explain: bool,
 
     /// Most client connections open at once; one more gets an error line
     /// and is closed.
@@ -616,11 +636,78 @@ pub struct CompareArgs {
     #[arg(long)]
     pub file: bool,
 
+    /// Also say which rule decides (as the filter's --explain would tag B
+    /// after A) and the counts behind the similarity.
+    #[arg(long)]
+    pub explain: bool,
+
     /// First text (@PATH: the text in a file).
     pub a: String,
 
     /// Second text (@PATH: the text in a file).
     pub b: String,
+}
+
+/// `tune`'s arguments.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Labels: --truth FILE, a TSV with a header row and one row per line of \
+    DATA (its `cluster` column; rows whose `kind` is `invalid` are not scored), as the \
+    synthetic streams' truth files; or --label-field PATH, a field of each line. Lines \
+    of one cluster are copies of one another. The engine options give the settings to \
+    compare against, always one point of the grid."
+)]
+pub struct TuneArgs {
+    /// The sample: JSON lines in stream order.
+    #[arg(value_name = "DATA")]
+    pub data: PathBuf,
+
+    /// Each line's cluster, from a truth TSV of one row per line.
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "label_field",
+        conflicts_with = "label_field"
+    )]
+    pub truth: Option<PathBuf>,
+
+    /// Each line's cluster, from a field of the line (a dotted path; a
+    /// string or a number).
+    #[arg(long, value_name = "PATH")]
+    pub label_field: Option<String>,
+
+    /// Thresholds to try, separated by commas (default: 0.5 to 0.95 by
+    /// 0.05).
+    #[arg(long, value_name = "F,F,…", value_delimiter = ',', value_parser = parse_threshold)]
+    pub thresholds: Vec<f64>,
+
+    /// Measures to try, separated by commas (default: both).
+    #[arg(long, value_name = "M,M", value_delimiter = ',', value_parser = parse_measure)]
+    pub measures: Vec<Measure>,
+
+    /// Shingle choices to try, separated by commas (default:
+    /// words:1-2,words:2,words:3,words:1-3,chars:5).
+    #[arg(long, value_name = "KIND:N,…", value_delimiter = ',', value_parser = parse_shingling)]
+    pub shingles: Vec<Shingling>,
+
+    /// Runs at once (default: the number of CPUs).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<NonZeroUsize>,
+
+    /// Write every run's figures to FILE as CSV.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+
+    /// Write every run's figures, the recommended and the given settings'
+    /// to FILE as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub engine: EngineArgs,
+
+    #[command(flatten)]
+    pub message: MessageArgs,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -80,6 +80,7 @@ pub mod snapshot;
 pub mod stats;
 pub mod stream;
 pub mod timestamp;
+pub mod tune;
 pub mod values;
 
 pub use config::{EmptyText, EngineConfig, Measure, Sampling, Shingling};

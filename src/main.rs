@@ -5,6 +5,7 @@ mod cli;
 mod manual;
 mod scale;
 mod status;
+mod tune_cmd;
 
 use std::io::{self, IsTerminal, Write};
 use std::path::Path;
@@ -17,7 +18,7 @@ use tracing_subscriber::filter::LevelFilter;
 
 use cli::{Command, CompareArgs, CompletionsArgs, FilterArgs, ServeArgs, ShellArg, StateArgs};
 use dedup_stream::engine::verdict::{LoneMatch, RECENT_MARGIN};
-use dedup_stream::engine::{Explained, IndexStore, Preparer};
+use dedup_stream::engine::{Explained, IndexStore, Preparer, Rule};
 use dedup_stream::input::{self, Inputs, Source};
 use dedup_stream::journal::{self, Journal, JournalError, SnapshotId};
 use dedup_stream::output::{self, AtomicFile, OutputKind};
@@ -76,6 +77,7 @@ fn main() -> ExitCode {
         Some(Command::Serve(args)) => serve(&args),
         Some(Command::Consume(args)) => scale::consume(&args),
         Some(Command::Index(args)) => scale::index(&args),
+        Some(Command::Tune(args)) => tune_cmd::tune(&args),
         Some(Command::Completions(args)) => completions(&args),
         Some(Command::Man(args)) => man(args.page.as_deref()),
         None => filter(&cli.filter),
@@ -139,6 +141,9 @@ fn filter(args: &FilterArgs) -> Exit {
     if let Err(e) = scale::refuse_memory_only(&args.index, &args.state) {
         return usage(e);
     }
+    if args.explain && !matches!(args.index.index, IndexLocation::Memory) {
+        return usage("--explain needs the index in memory (--index memory)");
+    }
     let config = match args.engine_config() {
         Ok(config) => config,
         Err(e) => return usage(e),
@@ -182,7 +187,10 @@ fn filter(args: &FilterArgs) -> Exit {
             match load_with_journal(&args.state, config, &run.preparer, &fields)
                 .and_then(|(deduper, journal)| Ok((deduper, journal, runtime()?)))
             {
-                Ok((deduper, journal, runtime)) => run.filter(deduper, runtime, journal),
+                Ok((mut deduper, journal, runtime)) => {
+                    deduper.set_explain(args.explain);
+                    run.filter(deduper, runtime, journal)
+                }
                 Err(exit) => exit,
             }
         }
@@ -490,6 +498,9 @@ fn serve(args: &ServeArgs) -> Exit {
     if let Err(e) = scale::refuse_memory_only(&args.index, &args.state) {
         return usage(e);
     }
+    if args.explain && !matches!(args.index.index, IndexLocation::Memory) {
+        return usage("--explain needs the index in memory (--index memory)");
+    }
     let engine = match args.engine_config() {
         Ok(engine) => engine,
         Err(e) => return usage(e),
@@ -499,11 +510,12 @@ fn serve(args: &ServeArgs) -> Exit {
     let stop = Arc::new(AtomicBool::new(false));
     match &args.index.index {
         IndexLocation::Memory => {
-            let (deduper, journal) =
+            let (mut deduper, journal) =
                 match load_with_journal(&args.state, engine, &preparer, &config.fields) {
                     Ok(loaded) => loaded,
                     Err(exit) => return exit,
                 };
+            deduper.set_explain(args.explain);
             match runtime() {
                 Ok(runtime) => run_server_with(
                     args, config, preparer, deduper, runtime, metrics, stop, journal,
@@ -832,6 +844,36 @@ fn compare(args: &CompareArgs) -> Exit {
         obc = shown(b, a).len(),
         only_b = shown(b, a).join(", "),
     );
+    let report = if args.explain {
+        let counts =
+            dedup_stream::engine::explain::pair_counts(config.measure, &set(b), &set(a), hints);
+        let rule = if set(a) == set(b) {
+            Rule::Exact
+        } else if similarity >= config.threshold && counts.anchored {
+            Rule::Anchor
+        } else if similarity >= config.threshold {
+            Rule::Threshold
+        } else if duplicate {
+            Rule::LoneRecent
+        } else {
+            Rule::BelowThreshold
+        };
+        format!(
+            "{report}rule: {rule} ({measure}: {shared} of {total} shingles{against}; threshold {threshold})\n",
+            rule = rule.name(),
+            measure = counts.measure,
+            shared = counts.shared,
+            total = counts.total,
+            against = match (counts.measure, counts.anchored) {
+                (dedup_stream::Measure::Jaccard, _) => " in the union",
+                (_, false) => " of the smaller set",
+                (_, true) => " of the smaller set, which begins or ends as the other",
+            },
+            threshold = config.threshold,
+        )
+    } else {
+        report
+    };
     let report: String = report
         .lines()
         .map(|line| format!("{}\n", line.trim_end()))

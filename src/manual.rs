@@ -127,6 +127,35 @@ const INDEX: Extra = Extra {
     )],
 };
 
+const TUNE: Extra = Extra {
+    exit_status: &[
+        (
+            "0",
+            "Done: the report is on stdout (and the tables in --csv, --json).",
+        ),
+        ("1", "A file that cannot be read or written."),
+        (
+            "2",
+            "A usage error: an unknown option, a value out of range, a table path that is an input or a file of another kind.",
+        ),
+        (
+            "65",
+            "The sample cannot be scored: a truth file without a cluster column or with fewer rows than the data has lines, a line without its label, no usable line.",
+        ),
+    ],
+    environment: "RUST_LOG overrides the logging level.",
+    examples: &[
+        (
+            "Which threshold suits a labelled sample (a truth TSV of one row per line):",
+            "dedup-stream tune sample.jsonl --truth sample.truth.tsv --csv grid.csv",
+        ),
+        (
+            "Labels in a field of each line, a narrower grid:",
+            "dedup-stream tune sample.jsonl --label-field cluster --thresholds 0.6,0.7,0.8,0.9 --measures containment",
+        ),
+    ],
+};
+
 const OTHER: Extra = Extra {
     exit_status: &[("0", "Done."), ("2", "A usage error.")],
     environment: "None.",
@@ -134,7 +163,15 @@ const OTHER: Extra = Extra {
 };
 
 /// The subcommands that have a page of their own.
-pub const PAGES: &[&str] = &["compare", "serve", "consume", "index", "completions", "man"];
+pub const PAGES: &[&str] = &[
+    "compare",
+    "serve",
+    "consume",
+    "index",
+    "tune",
+    "completions",
+    "man",
+];
 
 /// Writes the page of `page` (a subcommand), or the main one.
 pub fn render(page: Option<&str>, out: &mut dyn Write) -> std::io::Result<()> {
@@ -154,6 +191,7 @@ pub fn render(page: Option<&str>, out: &mut dyn Write) -> std::io::Result<()> {
                 "consume" => &CONSUME,
                 "compare" => &COMPARE,
                 "index" => &INDEX,
+                "tune" => &TUNE,
                 _ => &OTHER,
             };
             (command, extra)
@@ -224,7 +262,10 @@ mod tests {
             let text = String::from_utf8(out).unwrap();
             assert!(text.contains(".SH \"EXIT STATUS\""), "{page:?}");
             assert!(text.contains(".SH ENVIRONMENT"), "{page:?}");
-            if matches!(page, None | Some("serve" | "consume" | "compare" | "index")) {
+            if matches!(
+                page,
+                None | Some("serve" | "consume" | "compare" | "index" | "tune")
+            ) {
                 assert!(text.contains(".SH EXAMPLES"), "{page:?}");
             }
         }

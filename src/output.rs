@@ -43,6 +43,10 @@ pub enum OutputKind {
     Tagged,
     /// Skipped lines with where they were and why (`--rejects`).
     Rejects,
+    /// `tune`'s table as CSV (`--csv`).
+    TuneCsv,
+    /// `tune`'s table as JSON (`--json`).
+    TuneJson,
 }
 
 impl OutputKind {
@@ -53,6 +57,8 @@ impl OutputKind {
             OutputKind::State => "--state",
             OutputKind::Tagged => "--output",
             OutputKind::Rejects => "--rejects",
+            OutputKind::TuneCsv => "--csv",
+            OutputKind::TuneJson => "--json",
         }
     }
 }
@@ -169,6 +175,9 @@ pub fn check(
             OutputKind::State => is_state(path),
             OutputKind::Tagged => force || is_tagged(path),
             OutputKind::Rejects => first_line_has(path, "reason"),
+            OutputKind::TuneCsv => head(path).starts_with(crate::tune::CSV_HEADER.as_bytes()),
+            OutputKind::TuneJson => serde_json::from_slice::<serde_json::Value>(&head(path))
+                .is_ok_and(|v| v.get("points").is_some_and(|p| p.is_array())),
         };
         if !ours {
             return Err(match kind {
@@ -187,6 +196,13 @@ pub fn check(
                 ),
                 OutputKind::Rejects => not_ours(
                     "a rejects file (its first line has no \"reason\" member)",
+                    "name a new file, or remove it first",
+                ),
+                OutputKind::TuneCsv => {
+                    not_ours("a tune table (CSV)", "name a new file, or remove it first")
+                }
+                OutputKind::TuneJson => not_ours(
+                    "a tune table (JSON with \"points\")",
                     "name a new file, or remove it first",
                 ),
             });

@@ -400,6 +400,9 @@ fn decide_batches<S: IndexStore>(
             journal.tick();
         }
         let mut verdicts = verdicts.iter();
+        // One per verdict when the store explains them (--explain), none
+        // otherwise.
+        let mut explanations = store.explanations().iter();
         let mut out = reuse(&spares.out, batch.raw.bytes.len() + batch.items.len() * 64);
         for (at, item) in batch.items.iter().enumerate() {
             match item {
@@ -431,8 +434,9 @@ fn decide_batches<S: IndexStore>(
                     } else {
                         summary.new += 1;
                     }
+                    let explanation = explanations.next();
                     if emit.wants(verdict) {
-                        batch::write_message(&mut out, &batch, message, verdict);
+                        batch::write_explained(&mut out, &batch, message, verdict, explanation);
                     }
                 }
             }

@@ -262,6 +262,35 @@ fn compare_explains_a_verdict() {
     assert!(text.contains(": duplicate"), "{text}");
     assert!(text.contains("shared ("), "{text}");
     assert!(text.contains("\"coastal highway\""), "{text}");
+    assert!(!text.contains("rule: "), "only with --explain: {text}");
+}
+
+/// `compare --explain` names the rule the filter's `--explain` would tag
+/// the second text with, and the counts behind the similarity.
+#[test]
+fn compare_explain_names_the_rule() {
+    let cases = [
+        (format!("RT @police: {STORY}"), "rule: exact (containment: "),
+        (
+            format!(
+                "{STORY}, police say. Avoid the area and take the inland road until the water goes down"
+            ),
+            "rule: anchor (containment: ",
+        ),
+        (
+            "A bake sale on main street this Sunday morning".to_string(),
+            "rule: below_threshold (",
+        ),
+    ];
+    for (b, want) in cases {
+        let output = Command::new(bin())
+            .args(["compare", "--explain", STORY, &b])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&output.stdout);
+        assert!(text.contains(want), "{b}: {text}");
+        assert!(text.contains("only in B ("), "{text}");
+    }
 }
 
 /// A one-word edit of a ten-word tweet is 0.79 similar: a duplicate as a

@@ -120,3 +120,36 @@ fn output_is_the_same_for_every_thread_count() {
         assert!(outputs.windows(2).all(|w| w[0] == w[1]), "{name}");
     }
 }
+
+/// `--explain`: each rule of the decision shows on a line of its own
+/// fixture (docs/explain.md), and without the option the output is the
+/// same bytes less the `"explain"` members.
+#[test]
+fn explain() {
+    check("explain", &["--explain"]);
+    let expected = String::from_utf8(fs::read(fixture("expected/explain.jsonl")).unwrap()).unwrap();
+    for rule in [
+        "exact",
+        "threshold",
+        "anchor",
+        "lone_recent",
+        "empty",
+        "no_candidate",
+        "below_threshold",
+    ] {
+        let shown = format!(r#""explain":{{"rule":"{rule}""#);
+        assert!(expected.contains(&shown), "no line shows {rule}");
+    }
+    let input = fs::read(fixture("explain.jsonl")).unwrap();
+    let plain = run(&["--quiet"], &input);
+    let stripped: String = expected
+        .lines()
+        .map(|line| {
+            let at = line.find(r#","explain":{"#).expect("explained");
+            // The explain object is the tag's last member: it ends two
+            // braces before the end of the line.
+            format!("{}{}\n", &line[..at], &line[line.len() - 2..])
+        })
+        .collect();
+    assert_eq!(String::from_utf8(plain.stdout).unwrap(), stripped);
+}

@@ -29,6 +29,9 @@ class Verdict:
     @property
     def cluster(self) -> Optional[Id]:
         """The id of the first message of its chain (None when new)."""
+    @property
+    def explain(self) -> Optional[Dict[str, Any]]:
+        """What decided it (``check(..., explain=True)``), as ``--explain`` writes it."""
     def to_dict(self) -> Dict[str, Any]:
         """The keys of the CLI's ``dedup`` member."""
     def to_json(self) -> str:
@@ -102,10 +105,18 @@ class Deduper:
         text_field: Union[str, Sequence[str], None] = None,
     ) -> None: ...
     def check(
-        self, text: str, id: Optional[Id] = None, created_at: CreatedAt = None, urls: Urls = None
+        self,
+        text: str,
+        id: Optional[Id] = None,
+        created_at: CreatedAt = None,
+        urls: Urls = None,
+        *,
+        explain: bool = False,
     ) -> Verdict:
         """Decides on ``text`` and indexes it."""
-    def query(self, text: str, created_at: CreatedAt = None, urls: Urls = None) -> Verdict:
+    def query(
+        self, text: str, created_at: CreatedAt = None, urls: Urls = None, *, explain: bool = False
+    ) -> Verdict:
         """Decides without indexing or refreshing anything."""
     def check_many(
         self,

@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use dedup_stream::engine::verdict::{LoneMatch, RECENT_MARGIN};
 use dedup_stream::engine::{
-    Ask, Explained, IndexStats, IndexStore, Op, PairHints, Preparer, Scratch, Sketch, share_anchor,
-    similarity,
+    Ask, Explained, Explanation, IndexStats, IndexStore, Op, PairHints, Preparer, Scratch, Sketch,
+    share_anchor, similarity,
 };
 use dedup_stream::input::{Inputs, Source};
 use dedup_stream::pipeline::{self, Emit, OnInvalid, PipelineConfig};
@@ -54,6 +54,23 @@ impl Store {
         match self {
             Store::Memory(engine) => engine.decide(asks, out),
             Store::Redis(index) => index.decide(asks, out),
+        }
+    }
+
+    /// Turns explanations on or off; whether the store gives them (the
+    /// index in memory does).
+    fn set_explain(&mut self, on: bool) -> bool {
+        match self {
+            Store::Memory(engine) => IndexStore::set_explain(engine.as_mut(), on),
+            Store::Redis(index) => index.set_explain(on),
+        }
+    }
+
+    /// The explanations of the last `decide`, when on.
+    fn explanations(&self) -> &[Explanation] {
+        match self {
+            Store::Memory(engine) => IndexStore::explanations(engine.as_ref()),
+            Store::Redis(index) => index.explanations(),
         }
     }
 
@@ -365,7 +382,8 @@ impl Deduper {
         })
     }
 
-    /// One message, checked or queried.
+    /// One message, checked or queried, explained if asked.
+    #[allow(clippy::too_many_arguments)]
     fn one(
         &self,
         py: Python<'_>,
@@ -374,6 +392,7 @@ impl Deduper {
         created_at: Option<&Bound<'_, PyAny>>,
         urls: Option<&Bound<'_, PyAny>>,
         op: Op,
+        explain: bool,
     ) -> PyResult<Verdict> {
         let urls = read_urls(urls)?;
         let id = match id.filter(|v| !v.is_none()) {
@@ -398,15 +417,27 @@ impl Deduper {
                 return Ok(None);
             }
             let mut out = Vec::with_capacity(1);
-            inner.store.decide(&batch.asks(op), &mut out)?;
+            // Explanations are on for this one call only.
+            let explaining = explain && inner.store.set_explain(true);
+            if explain && !explaining {
+                return Err(StoreError::Refused(
+                    "explain=True needs the index in memory".into(),
+                ));
+            }
+            let decided = inner.store.decide(&batch.asks(op), &mut out);
+            let explanation = inner.store.explanations().first().cloned();
+            if explaining {
+                inner.store.set_explain(false);
+            }
+            decided?;
             match op {
                 Op::Check => inner.counts.add(&out),
                 Op::Query => inner.counts.queries += 1,
             }
-            Ok(out.pop())
+            Ok(out.pop().map(|v| (v, explanation)))
         })?;
         match result {
-            Ok(Some(v)) => Ok(Verdict(v)),
+            Ok(Some((v, explanation))) => Ok(Verdict(v, explanation)),
             Ok(None) => Err(errors::invalid(
                 py,
                 dedup_stream::InvalidReason::NothingToCompare.to_string(),
@@ -494,8 +525,9 @@ impl Deduper {
     }
 
     /// Decides whether `text` is new or a near-duplicate of a text checked
-    /// before, and indexes it.
-    #[pyo3(signature = (text, id=None, created_at=None, urls=None))]
+    /// before, and indexes it. With `explain=True` the verdict's `explain`
+    /// says what decided it (the CLI's `--explain`; index in memory only).
+    #[pyo3(signature = (text, id=None, created_at=None, urls=None, *, explain=false))]
     fn check(
         &self,
         py: Python<'_>,
@@ -503,20 +535,22 @@ impl Deduper {
         id: Option<&Bound<'_, PyAny>>,
         created_at: Option<&Bound<'_, PyAny>>,
         urls: Option<&Bound<'_, PyAny>>,
+        explain: bool,
     ) -> PyResult<Verdict> {
-        self.one(py, text, id, created_at, urls, Op::Check)
+        self.one(py, text, id, created_at, urls, Op::Check, explain)
     }
 
     /// Decides like `check`, but indexes nothing and refreshes nothing.
-    #[pyo3(signature = (text, created_at=None, urls=None))]
+    #[pyo3(signature = (text, created_at=None, urls=None, *, explain=false))]
     fn query(
         &self,
         py: Python<'_>,
         text: &str,
         created_at: Option<&Bound<'_, PyAny>>,
         urls: Option<&Bound<'_, PyAny>>,
+        explain: bool,
     ) -> PyResult<Verdict> {
-        self.one(py, text, None, created_at, urls, Op::Query)
+        self.one(py, text, None, created_at, urls, Op::Query, explain)
     }
 
     /// Checks many texts in order, with the GIL released; a list of
@@ -1002,7 +1036,7 @@ fn place(total: usize, verdicts: Vec<V>, refused: &[usize]) -> Vec<Option<Verdic
             if refused.next_if(|&&r| r == n).is_some() {
                 None
             } else {
-                verdicts.next().map(Verdict)
+                verdicts.next().map(|v| Verdict(v, None))
             }
         })
         .collect()
@@ -1039,7 +1073,7 @@ fn _unpickle<'py>(
 /// the first message of its chain).
 #[pyclass(frozen, eq, module = "dedup_stream._engine")]
 #[derive(Clone, PartialEq)]
-struct Verdict(V);
+struct Verdict(V, Option<Explanation>);
 
 #[pymethods]
 impl Verdict {
@@ -1087,7 +1121,37 @@ impl Verdict {
         }
     }
 
-    /// The verdict as a dict, with the keys of the CLI's `dedup` member.
+    /// What decided it, as the CLI's `--explain` writes it (a dict with
+    /// `rule`, `threshold`, and `measure`, `shared`, `total` or `nearest`),
+    /// when `check` or `query` was asked `explain=True`; else None.
+    #[getter]
+    fn explain<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(e) = &self.1 else {
+            return Ok(None);
+        };
+        let counts = |d: &Bound<'py, PyDict>, c: &dedup_stream::engine::explain::PairCounts| {
+            d.set_item("measure", c.measure.to_string())?;
+            d.set_item("shared", c.shared)?;
+            d.set_item("total", c.total)
+        };
+        let d = PyDict::new(py);
+        d.set_item("rule", e.rule.name())?;
+        if let Some(c) = &e.counts {
+            counts(&d, c)?;
+        }
+        d.set_item("threshold", e.threshold)?;
+        if let Some(n) = &e.nearest {
+            let nearest = PyDict::new(py);
+            nearest.set_item("id", ids::to_py(py, &n.id)?)?;
+            nearest.set_item("similarity", n.similarity)?;
+            counts(&nearest, &n.counts)?;
+            d.set_item("nearest", nearest)?;
+        }
+        Ok(Some(d))
+    }
+
+    /// The verdict as a dict, with the keys of the CLI's `dedup` member
+    /// (`explain` too when it was asked for).
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         d.set_item("status", self.status())?;
@@ -1096,14 +1160,17 @@ impl Verdict {
             d.set_item("similarity", m.similarity)?;
             d.set_item("cluster", ids::to_py(py, &m.cluster)?)?;
         }
+        if let Some(explain) = self.explain(py)? {
+            d.set_item("explain", explain)?;
+        }
         Ok(d)
     }
 
     /// The CLI's `dedup` member, byte for byte (similarity to four
-    /// decimals).
+    /// decimals; with `explain=True`, as `--explain` writes it).
     fn to_json(&self) -> String {
         let mut out = Vec::new();
-        self.0.write_json(&mut out);
+        self.0.write_json_explained(self.1.as_ref(), &mut out);
         String::from_utf8(out).expect("JSON is UTF-8")
     }
 
@@ -1148,14 +1215,17 @@ fn _verdict(of: Option<&str>, similarity: Option<f64>, cluster: Option<&str>) ->
             pyo3::exceptions::PyValueError::new_err(format!("not a pickled id: {json}"))
         })
     };
-    Ok(Verdict(match (of, similarity, cluster) {
-        (Some(of), Some(similarity), Some(cluster)) => V::Duplicate(dedup_stream::Match {
-            of: id(of)?,
-            similarity,
-            cluster: id(cluster)?,
-        }),
-        _ => V::New,
-    }))
+    Ok(Verdict(
+        match (of, similarity, cluster) {
+            (Some(of), Some(similarity), Some(cluster)) => V::Duplicate(dedup_stream::Match {
+                of: id(of)?,
+                similarity,
+                cluster: id(cluster)?,
+            }),
+            _ => V::New,
+        },
+        None,
+    ))
 }
 
 /// How the engine sees two texts, as `dedup-stream compare A B` prints

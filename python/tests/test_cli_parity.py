@@ -82,3 +82,21 @@ def test_check_with_url_entities_gives_the_cli_verdicts_on_tweets(cli, dev_jsonl
     assert got == expected
     with pytest.raises(TypeError, match="urls takes a dict"):
         Deduper().check("x", urls=3)
+
+
+def test_explain_gives_the_cli_explanations(cli):
+    # fixtures/explain.jsonl has a line for each rule; check(explain=True)
+    # gives the tag the CLI's --explain writes, and nothing when not asked.
+    path = feed_path("explain")
+    expected = [dedup_member(l) for l in cli(["--quiet", "--explain", path]).stdout.splitlines()]
+    d = Deduper()
+    got = []
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        v = d.check(record["text"], id=record["id_str"], explain=True)
+        got.append(v.to_json())
+        assert v.to_dict()["explain"] == v.explain
+        assert json.loads(v.to_json())["explain"] == v.explain
+    assert got == expected
+    plain = Deduper().check("a text alone")
+    assert plain.explain is None and "explain" not in plain.to_dict()

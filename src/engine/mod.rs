@@ -28,6 +28,7 @@
 //! than the window: [`window`] states the rule.
 
 pub mod bitmap;
+pub mod explain;
 pub mod hint;
 pub mod index;
 pub mod normalise;
@@ -44,6 +45,7 @@ use std::borrow::Cow;
 use crate::config::{EmptyText, EngineConfig, Measure, Sampling, Shingling};
 use crate::error::{ConfigError, StoreError};
 use crate::record::MessageId;
+pub use explain::{Explanation, Rule};
 pub use index::PrefetchStage;
 use index::{Index, Insert, set_fingerprint};
 use normalise::Normaliser;
@@ -532,6 +534,8 @@ pub struct Deduper {
     /// The message's set, laid out for verifying its candidates.
     verifier: verdict::Verifier,
     scratch: Scratch,
+    /// Explanations of verdicts (`--explain`), worked out only when on.
+    explainer: explain::Explainer,
 }
 
 /// A set of slots that empties in constant time: the candidates a message
@@ -616,6 +620,7 @@ impl Deduper {
             seen: SlotSet::default(),
             verifier: verdict::Verifier::new(),
             scratch: Scratch::default(),
+            explainer: explain::Explainer::default(),
         })
     }
 
@@ -718,6 +723,9 @@ impl Deduper {
     fn nothing_to_compare(&mut self) -> Verdict {
         self.counts.messages += 1;
         self.counts.new += 1;
+        if self.explainer.on {
+            self.explain_empty();
+        }
         Verdict::New
     }
 
@@ -810,6 +818,9 @@ impl Deduper {
             (Measure::Jaccard, Some(slot)) => Some((slot, 1.0)),
             _ => self.best_match(sketch, exact),
         };
+        if self.explainer.on {
+            self.explain_decision(sketch, exact, best);
+        }
         let verdict = match best {
             Some((slot, similarity)) => {
                 self.counts.duplicates += 1;
@@ -950,6 +961,7 @@ impl IndexStore for Deduper {
     /// decision then does not wait on memory. Never fails.
     fn decide(&mut self, asks: &[Ask<'_>], verdicts: &mut Vec<Verdict>) -> Result<(), StoreError> {
         verdicts.reserve(asks.len());
+        self.explainer.batch.clear();
         for (position, ask) in asks.iter().enumerate() {
             for (distance, stage) in PREFETCH_STAGES {
                 let Some(ahead) = asks.get(position + distance) else {
@@ -975,8 +987,21 @@ impl IndexStore for Deduper {
                 Op::Check => self.check_at(ask.id.clone(), ask.sketch, ask.time),
                 Op::Query => self.query(ask.sketch),
             });
+            if self.explainer.on {
+                let last = self.explainer.last.take();
+                self.explainer.batch.extend(last);
+            }
         }
         Ok(())
+    }
+
+    fn set_explain(&mut self, on: bool) -> bool {
+        Deduper::set_explain(self, on);
+        true
+    }
+
+    fn explanations(&self) -> &[Explanation] {
+        &self.explainer.batch
     }
 
     fn stats(&self) -> IndexStats {

@@ -12,7 +12,7 @@
 //! The verdict of each message is the one the in-memory engine gives had it
 //! seen the messages in the order the store applied them.
 
-use super::{Sketch, Verdict};
+use super::{Explanation, Sketch, Verdict};
 use crate::error::StoreError;
 use crate::record::MessageId;
 
@@ -81,5 +81,20 @@ pub trait IndexStore {
     /// in-memory index remembers none.
     fn forget(&mut self, tokens: &[&[u8]]) {
         let _ = tokens;
+    }
+
+    /// Turns explanations of verdicts on or off (`--explain`, see
+    /// [`super::explain`]); whether this store gives them. The index in
+    /// Redis does not: a message asked again gets its remembered verdict,
+    /// whose reasons were not kept.
+    fn set_explain(&mut self, on: bool) -> bool {
+        let _ = on;
+        false
+    }
+
+    /// With explanations on, those of the last [`IndexStore::decide`]
+    /// call: one per ask, in order. Empty otherwise.
+    fn explanations(&self) -> &[Explanation] {
+        &[]
     }
 }

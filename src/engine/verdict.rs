@@ -49,6 +49,22 @@ impl Verdict {
             }
         }
     }
+
+    /// [`Verdict::write_json`], with an `"explain"` member last when an
+    /// explanation is given (`--explain`); without one, the same bytes.
+    pub fn write_json_explained(
+        &self,
+        explanation: Option<&super::Explanation>,
+        out: &mut Vec<u8>,
+    ) {
+        self.write_json(out);
+        if let Some(explanation) = explanation {
+            out.pop();
+            out.extend_from_slice(br#","explain":"#);
+            explanation.write_json(out);
+            out.push(b'}');
+        }
+    }
 }
 
 /// A similarity as the quotient of shared shingles and what they are

@@ -149,6 +149,8 @@ fn decide<S: IndexStore>(
         return out;
     }
     let mut verdicts = verdicts.iter();
+    // One per verdict when the store explains them (--explain).
+    let mut explanations = store.explanations().iter();
     // [check new, check duplicate, query new, query duplicate, invalid]
     let mut counts = [0u64; 5];
     for item in &batch.items {
@@ -168,9 +170,12 @@ fn decide<S: IndexStore>(
                     Op::Query => 2,
                 } + usize::from(verdict.is_duplicate());
                 counts[slot] += 1;
+                let explanation = explanations.next();
                 match reply {
-                    Reply::Tagged => batch::write_message(&mut out, batch, message, verdict),
-                    Reply::Verdict => write_verdict(&mut out, &message.id, verdict),
+                    Reply::Tagged => {
+                        batch::write_explained(&mut out, batch, message, verdict, explanation)
+                    }
+                    Reply::Verdict => write_verdict(&mut out, &message.id, verdict, explanation),
                 }
             }
         }
@@ -193,11 +198,16 @@ fn decide<S: IndexStore>(
 }
 
 /// `{"id":ID,"dedup":VERDICT}` and a newline.
-fn write_verdict(out: &mut Vec<u8>, id: &crate::record::MessageId, verdict: &Verdict) {
+fn write_verdict(
+    out: &mut Vec<u8>,
+    id: &crate::record::MessageId,
+    verdict: &Verdict,
+    explanation: Option<&crate::engine::Explanation>,
+) {
     out.extend_from_slice(b"{\"id\":");
     id.write_json(out);
     out.extend_from_slice(b",\"dedup\":");
-    verdict.write_json(out);
+    verdict.write_json_explained(explanation, out);
     out.extend_from_slice(b"}\n");
 }
 
@@ -221,7 +231,7 @@ mod tests {
     fn reply_lines_are_json() {
         let mut out = Vec::new();
         write_error(&mut out, "not valid JSON: \"x\"\n", 7);
-        write_verdict(&mut out, &MessageId::DigitString(12), &Verdict::New);
+        write_verdict(&mut out, &MessageId::DigitString(12), &Verdict::New, None);
         write_verdict(
             &mut out,
             &MessageId::Integer(3),
@@ -230,6 +240,7 @@ mod tests {
                 similarity: 0.5,
                 cluster: MessageId::Integer(1),
             }),
+            None,
         );
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<serde_json::Value> = text

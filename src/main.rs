@@ -182,7 +182,10 @@ fn filter(args: &FilterArgs) -> Exit {
             match load_with_journal(&args.state, config, &run.preparer, &fields)
                 .and_then(|(deduper, journal)| Ok((deduper, journal, runtime()?)))
             {
-                Ok((deduper, journal, runtime)) => run.filter(deduper, runtime, journal),
+                Ok((mut deduper, journal, runtime)) => {
+                    deduper.set_threads(run.pipeline_config.threads);
+                    run.filter(deduper, runtime, journal)
+                }
                 Err(exit) => exit,
             }
         }

@@ -536,6 +536,11 @@ impl Index {
         }
     }
 
+    /// The slot of the most recently inserted or touched message.
+    pub fn newest_slot(&self) -> Option<u32> {
+        self.recency.peek_mru().map(|(&slot, ())| slot)
+    }
+
     /// The entry in `slot`, without touching its recency.
     pub fn peek(&self, slot: u32) -> Option<&Entry> {
         // Every slot below the length is live: slots are filled in order and

@@ -191,7 +191,8 @@ fn filter(args: &FilterArgs) -> Exit {
         }
         location => {
             let metrics = Arc::new(Metrics::default());
-            let options = scale::index_options(&args.index, &run.stop, &metrics);
+            let mut options = scale::index_options(&args.index, &run.stop, &metrics);
+            options.threads = Some(run.pipeline_config.threads);
             let store = match scale::open_index(location, &args.index.index_name, &config, options)
             {
                 Ok(store) => store,

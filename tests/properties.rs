@@ -430,7 +430,7 @@ proptest! {
         window in prop::option::of(1u64..60),
         max_bytes in prop::option::of(2_000usize..20_000),
         queries in 0u32..4,
-        threads in 2usize..5,
+        threads in dedup_stream::engine::overlaps::MIN_THREADS..6,
     ) {
         let config = EngineConfig {
             capacity: NonZeroUsize::new(capacity).unwrap(),

@@ -538,9 +538,15 @@ pub struct Deduper {
     /// its decision (see [`overlaps`]), the deciding thread's first: one
     /// per thread to use.
     workers: Vec<overlaps::Worker>,
+    /// The overlaps of the first candidates of the message being decided,
+    /// counted ahead of its batch (see [`overlaps`]).
+    known: Vec<verdict::Overlap>,
     /// The slots the batch being decided has filled: their messages came
     /// after the overlaps were counted, so they are verified in order.
     filled: SlotSet,
+    /// The keys the batch being decided has posted under (a superset):
+    /// where a message looks for the messages the batch indexed.
+    batch_keys: SlotSet,
     times: DecisionTimes,
 }
 
@@ -646,7 +652,9 @@ impl Deduper {
             workers: (0..default_threads())
                 .map(|_| overlaps::Worker::default())
                 .collect(),
+            known: Vec::new(),
             filled: SlotSet::default(),
+            batch_keys: SlotSet::default(),
             times: DecisionTimes::default(),
         })
     }
@@ -731,6 +739,9 @@ impl Deduper {
                 && let Some(slot) = self.index.newest_slot()
             {
                 self.filled.insert(slot);
+                for &key in sketch.band_keys {
+                    self.batch_keys.insert(key);
+                }
             }
         }
         self.next_seq += 1;
@@ -773,9 +784,10 @@ impl Deduper {
     }
 
     /// How many threads verify a batch's candidates (see [`overlaps`]):
-    /// the deciding thread and `threads - 1` more, started per batch. The
-    /// verdicts are the same whatever the number. By default, one per
-    /// processor.
+    /// the deciding thread and `threads - 1` more, started per batch, from
+    /// [`overlaps::MIN_THREADS`] on (below, the deciding thread verifies
+    /// alone). The verdicts are the same whatever the number. By default,
+    /// one per processor.
     pub fn set_threads(&mut self, threads: NonZeroUsize) {
         self.workers
             .resize_with(threads.get(), overlaps::Worker::default);
@@ -925,12 +937,47 @@ impl Deduper {
         // changes no verdict (the best is the most similar, ties to the
         // earliest, and a lone match is looked for among them all).
         self.candidates.clear();
-        self.index
-            .candidates(sketch.band_keys, &mut self.candidates);
-        self.candidates.extend(exact);
-        self.seen.clear(self.candidates.len());
-        let seen = &mut self.seen;
-        self.candidates.retain(|&slot| seen.insert(slot));
+        self.known.clear();
+        match counted {
+            None => {
+                self.index
+                    .candidates(sketch.band_keys, &mut self.candidates);
+                self.candidates.extend(exact);
+                self.seen.clear(self.candidates.len());
+                let seen = &mut self.seen;
+                self.candidates.retain(|&slot| seen.insert(slot));
+            }
+            Some(counted) => {
+                // The candidates the batch found at its start that could
+                // reach the floor and are still indexed (a message keeps its
+                // postings while it is), counted already...
+                for &(slot, overlap) in counted {
+                    if !self.filled.contains(slot) && self.index.holds(slot) {
+                        self.candidates.push(slot);
+                        self.known.push(overlap);
+                    }
+                }
+                // ...then those the batch has indexed since, under the
+                // message's keys: only keys the batch posted under are
+                // walked.
+                let start = self.candidates.len();
+                for &key in sketch.band_keys {
+                    if self.batch_keys.contains(key) {
+                        self.index
+                            .candidates(std::slice::from_ref(&key), &mut self.candidates);
+                    }
+                }
+                self.candidates.extend(exact);
+                let fresh = self.candidates.len() - start;
+                self.seen.clear(fresh);
+                let (filled, seen) = (&self.filled, &mut self.seen);
+                let mut at = 0;
+                self.candidates.retain(|&slot| {
+                    at += 1;
+                    at <= start || (filled.contains(slot) && seen.insert(slot))
+                });
+            }
+        }
         self.verifier.load(sketch.shingles);
         let bands = self.preparer.lsh_params().bands;
         let anchors = sketch.band_keys.get(bands..).unwrap_or_default();
@@ -943,7 +990,7 @@ impl Deduper {
         // Whether each of the message's anchors is a copy's (see
         // MAX_ANCHOR_CLUSTERS), found out when first needed.
         let mut specific: [Option<bool>; MAX_ANCHORS] = [None; MAX_ANCHORS];
-        for &slot in &self.candidates {
+        for (at, &slot) in self.candidates.iter().enumerate() {
             // Only a candidate that reaches the best so far (or the
             // threshold, or until one does, a lone match's near bar)
             // matters, so the comparison may give up early.
@@ -952,17 +999,9 @@ impl Deduper {
                 None if lone.is_on() => lone.floor(),
                 None => self.config.threshold,
             };
-            // A candidate counted ahead of the batch and not since
-            // replaced is not verified again (see [`overlaps`]).
-            let known = match counted {
-                Some(counted) if !self.filled.contains(slot) => {
-                    let Some(overlap) = overlaps::find(counted, slot) else {
-                        continue;
-                    };
-                    Some(overlap)
-                }
-                _ => None,
-            };
+            // A candidate counted ahead of the batch is not verified again
+            // (see [`overlaps`]).
+            let known = self.known.get(at).copied();
             let Some(entry) = self.index.peek(slot) else {
                 continue;
             };
@@ -1028,12 +1067,21 @@ impl Deduper {
 /// Processor time of the calling thread so far, where the system tells it
 /// (elsewhere, time since an arbitrary start: wall-clock time).
 fn thread_cpu_time() -> std::time::Duration {
-    #[cfg(unix)]
+    #[cfg(target_os = "linux")]
     {
-        let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-        std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `t` is a valid timespec to write; the clock exists on
+        // every Linux since 2.6.12. (libc's, not rustix's vDSO reader, which
+        // faults under valgrind, where the benchmarks count instructions.)
+        if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0 {
+            return std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32);
+        }
+        std::time::Duration::ZERO
     }
-    #[cfg(not(unix))]
+    #[cfg(not(target_os = "linux"))]
     {
         static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
         START.get_or_init(std::time::Instant::now).elapsed()
@@ -1077,14 +1125,16 @@ impl IndexStore for Deduper {
     /// decision then does not wait on memory. Never fails.
     ///
     /// A batch of [`overlaps::MIN_PARALLEL_BATCH`] messages or more, with
-    /// more than one thread set, first has its candidates counted on every
+    /// at least [`overlaps::MIN_THREADS`] threads set, first has its
+    /// candidates counted on every
     /// thread (see [`overlaps`]); the decision then walks only the postings
     /// ahead, the rest being counted.
     fn decide(&mut self, asks: &[Ask<'_>], verdicts: &mut Vec<Verdict>) -> Result<(), StoreError> {
         verdicts.reserve(asks.len());
         let started = std::time::Instant::now();
-        let counted =
-            (self.workers.len() > 1 && asks.len() >= overlaps::MIN_PARALLEL_BATCH).then(|| {
+        let counted = (self.workers.len() >= overlaps::MIN_THREADS
+            && asks.len() >= overlaps::MIN_PARALLEL_BATCH)
+            .then(|| {
                 let (counted, cpu) =
                     overlaps::count(&self.index, &self.config, asks, &mut self.workers);
                 self.times.counting += started.elapsed();
@@ -1094,6 +1144,10 @@ impl IndexStore for Deduper {
             });
         let serial_started = thread_cpu_time();
         self.filled.clear(asks.len());
+        if counted.is_some() {
+            let keys = asks.iter().map(|ask| ask.sketch.band_keys.len()).sum();
+            self.batch_keys.clear(keys);
+        }
         for (position, ask) in asks.iter().enumerate() {
             for (distance, stage) in PREFETCH_STAGES {
                 let Some(ahead) = asks.get(position + distance) else {

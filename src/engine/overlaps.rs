@@ -56,6 +56,16 @@ const _: () = assert!(RING > ENTRIES_AHEAD - SETS_AHEAD);
 /// decision verifies on its own.
 pub const MIN_PARALLEL_BATCH: usize = 4 * CHUNK;
 
+/// Fewest threads for the pass to run at all. Counting ahead costs more
+/// processor time than the verification it takes off the decision (on
+/// `dev-200k`, 2.6 µs a message counted against 1.6 µs saved: the postings
+/// are walked twice, and the candidates' lines loaded on another core's
+/// caches), so it pays only where cores would otherwise wait on the
+/// decision. On two cores the filter's preparation keeps the second busy
+/// already, and counting there cost a quarter of the throughput
+/// (`docs/performance.md`).
+pub const MIN_THREADS: usize = 3;
+
 /// The lowest floor down to which the decision verifies a candidate: the
 /// bar of a near story while a lone recent match is looked for, else the
 /// threshold (see `Deduper::best_match` and [`verdict::LoneMatch`]).

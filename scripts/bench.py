@@ -37,6 +37,8 @@ import os
 import resource
 import subprocess
 import sys
+import json
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -140,6 +142,53 @@ def throughput(path: Path, threads: int | None, extra: list) -> dict:
     }
 
 
+def decision(path: Path, extra: list) -> dict:
+    """--threads 1 against one thread per CPU, with --stats: where a message's
+    time goes (the serial part, the counting on every thread, the whole
+    process's CPU), best of three interleaved runs each."""
+    count = sum(1 for _ in open(path, "rb"))
+    cpus = os.cpu_count() or 1
+    best = {}
+    for _ in range(3):
+        for threads in sorted({1, cpus}):
+            stats_path = Path(tempfile.mkdtemp()) / "stats.json"
+            with open(path, "rb") as stdin:
+                started = time.perf_counter()
+                proc = subprocess.Popen([BIN, "--quiet", f"--threads={threads}", f"--stats={stats_path}"]
+                                        + extra, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                _, status, usage = os.wait4(proc.pid, 0)
+                seconds = time.perf_counter() - started
+            if status != 0:
+                sys.exit(f"dedup-stream failed with status {status}")
+            stats = json.loads(stats_path.read_text())
+            stats_path.unlink()
+            stats_path.parent.rmdir()
+            run = {
+                "seconds": seconds,
+                "cpu_us": (usage.ru_utime + usage.ru_stime) / count * 1e6,
+                "serial_us": stats["decide_serial_cpu_seconds"] / count * 1e6,
+                "counting_us": stats["decide_counting_cpu_seconds"] / count * 1e6,
+            }
+            if threads not in best or run["seconds"] < best[threads]["seconds"]:
+                best[threads] = run
+    one, many = best[1], best[cpus]
+    # A batch is counted on every core, then decided in order while the
+    # other cores prepare the batches after it: on n cores a message takes
+    # at least its serial part plus its counting shared n ways, and at
+    # least the whole process's CPU shared n ways.
+    def projected(n: int) -> float:
+        per_message = max(many["serial_us"] + many["counting_us"] / n, many["cpu_us"] / n)
+        return 1e6 / per_message
+    return {
+        "messages": count, "cpus": cpus,
+        "one_msgs_per_s": count / one["seconds"], "many_msgs_per_s": count / many["seconds"],
+        "speedup": one["seconds"] / many["seconds"],
+        "one_serial_us": one["serial_us"], "serial_us": many["serial_us"],
+        "counting_us": many["counting_us"], "cpu_us": many["cpu_us"],
+        "projected": {n: projected(n) for n in (2, 8, 16)},
+    }
+
+
 def rss_of(pid: int) -> int:
     """Current resident set size of a running process, 0 once it is gone."""
     try:
@@ -226,6 +275,19 @@ def main() -> None:
         print(f"| {name} | {r['messages']:,} | {r['line_bytes']:.0f} | {r['msgs_per_s']:,.0f} | {r['mb_per_s']:.0f} "
               f"| {r['floor_value_msgs_per_s']:,.0f} | {r['ratio_value']:.2f} "
               f"| {r['floor_ignored_msgs_per_s']:,.0f} | {r['ratio_ignored']:.2f} | {r['peak_rss_mb']:.0f} MB |")
+    print("\n## The decision: serial part and threads\n")
+    print("CPU per message from `--stats` (`decide_serial_cpu_seconds`, `decide_counting_cpu_seconds`) "
+          "and the process's rusage; projection: a message takes at least its serial part plus its "
+          "counting shared by n cores, and at least the process's CPU shared by n cores.\n")
+    print("| stream | --threads 1 msgs/s | all CPUs msgs/s | ratio | serial µs (1 thread) | serial µs | "
+          "counting µs | process CPU µs | projected 2 / 8 / 16 cores msgs/s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for name, path, extra in runs[:2]:
+        d = decision(path, extra)
+        p = d["projected"]
+        print(f"| {name} | {d['one_msgs_per_s']:,.0f} | {d['many_msgs_per_s']:,.0f} | {d['speedup']:.2f} "
+              f"| {d['one_serial_us']:.2f} | {d['serial_us']:.2f} | {d['counting_us']:.2f} | {d['cpu_us']:.2f} "
+              f"| {p[2]:,.0f} / {p[8]:,.0f} / {p[16]:,.0f} |")
     if not args.skip_memory:
         small_name, small_source = realistic(max(args.realistic, 10_000))
         small = head(small_source, 10_000)

@@ -189,6 +189,7 @@ fn filter(args: &FilterArgs) -> Exit {
             {
                 Ok((mut deduper, journal, runtime)) => {
                     deduper.set_explain(args.explain);
+                    deduper.set_threads(run.pipeline_config.threads);
                     run.filter(deduper, runtime, journal)
                 }
                 Err(exit) => exit,
@@ -196,7 +197,8 @@ fn filter(args: &FilterArgs) -> Exit {
         }
         location => {
             let metrics = Arc::new(Metrics::default());
-            let options = scale::index_options(&args.index, &run.stop, &metrics);
+            let mut options = scale::index_options(&args.index, &run.stop, &metrics);
+            options.threads = Some(run.pipeline_config.threads);
             let store = match scale::open_index(location, &args.index.index_name, &config, options)
             {
                 Ok(store) => store,

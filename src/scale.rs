@@ -54,6 +54,7 @@ pub fn index_options(
         timeout: Some(index.redis_timeout),
         wait: index.redis_wait.0,
         snapshot_every: index.log_snapshot_every,
+        threads: None,
     }
 }
 
@@ -196,6 +197,7 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
                 timeout: Some(args.redis_timeout),
                 wait: args.redis_wait.0,
                 snapshot_every: args.log_snapshot_every,
+                threads: None,
             };
             let mut store = match open_index(location, &args.index_name, &engine, options) {
                 Ok(store) => store,
@@ -344,6 +346,7 @@ fn consume_nats(args: &ConsumeArgs) -> Exit {
                 timeout: Some(args.redis_timeout),
                 wait: args.redis_wait.0,
                 snapshot_every: args.log_snapshot_every,
+                threads: None,
             };
             let mut store = match open_index(location, &args.index_name, &engine, options) {
                 Ok(store) => store,

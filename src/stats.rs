@@ -38,7 +38,11 @@ impl Summary {
     /// (`--stats FILE`): every count, the elapsed seconds, messages per
     /// second, `index_size`, the messages held in the index at the end, and
     /// for an index in memory `index_bytes`, the memory it held then (and
-    /// `index_max_bytes`, its budget, when it has one).
+    /// `index_max_bytes`, its budget, when it has one), and where it
+    /// measures them the seconds the decision took in order (processor
+    /// time, `decide_serial_cpu_seconds`) and counting overlaps on every
+    /// thread (wall-clock time, `decide_counting_seconds`; see
+    /// [`crate::engine::overlaps`]).
     pub fn to_json(&self, index: &crate::engine::IndexStats) -> serde_json::Value {
         let mut json = serde_json::json!({
             "messages": self.messages,
@@ -55,6 +59,11 @@ impl Summary {
         }
         if let Some(max_bytes) = index.max_bytes {
             json["index_max_bytes"] = max_bytes.into();
+        }
+        if let Some(times) = index.times {
+            json["decide_serial_cpu_seconds"] = times.serial_cpu.as_secs_f64().into();
+            json["decide_counting_seconds"] = times.counting.as_secs_f64().into();
+            json["decide_counting_cpu_seconds"] = times.counting_cpu.as_secs_f64().into();
         }
         json
     }

@@ -358,3 +358,114 @@ impl std::io::Write for SharedBuf {
         Ok(())
     }
 }
+
+/// One message of a batch for [`batches_are_decided_alike_on_any_number_of_threads`].
+struct Planned {
+    id: MessageId,
+    sketch: dedup_stream::SketchBuf,
+    op: dedup_stream::engine::Op,
+    time: i64,
+}
+
+/// Decides `planned` in batches of the given sizes on `threads` threads:
+/// the verdicts, the final state, how many batches were counted ahead and
+/// how many were large enough to be.
+fn decide_in_batches(
+    config: &EngineConfig,
+    threads: usize,
+    planned: &[Planned],
+    sizes: &[usize],
+) -> (Vec<Verdict>, Vec<u8>, u64, u64) {
+    use dedup_stream::engine::{Ask, IndexStore};
+    let mut d = Deduper::new(config.clone()).unwrap();
+    d.set_threads(NonZeroUsize::new(threads).unwrap());
+    let mut verdicts = Vec::new();
+    let mut large = 0;
+    let mut rest = planned;
+    for &size in sizes.iter().cycle() {
+        if rest.is_empty() {
+            break;
+        }
+        let (batch, later) = rest.split_at(size.clamp(1, rest.len()));
+        rest = later;
+        large += u64::from(batch.len() >= dedup_stream::engine::overlaps::MIN_PARALLEL_BATCH);
+        let asks: Vec<Ask<'_>> = batch
+            .iter()
+            .map(|p| Ask {
+                id: &p.id,
+                sketch: p.sketch.as_sketch(),
+                op: p.op,
+                token: None,
+                time: p.time,
+            })
+            .collect();
+        d.decide(&asks, &mut verdicts).unwrap();
+    }
+    let counted = d.stats().times.map_or(0, |t| t.counted_batches);
+    (verdicts, dedup_stream::snapshot::encode(&d), counted, large)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// A batch decided with its overlaps counted ahead on several threads
+    /// (engine::overlaps) gets the verdicts of the one-thread decision,
+    /// message for message, and leaves the same index, whatever the batch
+    /// does to it meanwhile: evictions at a small capacity that free slots
+    /// and fill them again, full buckets, a window that expires messages,
+    /// a byte budget, queries among the checks.
+    #[test]
+    fn batches_are_decided_alike_on_any_number_of_threads(
+        texts in prop::collection::vec(
+            prop::collection::vec(prop::sample::select(vec![
+                "rust", "conf", "keynote", "flood", "highway", "closed", "the", "a",
+                "of", "RT", "@bob:", "#news", "東京", "雨", "…", "now", "live", "news",
+            ]), 0..14).prop_map(|w| w.join(" ")),
+            64..400,
+        ),
+        sizes in prop::collection::vec(1usize..300, 1..4),
+        capacity in 1usize..80,
+        max_bucket in 1usize..6,
+        (measure, shingling) in measures(),
+        window in prop::option::of(1u64..60),
+        max_bytes in prop::option::of(2_000usize..20_000),
+        queries in 0u32..4,
+        threads in dedup_stream::engine::overlaps::MIN_THREADS..6,
+    ) {
+        let config = EngineConfig {
+            capacity: NonZeroUsize::new(capacity).unwrap(),
+            max_bucket,
+            measure,
+            shingling,
+            window: window.and_then(dedup_stream::config::Window::from_millis),
+            max_index_bytes: max_bytes.and_then(NonZeroUsize::new),
+            ..EngineConfig::default()
+        };
+        let d = Deduper::new(config.clone()).unwrap();
+        let mut scratch = dedup_stream::engine::Scratch::default();
+        let planned: Vec<Planned> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, text)| Planned {
+                id: MessageId::Integer(i as u64),
+                sketch: d.preparer().sketch(text, &[], &mut scratch),
+                op: if queries > 0 && i as u32 % 7 < queries {
+                    dedup_stream::engine::Op::Query
+                } else {
+                    dedup_stream::engine::Op::Check
+                },
+                time: (i as i64 * 7) % 50 + i as i64,
+            })
+            .collect();
+        let (serial, serial_state, none, _) = decide_in_batches(&config, 1, &planned, &sizes);
+        prop_assert_eq!(none, 0, "one thread counts nothing ahead");
+        let (parallel, parallel_state, counted, large) =
+            decide_in_batches(&config, threads, &planned, &sizes);
+        prop_assert_eq!(counted, large, "batches of {:?}", sizes);
+        for (at, (p, s)) in parallel.iter().zip(&serial).enumerate() {
+            prop_assert_eq!(p, s, "message {}", at);
+        }
+        prop_assert_eq!(parallel.len(), serial.len());
+        prop_assert!(parallel_state == serial_state, "the indexes differ");
+    }
+}

@@ -536,6 +536,17 @@ impl Index {
         }
     }
 
+    /// Whether `slot` holds an indexed message now (not one that expired
+    /// or was evicted and is still on the free list).
+    pub fn holds(&self, slot: u32) -> bool {
+        self.recency.contains(&slot)
+    }
+
+    /// The slot of the most recently inserted or touched message.
+    pub fn newest_slot(&self) -> Option<u32> {
+        self.recency.peek_mru().map(|(&slot, ())| slot)
+    }
+
     /// The entry in `slot`, without touching its recency.
     pub fn peek(&self, slot: u32) -> Option<&Entry> {
         // Every slot below the length is live: slots are filled in order and

@@ -32,6 +32,7 @@ pub mod explain;
 pub mod hint;
 pub mod index;
 pub mod normalise;
+pub mod overlaps;
 pub mod postings;
 pub mod shingle;
 pub mod sketch;
@@ -41,6 +42,7 @@ pub mod verdict;
 pub mod window;
 
 use std::borrow::Cow;
+use std::num::NonZeroUsize;
 
 use crate::config::{EmptyText, EngineConfig, Measure, Sampling, Shingling};
 use crate::error::{ConfigError, StoreError};
@@ -50,7 +52,7 @@ pub use index::PrefetchStage;
 use index::{Index, Insert, set_fingerprint};
 use normalise::Normaliser;
 use sketch::{LshParams, Sketcher};
-pub use store::{Ask, IndexStats, IndexStore, Op};
+pub use store::{Ask, DecisionTimes, IndexStats, IndexStore, Op};
 use tokenise::{Tokeniser, token_hash};
 pub use verdict::{Match, PairHints, Verdict, similarity};
 
@@ -536,6 +538,20 @@ pub struct Deduper {
     scratch: Scratch,
     /// Explanations of verdicts (`--explain`), worked out only when on.
     explainer: explain::Explainer,
+    /// The buffers of the threads that count a batch's overlaps ahead of
+    /// its decision (see [`overlaps`]), the deciding thread's first: one
+    /// per thread to use.
+    workers: Vec<overlaps::Worker>,
+    /// The overlaps of the first candidates of the message being decided,
+    /// counted ahead of its batch (see [`overlaps`]).
+    known: Vec<verdict::Overlap>,
+    /// The slots the batch being decided has filled: their messages came
+    /// after the overlaps were counted, so they are verified in order.
+    filled: SlotSet,
+    /// The keys the batch being decided has posted under (a superset):
+    /// where a message looks for the messages the batch indexed.
+    batch_keys: SlotSet,
+    times: DecisionTimes,
 }
 
 /// A set of slots that empties in constant time: the candidates a message
@@ -558,6 +574,23 @@ impl SlotSet {
             self.cells = vec![0; size.max(self.cells.len())];
             self.stamp = 1;
         }
+    }
+
+    /// Whether `slot` is in the set.
+    fn contains(&self, slot: u32) -> bool {
+        let mask = self.cells.len().wrapping_sub(1);
+        let wanted = u64::from(self.stamp) << 32 | u64::from(slot);
+        let mut at = (slot.wrapping_mul(0x9e37_79b1) as usize) & mask;
+        while let Some(&c) = self.cells.get(at) {
+            if c == wanted {
+                return true;
+            }
+            if (c >> 32) as u32 != self.stamp {
+                return false;
+            }
+            at = (at + 1) & mask;
+        }
+        false
     }
 
     /// Adds `slot`; whether it was not there yet.
@@ -621,6 +654,13 @@ impl Deduper {
             verifier: verdict::Verifier::new(),
             scratch: Scratch::default(),
             explainer: explain::Explainer::default(),
+            workers: (0..default_threads())
+                .map(|_| overlaps::Worker::default())
+                .collect(),
+            known: Vec::new(),
+            filled: SlotSet::default(),
+            batch_keys: SlotSet::default(),
+            times: DecisionTimes::default(),
         })
     }
 
@@ -656,6 +696,18 @@ impl Deduper {
     /// the epoch): under a window, first expires what is older than the
     /// window (see [`window`]). Without one, the time is ignored.
     pub fn check_at(&mut self, id: MessageId, sketch: Sketch<'_>, time: i64) -> Verdict {
+        self.check_counted(id, sketch, time, None)
+    }
+
+    /// [`Deduper::check_at`], with the message's candidates counted ahead
+    /// of its batch if they were (see [`overlaps`]).
+    fn check_counted(
+        &mut self,
+        id: MessageId,
+        sketch: Sketch<'_>,
+        time: i64,
+        counted: Option<&overlaps::Counted>,
+    ) -> Verdict {
         // The range the Redis index keeps exactly (crate::timestamp).
         let time = time.clamp(0, crate::timestamp::MAX_TIME);
         let horizon = self.clock.advance(time);
@@ -667,7 +719,7 @@ impl Deduper {
         if sketch.shingles.is_empty() {
             return self.nothing_to_compare();
         }
-        let (verdict, identical) = self.decide(sketch, true);
+        let (verdict, identical) = self.decide(sketch, true, counted);
         if let Some(slot) = identical {
             self.index.renew(slot, time);
         } else if horizon.is_none_or(|horizon| time >= horizon) {
@@ -688,6 +740,14 @@ impl Deduper {
                     truncated: sketch.truncated,
                 },
             );
+            if counted.is_some()
+                && let Some(slot) = self.index.newest_slot()
+            {
+                self.filled.insert(slot);
+                for &key in sketch.band_keys {
+                    self.batch_keys.insert(key);
+                }
+            }
         }
         self.next_seq += 1;
         verdict
@@ -712,10 +772,35 @@ impl Deduper {
     /// Decides on a message without indexing it or refreshing what it
     /// matches: a question that leaves no trace.
     pub fn query(&mut self, sketch: Sketch<'_>) -> Verdict {
+        self.query_counted(sketch, None)
+    }
+
+    /// [`Deduper::query`], with the message's candidates counted ahead of
+    /// its batch if they were (see [`overlaps`]).
+    fn query_counted(
+        &mut self,
+        sketch: Sketch<'_>,
+        counted: Option<&overlaps::Counted>,
+    ) -> Verdict {
         if sketch.shingles.is_empty() {
             return self.nothing_to_compare();
         }
-        self.decide(sketch, false).0
+        self.decide(sketch, false, counted).0
+    }
+
+    /// How many threads verify a batch's candidates (see [`overlaps`]):
+    /// the deciding thread and `threads - 1` more, started per batch, from
+    /// [`overlaps::MIN_THREADS`] on (below, the deciding thread verifies
+    /// alone). The verdicts are the same whatever the number. By default,
+    /// one per processor.
+    pub fn set_threads(&mut self, threads: NonZeroUsize) {
+        self.workers
+            .resize_with(threads.get(), overlaps::Worker::default);
+    }
+
+    /// How many threads verify a batch's candidates.
+    pub fn threads(&self) -> NonZeroUsize {
+        NonZeroUsize::new(self.workers.len()).unwrap_or(NonZeroUsize::MIN)
     }
 
     /// A message with no shingles (its text is empty once normalised): new,
@@ -809,14 +894,19 @@ impl Deduper {
     }
 
     /// The verdict, and the slot of the identical shingle set, if indexed.
-    fn decide(&mut self, sketch: Sketch<'_>, refresh: bool) -> (Verdict, Option<u32>) {
+    fn decide(
+        &mut self,
+        sketch: Sketch<'_>,
+        refresh: bool,
+        counted: Option<&overlaps::Counted>,
+    ) -> (Verdict, Option<u32>) {
         self.counts.messages += 1;
         let exact = self.index.exact(sketch.set_fingerprint, sketch.shingles);
         let best = match (self.config.measure, exact) {
             // Under Jaccard only an identical set reaches 1, and the index
             // holds at most one message per set: nothing can beat or tie it.
             (Measure::Jaccard, Some(slot)) => Some((slot, 1.0)),
-            _ => self.best_match(sketch, exact),
+            _ => self.best_match(sketch, exact, counted),
         };
         if self.explainer.on {
             self.explain_decision(sketch, exact, best);
@@ -845,17 +935,60 @@ impl Deduper {
     /// The most similar indexed message (ties: the earliest), if any is at
     /// least as similar as the threshold; otherwise the lone recent match,
     /// if there is one (see [`verdict::LoneMatch`]).
-    fn best_match(&mut self, sketch: Sketch<'_>, exact: Option<u32>) -> Option<(u32, f64)> {
+    ///
+    /// `counted`: the message's candidates counted ahead of its batch, if
+    /// they were (see [`overlaps`]).
+    fn best_match(
+        &mut self,
+        sketch: Sketch<'_>,
+        exact: Option<u32>,
+        counted: Option<&overlaps::Counted>,
+    ) -> Option<(u32, f64)> {
         // Each distinct candidate once; the order they are verified in
         // changes no verdict (the best is the most similar, ties to the
         // earliest, and a lone match is looked for among them all).
         self.candidates.clear();
-        self.index
-            .candidates(sketch.band_keys, &mut self.candidates);
-        self.candidates.extend(exact);
-        self.seen.clear(self.candidates.len());
-        let seen = &mut self.seen;
-        self.candidates.retain(|&slot| seen.insert(slot));
+        self.known.clear();
+        match counted {
+            None => {
+                self.index
+                    .candidates(sketch.band_keys, &mut self.candidates);
+                self.candidates.extend(exact);
+                self.seen.clear(self.candidates.len());
+                let seen = &mut self.seen;
+                self.candidates.retain(|&slot| seen.insert(slot));
+            }
+            Some(counted) => {
+                // The candidates the batch found at its start that could
+                // reach the floor and are still indexed (a message keeps its
+                // postings while it is), counted already...
+                for &(slot, overlap) in counted {
+                    if !self.filled.contains(slot) && self.index.holds(slot) {
+                        self.candidates.push(slot);
+                        self.known.push(overlap);
+                    }
+                }
+                // ...then those the batch has indexed since, under the
+                // message's keys: only keys the batch posted under are
+                // walked.
+                let start = self.candidates.len();
+                for &key in sketch.band_keys {
+                    if self.batch_keys.contains(key) {
+                        self.index
+                            .candidates(std::slice::from_ref(&key), &mut self.candidates);
+                    }
+                }
+                self.candidates.extend(exact);
+                let fresh = self.candidates.len() - start;
+                self.seen.clear(fresh);
+                let (filled, seen) = (&self.filled, &mut self.seen);
+                let mut at = 0;
+                self.candidates.retain(|&slot| {
+                    at += 1;
+                    at <= start || (filled.contains(slot) && seen.insert(slot))
+                });
+            }
+        }
         self.verifier.load(sketch.shingles);
         let bands = self.preparer.lsh_params().bands;
         let anchors = sketch.band_keys.get(bands..).unwrap_or_default();
@@ -868,10 +1001,7 @@ impl Deduper {
         // Whether each of the message's anchors is a copy's (see
         // MAX_ANCHOR_CLUSTERS), found out when first needed.
         let mut specific: [Option<bool>; MAX_ANCHORS] = [None; MAX_ANCHORS];
-        for &slot in &self.candidates {
-            let Some(entry) = self.index.peek(slot) else {
-                continue;
-            };
+        for (at, &slot) in self.candidates.iter().enumerate() {
             // Only a candidate that reaches the best so far (or the
             // threshold, or until one does, a lone match's near bar)
             // matters, so the comparison may give up early.
@@ -880,14 +1010,30 @@ impl Deduper {
                 None if lone.is_on() => lone.floor(),
                 None => self.config.threshold,
             };
-            let Some(s) = self.verifier.similarity_at_least(
+            // A candidate counted ahead of the batch is not verified again
+            // (see [`overlaps`]).
+            let known = self.known.get(at).copied();
+            let Some(entry) = self.index.peek(slot) else {
+                continue;
+            };
+            let hints = verdict::PairHints {
+                anchored: false,
+                earlier_truncated: entry.truncated(),
+            };
+            let Some(overlap) = known.or_else(|| {
+                self.verifier.overlap_at_least(
+                    self.config.measure,
+                    sketch.shingles,
+                    entry.shingles(),
+                    hints,
+                    floor,
+                )
+            }) else {
+                continue;
+            };
+            let Some(s) = overlap.similarity_at_least(
                 self.config.measure,
-                sketch.shingles,
-                entry.shingles(),
-                verdict::PairHints {
-                    anchored: false,
-                    earlier_truncated: entry.truncated(),
-                },
+                hints,
                 || {
                     let theirs = entry.band_keys().get(bands..).unwrap_or_default();
                     share_anchor(anchors, sketch.truncated, theirs, |at| {
@@ -929,6 +1075,35 @@ impl Deduper {
     }
 }
 
+/// Processor time of the calling thread so far, where the system tells it
+/// (elsewhere, time since an arbitrary start: wall-clock time).
+fn thread_cpu_time() -> std::time::Duration {
+    #[cfg(target_os = "linux")]
+    {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `t` is a valid timespec to write; the clock exists on
+        // every Linux since 2.6.12. (libc's, not rustix's vDSO reader, which
+        // faults under valgrind, where the benchmarks count instructions.)
+        if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0 {
+            return std::time::Duration::new(t.tv_sec as u64, t.tv_nsec as u32);
+        }
+        std::time::Duration::ZERO
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        START.get_or_init(std::time::Instant::now).elapsed()
+    }
+}
+
+/// One thread per processor, as the filter's `--threads` defaults to.
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, NonZeroUsize::get)
+}
+
 /// The prefetch stages and how many messages ahead of the one being decided
 /// [`Deduper`]'s [`IndexStore::decide`] runs each. A stage reads what the
 /// one before loaded, so each comes a few messages after it: far enough that
@@ -959,14 +1134,45 @@ impl IndexStore for Deduper {
     /// loading, stage by stage, what the messages a few places later will
     /// read, and what the next evictions will: on a large index the
     /// decision then does not wait on memory. Never fails.
+    ///
+    /// A batch of [`overlaps::MIN_PARALLEL_BATCH`] messages or more, with
+    /// at least [`overlaps::MIN_THREADS`] threads set, first has its
+    /// candidates counted on every
+    /// thread (see [`overlaps`]); the decision then walks only the postings
+    /// ahead, the rest being counted.
     fn decide(&mut self, asks: &[Ask<'_>], verdicts: &mut Vec<Verdict>) -> Result<(), StoreError> {
         verdicts.reserve(asks.len());
         self.explainer.batch.clear();
+        let started = std::time::Instant::now();
+        // `--explain` names a new message's nearest candidate, counted or
+        // not: it takes the decision's own path.
+        let counted = (self.workers.len() >= overlaps::MIN_THREADS
+            && asks.len() >= overlaps::MIN_PARALLEL_BATCH
+            && !self.explainer.on)
+            .then(|| {
+                let (counted, cpu) =
+                    overlaps::count(&self.index, &self.config, asks, &mut self.workers);
+                self.times.counting += started.elapsed();
+                self.times.counting_cpu += cpu;
+                self.times.counted_batches += 1;
+                counted
+            });
+        let serial_started = thread_cpu_time();
+        self.filled.clear(asks.len());
+        if counted.is_some() {
+            let keys = asks.iter().map(|ask| ask.sketch.band_keys.len()).sum();
+            self.batch_keys.clear(keys);
+        }
         for (position, ask) in asks.iter().enumerate() {
             for (distance, stage) in PREFETCH_STAGES {
                 let Some(ahead) = asks.get(position + distance) else {
                     continue;
                 };
+                // With the overlaps counted, the decision reads the entries
+                // of only the few candidates that could reach the floor.
+                if counted.is_some() && stage != PrefetchStage::Postings {
+                    continue;
+                }
                 // The sets stage reads the slots the entries stage noted
                 // for the same message, when it ran in this call.
                 let noted = &mut self.prefetched[(position + distance) % PREFETCH_RING];
@@ -983,15 +1189,17 @@ impl IndexStore for Deduper {
                 }
             }
             self.prefetch_evictions();
+            let counted = counted.as_ref().map(|counted| counted.of(position));
             verdicts.push(match ask.op {
-                Op::Check => self.check_at(ask.id.clone(), ask.sketch, ask.time),
-                Op::Query => self.query(ask.sketch),
+                Op::Check => self.check_counted(ask.id.clone(), ask.sketch, ask.time, counted),
+                Op::Query => self.query_counted(ask.sketch, counted),
             });
             if self.explainer.on {
                 let last = self.explainer.last.take();
                 self.explainer.batch.extend(last);
             }
         }
+        self.times.serial_cpu += thread_cpu_time().saturating_sub(serial_started);
         Ok(())
     }
 
@@ -1011,6 +1219,7 @@ impl IndexStore for Deduper {
             evictions: self.index.evictions(),
             bytes: Some(self.index.bytes() as u64),
             max_bytes: self.index.max_bytes().map(|b| b as u64),
+            times: Some(self.times),
         }
     }
 }

@@ -62,6 +62,27 @@ pub struct IndexStats {
     pub bytes: Option<u64>,
     /// Its byte budget, if it has one (`--max-index-bytes`).
     pub max_bytes: Option<u64>,
+    /// Where the time of deciding went, where the store measures it (the
+    /// in-memory index and a replica of a shared one).
+    pub times: Option<DecisionTimes>,
+}
+
+/// Where the time of deciding went since the index was created: the part
+/// that runs in order, which no extra thread shortens, and the part that
+/// runs on every thread (see [`super::overlaps`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DecisionTimes {
+    /// Processor time of the deciding thread in the in-order decision
+    /// (verifying what the batch itself changed, inserting, evicting).
+    pub serial_cpu: std::time::Duration,
+    /// Wall-clock time of counting batches' overlaps ahead of their
+    /// decision, on every thread at once.
+    pub counting: std::time::Duration,
+    /// Processor time of that counting, all threads together.
+    pub counting_cpu: std::time::Duration,
+    /// Batches whose overlaps were counted ahead (large enough, with more
+    /// than one thread set).
+    pub counted_batches: u64,
 }
 
 /// An index that decides messages: in memory ([`Deduper`](super::Deduper))

@@ -706,44 +706,126 @@ impl Verifier {
         anchored: impl FnOnce() -> bool,
         floor: f64,
     ) -> Option<f64> {
+        self.overlap_at_least(measure, a, b, hints, floor)?
+            .similarity_at_least(measure, hints, anchored, floor)
+    }
+
+    /// How many shingles the loaded set (`a`, passed again for the general
+    /// path) shares with a candidate `b`, exactly, unless the pair cannot
+    /// reach `floor` whatever the anchors say: then `None`, often early.
+    /// What [`Overlap::similarity_at_least`] turns into the similarity at
+    /// any floor at least `floor`, so that the count, the costly half of a
+    /// verification, can be made ahead and on another thread (see
+    /// [`super::overlaps`]).
+    pub fn overlap_at_least(
+        &mut self,
+        measure: Measure,
+        a: &[u32],
+        b: &[u32],
+        hints: PairHints,
+        floor: f64,
+    ) -> Option<Overlap> {
         debug_assert_eq!(a.len(), self.len);
-        if self.general || b.is_empty() || b.len() >= super::shingle::MAX_SHINGLES {
-            return similarity_at_least_with(measure, a, None, b, hints, anchored, floor);
-        }
-        let (a_len, b_len) = (self.len, b.len());
-        let smaller = a_len.min(b_len);
-        let mut containment = by_containment(measure, a_len, b_len, hints);
-        // Whether an anchor would change the measure: only then is it read.
-        let anchor_decides = !containment
-            && !hints.anchored
-            && by_containment(
-                measure,
+        // Containment is the more generous measure, and an anchor only ever
+        // turns Jaccard into containment: what cannot reach the floor under
+        // the measure the pair gets with an anchor cannot without one. The
+        // count needed is a lower bound (see `shared_needed`); the test is
+        // on the exact similarity.
+        let generous = |a_len: usize, b_len: usize| {
+            let anchored = PairHints {
+                anchored: true,
+                ..hints
+            };
+            shared_needed(
+                by_containment(measure, a_len, b_len, anchored),
+                floor,
                 a_len,
                 b_len,
-                PairHints {
-                    anchored: true,
-                    ..hints
-                },
-            );
-        // Containment is the more generous measure: what cannot reach the
-        // floor under it cannot under Jaccard either. The count needed is
-        // a lower bound, as in the merge of the general path; the test is
-        // on the exact similarity.
-        let generous = shared_needed(containment || anchor_decides, floor, a_len, b_len);
-        if generous > smaller {
+            )
+        };
+        if self.general || b.is_empty() || b.len() >= super::shingle::MAX_SHINGLES {
+            // Capped sets (long texts) are compared on a common sample.
+            let (a, b) = super::shingle::comparable(a, b);
+            let need = generous(a.len(), b.len());
+            let shared = intersection_at_least(a, b, need)?;
+            return Some(Overlap::new(shared, a.len(), b.len()));
+        }
+        let (a_len, b_len) = (self.len, b.len());
+        let need = generous(a_len, b_len);
+        if need > a_len.min(b_len) {
             return None;
         }
         if !self.laid_out {
             self.lay_out(a);
         }
-        let shared = self.shared_at_least(b, generous)?;
-        if anchor_decides && anchored() {
-            containment = true;
+        let shared = self.shared_at_least(b, need)?;
+        Some(Overlap::new(shared, a_len, b_len))
+    }
+}
+
+/// What a verification counts of a pair: the shingles the two share and
+/// the sizes of the parts compared (the whole sets, or for long texts
+/// their common sample, see [`super::shingle::comparable`]). The similarity
+/// follows from it once the measure and the anchors are known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Overlap {
+    shared: u32,
+    a_len: u32,
+    b_len: u32,
+}
+
+impl Overlap {
+    /// Sets and samples hold at most a few thousand shingles, but a set
+    /// made by hand may hold more: the counts saturate (the similarity of
+    /// such a pair is then approximate, never out of [0, 1]).
+    fn new(shared: usize, a_len: usize, b_len: usize) -> Overlap {
+        let narrow = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        Overlap {
+            shared: narrow(shared),
+            a_len: narrow(a_len),
+            b_len: narrow(b_len),
         }
+    }
+
+    /// The shingles the two share.
+    pub fn shared(&self) -> usize {
+        self.shared as usize
+    }
+
+    /// The pair's exact similarity if at least `floor` (which must be at
+    /// least the floor the count was made for), else `None`: the measure
+    /// [`by_containment`] gives the pair, with `anchored` asked only when
+    /// an anchor would change it.
+    pub fn similarity_at_least(
+        &self,
+        measure: Measure,
+        hints: PairHints,
+        anchored: impl FnOnce() -> bool,
+        floor: f64,
+    ) -> Option<f64> {
+        let (shared, a_len, b_len) = (
+            self.shared as usize,
+            self.a_len as usize,
+            self.b_len as usize,
+        );
+        let anchor_decides = |hints: PairHints| {
+            !hints.anchored
+                && by_containment(
+                    measure,
+                    a_len,
+                    b_len,
+                    PairHints {
+                        anchored: true,
+                        ..hints
+                    },
+                )
+        };
+        let containment =
+            by_containment(measure, a_len, b_len, hints) || (anchor_decides(hints) && anchored());
         let s = if containment {
-            ratio(shared, smaller)
+            ratio(shared, a_len.min(b_len))
         } else {
-            ratio(shared, a_len + b_len - shared)
+            ratio(shared, (a_len + b_len).saturating_sub(shared))
         };
         (s >= floor).then_some(s)
     }

@@ -227,6 +227,9 @@ pub struct RedisOptions {
     /// capacity (the log is trimmed behind the snapshot before the newest,
     /// so it holds at most about one capacity of messages).
     pub snapshot_every: Option<u64>,
+    /// Threads the replica's decision counts overlaps on (see
+    /// [`crate::engine::overlaps`]); `None`: one per processor.
+    pub threads: Option<std::num::NonZeroUsize>,
 }
 
 impl RedisIndex {
@@ -269,8 +272,11 @@ impl RedisIndex {
                         .map_or(0, |d| d.as_nanos() as u64)
             )
         );
-        let deduper =
+        let mut deduper =
             Deduper::new(config.clone()).map_err(|e| StoreError::Refused(e.to_string()))?;
+        if let Some(threads) = options.threads {
+            deduper.set_threads(threads);
+        }
         let mut index = RedisIndex {
             link,
             name: name.to_string(),
@@ -368,8 +374,9 @@ impl RedisIndex {
                 )));
             };
             self.epoch = epoch;
-            let fresh = Deduper::new(self.config.clone())
+            let mut fresh = Deduper::new(self.config.clone())
                 .map_err(|e| StoreError::Refused(e.to_string()))?;
+            fresh.set_threads(self.replica.deduper().threads());
             let (Some(at), Some(chunks), Some(crc)) = (
                 field(1).and_then(|n| n.parse::<u64>().ok()),
                 field(3).and_then(|n| n.parse::<usize>().ok()),

@@ -581,6 +581,10 @@ impl<S: IndexStore> Worker<'_, S> {
                 }
                 Some(Err(e)) => {
                     outage.failed("reading records", &e.to_string());
+                    if records.is_empty() {
+                        // An error comes back at once: not a busy loop.
+                        std::thread::sleep(BACKOFF.0);
+                    }
                     break;
                 }
             }

@@ -465,8 +465,8 @@ pub fn run<S: IndexStore>(
         }
         worker.process(records)?;
     }
-    // Leaves the group now (its partitions go to the others at once).
-    worker.consumer.unsubscribe();
+    // Dropping the consumer closes it: it leaves the group, and its
+    // partitions go to the others at once.
     Ok(worker.summary)
 }
 

@@ -305,6 +305,22 @@ fn client_config(brokers: &KafkaBrokers) -> ClientConfig {
     config
 }
 
+/// A settings error without the value it names: librdkafka's own
+/// message repeats it, and it may be a password.
+fn settings_error(error: &RdError) -> String {
+    match error {
+        RdError::ClientConfig(_, description, key, value) => {
+            let description = if value.is_empty() {
+                description.clone()
+            } else {
+                description.replace(value.as_str(), "***")
+            };
+            format!("{description} (--kafka-option {key}=…)")
+        }
+        other => other.to_string(),
+    }
+}
+
 /// One record gathered.
 struct Record {
     topic: String,
@@ -407,7 +423,7 @@ pub fn run<S: IndexStore>(
     stop: &AtomicBool,
     metrics: &Metrics,
 ) -> Result<KafkaSummary, KafkaError> {
-    let settings = |e: RdError| KafkaError::Settings(e.to_string());
+    let settings = |e: RdError| KafkaError::Settings(settings_error(&e));
     let consumer: BaseConsumer<ConsumerHooks> = client_config(brokers)
         .set("group.id", &config.group)
         // Offsets are committed by the worker, after the outputs are stored.
@@ -866,6 +882,23 @@ mod tests {
         assert_eq!(
             record_key(&MessageId::from_json(r#""abc-1""#).unwrap()),
             b"abc-1"
+        );
+    }
+
+    #[test]
+    fn a_refused_option_is_named_without_its_value() {
+        let brokers = KafkaBrokers {
+            servers: "127.0.0.1:9092".into(),
+            options: vec![("security.protocol".into(), "s3cr3t".into())],
+        };
+        let refused = client_config(&brokers)
+            .create::<BaseProducer>()
+            .err()
+            .expect("an unknown protocol is refused");
+        let shown = settings_error(&refused);
+        assert!(
+            shown.contains("security.protocol") && !shown.contains("s3cr3t"),
+            "{shown}"
         );
     }
 

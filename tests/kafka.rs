@@ -436,3 +436,36 @@ fn a_second_worker_forces_a_rebalance_and_two_share_an_index_in_redis() {
         "about as many new as the filter finds alone ({new} vs {alone})"
     );
 }
+
+#[test]
+fn usage_errors_are_refused_before_any_broker_is_asked_and_print_no_option_value() {
+    let consume = |args: &[&str]| {
+        Command::new(common::bin())
+            .args(["consume", "--kafka", "127.0.0.1:1"])
+            .args(args)
+            .output()
+            .expect("the binary runs")
+    };
+    let out = consume(&["--group", "g", "--output-topic", "o"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--kafka needs --topic"));
+    let out = consume(&["--redis", "redis://127.0.0.1:1", "--topic", "t"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
+    let out = consume(&[
+        "--group",
+        "g",
+        "--topic",
+        "t",
+        "--output-topic",
+        "o",
+        "--kafka-option",
+        "security.protocol=hunter2",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("security.protocol") && !stderr.contains("hunter2"),
+        "{stderr}"
+    );
+}

@@ -218,6 +218,12 @@ pub fn record_key(id: &MessageId) -> Vec<u8> {
 /// Forwards librdkafka's log lines and errors to `tracing`.
 fn log_line(level: RDKafkaLogLevel, facility: &str, line: &str) {
     use RDKafkaLogLevel as L;
+    if facility == "CONFWARN" {
+        // --kafka-option sets every property on both clients: a consumer
+        // property "ignored by this producer" is no news.
+        tracing::debug!(facility, "librdkafka: {line}");
+        return;
+    }
     match level {
         L::Emerg | L::Alert | L::Critical | L::Error => {
             tracing::error!(facility, "librdkafka: {line}")
@@ -742,6 +748,7 @@ impl<S: IndexStore> Worker<'_, S> {
                 .or_insert(0);
             *at = (*at).max(record.offset + 1);
         }
+        tracing::debug!(records = n, next = ?next, "committing");
         let mut list = TopicPartitionList::new();
         for ((topic, partition), offset) in &next {
             list.add_partition_offset(topic, *partition, Offset::Offset(*offset))

@@ -178,9 +178,12 @@ fn one_worker_produces_what_the_filter_writes_and_stops_on_sigterm() {
     let temp = tempfile::tempdir().unwrap();
     let log = temp.path().join("worker.log");
     let mut child = worker(&broker, &["--batch", "64"], &log);
-    wait_for(Duration::from_secs(60), "every output", &[&log], || {
-        broker.count(OUT) >= lines.len() as i64 && committed(&broker) >= lines.len() as i64
-    });
+    wait_for(
+        Duration::from_secs(60),
+        "every input committed",
+        &[&log],
+        || committed(&broker) >= lines.len() as i64,
+    );
     let started = Instant::now();
     let status = terminate(&mut child);
     let stderr = std::fs::read_to_string(&log).unwrap();
@@ -316,9 +319,12 @@ fn killed_workers_leave_every_input_answered_with_identical_repeats() {
         let log = temp.path().join(format!("worker{round}.log"));
         let mut child = worker(&broker, &options, &log);
         let goal = (round + 1) * 500;
-        wait_for(Duration::from_secs(60), "some outputs", &[&log], || {
-            broker.count(OUT) >= goal as i64
-        });
+        wait_for(
+            Duration::from_secs(60),
+            "some inputs committed",
+            &[&log],
+            || committed(&broker) >= goal as i64,
+        );
         child.kill().unwrap(); // SIGKILL: mid-stream, mid-batch
         child.wait().unwrap();
         logs.push(log);
@@ -374,9 +380,9 @@ fn a_second_worker_forces_a_rebalance_and_two_share_an_index_in_redis() {
     let mut a = worker(&broker, &options, &log_a);
     wait_for(
         Duration::from_secs(60),
-        "the first outputs",
+        "the first inputs committed",
         &[&log_a],
-        || broker.count(OUT) >= 200,
+        || committed(&broker) >= 200,
     );
     let mut b = worker(&broker, &options, &log_b);
     broker.produce(IN, late);
@@ -421,6 +427,13 @@ fn a_second_worker_forces_a_rebalance_and_two_share_an_index_in_redis() {
 
     let outputs = broker.read(OUT);
     let answered = by_key(&outputs);
+    eprintln!(
+        "{} outputs for {} inputs; {} / {}",
+        outputs.len(),
+        lines.len(),
+        stderr_a.lines().last().unwrap_or(""),
+        stderr_b.lines().last().unwrap_or("")
+    );
     assert_eq!(answered.len(), lines.len(), "every input answered");
     for (id, value) in &answered {
         is_tagged(&lines[*id], value);

@@ -109,12 +109,16 @@ impl Broker {
     }
 
     /// Produces each value to `topic` (round robin over the partitions,
-    /// no key), every one acknowledged.
+    /// no key), every one acknowledged. One record per batch: Tansu 0.6
+    /// answers a fetch from an offset inside a batch with the next batch,
+    /// so a worker resuming mid-batch (after a rebalance or a kill) would
+    /// never see the rest of it (a broker bug, not Kafka's behaviour; see
+    /// docs/queues.md).
     pub fn produce(&self, topic: &str, values: &[Vec<u8>]) {
         let producer: BaseProducer = self
             .config()
             .set("enable.idempotence", "true")
-            .set("linger.ms", "5")
+            .set("batch.num.messages", "1")
             .create()
             .expect("a producer");
         let partitions = self.partitions(topic);
@@ -146,7 +150,10 @@ impl Broker {
         metadata.topics()[0].partitions().len() as i32
     }
 
-    /// Every record `topic` holds, partition by partition in offset order.
+    /// Every record `topic` holds, partition by partition in offset order:
+    /// read from the start until nothing more comes for a second. (Tansu
+    /// 0.6 reports a high watermark one past the first record of the last
+    /// batch, not past its last record: watermarks cannot count records.)
     pub fn read(&self, topic: &str) -> Vec<Stored> {
         let consumer: BaseConsumer = self
             .config()
@@ -154,30 +161,20 @@ impl Broker {
             .set("enable.auto.commit", "false")
             .create()
             .expect("a consumer");
-        let partitions = self.partitions(topic);
         let mut list = TopicPartitionList::new();
-        let mut want = BTreeMap::new();
-        for p in 0..partitions {
-            let (low, high) = consumer
-                .fetch_watermarks(topic, p, Duration::from_secs(10))
-                .expect("watermarks");
-            if high > low {
-                want.insert(p, high);
-                list.add_partition_offset(topic, p, Offset::Offset(low))
-                    .expect("an offset");
-            }
-        }
-        let mut stored: BTreeMap<(i32, i64), Stored> = BTreeMap::new();
-        if want.is_empty() {
-            return Vec::new();
+        for p in 0..self.partitions(topic) {
+            list.add_partition_offset(topic, p, Offset::Beginning)
+                .expect("an offset");
         }
         consumer.assign(&list).expect("assign");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut done = BTreeMap::new();
-        while done.len() < want.len() {
+        let mut stored: BTreeMap<(i32, i64), Stored> = BTreeMap::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut quiet_since = Instant::now();
+        while quiet_since.elapsed() < Duration::from_secs(1) {
             assert!(Instant::now() < deadline, "reading {topic} timed out");
-            match consumer.poll(Duration::from_millis(200)) {
+            match consumer.poll(Duration::from_millis(100)) {
                 Some(Ok(m)) => {
+                    quiet_since = Instant::now();
                     let headers = m
                         .headers()
                         .map(|h| {
@@ -200,28 +197,12 @@ impl Broker {
                             value: m.payload().unwrap_or_default().to_vec(),
                         },
                     );
-                    if m.offset() + 1 >= want[&m.partition()] {
-                        done.insert(m.partition(), ());
-                    }
                 }
                 Some(Err(e)) => panic!("reading {topic}: {e}"),
                 None => {}
             }
         }
         stored.into_values().collect()
-    }
-
-    /// How many records `topic` holds.
-    pub fn count(&self, topic: &str) -> i64 {
-        let consumer: BaseConsumer = self.config().create().expect("a consumer");
-        (0..self.partitions(topic))
-            .map(|p| {
-                let (low, high) = consumer
-                    .fetch_watermarks(topic, p, Duration::from_secs(10))
-                    .expect("watermarks");
-                high - low
-            })
-            .sum()
     }
 
     /// The offsets `group` committed on `topic`, by partition.

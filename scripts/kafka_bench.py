@@ -24,7 +24,7 @@ Topics are made, loaded, counted and read with examples/kafka_tool.rs (the
 same rdkafka as the worker), since Python here has no Kafka client.
 
 Usage: python3 scripts/kafka_bench.py [--stream FILE(.gz)] [--workers 1,2]
-       [--binary target/release/dedup-stream] [--limit N]
+       [--binary target/release/dedup-stream] [--limit N] [--batch 256]
 The default stream is ../shared/data/synthetic/dev-200k.jsonl.gz. Build
 first: cargo build --release --example kafka_tool --bin dedup-stream.
 Needs `tansu` on the PATH (cargo install tansu --version 0.6.0 --features
@@ -95,7 +95,7 @@ def run(args, servers, broker_pid, lines, workers, redis_url, round_no):
         args.binary, "consume", "--quiet",
         "--kafka", servers, "--topic", topic, "--group", group,
         "--output-topic", out_topic,
-        "--id-field", "id_str", "--text-field", "text",
+        "--id-field", "id_str", "--text-field", "text", "--batch", str(args.batch),
     ]
     if workers > 1 and redis_url:
         cmd += ["--index", redis_url, "--index-name", f"bench{round_no}"]
@@ -117,6 +117,7 @@ def run(args, servers, broker_pid, lines, workers, redis_url, round_no):
     outputs = int(tool(servers, "count", out_topic))
     result = {
         "workers": workers,
+        "batch": args.batch,
         "input_partitions": workers,
         "index": "redis" if workers > 1 and redis_url else "memory",
         "messages": len(lines),
@@ -140,6 +141,7 @@ def main():
     parser.add_argument("--workers", default="1,2")
     parser.add_argument("--binary", default=os.path.join(ROOT, "target", "release", "dedup-stream"))
     parser.add_argument("--limit", type=int, default=0, help="first N lines only")
+    parser.add_argument("--batch", type=int, default=256, help="the workers' --batch")
     parser.add_argument("--no-check", dest="check", action="store_false")
     args = parser.parse_args()
     if not shutil.which("tansu"):

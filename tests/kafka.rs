@@ -486,3 +486,60 @@ fn usage_errors_are_refused_before_any_broker_is_asked_and_print_no_option_value
         "{stderr}"
     );
 }
+
+/// The status code of `GET path` on the admin endpoint (0: no answer),
+/// and the body.
+fn http_get(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, String::new());
+    };
+    let _ = write!(stream, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    let code = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    (code, response)
+}
+
+#[test]
+fn health_and_metrics_follow_the_broker() {
+    if !available("health_and_metrics_follow_the_broker") {
+        return;
+    }
+    let broker = Broker::start();
+    topics(&broker, 1);
+    broker.produce(IN, &tweets(10));
+    let admin = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let temp = tempfile::tempdir().unwrap();
+    let log = temp.path().join("worker.log");
+    let address = format!("127.0.0.1:{admin}");
+    let mut child = worker(&broker, &["--admin", &address], &log);
+    wait_for(
+        Duration::from_secs(60),
+        "every input committed",
+        &[&log],
+        || committed(&broker) >= 10,
+    );
+    let (code, _) = http_get(admin, "/healthz");
+    assert_eq!(code, 200);
+    let (_, metrics) = http_get(admin, "/metrics");
+    assert!(
+        metrics.contains("dedup_queue_entries_acked_total 10")
+            && metrics.contains("dedup_queue_entries_read_total 10"),
+        "{metrics}"
+    );
+    drop(broker); // killed: its memory storage goes with it
+    wait_for(Duration::from_secs(30), "/healthz 503", &[&log], || {
+        http_get(admin, "/healthz").0 == 503
+    });
+    let status = terminate(&mut child);
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{stderr}");
+}

@@ -543,3 +543,46 @@ fn health_and_metrics_follow_the_broker() {
     let stderr = std::fs::read_to_string(&log).unwrap();
     assert!(status.success(), "{stderr}");
 }
+
+#[test]
+fn the_state_saved_at_sigterm_carries_the_index_over_a_restart() {
+    if !available("the_state_saved_at_sigterm_carries_the_index_over_a_restart") {
+        return;
+    }
+    let broker = Broker::start();
+    topics(&broker, 1);
+    broker.produce(IN, &tweets(10));
+    let temp = tempfile::tempdir().unwrap();
+    let state = temp.path().join("index.state");
+    let state = state.to_str().unwrap();
+    let log = temp.path().join("first.log");
+    let mut first = worker(&broker, &["--state", state], &log);
+    wait_for(
+        Duration::from_secs(60),
+        "every input committed",
+        &[&log],
+        || committed(&broker) >= 10,
+    );
+    assert!(terminate(&mut first).success());
+    // The first tweet again, under another id.
+    let copy = String::from_utf8(tweets(1).remove(0))
+        .unwrap()
+        .replace(r#""id_str":"0""#, r#""id_str":"100""#);
+    broker.produce(IN, &[copy.into_bytes()]);
+    let log = temp.path().join("second.log");
+    let mut second = worker(&broker, &["--state", state], &log);
+    wait_for(
+        Duration::from_secs(60),
+        "the copy committed",
+        &[&log],
+        || committed(&broker) >= 11,
+    );
+    assert!(terminate(&mut second).success());
+    let outputs = broker.read(OUT);
+    assert_eq!(outputs.len(), 11);
+    let last = String::from_utf8_lossy(&outputs[10].value).into_owned();
+    assert!(
+        last.contains(r#""status":"duplicate""#) && last.contains(r#""duplicate_of":"0""#),
+        "{last}"
+    );
+}

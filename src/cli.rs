@@ -14,6 +14,7 @@ use dedup_stream::config::{
     Shingling, Window,
 };
 use dedup_stream::consume::{self, ConsumeConfig, Output};
+use dedup_stream::consume_kafka::{KafkaBrokers, KafkaConfig};
 use dedup_stream::consume_nats::{NatsConfig, NatsServer};
 use dedup_stream::journal::Fsync;
 use dedup_stream::pipeline::{self, Emit, OnInvalid, PipelineConfig};
@@ -55,9 +56,9 @@ pub enum Command {
     /// (DEDUP_STREAM_ and the option's name, as --help shows).
     Serve(Box<ServeArgs>),
     /// Read a Redis Streams consumer group (or, with --nats, a NATS
-    /// JetStream durable consumer), tag every message, and append it to an
-    /// output stream, exactly once: a worker of a fleet that shares one
-    /// index in Redis.
+    /// JetStream durable consumer; with --kafka, a Kafka consumer group),
+    /// tag every message, and append it to an output stream: a worker of a
+    /// fleet that shares one index in Redis.
     Consume(Box<ConsumeArgs>),
     /// Look after an index kept in Redis: what it holds, or remove it.
     Index(IndexAdminArgs),
@@ -161,16 +162,43 @@ pub struct ConsumeArgs {
     #[arg(
         long,
         value_name = "URL",
-        required_unless_present = "nats",
-        conflicts_with = "nats"
+        required_unless_present_any = ["nats", "kafka"],
+        conflicts_with_all = ["nats", "kafka"]
     )]
     pub redis: Option<String>,
 
     /// Read a NATS JetStream stream instead of Redis: the server,
     /// nats://[USER:PASSWORD@|TOKEN@]HOST:PORT or tls://… (several
     /// separated by commas). Takes --subject, --durable, --output-subject.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", conflicts_with = "kafka")]
     pub nats: Option<String>,
+
+    /// Read a Kafka consumer group instead of Redis: the bootstrap
+    /// brokers, HOST:PORT[,HOST:PORT…]. Takes --topic, --group,
+    /// --output-topic.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub kafka: Option<String>,
+
+    /// With --kafka: a librdkafka property set on the consumer and the
+    /// producer (security.protocol=SASL_SSL, sasl.username=…,
+    /// session.timeout.ms=10000, …); repeat it for several.
+    #[arg(long, value_name = "KEY=VALUE", requires = "kafka", value_parser = parse_property)]
+    pub kafka_option: Vec<(String, String)>,
+
+    /// With --kafka: a topic to read (repeat it for several).
+    #[arg(long, value_name = "TOPIC", requires = "kafka")]
+    pub topic: Vec<String>,
+
+    /// With --kafka: the topic tagged messages are produced to (key: the
+    /// message's id). It must exist.
+    #[arg(long, value_name = "TOPIC", requires = "kafka")]
+    pub output_topic: Option<String>,
+
+    /// With --kafka: the topic malformed records are produced to, with the
+    /// reason in the Dedup-Error header (default: OUTPUT-TOPIC.invalid). It
+    /// must exist.
+    #[arg(long, value_name = "TOPIC", requires = "kafka")]
+    pub dead_letter_topic: Option<String>,
 
     /// With --nats: a credentials file (JWT and NKey seed) to log in with.
     #[arg(long, value_name = "FILE", requires = "nats")]
@@ -183,10 +211,16 @@ pub struct ConsumeArgs {
 
     /// The stream to read (a Redis key, or with --nats a JetStream stream,
     /// created on --subject if missing).
-    #[arg(long, value_name = "KEY")]
-    pub stream: String,
+    #[arg(
+        long,
+        value_name = "KEY",
+        required_unless_present = "kafka",
+        conflicts_with = "kafka"
+    )]
+    pub stream: Option<String>,
 
-    /// The consumer group (created at the start of the stream if missing).
+    /// The consumer group (created at the start of the stream if missing;
+    /// with --kafka, the Kafka consumer group).
     #[arg(
         long,
         value_name = "NAME",
@@ -200,7 +234,7 @@ pub struct ConsumeArgs {
         long,
         value_name = "SUBJECT",
         requires = "nats",
-        required_unless_present = "redis"
+        required_unless_present_any = ["redis", "kafka"]
     )]
     pub subject: Option<String>,
 
@@ -210,7 +244,7 @@ pub struct ConsumeArgs {
         long,
         value_name = "NAME",
         requires = "nats",
-        required_unless_present = "redis"
+        required_unless_present_any = ["redis", "kafka"]
     )]
     pub durable: Option<String>,
 
@@ -220,7 +254,7 @@ pub struct ConsumeArgs {
         long,
         value_name = "SUBJECT",
         requires = "nats",
-        required_unless_present = "redis"
+        required_unless_present_any = ["redis", "kafka"]
     )]
     pub output_subject: Option<String>,
 
@@ -244,7 +278,7 @@ pub struct ConsumeArgs {
     /// This worker's name in the group (default: HOSTNAME-PID). A worker
     /// restarted under the same name first finishes its own pending
     /// entries.
-    #[arg(long, value_name = "NAME", conflicts_with = "nats")]
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["nats", "kafka"])]
     pub consumer: Option<String>,
 
     /// The stream tagged messages are appended to, or - to write them as
@@ -252,18 +286,18 @@ pub struct ConsumeArgs {
     #[arg(
         long,
         value_name = "KEY",
-        required_unless_present = "nats",
-        conflicts_with = "nats"
+        required_unless_present_any = ["nats", "kafka"],
+        conflicts_with_all = ["nats", "kafka"]
     )]
     pub output: Option<String>,
 
     /// The entry field that holds the message's JSON (in and out).
-    #[arg(long, value_name = "NAME", default_value = consume::DEFAULT_FIELD, conflicts_with = "nats")]
+    #[arg(long, value_name = "NAME", default_value = consume::DEFAULT_FIELD, conflicts_with_all = ["nats", "kafka"])]
     pub field: String,
 
     /// The stream malformed entries are sent to (default: OUTPUT:invalid,
     /// or STREAM:invalid with --output -).
-    #[arg(long, value_name = "KEY", conflicts_with = "nats")]
+    #[arg(long, value_name = "KEY", conflicts_with_all = ["nats", "kafka"])]
     pub invalid_stream: Option<String>,
 
     /// Which messages to append: all (tagged), new or duplicates. Every
@@ -273,29 +307,29 @@ pub struct ConsumeArgs {
 
     /// Entries pending this long on another consumer (one that died) are
     /// claimed and finished here. Units: ms, s, m, h.
-    #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration, conflicts_with = "nats")]
+    #[arg(long, default_value = "60s", value_name = "DURATION", value_parser = parse_duration, conflicts_with_all = ["nats", "kafka"])]
     pub claim_idle: Duration,
 
     /// Create the input stream if it does not exist (empty), instead of
     /// waiting for it to appear (a misspelt name otherwise waits, saying
     /// so, rather than consuming a new, empty stream forever). Redis
     /// Streams only (a NATS stream is created when missing).
-    #[arg(long, conflicts_with = "nats")]
+    #[arg(long, conflicts_with_all = ["nats", "kafka"])]
     pub create: bool,
 
     /// Consumers of the group that hold no pending entry and have been idle
     /// this long (workers that stopped, under names not used again) are
     /// removed from the group. Units: ms, s, m, h.
     /// Redis Streams only.
-    #[arg(long, default_value = "1h", value_name = "DURATION", value_parser = parse_duration, conflicts_with = "nats")]
+    #[arg(long, default_value = "1h", value_name = "DURATION", value_parser = parse_duration, conflicts_with_all = ["nats", "kafka"])]
     pub forget_idle_consumers: Duration,
 
     /// Entries read at a time.
     #[arg(long, default_value_t = consume::DEFAULT_BATCH, value_name = "N")]
     pub batch: usize,
 
-    /// Where the index lives (default: on the --redis server; with --nats,
-    /// memory).
+    /// Where the index lives (default: on the --redis server; with --nats
+    /// or --kafka, memory).
     #[arg(long, value_name = "URL", value_parser = LocationParser)]
     pub index: Option<IndexLocation>,
 
@@ -324,7 +358,7 @@ pub struct ConsumeArgs {
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<SocketAddr>,
 
-    /// With --nats and --index memory: the index's state file, loaded at
+    /// With --nats or --kafka and --index memory: the index's state file, loaded at
     /// the start and saved at a clean stop.
     #[command(flatten)]
     pub state: StateArgs,
@@ -795,7 +829,7 @@ fn from_env(arg: clap::Arg) -> clap::Arg {
     }
     let var = env_var(long);
     // A URL's value may hold a password: --help must not show it.
-    let secret = matches!(long, "redis" | "index" | "nats");
+    let secret = matches!(long, "redis" | "index" | "nats" | "kafka-option");
     arg.env(var).hide_env_values(secret)
 }
 
@@ -1031,10 +1065,10 @@ impl ConsumeArgs {
             .clone()
             .unwrap_or_else(|| match &output {
                 Output::Stream(name) => format!("{name}:invalid"),
-                Output::Lines => format!("{}:invalid", self.stream),
+                Output::Lines => format!("{}:invalid", self.stream.as_deref().unwrap_or_default()),
             });
         Ok(ConsumeConfig {
-            stream: self.stream.clone(),
+            stream: self.stream.clone().unwrap_or_default(),
             group: self.group.clone().unwrap_or_default(),
             consumer: self.consumer.clone().unwrap_or(consumer),
             output,
@@ -1072,7 +1106,7 @@ impl ConsumeArgs {
             ca: self.nats_ca.clone(),
         };
         let config = NatsConfig {
-            stream: self.stream.clone(),
+            stream: self.stream.clone().unwrap_or_default(),
             subject,
             durable,
             output_subject,
@@ -1087,6 +1121,53 @@ impl ConsumeArgs {
             ack_wait: self.ack_wait.max(Duration::from_secs(1)),
         };
         Ok((server, config))
+    }
+}
+
+impl ConsumeArgs {
+    /// With --kafka: the brokers and the worker's config.
+    pub fn kafka_config(&self) -> Result<(KafkaBrokers, KafkaConfig), String> {
+        let servers = self.kafka.clone().ok_or("--kafka is missing")?;
+        if self.topic.is_empty() {
+            return Err("--kafka needs --topic TOPIC".into());
+        }
+        let need = |value: &Option<String>, name: &str| {
+            value
+                .clone()
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| format!("--kafka needs {name}"))
+        };
+        let group = need(&self.group, "--group NAME")?;
+        let output_topic = need(&self.output_topic, "--output-topic TOPIC")?;
+        let dead_letter_topic = self
+            .dead_letter_topic
+            .clone()
+            .unwrap_or_else(|| format!("{output_topic}.invalid"));
+        let brokers = KafkaBrokers {
+            servers,
+            options: self.kafka_option.clone(),
+        };
+        let config = KafkaConfig {
+            topics: self.topic.clone(),
+            group,
+            output_topic,
+            dead_letter_topic,
+            emit: self.emit.emit(),
+            fields: self.message.fields().map_err(|e| e.to_string())?,
+            batch: self.batch.max(1),
+            max_line_bytes: self.message.max_line_bytes.max(1),
+        };
+        Ok((brokers, config))
+    }
+}
+
+/// Parses a `KEY=VALUE` librdkafka property.
+fn parse_property(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => {
+            Ok((key.trim().to_string(), value.to_string()))
+        }
+        _ => Err("expected KEY=VALUE (a librdkafka property)".into()),
     }
 }
 

@@ -52,7 +52,8 @@
 //! - [`redis_index`]: the index kept in Redis, shared by a fleet of
 //!   workers, behind the same [`engine::IndexStore`] trait as the in-memory
 //!   one; [`consume`]: a worker that reads a Redis Streams consumer group;
-//!   [`consume_nats`]: one that reads a NATS JetStream durable consumer.
+//!   [`consume_nats`]: one that reads a NATS JetStream durable consumer;
+//!   [`consume_kafka`]: one that reads a Kafka consumer group.
 //!
 //! The binary (`src/main.rs`) parses the command line, sets up logging and
 //! signals, and calls into this library.
@@ -62,6 +63,7 @@
 pub mod batch;
 pub mod config;
 pub mod consume;
+pub mod consume_kafka;
 pub mod consume_nats;
 pub mod engine;
 pub mod error;

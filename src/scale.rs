@@ -11,7 +11,7 @@ use dedup_stream::output::OutputKind;
 use dedup_stream::redis_index::{IndexLocation, Link, RedisIndex, RedisOptions, admin};
 use dedup_stream::server::{self, metrics::Metrics};
 use dedup_stream::{Deduper, EngineConfig, Error, StoreError};
-use dedup_stream::{consume, consume_nats, output, snapshot};
+use dedup_stream::{consume, consume_kafka, consume_nats, output, snapshot};
 
 use crate::cli::{ConsumeArgs, IndexAction, IndexAdminArgs, IndexArgs, StateArgs};
 use crate::{Exit, load_state, runtime, stop_on_signal, usage};
@@ -111,6 +111,9 @@ fn hostname() -> String {
 pub fn consume(args: &ConsumeArgs) -> Exit {
     if args.nats.is_some() {
         return consume_nats(args);
+    }
+    if args.kafka.is_some() {
+        return consume_kafka(args);
     }
     let engine = match args.engine_config() {
         Ok(engine) => engine,
@@ -371,6 +374,109 @@ fn consume_nats(args: &ConsumeArgs) -> Exit {
             eprintln!("dedup-stream: {e}; unacknowledged messages will be delivered again");
             Exit::Success
         }
+        Err(e) => {
+            eprintln!("dedup-stream: {e}");
+            Exit::Failure
+        }
+    }
+}
+
+/// `dedup-stream consume --kafka`: the worker of `consume_kafka` (on this
+/// thread; the runtime serves the admin endpoint and signals), with the
+/// index in memory (and `--state`) or in Redis.
+fn consume_kafka(args: &ConsumeArgs) -> Exit {
+    let engine = match args.engine_config() {
+        Ok(engine) => engine,
+        Err(e) => return usage(e),
+    };
+    let (brokers, config) = match args.kafka_config() {
+        Ok(pair) => pair,
+        Err(e) => return usage(e),
+    };
+    let index_location = args.index.clone().unwrap_or(IndexLocation::Memory);
+    if index_location != IndexLocation::Memory && args.state.state.is_some() {
+        return usage(format!(
+            "--state keeps an index in memory; with --index {index_location} Redis keeps it"
+        ));
+    }
+    if let Some(path) = &args.state.state
+        && let Err(e) = output::check(&[(OutputKind::State, path)], &[], false)
+    {
+        return usage(e);
+    }
+    let preparer = Preparer::new(&engine);
+    let metrics = Arc::new(Metrics::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let runtime = match runtime() {
+        Ok(runtime) => runtime,
+        Err(exit) => return exit,
+    };
+    let signal = Arc::new(AtomicU8::new(0));
+    runtime.spawn(stop_on_signal(Arc::clone(&signal), Arc::clone(&stop)));
+    if let Err(exit) = start_admin(args, &runtime, &metrics, &stop) {
+        return exit;
+    }
+    tracing::info!(
+        kafka = %brokers,
+        topics = ?config.topics,
+        group = %config.group,
+        output = %config.output_topic,
+        index = %index_location,
+        "consuming"
+    );
+    let result = match &index_location {
+        IndexLocation::Memory => {
+            let deduper = match Deduper::new(engine).map_err(usage) {
+                Ok(deduper) => deduper,
+                Err(exit) => return exit,
+            };
+            let deduper = match load_state(&args.state, deduper) {
+                Ok(deduper) => deduper,
+                Err(exit) => return exit,
+            };
+            // A record read again in this process gets its first verdict.
+            let mut store = consume_nats::Memo::new(deduper);
+            let result =
+                consume_kafka::run(&brokers, &config, &preparer, &mut store, &stop, &metrics);
+            if let Some(path) = &args.state.state
+                && let Err(e) = snapshot::save(path, &store.inner)
+            {
+                eprintln!("dedup-stream: {e}");
+                return Exit::Failure;
+            }
+            result
+        }
+        location => {
+            let options = RedisOptions {
+                metrics: Some(Arc::clone(&metrics)),
+                stop: Some(Arc::clone(&stop)),
+                token_scope: Some(consume_kafka::token_scope(&config)),
+                timeout: Some(args.redis_timeout),
+                wait: args.redis_wait.0,
+                snapshot_every: args.log_snapshot_every,
+            };
+            let mut store = match open_index(location, &args.index_name, &engine, options) {
+                Ok(store) => store,
+                Err(exit) => return exit,
+            };
+            consume_kafka::run(&brokers, &config, &preparer, &mut store, &stop, &metrics)
+        }
+    };
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    report_store(&metrics);
+    match result {
+        Ok(summary) => {
+            if !args.quiet {
+                eprintln!("dedup-stream: {summary}");
+            }
+            Exit::Success
+        }
+        Err(e @ consume_kafka::KafkaError::Unavailable(_)) if stop.load(Ordering::Relaxed) => {
+            // Nothing is lost: what was not committed is read again.
+            eprintln!("dedup-stream: {e}; uncommitted records will be read again");
+            Exit::Success
+        }
+        Err(e @ consume_kafka::KafkaError::Settings(_)) => usage(e),
         Err(e) => {
             eprintln!("dedup-stream: {e}");
             Exit::Failure

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod kafka;
 pub mod nats;
 pub mod redis;
 pub mod served;

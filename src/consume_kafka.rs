@@ -1,0 +1,921 @@
+//! `dedup-stream consume --kafka`: a worker of a Kafka consumer group.
+//!
+//! ```text
+//!  topics IN ──poll (group)──▶ prepare ──▶ index store ──▶ produce OUT (key = id) ──▶ commit offsets
+//!   (offsets committed         (sketch)    (one call)      idempotent producer,        (synchronous,
+//!    by the worker only)                                   every delivery awaited)     per partition)
+//! ```
+//!
+//! - Each record's value is one JSON message, tagged exactly as the filter
+//!   tags a line and produced to the output topic with the message's id as
+//!   its key. A leading UTF-8 byte-order mark is skipped; a value longer
+//!   than `--max-line-bytes` is refused, as the filter refuses such a line.
+//! - **At least once, with the same verdict every time.** Offsets are
+//!   committed (synchronously, never automatically) only after every output
+//!   of the batch is acknowledged by the broker (`acks=all`, idempotent
+//!   producer). A worker that dies between the two leaves the offsets
+//!   behind: the records are delivered again (to it or, after a rebalance,
+//!   to another worker), the index answers them from its memo, keyed by
+//!   `TOPIC/PARTITION/OFFSET` (their first verdict: a record is never "a
+//!   duplicate of itself"), and the repeated output is byte for byte the
+//!   same, with the same key: a consumer of the output topic drops it by
+//!   key. Kafka transactions (KIP-98) are not used: see docs/queues.md.
+//! - **Rebalances.** Partitions are revoked and assigned inside `poll`, and
+//!   only while a batch is being gathered: records gathered before a
+//!   revocation from a revoked partition are abandoned (nothing of them was
+//!   produced or committed; their next owner reads them from the committed
+//!   offset). A batch, once gathered, is produced and committed before the
+//!   next poll, so no commit is made for a partition under an assignment
+//!   it was not read under. A commit the group refuses (the worker was
+//!   taken out of it, a rebalance began) is not retried: the records are
+//!   read again by their next owner and get the same verdicts.
+//! - Malformed records (not a JSON object with an id and a text, too long,
+//!   no value) are produced to the dead-letter topic with the reason in the
+//!   header `Dedup-Error`, their input in `Dedup-Source`
+//!   (`TOPIC/PARTITION/OFFSET`) and the original bytes as the value, then
+//!   committed with the rest: never retried forever.
+//! - The output and dead-letter topics must exist (their partitions and
+//!   replication are the operator's choice), and the input topics too:
+//!   missing ones are refused with [`KafkaError::Conflict`] before
+//!   anything is read, as is an input topic that is also an output.
+//! - Kafka unreachable: the clients reconnect by themselves; undelivered
+//!   outputs are produced again with backoff, reported on stderr every ten
+//!   seconds and in the metrics (`/healthz` answers 503). Nothing is
+//!   committed that was not stored.
+//! - A stop request (SIGTERM) finishes the batch in hand, commits it, and
+//!   leaves the group.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientContext;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError as RdError, RDKafkaErrorCode};
+use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+use crate::batch::{self, Item, RawBatch, RawLine};
+use crate::engine::{Ask, IndexStore, Preparer};
+use crate::error::{InvalidReason, StoreError};
+use crate::input::BOM;
+use crate::pipeline::Emit;
+use crate::record::{Decoder, FieldSpec, MessageId};
+use crate::server::metrics::Metrics;
+
+/// Default records gathered at a time.
+pub const DEFAULT_BATCH: usize = 256;
+/// Header of a dead letter that says why its record was refused.
+pub const ERROR_HEADER: &str = "Dedup-Error";
+/// Header of a dead letter that names its input: `TOPIC/PARTITION/OFFSET`.
+pub const SOURCE_HEADER: &str = "Dedup-Source";
+/// Longest wait for a record when none is ready, before looking around
+/// (stop requests, progress).
+const IDLE_WAIT: Duration = Duration::from_secs(1);
+/// How often progress is logged.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+/// How often a continuing outage is reported.
+const REPORT_EVERY: Duration = Duration::from_secs(10);
+/// First and longest wait between two attempts.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
+/// Attempts at a commit before its records are left to be read again.
+const COMMIT_TRIES: u32 = 3;
+/// Longest wait for the broker's metadata at the start, per attempt.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why the Kafka worker stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KafkaError {
+    /// The client settings cannot be used (a `--kafka-option` librdkafka
+    /// refuses, say).
+    #[error("bad Kafka settings: {0}")]
+    Settings(String),
+    /// A topic is missing or used both ways (nothing was read).
+    #[error("{0}")]
+    Conflict(String),
+    /// Kafka could not be reached, and the worker was told to stop while
+    /// waiting: what was not committed will be delivered again.
+    #[error("Kafka unreachable while {0}")]
+    Unavailable(String),
+    /// The idempotent producer hit an error it cannot go on after.
+    #[error("the Kafka producer failed for good: {0}")]
+    Fatal(String),
+    /// The index store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Where the brokers are and how the clients connect.
+#[derive(Clone)]
+pub struct KafkaBrokers {
+    /// `HOST:PORT[,HOST:PORT…]`: the bootstrap servers.
+    pub servers: String,
+    /// librdkafka properties set on both clients (`security.protocol`,
+    /// `sasl.username`, `session.timeout.ms`, …); they may hold secrets
+    /// and are never printed.
+    pub options: Vec<(String, String)>,
+}
+
+impl fmt::Display for KafkaBrokers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.servers)
+    }
+}
+
+/// As `Display`: a derived `Debug` would print the options' values.
+impl fmt::Debug for KafkaBrokers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let keys: Vec<&str> = self.options.iter().map(|(k, _)| k.as_str()).collect();
+        write!(f, "KafkaBrokers({self}, options {keys:?})")
+    }
+}
+
+/// How the worker runs (the engine's settings are in the [`Preparer`] and
+/// the index store).
+#[derive(Clone, Debug)]
+pub struct KafkaConfig {
+    /// The topics read.
+    pub topics: Vec<String>,
+    /// The consumer group: workers of one group share the partitions.
+    pub group: String,
+    /// The topic tagged messages are produced to.
+    pub output_topic: String,
+    /// The topic malformed records are produced to.
+    pub dead_letter_topic: String,
+    /// Which verdicts are produced (every record is committed).
+    pub emit: Emit,
+    /// Where the id and text are in a message.
+    pub fields: FieldSpec,
+    /// Records gathered at a time.
+    pub batch: usize,
+    /// Longest message, in bytes (`--max-line-bytes`).
+    pub max_line_bytes: usize,
+}
+
+/// What a run did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KafkaSummary {
+    /// Records gathered and decided.
+    pub read: u64,
+    /// Records tagged new.
+    pub new: u64,
+    /// Records tagged duplicate.
+    pub duplicates: u64,
+    /// Records sent to the dead-letter topic.
+    pub invalid: u64,
+    /// Records gathered, then abandoned at a rebalance (read again by
+    /// their next owner).
+    pub abandoned: u64,
+    /// Records whose offsets were committed.
+    pub committed: u64,
+    /// Records whose commit failed (they are read again).
+    pub uncommitted: u64,
+}
+
+impl fmt::Display for KafkaSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} records read: {} new, {} duplicates, {} invalid; {} committed, {} left to \
+             read again, {} abandoned at rebalances",
+            self.read,
+            self.new,
+            self.duplicates,
+            self.invalid,
+            self.committed,
+            self.uncommitted,
+            self.abandoned
+        )
+    }
+}
+
+/// The memo scope of the worker's tokens in an index in Redis (see
+/// [`RedisOptions::token_scope`](crate::redis_index::RedisOptions::token_scope)):
+/// a token is `TOPIC/PARTITION/OFFSET`, unique within a cluster's group.
+pub fn token_scope(config: &KafkaConfig) -> String {
+    format!("kafka:{}", config.group)
+}
+
+/// The record key of a message: its id's digits, or its JSON text (a
+/// string without its quotes).
+pub fn record_key(id: &MessageId) -> Vec<u8> {
+    match id {
+        MessageId::DigitString(n) | MessageId::Integer(n) => n.to_string().into_bytes(),
+        MessageId::Raw(raw) => raw
+            .strip_prefix('"')
+            .and_then(|r| r.strip_suffix('"'))
+            .unwrap_or(raw)
+            .as_bytes()
+            .to_vec(),
+    }
+}
+
+/// Forwards librdkafka's log lines and errors to `tracing`.
+fn log_line(level: RDKafkaLogLevel, facility: &str, line: &str) {
+    use RDKafkaLogLevel as L;
+    if facility == "CONFWARN" {
+        // --kafka-option sets every property on both clients: a consumer
+        // property "ignored by this producer" is no news.
+        tracing::debug!(facility, "librdkafka: {line}");
+        return;
+    }
+    match level {
+        L::Emerg | L::Alert | L::Critical | L::Error => {
+            tracing::error!(facility, "librdkafka: {line}")
+        }
+        L::Warning => tracing::warn!(facility, "librdkafka: {line}"),
+        L::Notice | L::Info => tracing::debug!(facility, "librdkafka: {line}"),
+        L::Debug => tracing::trace!(facility, "librdkafka: {line}"),
+    }
+}
+
+/// The consumer's callbacks: notes revoked partitions for the worker.
+struct ConsumerHooks {
+    /// Partitions revoked since the worker last looked.
+    revoked: Mutex<Vec<(String, i32)>>,
+}
+
+impl ClientContext for ConsumerHooks {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, line: &str) {
+        log_line(level, facility, line);
+    }
+
+    fn error(&self, error: RdError, reason: &str) {
+        tracing::warn!("Kafka consumer: {error}: {reason}");
+    }
+}
+
+impl ConsumerContext for ConsumerHooks {
+    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Revoke(list) => {
+                let mut revoked = self.revoked.lock().unwrap_or_else(|e| e.into_inner());
+                for element in list.elements() {
+                    revoked.push((element.topic().to_string(), element.partition()));
+                }
+                tracing::info!(partitions = list.count(), "partitions revoked");
+            }
+            Rebalance::Assign(list) => {
+                tracing::info!(partitions = list.count(), "partitions assigned");
+            }
+            Rebalance::Error(e) => tracing::warn!("rebalance failed: {e}"),
+        }
+    }
+}
+
+/// The producer's callbacks: collects delivery reports by output index.
+struct ProducerHooks {
+    delivered: Mutex<Vec<(usize, Result<(), String>)>>,
+}
+
+impl ClientContext for ProducerHooks {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, line: &str) {
+        log_line(level, facility, line);
+    }
+
+    fn error(&self, error: RdError, reason: &str) {
+        tracing::warn!("Kafka producer: {error}: {reason}");
+    }
+}
+
+impl ProducerContext for ProducerHooks {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, index: usize) {
+        let result = match result {
+            Ok(_) => Ok(()),
+            Err((e, _)) => Err(e.to_string()),
+        };
+        self.delivered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((index, result));
+    }
+}
+
+/// The settings both clients share.
+fn client_config(brokers: &KafkaBrokers) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", &brokers.servers)
+        .set("client.id", "dedup-stream")
+        .set_log_level(RDKafkaLogLevel::Warning);
+    for (key, value) in &brokers.options {
+        config.set(key, value);
+    }
+    config
+}
+
+/// A settings error without the value it names: librdkafka's own
+/// message repeats it, and it may be a password.
+fn settings_error(error: &RdError) -> String {
+    match error {
+        RdError::ClientConfig(_, description, key, value) => {
+            let description = if value.is_empty() {
+                description.clone()
+            } else {
+                description.replace(value.as_str(), "***")
+            };
+            format!("{description} (--kafka-option {key}=…)")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// One record gathered.
+struct Record {
+    topic: String,
+    partition: i32,
+    offset: i64,
+    /// Its value; `None`: it has none (a tombstone).
+    value: Option<Vec<u8>>,
+}
+
+impl Record {
+    /// `TOPIC/PARTITION/OFFSET`: the record's memo token.
+    fn token(&self) -> String {
+        format!("{}/{}/{}", self.topic, self.partition, self.offset)
+    }
+}
+
+/// What becomes of a record once decided.
+enum Outcome {
+    /// Produce this to the output topic under this key, then commit.
+    Output { key: Vec<u8>, value: Vec<u8> },
+    /// Commit only (a verdict not emitted).
+    Skip,
+    /// Produce to the dead-letter topic, then commit.
+    Dead { reason: String, value: Vec<u8> },
+}
+
+/// One record a batch produces.
+struct Produce<'a> {
+    topic: &'a str,
+    key: Vec<u8>,
+    value: Vec<u8>,
+    /// For a dead letter: the reason and the input's token.
+    dead: Option<(String, String)>,
+}
+
+/// Reports an outage at most every [`REPORT_EVERY`], in the log and the
+/// metrics.
+struct Outage<'a> {
+    metrics: &'a Metrics,
+    since: Option<Instant>,
+    reported: Option<Instant>,
+}
+
+impl<'a> Outage<'a> {
+    fn new(metrics: &'a Metrics) -> Outage<'a> {
+        Outage {
+            metrics,
+            since: None,
+            reported: None,
+        }
+    }
+
+    fn failed(&mut self, what: &str, error: &str) {
+        self.metrics.store_errors.fetch_add(1, Ordering::Relaxed);
+        self.metrics.store_unreachable.store(1, Ordering::Relaxed);
+        let since = *self.since.get_or_insert_with(Instant::now);
+        if self.reported.is_none_or(|at| at.elapsed() >= REPORT_EVERY) {
+            self.reported = Some(Instant::now());
+            tracing::warn!(
+                for_seconds = since.elapsed().as_secs(),
+                "Kafka failed while {what}: {error}; retrying"
+            );
+        }
+    }
+
+    fn over(&mut self, what: &str) {
+        if let Some(since) = self.since.take() {
+            self.reported = None;
+            self.metrics.store_unreachable.store(0, Ordering::Relaxed);
+            tracing::info!(
+                after_seconds = since.elapsed().as_secs(),
+                "Kafka reachable again ({what})"
+            );
+        }
+    }
+}
+
+/// The worker's state between batches.
+struct Worker<'a, S> {
+    config: &'a KafkaConfig,
+    preparer: &'a Preparer,
+    decoder: Decoder,
+    store: &'a mut S,
+    consumer: BaseConsumer<ConsumerHooks>,
+    producer: BaseProducer<ProducerHooks>,
+    stop: &'a AtomicBool,
+    metrics: &'a Metrics,
+    summary: KafkaSummary,
+}
+
+/// Runs the worker until `stop` is set (or a fatal error): checks the
+/// topics, joins the group, then gathers, decides, produces and commits
+/// batch after batch. Synchronous: librdkafka's clients run their own
+/// threads.
+pub fn run<S: IndexStore>(
+    brokers: &KafkaBrokers,
+    config: &KafkaConfig,
+    preparer: &Preparer,
+    store: &mut S,
+    stop: &AtomicBool,
+    metrics: &Metrics,
+) -> Result<KafkaSummary, KafkaError> {
+    let settings = |e: RdError| KafkaError::Settings(settings_error(&e));
+    let consumer: BaseConsumer<ConsumerHooks> = client_config(brokers)
+        .set("group.id", &config.group)
+        // Offsets are committed by the worker, after the outputs are stored.
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .create_with_context(ConsumerHooks {
+            revoked: Mutex::new(Vec::new()),
+        })
+        .map_err(settings)?;
+    let producer: BaseProducer<ProducerHooks> = client_config(brokers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        // A delivery that takes longer is produced again (same bytes, same
+        // key); a stop request waits for it at most this long.
+        .set("message.timeout.ms", "60000")
+        .create_with_context(ProducerHooks {
+            delivered: Mutex::new(Vec::new()),
+        })
+        .map_err(settings)?;
+    check_topics(&producer, config, stop, metrics)?;
+    let topics: Vec<&str> = config.topics.iter().map(String::as_str).collect();
+    consumer.subscribe(&topics).map_err(settings)?;
+    let mut worker = Worker {
+        config,
+        preparer,
+        decoder: Decoder::new(config.fields.clone()),
+        store,
+        consumer,
+        producer,
+        stop,
+        metrics,
+        summary: KafkaSummary::default(),
+    };
+    let started = Instant::now();
+    let mut last_report = Instant::now();
+    let mut outage = Outage::new(metrics);
+    while !stop.load(Ordering::Relaxed) {
+        if last_report.elapsed() >= PROGRESS_EVERY {
+            last_report = Instant::now();
+            let s = worker.summary;
+            tracing::info!(
+                read = s.read,
+                per_second = (s.read as f64 / started.elapsed().as_secs_f64()).round(),
+                duplicates = s.duplicates,
+                invalid = s.invalid,
+                committed = s.committed,
+                abandoned = s.abandoned,
+                "consuming"
+            );
+        }
+        let records = worker.gather(&mut outage);
+        if records.is_empty() {
+            continue;
+        }
+        worker.process(records)?;
+    }
+    // Dropping the consumer closes it: it leaves the group, and its
+    // partitions go to the others at once.
+    Ok(worker.summary)
+}
+
+/// Checks that the topics exist and that no input is an output, waiting
+/// for the brokers while they cannot be reached.
+fn check_topics(
+    producer: &BaseProducer<ProducerHooks>,
+    config: &KafkaConfig,
+    stop: &AtomicBool,
+    metrics: &Metrics,
+) -> Result<(), KafkaError> {
+    for output in [&config.output_topic, &config.dead_letter_topic] {
+        if config.topics.contains(output) {
+            return Err(KafkaError::Conflict(format!(
+                "topic {output:?} is both read and written: the worker would read its own output"
+            )));
+        }
+    }
+    let mut outage = Outage::new(metrics);
+    let mut wait = BACKOFF.0;
+    let metadata = loop {
+        match producer.client().fetch_metadata(None, METADATA_TIMEOUT) {
+            Ok(metadata) => break metadata,
+            Err(e) => {
+                outage.failed("reading the topics", &e.to_string());
+                if stop.load(Ordering::Relaxed) {
+                    return Err(KafkaError::Unavailable("reading the topics".into()));
+                }
+                std::thread::sleep(wait);
+                wait = (wait * 2).min(BACKOFF.1);
+            }
+        }
+    };
+    outage.over("reading the topics");
+    let known: HashSet<&str> = metadata
+        .topics()
+        .iter()
+        .filter(|t| t.error().is_none() && !t.partitions().is_empty())
+        .map(|t| t.name())
+        .collect();
+    let roles = config.topics.iter().map(|t| (t, "input")).chain([
+        (&config.output_topic, "output"),
+        (&config.dead_letter_topic, "dead-letter"),
+    ]);
+    let missing: Vec<String> = roles
+        .filter(|(topic, _)| !known.contains(topic.as_str()))
+        .map(|(topic, role)| format!("{topic:?} (the {role} topic)"))
+        .collect();
+    if !missing.is_empty() {
+        return Err(KafkaError::Conflict(format!(
+            "no such topic on the brokers: {}; create it with the partitions and replication \
+             you want (the worker does not create topics)",
+            missing.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+impl<S: IndexStore> Worker<'_, S> {
+    /// Gathers a batch: what is ready now, else waits up to [`IDLE_WAIT`]
+    /// for one record and takes what is ready with it. Records of a
+    /// partition revoked meanwhile are dropped (see the module
+    /// documentation).
+    fn gather(&mut self, outage: &mut Outage<'_>) -> Vec<Record> {
+        let mut records: Vec<Record> = Vec::new();
+        loop {
+            let wait = if records.is_empty() {
+                IDLE_WAIT
+            } else {
+                Duration::ZERO
+            };
+            let polled = self.consumer.poll(wait);
+            // The rebalance callbacks ran inside that poll, before the
+            // record it returns (read under the new assignment).
+            let revoked = std::mem::take(
+                &mut *self
+                    .consumer
+                    .context()
+                    .revoked
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()),
+            );
+            if !revoked.is_empty() {
+                let before = records.len();
+                records.retain(|r| {
+                    !revoked
+                        .iter()
+                        .any(|(t, p)| *t == r.topic && *p == r.partition)
+                });
+                let dropped = (before - records.len()) as u64;
+                if dropped > 0 {
+                    self.summary.abandoned += dropped;
+                    tracing::info!(
+                        records = dropped,
+                        "abandoned records of revoked partitions: their next owner reads them"
+                    );
+                }
+            }
+            match polled {
+                None => break,
+                Some(Ok(message)) => {
+                    outage.over("reading records");
+                    records.push(Record {
+                        topic: message.topic().to_string(),
+                        partition: message.partition(),
+                        offset: message.offset(),
+                        value: message.payload().map(<[u8]>::to_vec),
+                    });
+                    if records.len() >= self.config.batch {
+                        break;
+                    }
+                }
+                Some(Err(e)) => {
+                    outage.failed("reading records", &e.to_string());
+                    if records.is_empty() {
+                        // An error comes back at once: not a busy loop.
+                        std::thread::sleep(BACKOFF.0);
+                    }
+                    break;
+                }
+            }
+        }
+        records
+    }
+
+    /// Prepares and decides a batch: one outcome per record.
+    fn decide(
+        &mut self,
+        records: &[Record],
+        tokens: &[String],
+    ) -> Result<Vec<Outcome>, KafkaError> {
+        let mut raw = RawBatch::default();
+        for (i, record) in records.iter().enumerate() {
+            let number = i as u64 + 1;
+            let value = record.value.as_deref().unwrap_or_default();
+            // A byte-order mark is skipped, as the filter skips one at the
+            // start of a file: some producers write one per message.
+            let value = value.strip_prefix(BOM).unwrap_or(value);
+            if value.len() > self.config.max_line_bytes {
+                raw.lines.push(RawLine::TooLong {
+                    number,
+                    max: self.config.max_line_bytes,
+                });
+            } else {
+                raw.push_line(number, value);
+            }
+        }
+        let prepared = batch::prepare(self.preparer, &self.decoder, raw, None);
+        let mut asks = Vec::with_capacity(records.len());
+        for (item, token) in prepared.items.iter().zip(tokens) {
+            if let Item::Message(message) = item {
+                asks.push(Ask {
+                    id: &message.id,
+                    sketch: prepared.sketch(message),
+                    op: message.op,
+                    token: Some(token.as_bytes()),
+                    time: message.time,
+                });
+            }
+        }
+        let mut verdicts = Vec::with_capacity(asks.len());
+        self.store.decide(&asks, &mut verdicts)?;
+        drop(asks);
+        let mut verdicts = verdicts.into_iter();
+        let mut outcomes = Vec::with_capacity(records.len());
+        for (item, record) in prepared.items.iter().zip(records) {
+            outcomes.push(match item {
+                Item::Invalid(invalid) => Outcome::Dead {
+                    reason: match record.value {
+                        None => "the record has no value".to_string(),
+                        Some(_) => invalid.reason.to_string(),
+                    },
+                    value: match invalid.reason {
+                        // Over the limit: not copied (it may not fit in a
+                        // record either); Dedup-Source names it.
+                        InvalidReason::TooLong { .. } => Vec::new(),
+                        _ => record.value.clone().unwrap_or_default(),
+                    },
+                },
+                Item::Message(message) => {
+                    let verdict = verdicts.next().ok_or_else(|| {
+                        StoreError::Unavailable("the index store lost a verdict".into())
+                    })?;
+                    if verdict.is_duplicate() {
+                        self.summary.duplicates += 1;
+                        self.metrics
+                            .checks_duplicate
+                            .fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        self.summary.new += 1;
+                        self.metrics.checks_new.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if self.config.emit.wants(&verdict) {
+                        let mut tagged = Vec::with_capacity(message.line.len() + 80);
+                        batch::write_message(&mut tagged, &prepared, message, &verdict);
+                        tagged.pop(); // the newline: a record is not a line
+                        Outcome::Output {
+                            key: record_key(&message.id),
+                            value: tagged,
+                        }
+                    } else {
+                        Outcome::Skip
+                    }
+                }
+            });
+        }
+        self.metrics.record_index(self.store.stats());
+        Ok(outcomes)
+    }
+
+    /// Decides a batch, produces its outputs and dead letters (every
+    /// delivery acknowledged), then commits its offsets.
+    fn process(&mut self, records: Vec<Record>) -> Result<(), KafkaError> {
+        let n = records.len() as u64;
+        self.summary.read += n;
+        self.metrics.queue_read.fetch_add(n, Ordering::Relaxed);
+        let tokens: Vec<String> = records.iter().map(Record::token).collect();
+        let outcomes = self.decide(&records, &tokens)?;
+        let mut produces = Vec::new();
+        for (outcome, token) in outcomes.into_iter().zip(&tokens) {
+            match outcome {
+                Outcome::Output { key, value } => produces.push(Produce {
+                    topic: &self.config.output_topic,
+                    key,
+                    value,
+                    dead: None,
+                }),
+                Outcome::Dead { reason, value } => {
+                    self.summary.invalid += 1;
+                    self.metrics.invalid_lines.fetch_add(1, Ordering::Relaxed);
+                    self.metrics
+                        .queue_dead_lettered
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        record = %token,
+                        "{reason}: sent to {}",
+                        self.config.dead_letter_topic
+                    );
+                    produces.push(Produce {
+                        topic: &self.config.dead_letter_topic,
+                        key: token.as_bytes().to_vec(),
+                        value,
+                        dead: Some((reason, token.clone())),
+                    });
+                }
+                Outcome::Skip => {}
+            }
+        }
+        self.produce(&produces)?;
+
+        // The outputs are stored: now the offsets may go. The next offset
+        // of each partition is committed.
+        let mut next: BTreeMap<(&str, i32), i64> = BTreeMap::new();
+        for record in &records {
+            let at = next
+                .entry((record.topic.as_str(), record.partition))
+                .or_insert(0);
+            *at = (*at).max(record.offset + 1);
+        }
+        tracing::debug!(records = n, next = ?next, "committing");
+        let mut list = TopicPartitionList::new();
+        for ((topic, partition), offset) in &next {
+            list.add_partition_offset(topic, *partition, Offset::Offset(*offset))
+                .map_err(|e| KafkaError::Settings(e.to_string()))?;
+        }
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.consumer.commit(&list, CommitMode::Sync) {
+                Ok(()) => {
+                    self.summary.committed += n;
+                    self.metrics.queue_acked.fetch_add(n, Ordering::Relaxed);
+                    let forget: Vec<&[u8]> = tokens.iter().map(|t| t.as_bytes()).collect();
+                    self.store.forget(&forget);
+                    return Ok(());
+                }
+                Err(e) => {
+                    let refused = matches!(
+                        e.rdkafka_error_code(),
+                        Some(
+                            RDKafkaErrorCode::IllegalGeneration
+                                | RDKafkaErrorCode::UnknownMemberId
+                                | RDKafkaErrorCode::RebalanceInProgress
+                                | RDKafkaErrorCode::FencedInstanceId
+                        )
+                    );
+                    if refused || tries >= COMMIT_TRIES || self.stop.load(Ordering::Relaxed) {
+                        // Not committed: read again (here or by the next
+                        // owner), answered from the memo, produced again
+                        // byte for byte.
+                        self.summary.uncommitted += n;
+                        tracing::warn!(
+                            records = n,
+                            "committing failed ({e}); they will be read again"
+                        );
+                        return Ok(());
+                    }
+                    self.metrics.store_errors.fetch_add(1, Ordering::Relaxed);
+                    std::thread::sleep(BACKOFF.1);
+                }
+            }
+        }
+    }
+
+    /// Produces `produces` until the broker has acknowledged each one;
+    /// gives up only when told to stop (or on a fatal producer error).
+    fn produce(&mut self, produces: &[Produce<'_>]) -> Result<(), KafkaError> {
+        let mut left: Vec<usize> = (0..produces.len()).collect();
+        let mut outage = Outage::new(self.metrics);
+        let mut wait = BACKOFF.0;
+        while !left.is_empty() {
+            let mut failed: Vec<usize> = Vec::new();
+            let mut last_error = String::new();
+            for &i in &left {
+                let produce = &produces[i];
+                let mut record = BaseRecord::with_opaque_to(produce.topic, i)
+                    .key(&produce.key)
+                    .payload(&produce.value);
+                if let Some((reason, source)) = &produce.dead {
+                    record = record.headers(
+                        OwnedHeaders::new()
+                            .insert(Header {
+                                key: ERROR_HEADER,
+                                value: Some(reason.as_str()),
+                            })
+                            .insert(Header {
+                                key: SOURCE_HEADER,
+                                value: Some(source.as_str()),
+                            }),
+                    );
+                }
+                loop {
+                    match self.producer.send(record) {
+                        Ok(()) => break,
+                        Err((RdError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                            // The local queue is full: serve deliveries.
+                            record = back;
+                            self.producer.poll(Duration::from_millis(100));
+                        }
+                        Err((e, _)) => {
+                            failed.push(i);
+                            last_error = e.to_string();
+                            break;
+                        }
+                    }
+                }
+            }
+            // Every delivery is reported (within message.timeout.ms).
+            while self.producer.in_flight_count() > 0 {
+                let _ = self.producer.flush(Duration::from_secs(1));
+            }
+            let delivered = std::mem::take(
+                &mut *self
+                    .producer
+                    .context()
+                    .delivered
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()),
+            );
+            for (i, result) in delivered {
+                if let Err(e) = result {
+                    failed.push(i);
+                    last_error = e;
+                }
+            }
+            if failed.is_empty() {
+                outage.over("producing outputs");
+                return Ok(());
+            }
+            if let Some((code, reason)) = self.producer.client().fatal_error() {
+                return Err(KafkaError::Fatal(format!("{code}: {reason}")));
+            }
+            outage.failed(
+                "producing outputs",
+                &format!("{} not delivered: {last_error}", failed.len()),
+            );
+            if self.stop.load(Ordering::Relaxed) {
+                return Err(KafkaError::Unavailable("producing outputs".into()));
+            }
+            std::thread::sleep(wait);
+            wait = (wait * 2).min(BACKOFF.1);
+            failed.sort_unstable();
+            failed.dedup();
+            left = failed;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_the_ids_without_json_quotes() {
+        assert_eq!(record_key(&MessageId::DigitString(42)), b"42");
+        assert_eq!(record_key(&MessageId::Integer(7)), b"7");
+        assert_eq!(
+            record_key(&MessageId::from_json(r#""abc-1""#).unwrap()),
+            b"abc-1"
+        );
+    }
+
+    #[test]
+    fn a_refused_option_is_named_without_its_value() {
+        let brokers = KafkaBrokers {
+            servers: "127.0.0.1:9092".into(),
+            options: vec![("security.protocol".into(), "s3cr3t".into())],
+        };
+        let refused = client_config(&brokers)
+            .create::<BaseProducer>()
+            .err()
+            .expect("an unknown protocol is refused");
+        let shown = settings_error(&refused);
+        assert!(
+            shown.contains("security.protocol") && !shown.contains("s3cr3t"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn option_values_are_never_shown() {
+        let brokers = KafkaBrokers {
+            servers: "127.0.0.1:9092".into(),
+            options: vec![("sasl.password".into(), "secret".into())],
+        };
+        let shown = format!("{brokers} {brokers:?}");
+        assert!(shown.contains("sasl.password") && !shown.contains("secret"));
+    }
+}

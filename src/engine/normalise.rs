@@ -22,7 +22,6 @@
 
 use std::borrow::Cow;
 
-use regex::Regex;
 use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfkc_quick};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -31,27 +30,16 @@ use super::bitmap::{BLOCK, Block};
 /// Seed of the URL token hash. Fixed: tokens must be the same on every run.
 const URL_SEED: u64 = 0x7572_6c5f_746f_6b6e;
 
-/// Compiled normalisation rules. Build once, share freely (it is immutable).
-#[derive(Clone, Debug)]
-pub struct Normaliser {
-    via_credit: Regex,
-    leading_via_credit: Regex,
-}
-
-impl Default for Normaliser {
-    fn default() -> Self {
-        Normaliser::new()
-    }
-}
+/// The normaliser. Its rules are scans of its own (each checked against the
+/// regex it stands for, in the tests), so it has nothing to compile; it
+/// stays a value to build and share, as the stages beside it are.
+#[derive(Clone, Debug, Default)]
+pub struct Normaliser;
 
 impl Normaliser {
-    /// Compiles the rules.
+    /// The normaliser.
     pub fn new() -> Normaliser {
-        let compile = |pattern: &str| Regex::new(pattern).expect("built-in pattern compiles");
-        Normaliser {
-            via_credit: compile(r"[(\[]?\bvia\s+@\w+[)\]]?[\s.:]*$"),
-            leading_via_credit: compile(r"^\s*[(\[]?via\s+@\w+[)\]]?\s*:?"),
-        }
+        Normaliser
     }
 
     /// Normalises `text` into `out` (cleared first). `urls` maps short URLs
@@ -134,13 +122,14 @@ impl Normaliser {
         let trimmed = out.trim_end().len();
         out.truncate(trimmed);
         if out.contains("via") {
-            replace_in_place(out, scratch, &self.via_credit, "");
-            // Two patterns, not one with both ends: an end-anchored search
-            // runs backwards from the end, and a pattern anchored at both
-            // would be searched forwards through the whole text.
+            if let Some(start) = trailing_via_credit(out) {
+                out.truncate(start);
+            }
             let start = out.trim_start().trim_start_matches(['(', '[']);
-            if start.starts_with("via") {
-                replace_in_place(out, scratch, &self.leading_via_credit, "");
+            if start.starts_with("via")
+                && let Some(end) = leading_via_credit(out)
+            {
+                out.drain(..end);
             }
         }
         let truncated = out.ends_with("...");
@@ -367,6 +356,67 @@ fn push_lowercase(out: &mut String, c: char) {
     }
 }
 
+/// The pattern of a `via @user` credit that ends a text, as a regex;
+/// [`trailing_via_credit`] finds where its match starts.
+pub const VIA_CREDIT_PATTERN: &str = r"[(\[]?\bvia\s+@\w+[)\]]?[\s.:]*$";
+
+/// The pattern of a `via @user` credit that begins a text, as a regex;
+/// [`leading_via_credit`] finds where its match ends.
+pub const LEADING_VIA_CREDIT_PATTERN: &str = r"^\s*[(\[]?via\s+@\w+[)\]]?\s*:?";
+
+/// Where the match of [`VIA_CREDIT_PATTERN`] starts, if `text` has one.
+/// After the mention's word characters only a bracket, white space, dots
+/// and colons may follow, so its `@` is the text's last: the credit is read
+/// forward from it to the end, and back from it to `via` standing as a word
+/// (and one bracket before it, where the leftmost match starts).
+fn trailing_via_credit(text: &str) -> Option<usize> {
+    let mention = text.rfind('@')?;
+    let after = &text[mention + 1..];
+    let name = after.trim_start_matches(is_word_char);
+    if name.len() == after.len() {
+        return None;
+    }
+    let tail = name.strip_prefix([')', ']']).unwrap_or(name);
+    if !tail
+        .chars()
+        .all(|c| c.is_whitespace() || c == '.' || c == ':')
+    {
+        return None;
+    }
+    let before = &text[..mention];
+    let spaced = before.trim_end_matches(char::is_whitespace);
+    if spaced.len() == before.len() {
+        return None;
+    }
+    let head = spaced.strip_suffix("via")?;
+    if head.chars().next_back().is_some_and(is_word_char) {
+        return None;
+    }
+    Some(head.strip_suffix(['(', '[']).unwrap_or(head).len())
+}
+
+/// Where the match of [`LEADING_VIA_CREDIT_PATTERN`] ends, if `text` begins
+/// with one: read forward, each part of the pattern in turn (none of them
+/// can take a character the next one needs).
+fn leading_via_credit(text: &str) -> Option<usize> {
+    let rest = text.trim_start_matches(char::is_whitespace);
+    let rest = rest.strip_prefix(['(', '[']).unwrap_or(rest);
+    let rest = rest.strip_prefix("via")?;
+    let spaced = rest.trim_start_matches(char::is_whitespace);
+    if spaced.len() == rest.len() {
+        return None;
+    }
+    let name = spaced.strip_prefix('@')?;
+    let rest = name.trim_start_matches(is_word_char);
+    if rest.len() == name.len() {
+        return None;
+    }
+    let rest = rest.strip_prefix([')', ']']).unwrap_or(rest);
+    let rest = rest.trim_start_matches(char::is_whitespace);
+    let rest = rest.strip_prefix(':').unwrap_or(rest);
+    Some(text.len() - rest.len())
+}
+
 /// The pattern of a truncation (an ellipsis that ends the text, and the cut
 /// word glued to it), as a regex; [`cut_truncated_word`] removes its match.
 pub const TRUNCATION_PATTERN: &str = r"\S*\.\.\.+\s*$";
@@ -515,26 +565,10 @@ fn push_url_token(out: &mut String, url: &str) {
     let _ = write!(out, "url{hash:016x}");
 }
 
-/// Runs a regex replacement over `text` in place, through `scratch`, without
-/// allocating when nothing matches.
-fn replace_in_place(text: &mut String, scratch: &mut String, pattern: &Regex, with: &str) {
-    if !pattern.is_match(text) {
-        return;
-    }
-    scratch.clear();
-    let mut last = 0;
-    for found in pattern.find_iter(text) {
-        scratch.push_str(&text[last..found.start()]);
-        scratch.push_str(with);
-        last = found.end();
-    }
-    scratch.push_str(&text[last..]);
-    std::mem::swap(text, scratch);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use regex::Regex;
 
     fn norm(text: &str) -> String {
         norm_with(text, &[])
@@ -695,6 +729,24 @@ mod tests {
                 may_hold_url(&text),
                 lower.contains("http") || lower.contains("www.")
             );
+        }
+
+        #[test]
+        fn via_credits_are_the_regex_matches(
+            text in "(via|vía|xvia|@a|@é|@|\\(|\\[|\\)|\\]|:|\\.| |\u{a0}|\u{3000}|x|_|\u{301}){0,10}"
+        ) {
+            let trailing = Regex::new(VIA_CREDIT_PATTERN).unwrap().replace_all(&text, "").into_owned();
+            let mut cut = text.clone();
+            if let Some(start) = trailing_via_credit(&cut) {
+                cut.truncate(start);
+            }
+            proptest::prop_assert_eq!(cut, trailing);
+            let leading = Regex::new(LEADING_VIA_CREDIT_PATTERN).unwrap().replace_all(&text, "").into_owned();
+            let mut cut = text.clone();
+            if let Some(end) = leading_via_credit(&cut) {
+                cut.drain(..end);
+            }
+            proptest::prop_assert_eq!(cut, leading);
         }
 
         #[test]

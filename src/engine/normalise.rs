@@ -357,11 +357,11 @@ fn push_lowercase(out: &mut String, c: char) {
 }
 
 /// The pattern of a `via @user` credit that ends a text, as a regex;
-/// [`trailing_via_credit`] finds where its match starts.
+/// `trailing_via_credit` finds where its match starts.
 pub const VIA_CREDIT_PATTERN: &str = r"[(\[]?\bvia\s+@\w+[)\]]?[\s.:]*$";
 
 /// The pattern of a `via @user` credit that begins a text, as a regex;
-/// [`leading_via_credit`] finds where its match ends.
+/// `leading_via_credit` finds where its match ends.
 pub const LEADING_VIA_CREDIT_PATTERN: &str = r"^\s*[(\[]?via\s+@\w+[)\]]?\s*:?";
 
 /// Where the match of [`VIA_CREDIT_PATTERN`] starts, if `text` has one.
@@ -418,7 +418,7 @@ fn leading_via_credit(text: &str) -> Option<usize> {
 }
 
 /// The pattern of a truncation (an ellipsis that ends the text, and the cut
-/// word glued to it), as a regex; [`cut_truncated_word`] removes its match.
+/// word glued to it), as a regex; `cut_truncated_word` removes its match.
 pub const TRUNCATION_PATTERN: &str = r"\S*\.\.\.+\s*$";
 
 /// Removes what [`TRUNCATION_PATTERN`] matches in a text that ends in `...`.
@@ -435,7 +435,7 @@ fn cut_truncated_word(text: &mut String) {
 /// The pattern of a retweet marker in a lowercased text, as a regex:
 /// `rt` or `mt` as a word, an optional colon between white space, and a
 /// mention with an optional colon after it. The normaliser finds exactly
-/// its matches by a scan of its own ([`retweet_marker_spans`]); the tests
+/// its matches by a scan of its own (`RetweetMarkers`); the tests
 /// check one against the other.
 pub const RETWEET_MARKER_PATTERN: &str = r"\b(?:rt|mt)\b\s*:?\s*@\w+\s*:?";
 

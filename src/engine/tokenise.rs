@@ -28,7 +28,7 @@ const TOKEN_SEED: u64 = 0x746f_6b65_6e5f_7631;
 
 /// The token pattern, as a regex: a CJK run, or a run of word characters
 /// without CJK. The tokeniser finds exactly its matches without running it
-/// (see [`Tokeniser::for_each_token`]); the tests check one against the
+/// (see `Tokeniser::for_each_token`); the tests check one against the
 /// other.
 pub const TOKEN_PATTERN: &str =
     r"[\p{Han}\p{Hiragana}\p{Katakana}]+|[\w--[\p{Han}\p{Hiragana}\p{Katakana}]]+";

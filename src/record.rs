@@ -218,13 +218,15 @@ impl MessageId {
         match bytes.first()? {
             b'"' => {
                 let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+                // A tweet id first, in one pass: digits alone are a valid
+                // string body, so the full check is for other ids only.
+                if let Some(n) = canonical_u64(inner) {
+                    return Some(MessageId::DigitString(n));
+                }
                 if !is_json_string_body(inner) {
                     return None;
                 }
-                match canonical_u64(inner) {
-                    Some(n) => Some(MessageId::DigitString(n)),
-                    None => Some(MessageId::Raw(raw.into())),
-                }
+                Some(MessageId::Raw(raw.into()))
             }
             b'-' | b'0'..=b'9' => {
                 let digits = raw.strip_prefix('-').unwrap_or(raw);

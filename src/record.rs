@@ -50,6 +50,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::marker::PhantomData;
 
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -217,13 +218,15 @@ impl MessageId {
         match bytes.first()? {
             b'"' => {
                 let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+                // A tweet id first, in one pass: digits alone are a valid
+                // string body, so the full check is for other ids only.
+                if let Some(n) = canonical_u64(inner) {
+                    return Some(MessageId::DigitString(n));
+                }
                 if !is_json_string_body(inner) {
                     return None;
                 }
-                match canonical_u64(inner) {
-                    Some(n) => Some(MessageId::DigitString(n)),
-                    None => Some(MessageId::Raw(raw.into())),
-                }
+                Some(MessageId::Raw(raw.into()))
             }
             b'-' | b'0'..=b'9' => {
                 let digits = raw.strip_prefix('-').unwrap_or(raw);
@@ -491,10 +494,16 @@ impl Decoder {
 
     /// Decodes one line (without its line terminator).
     pub fn decode<'a>(&self, line: &'a [u8]) -> Result<Record<'a>, InvalidReason> {
+        self.decode_with(line, true)
+    }
+
+    /// [`Decoder::decode`], with sonic-rs's fast path or with serde_json
+    /// alone (the reference the tests compare the fast path with).
+    fn decode_with<'a>(&self, line: &'a [u8], sonic: bool) -> Result<Record<'a>, InvalidReason> {
         let text = std::str::from_utf8(line).map_err(|e| InvalidReason::Utf8(e.valid_up_to()))?;
         let mut captures = CAPTURES.take();
         captures.clear();
-        let record = self.decode_str(text, &mut captures);
+        let record = self.decode_str(text, &mut captures, sonic);
         CAPTURES.set(captures);
         record
     }
@@ -503,19 +512,31 @@ impl Decoder {
         &self,
         line: &'a str,
         captures: &mut Vec<Capture>,
+        sonic: bool,
     ) -> Result<Record<'a>, InvalidReason> {
         let mut shape = RootShape::default();
-        let mut de = serde_json::Deserializer::from_str(line);
-        NodeSeed {
-            node: &self.tree,
-            captures: &mut *captures,
-            base: line.as_ptr() as usize,
-            element: 0,
-            shape: Some(&mut shape),
+        // The fast path: sonic-rs, on a line where it checks all that
+        // serde_json checks (see `sonic_checks_enough`). Anything it refuses
+        // goes to serde_json, whose verdict and words stand: errors read as
+        // they always did, and a line sonic-rs would wrongly refuse is
+        // still read.
+        let fast = sonic && self.walk_with_sonic(line, captures, &mut shape);
+        if !fast {
+            captures.clear();
+            shape = RootShape::default();
+            let mut de = serde_json::Deserializer::from_str(line);
+            NodeSeed::<SerdeJson> {
+                node: &self.tree,
+                captures: &mut *captures,
+                line,
+                element: 0,
+                shape: Some(&mut shape),
+                parser: PhantomData,
+            }
+            .deserialize(&mut de)
+            .and_then(|()| de.end())
+            .map_err(json_error)?;
         }
-        .deserialize(&mut de)
-        .and_then(|()| de.end())
-        .map_err(json_error)?;
         let captures = &captures[..];
         if !shape.object {
             return Err(InvalidReason::NotObject);
@@ -600,6 +621,31 @@ impl Decoder {
             splice,
             created_at,
         })
+    }
+
+    /// Walks `line` with sonic-rs, if it may (see `sonic_checks_enough`);
+    /// false when it may not or refuses the line.
+    fn walk_with_sonic(
+        &self,
+        line: &str,
+        captures: &mut Vec<Capture>,
+        shape: &mut RootShape,
+    ) -> bool {
+        if !sonic_checks_enough(line.as_bytes()) {
+            return false;
+        }
+        let mut de = sonic_rs::Deserializer::from_str(line);
+        NodeSeed::<Sonic> {
+            node: &self.tree,
+            captures,
+            line,
+            element: 0,
+            shape: Some(shape),
+            parser: PhantomData,
+        }
+        .deserialize(&mut de)
+        .and_then(|()| de.end())
+        .is_ok()
     }
 
     /// The retweeted tweet's text, when this record is a native retweet that
@@ -742,45 +788,147 @@ impl<'de, 'n> Visitor<'de> for FieldMatch<'n> {
     }
 }
 
+/// How a parser hands over a wanted value's JSON text without building it:
+/// its address and length, within the line being decoded.
+trait RawSpan {
+    fn span<'de, D: Deserializer<'de>>(deserializer: D) -> Result<(usize, usize), D::Error>;
+}
+
+/// serde_json: through its `RawValue`.
+struct SerdeJson;
+
+impl RawSpan for SerdeJson {
+    fn span<'de, D: Deserializer<'de>>(deserializer: D) -> Result<(usize, usize), D::Error> {
+        let raw = <&'de RawValue>::deserialize(deserializer)?.get();
+        Ok((raw.as_ptr() as usize, raw.len()))
+    }
+}
+
+/// sonic-rs: through the request its `LazyValue` makes, which hands over
+/// the value's text in the input (checked as it is skipped). `LazyValue`
+/// itself would copy a value that holds escapes; only where the text lies
+/// is wanted here. The name is sonic-rs's; were it to change, every line
+/// would go to serde_json (slower, never wrong), and the test that sonic-rs
+/// reads ordinary tweets itself would fail.
+struct Sonic;
+
+/// The name `sonic_rs::LazyValue` asks its deserializer for.
+const SONIC_RAW_VALUE: &str = "$sonic_rs::LazyValue";
+
+impl RawSpan for Sonic {
+    fn span<'de, D: Deserializer<'de>>(deserializer: D) -> Result<(usize, usize), D::Error> {
+        struct Span;
+        impl Visitor<'_> for Span {
+            type Value = (usize, usize);
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON value's text")
+            }
+            fn visit_str<E: de::Error>(self, raw: &str) -> Result<(usize, usize), E> {
+                Ok((raw.as_ptr() as usize, raw.len()))
+            }
+        }
+        deserializer.deserialize_newtype_struct(SONIC_RAW_VALUE, Span)
+    }
+}
+
+/// Whether sonic-rs's checked skipping refuses every line serde_json
+/// refuses, for this line. It does not check the four hex digits of a `\u`
+/// escape (serde_json does, in values skipped too), and it skips nested
+/// values by recursion without serde_json's limit of 128 levels: a line
+/// with a `\u` not followed by four hex digits, or with more than
+/// [`SONIC_MAX_OPENINGS`] brackets and braces (a bound on its depth,
+/// strings counted in), goes to serde_json. Both tests are SIMD scans of
+/// the line, a few hundred instructions on a tweet.
+fn sonic_checks_enough(line: &[u8]) -> bool {
+    // Counted in bytes, 255 at most at a time: the compiler makes this a
+    // vector loop (a `memchr` per bracket costs more on a tweet).
+    let openings: usize = line
+        .chunks(255)
+        .map(|chunk| {
+            let count = chunk
+                .iter()
+                .fold(0u8, |n, &b| n + u8::from((b == b'{') | (b == b'[')));
+            usize::from(count)
+        })
+        .sum();
+    if openings > SONIC_MAX_OPENINGS {
+        return false;
+    }
+    // Every escape, from each backslash: `\u` and four hex digits, or two
+    // bytes (the second byte is sonic-rs's to check). A backslash outside a
+    // string is refused by sonic-rs anyway.
+    let mut at = 0;
+    while let Some(found) = memchr::memchr(b'\\', &line[at..]) {
+        let escape = at + found;
+        if line.get(escape + 1) == Some(&b'u') {
+            let hex = line.get(escape + 2..escape + 6);
+            if !hex.is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit)) {
+                return false;
+            }
+            at = escape + 6;
+        } else {
+            at = escape + 2;
+        }
+        if at >= line.len() {
+            break;
+        }
+    }
+    true
+}
+
+/// The most brackets and braces a line may hold for sonic-rs to read it.
+/// Its checked skipping recurses once a level, about 45 KB of stack a level
+/// in a debug build (a test thread has 2 MB): 32 keeps a test's stack safe
+/// and is more than all but 1 in 5,000 lines of dev-200k hold (a full v1.1
+/// tweet with a retweet holds 20 to 50; one over goes to serde_json).
+const SONIC_MAX_OPENINGS: usize = 32;
+
 /// Walks one wanted value: captures it if a path ends here, descends if paths
 /// go on.
-struct NodeSeed<'n, 'c> {
+struct NodeSeed<'n, 'c, 'l, K> {
     node: &'n Node,
     captures: &'c mut Vec<Capture>,
-    /// Where the line starts in memory: captured values are borrowed from
-    /// it, and kept as offsets from here.
-    base: usize,
+    /// The line being decoded: captured values are borrowed from it, and
+    /// kept as offsets into it.
+    line: &'l str,
     element: u32,
     /// Set at the top level only, where the shape of the object matters.
     shape: Option<&'c mut RootShape>,
+    parser: PhantomData<K>,
 }
 
-impl<'de, 'n, 'c> DeserializeSeed<'de> for NodeSeed<'n, 'c> {
+impl<'de, K: RawSpan> DeserializeSeed<'de> for NodeSeed<'_, '_, '_, K> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
         if self.node.captures.is_empty() || self.shape.is_some() {
             return deserializer.deserialize_any(self);
         }
-        let raw = <&'de RawValue>::deserialize(deserializer)?;
-        let start = raw.get().as_ptr() as usize - self.base;
+        let (address, len) = K::span(deserializer)?;
+        let start = address.wrapping_sub(self.line.as_ptr() as usize);
+        let Some(raw) = start
+            .checked_add(len)
+            .and_then(|end| self.line.get(start..end))
+        else {
+            return Err(de::Error::custom("a value outside the line"));
+        };
         for &path in &self.node.captures {
             self.captures.push(Capture {
                 path,
                 element: self.element,
                 start,
-                end: start + raw.get().len(),
+                end: start + len,
             });
         }
         if self.node.is_branch() {
             // A path ends here and others go on (say `data` and `data.id`):
             // walk the captured text again, a rare case not worth a second
             // code path.
-            let mut de = serde_json::Deserializer::from_str(raw.get());
+            let mut de = serde_json::Deserializer::from_str(raw);
             let seed = BranchSeed {
                 node: self.node,
                 captures: self.captures,
-                base: self.base,
+                line: self.line,
                 element: self.element,
             };
             seed.deserialize(&mut de).map_err(de::Error::custom)?;
@@ -790,28 +938,29 @@ impl<'de, 'n, 'c> DeserializeSeed<'de> for NodeSeed<'n, 'c> {
 }
 
 /// Descends into a value whose own capture was already taken.
-struct BranchSeed<'n, 'c> {
+struct BranchSeed<'n, 'c, 'l> {
     node: &'n Node,
     captures: &'c mut Vec<Capture>,
-    base: usize,
+    line: &'l str,
     element: u32,
 }
 
-impl<'de, 'n, 'c> DeserializeSeed<'de> for BranchSeed<'n, 'c> {
+impl<'de> DeserializeSeed<'de> for BranchSeed<'_, '_, '_> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_any(NodeSeed {
+        deserializer.deserialize_any(NodeSeed::<SerdeJson> {
             node: self.node,
             captures: self.captures,
-            base: self.base,
+            line: self.line,
             element: self.element,
             shape: None,
+            parser: PhantomData,
         })
     }
 }
 
-impl<'de, 'n, 'c> Visitor<'de> for NodeSeed<'n, 'c> {
+impl<'de, K: RawSpan> Visitor<'de> for NodeSeed<'_, '_, '_, K> {
     type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -850,12 +999,13 @@ impl<'de, 'n, 'c> Visitor<'de> for NodeSeed<'n, 'c> {
                         self.captures.truncate(kept);
                     }
                     seen |= bit;
-                    map.next_value_seed(NodeSeed {
+                    map.next_value_seed(NodeSeed::<K> {
                         node: &self.node.fields[i].1,
                         captures: &mut *self.captures,
-                        base: self.base,
+                        line: self.line,
                         element: self.element,
                         shape: None,
+                        parser: PhantomData,
                     })?
                 }
                 None => {
@@ -871,12 +1021,13 @@ impl<'de, 'n, 'c> Visitor<'de> for NodeSeed<'n, 'c> {
             Some(each) => {
                 let mut element = 0u32;
                 while seq
-                    .next_element_seed(NodeSeed {
+                    .next_element_seed(NodeSeed::<K> {
                         node: each,
                         captures: &mut *self.captures,
-                        base: self.base,
+                        line: self.line,
                         element,
                         shape: None,
+                        parser: PhantomData,
                     })?
                     .is_some()
                 {
@@ -1224,5 +1375,231 @@ mod tests {
             .unwrap_err();
         assert_eq!(err, InvalidReason::TextNotString("data".into()));
         assert!(FieldSpec::new(None, vec!["a..b".into()]).is_err());
+    }
+
+    /// What a decoded line says, comparable: the fast path and serde_json
+    /// alone must give the same for every line, refusals included.
+    fn outcome(decoder: &Decoder, line: &str, sonic: bool) -> String {
+        match decoder.decode_with(line.as_bytes(), sonic) {
+            Ok(r) => format!(
+                "{:?} {:?} {:?} {:?} {:?}",
+                r.id, r.text, r.urls, r.splice, r.created_at
+            ),
+            Err(e) => format!("refused: {e:?}"),
+        }
+    }
+
+    fn decoders() -> Vec<Decoder> {
+        vec![
+            Decoder::new(FieldSpec::default()),
+            Decoder::new(FieldSpec::new(Some("id_str"), vec!["text".into()]).unwrap()),
+            Decoder::new(FieldSpec::new(Some("data.id"), vec!["data".into(), "x".into()]).unwrap()),
+        ]
+    }
+
+    #[test]
+    fn the_fast_path_reads_what_serde_json_reads() {
+        let decoders = decoders();
+        for line in [
+            r#"{"id":9007199254740993,"text":"above 2^53"}"#,
+            r#"{"id_str":"18446744073709551615","id":1,"text":"max"}"#,
+            r#"{"id":18446744073709551616,"text":"one past u64"}"#,
+            r#"{"id":-9007199254740993,"text":"negative"}"#,
+            r#"{"id":1e400,"text":"huge float id"}"#,
+            r#"{"id":1,"text":"x","other":1e400}"#,
+            r#"{"id":1,"text":"x","data":1e400}"#,
+            r#"{"id":1,"text":"a\ud83d\ude00 \ud83d lone \udc00 \u00e9 \n \" \\ \/"}"#,
+            r#"{"id":1,"text":"x","junk":"\uZZZZ"}"#,
+            r#"{"id":1,"text":"x","junk":"\u12"}"#,
+            r#"{"id":1,"text":"x","junk":"\q"}"#,
+            r#"{"\u0069d":"7","te\u0078t":"escaped keys"}"#,
+            r#"{"\ud83d":1,"id":1,"text":"a"}"#,
+            r#"{"id":1,"text":"x","a":[1,2,]}"#,
+            r#"{"id":1,"text":"x",}"#,
+            r#"{"id":1,"text":"x","n":01}"#,
+            r#"{"id":1,"text":"x","n":-}"#,
+            r#"{"id":1,"text":"x","n":1.}"#,
+            r#"{"id":1,"text":"x","t":tru}"#,
+            "{\"id\":1,\"text\":\"tab\there\"}",
+            "{\"id\":1,\"text\":\"x\"}\u{0b}",
+            "{\"id\":1,\"text\":\"x\"}\u{a0}",
+            "\u{feff}{\"id\":1,\"text\":\"x\"}",
+            r#"{"id":1,"text":"x"} {}"#,
+            r#"{"id":1,"text":"x"}}"#,
+            "",
+            "   ",
+            "{}",
+            "[]",
+            &format!(
+                r#"{{"id":1,"text":"x","deep":{}1{}}}"#,
+                "[".repeat(29),
+                "]".repeat(29)
+            ),
+        ] {
+            for decoder in &decoders {
+                assert_eq!(
+                    outcome(decoder, line, true),
+                    outcome(decoder, line, false),
+                    "{line}"
+                );
+            }
+        }
+        // Deep nesting, where it is walked and where it is skipped.
+        for depth in [10, 29, 30, 31, 127, 128, 129, 5000] {
+            let (open, close) = ("[".repeat(depth), "]".repeat(depth));
+            for line in [
+                format!(r#"{{"id":1,"text":"x","d":{open}1{close}}}"#),
+                format!(r#"{{"id":1,"text":{open}"x"{close}}}"#),
+                format!(r#"{{"id":1,"text":"x","entities":{{"urls":{open}{close}}}}}"#),
+            ] {
+                for decoder in &decoders {
+                    assert_eq!(
+                        outcome(decoder, &line, true),
+                        outcome(decoder, &line, false),
+                        "{depth}"
+                    );
+                }
+            }
+        }
+        // Ids above 2^53 are read exactly.
+        let r = decoders[0]
+            .decode(br#"{"id":9007199254740993,"text":"a"}"#)
+            .unwrap();
+        assert_eq!(r.id, MessageId::Integer(9_007_199_254_740_993));
+        let r = decoders[0]
+            .decode(br#"{"id_str":"18446744073709551615","text":"a"}"#)
+            .unwrap();
+        assert_eq!(r.id, MessageId::DigitString(u64::MAX));
+    }
+
+    /// The fast path is taken: were sonic-rs to stop handing over values'
+    /// text (the name `SONIC_RAW_VALUE` changed), every line would go to
+    /// serde_json and the comparisons above could not tell.
+    #[test]
+    fn sonic_rs_reads_ordinary_tweets_itself() {
+        let decoder = Decoder::new(FieldSpec::default());
+        for line in [
+            r#"{"id_str":"1","text":"plain"}"#,
+            r#"{"created_at":"Wed Oct 10 20:19:24 +0000 2018","id":9007199254740993,"id_str":"9007199254740993","text":"caf\u00e9 \ud83d\ude00 \"q\"\n","user":{"id":1,"name":"a"},"entities":{"hashtags":[],"urls":[{"url":"https://t.co/a","expanded_url":"https://a.example/1","indices":[0,1]}]},"retweeted_status":{"text":"the original"}}"#,
+        ] {
+            let mut captures = Vec::new();
+            let mut shape = RootShape::default();
+            assert!(
+                decoder.walk_with_sonic(line, &mut captures, &mut shape),
+                "{line}"
+            );
+            assert!(shape.object && !captures.is_empty());
+            assert_eq!(
+                outcome(&decoder, line, true),
+                outcome(&decoder, line, false)
+            );
+        }
+    }
+
+    /// JSON text of a string made of plain characters and escapes of every
+    /// kind, lone surrogates included.
+    fn json_string() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let piece = prop_oneof![
+            Just("a"),
+            Just(" "),
+            Just("é"),
+            Just("😀"),
+            Just("RT @x: "),
+            Just("https://t.co/a"),
+            Just("…"),
+            Just("\\n"),
+            Just("\\\""),
+            Just("\\\\"),
+            Just("\\/"),
+            Just("\\u00e9"),
+            Just("\\u0041"),
+            Just("\\ud83d\\ude00"),
+            Just("\\ud83d"),
+            Just("\\udc00"),
+            Just("\\uD83D\\uDE00"),
+        ];
+        proptest::collection::vec(piece, 0..8).prop_map(|p| format!("\"{}\"", p.concat()))
+    }
+
+    /// JSON text of a value, with the keys the decoder looks for.
+    fn json_value() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just("null".to_string()),
+            Just("true".to_string()),
+            Just("false".to_string()),
+            any::<u64>().prop_map(|n| n.to_string()),
+            any::<i64>().prop_map(|n| n.to_string()),
+            "-?(0|[1-9][0-9]{0,24})(\\.[0-9]{1,3})?([eE][+-]?[0-9]{1,3})?",
+            json_string(),
+        ];
+        let key = prop_oneof![
+            Just("\"id\"".to_string()),
+            Just("\"id_str\"".to_string()),
+            Just("\"text\"".to_string()),
+            Just("\"full_text\"".to_string()),
+            Just("\"data\"".to_string()),
+            Just("\"entities\"".to_string()),
+            Just("\"urls\"".to_string()),
+            Just("\"url\"".to_string()),
+            Just("\"expanded_url\"".to_string()),
+            Just("\"retweeted_status\"".to_string()),
+            Just("\"extended_tweet\"".to_string()),
+            Just("\"referenced_tweets\"".to_string()),
+            Just("\"type\"".to_string()),
+            Just("\"retweeted\"".to_string()),
+            Just("\"created_at\"".to_string()),
+            Just("\"x\"".to_string()),
+            Just("\"\\u0069d\"".to_string()),
+            json_string(),
+        ];
+        leaf.prop_recursive(4, 48, 6, move |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..5)
+                    .prop_map(|items| format!("[{}]", items.join(","))),
+                proptest::collection::vec((key.clone(), inner, " {0,1}"), 0..6).prop_map(
+                    |members| {
+                        let members: Vec<String> = members
+                            .into_iter()
+                            .map(|(k, v, space)| format!("{k}:{space}{v}"))
+                            .collect();
+                        format!("{{{}}}", members.join(","))
+                    }
+                ),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// On random objects, and on them with a character put in, taken
+        /// out or replaced (most of those are no JSON), the fast path and
+        /// serde_json alone read the same record or refuse alike.
+        #[test]
+        fn the_fast_path_agrees_with_serde_json(
+            value in json_value(),
+            edit in proptest::option::of((0usize..1000, 0usize..3, proptest::sample::select(vec!['{', '}', '[', ']', '"', ',', ':', '\\', 'u', '0', 'e', '-', '.', ' ', 'x', 'é']))),
+        ) {
+            let mut line = format!(r#"{{"id":1,"text":"t","v":{value}}}"#);
+            if let Some((at, kind, c)) = edit {
+                let boundaries: Vec<usize> = line.char_indices().map(|(i, _)| i).collect();
+                let at = boundaries[at % boundaries.len()];
+                match kind {
+                    0 => line.insert(at, c),
+                    1 => { line.remove(at); }
+                    _ => { line.remove(at); line.insert(at, c); }
+                }
+            }
+            for decoder in &decoders() {
+                proptest::prop_assert_eq!(outcome(decoder, &line, true), outcome(decoder, &line, false), "{}", line);
+            }
+            // The value alone as the whole line too: ids and texts in every
+            // shape, at the top or under `data`.
+            for decoder in &decoders() {
+                proptest::prop_assert_eq!(outcome(decoder, &value, true), outcome(decoder, &value, false), "{}", value);
+            }
+        }
     }
 }

@@ -22,7 +22,6 @@
 
 use std::borrow::Cow;
 
-use regex::Regex;
 use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfkc_quick};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -31,31 +30,16 @@ use super::bitmap::{BLOCK, Block};
 /// Seed of the URL token hash. Fixed: tokens must be the same on every run.
 const URL_SEED: u64 = 0x7572_6c5f_746f_6b6e;
 
-/// Compiled normalisation rules. Build once, share freely (it is immutable).
-#[derive(Clone, Debug)]
-pub struct Normaliser {
-    retweet_marker: Regex,
-    via_credit: Regex,
-    leading_via_credit: Regex,
-    truncation: Regex,
-}
-
-impl Default for Normaliser {
-    fn default() -> Self {
-        Normaliser::new()
-    }
-}
+/// The normaliser. Its rules are scans of its own (each checked against the
+/// regex it stands for, in the tests), so it has nothing to compile; it
+/// stays a value to build and share, as the stages beside it are.
+#[derive(Clone, Debug, Default)]
+pub struct Normaliser;
 
 impl Normaliser {
-    /// Compiles the rules.
+    /// The normaliser.
     pub fn new() -> Normaliser {
-        let compile = |pattern: &str| Regex::new(pattern).expect("built-in pattern compiles");
-        Normaliser {
-            retweet_marker: compile(r"\b(?:rt|mt)\b\s*:?\s*@\w+\s*:?"),
-            via_credit: compile(r"[(\[]?\bvia\s+@\w+[)\]]?[\s.:]*$"),
-            leading_via_credit: compile(r"^\s*[(\[]?via\s+@\w+[)\]]?\s*:?"),
-            truncation: compile(r"\S*\.\.\.+\s*$"),
-        }
+        Normaliser
     }
 
     /// Normalises `text` into `out` (cleared first). `urls` maps short URLs
@@ -134,24 +118,23 @@ impl Normaliser {
             scratch.nfkc().for_each(|c| push_lowercase(out, c));
         }
 
-        if may_have_retweet_marker(out) {
-            replace_in_place(out, scratch, &self.retweet_marker, " ");
-        }
+        remove_retweet_markers(out, scratch);
         let trimmed = out.trim_end().len();
         out.truncate(trimmed);
         if out.contains("via") {
-            replace_in_place(out, scratch, &self.via_credit, "");
-            // Two patterns, not one with both ends: an end-anchored search
-            // runs backwards from the end, and a pattern anchored at both
-            // would be searched forwards through the whole text.
+            if let Some(start) = trailing_via_credit(out) {
+                out.truncate(start);
+            }
             let start = out.trim_start().trim_start_matches(['(', '[']);
-            if start.starts_with("via") {
-                replace_in_place(out, scratch, &self.leading_via_credit, "");
+            if start.starts_with("via")
+                && let Some(end) = leading_via_credit(out)
+            {
+                out.drain(..end);
             }
         }
         let truncated = out.ends_with("...");
         if truncated {
-            replace_in_place(out, scratch, &self.truncation, "");
+            cut_truncated_word(out);
         }
         truncated
     }
@@ -373,20 +356,180 @@ fn push_lowercase(out: &mut String, c: char) {
     }
 }
 
-/// Whether a lowercased text may hold a retweet marker: an `@` preceded by
-/// `rt` or `mt` and nothing between but white space and colons. A cheap
-/// superset of what the marker pattern matches (any non-ASCII byte counts as
-/// white space here), so the pattern runs only where it can match.
-fn may_have_retweet_marker(text: &str) -> bool {
-    let bytes = text.as_bytes();
-    text.match_indices('@').any(|(at, _)| {
-        let before = bytes[..at]
-            .iter()
-            .rposition(|&c| !(c.is_ascii_whitespace() || c == b':' || !c.is_ascii()))
-            .map_or(0, |last| last + 1);
-        let marker = &bytes[..before];
-        marker.ends_with(b"rt") || marker.ends_with(b"mt")
-    })
+/// The pattern of a `via @user` credit that ends a text, as a regex;
+/// `trailing_via_credit` finds where its match starts.
+pub const VIA_CREDIT_PATTERN: &str = r"[(\[]?\bvia\s+@\w+[)\]]?[\s.:]*$";
+
+/// The pattern of a `via @user` credit that begins a text, as a regex;
+/// `leading_via_credit` finds where its match ends.
+pub const LEADING_VIA_CREDIT_PATTERN: &str = r"^\s*[(\[]?via\s+@\w+[)\]]?\s*:?";
+
+/// Where the match of [`VIA_CREDIT_PATTERN`] starts, if `text` has one.
+/// After the mention's word characters only a bracket, white space, dots
+/// and colons may follow, so its `@` is the text's last: the credit is read
+/// forward from it to the end, and back from it to `via` standing as a word
+/// (and one bracket before it, where the leftmost match starts).
+fn trailing_via_credit(text: &str) -> Option<usize> {
+    let mention = text.rfind('@')?;
+    let after = &text[mention + 1..];
+    let name = after.trim_start_matches(is_word_char);
+    if name.len() == after.len() {
+        return None;
+    }
+    let tail = name.strip_prefix([')', ']']).unwrap_or(name);
+    if !tail
+        .chars()
+        .all(|c| c.is_whitespace() || c == '.' || c == ':')
+    {
+        return None;
+    }
+    let before = &text[..mention];
+    let spaced = before.trim_end_matches(char::is_whitespace);
+    if spaced.len() == before.len() {
+        return None;
+    }
+    let head = spaced.strip_suffix("via")?;
+    if head.chars().next_back().is_some_and(is_word_char) {
+        return None;
+    }
+    Some(head.strip_suffix(['(', '[']).unwrap_or(head).len())
+}
+
+/// Where the match of [`LEADING_VIA_CREDIT_PATTERN`] ends, if `text` begins
+/// with one: read forward, each part of the pattern in turn (none of them
+/// can take a character the next one needs).
+fn leading_via_credit(text: &str) -> Option<usize> {
+    let rest = text.trim_start_matches(char::is_whitespace);
+    let rest = rest.strip_prefix(['(', '[']).unwrap_or(rest);
+    let rest = rest.strip_prefix("via")?;
+    let spaced = rest.trim_start_matches(char::is_whitespace);
+    if spaced.len() == rest.len() {
+        return None;
+    }
+    let name = spaced.strip_prefix('@')?;
+    let rest = name.trim_start_matches(is_word_char);
+    if rest.len() == name.len() {
+        return None;
+    }
+    let rest = rest.strip_prefix([')', ']']).unwrap_or(rest);
+    let rest = rest.trim_start_matches(char::is_whitespace);
+    let rest = rest.strip_prefix(':').unwrap_or(rest);
+    Some(text.len() - rest.len())
+}
+
+/// The pattern of a truncation (an ellipsis that ends the text, and the cut
+/// word glued to it), as a regex; `cut_truncated_word` removes its match.
+pub const TRUNCATION_PATTERN: &str = r"\S*\.\.\.+\s*$";
+
+/// Removes what [`TRUNCATION_PATTERN`] matches in a text that ends in `...`.
+/// Its leftmost match then starts after the last white space: what
+/// follows is all non-white-space, `\S*` and the dots, and the pattern
+/// allows no white space before the dots. An end-anchored regex search costs
+/// more than a thousand instructions a cut text; this is one backward scan.
+fn cut_truncated_word(text: &mut String) {
+    debug_assert!(text.ends_with("..."));
+    let kept = text.trim_end_matches(|c: char| !c.is_whitespace()).len();
+    text.truncate(kept);
+}
+
+/// The pattern of a retweet marker in a lowercased text, as a regex:
+/// `rt` or `mt` as a word, an optional colon between white space, and a
+/// mention with an optional colon after it. The normaliser finds exactly
+/// its matches by a scan of its own (`RetweetMarkers`); the tests
+/// check one against the other.
+pub const RETWEET_MARKER_PATTERN: &str = r"\b(?:rt|mt)\b\s*:?\s*@\w+\s*:?";
+
+/// Replaces every retweet marker in `text` by a space, through `scratch`,
+/// without allocating when there is none (most texts: one `memchr` for
+/// `@`).
+fn remove_retweet_markers(text: &mut String, scratch: &mut String) {
+    let mut last = 0;
+    let mut found = false;
+    for span in RetweetMarkers::new(text) {
+        if !found {
+            scratch.clear();
+            found = true;
+        }
+        scratch.push_str(&text[last..span.start]);
+        scratch.push(' ');
+        last = span.end;
+    }
+    if found {
+        scratch.push_str(&text[last..]);
+        std::mem::swap(text, scratch);
+    }
+}
+
+/// The retweet markers of a lowercased text: the spans
+/// [`RETWEET_MARKER_PATTERN`] matches, leftmost first, without overlaps, as
+/// `regex::Regex::find_iter` gives them.
+///
+/// A regex search costs about a thousand instructions a text that holds a
+/// marker; this scan costs a `memchr` a text and a few steps an `@`. Every
+/// match holds exactly one `@` (nothing else in the pattern can be one), so
+/// matches are found from their `@`s, in order: back from it over white
+/// space, one optional colon and white space to `rt` or `mt` standing as a
+/// word, then forward over the mention's word characters, white space and
+/// one optional colon. Both ways the pattern reads one way only: white space
+/// and colons are not word characters, nor `@`.
+struct RetweetMarkers<'t> {
+    text: &'t str,
+    /// Where the next match may start (the end of the last one).
+    at: usize,
+    /// Where to look for the next `@`.
+    next: usize,
+}
+
+impl<'t> RetweetMarkers<'t> {
+    fn new(text: &'t str) -> RetweetMarkers<'t> {
+        RetweetMarkers {
+            text,
+            at: 0,
+            next: 0,
+        }
+    }
+
+    /// The match whose `@` is at `mention`, if there is one.
+    fn match_at(&self, mention: usize) -> Option<std::ops::Range<usize>> {
+        let text = self.text;
+        // Back: `\s*`, `:?`, `\s*`, then `rt` or `mt` as a word.
+        let before = text[..mention].trim_end_matches(char::is_whitespace);
+        let before = before.strip_suffix(':').unwrap_or(before);
+        let before = before.trim_end_matches(char::is_whitespace);
+        let marker = before
+            .strip_suffix("rt")
+            .or_else(|| before.strip_suffix("mt"))?;
+        let start = marker.len();
+        if start < self.at || marker.chars().next_back().is_some_and(is_word_char) {
+            return None;
+        }
+        // Forward: `\w+`, `\s*`, `:?`.
+        let after = &text[mention + 1..];
+        let name = after.trim_start_matches(is_word_char);
+        if name.len() == after.len() {
+            return None;
+        }
+        let rest = name.trim_start_matches(char::is_whitespace);
+        let rest = rest.strip_prefix(':').unwrap_or(rest);
+        Some(start..text.len() - rest.len())
+    }
+}
+
+impl Iterator for RetweetMarkers<'_> {
+    type Item = std::ops::Range<usize>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while let Some(found) = memchr::memchr(b'@', &self.text.as_bytes()[self.next..]) {
+            let mention = self.next + found;
+            self.next = mention + 1;
+            if let Some(span) = self.match_at(mention) {
+                self.at = span.end;
+                self.next = span.end;
+                return Some(span);
+            }
+        }
+        None
+    }
 }
 
 /// The expansion of a short URL found in the text, if the record has one.
@@ -422,26 +565,10 @@ fn push_url_token(out: &mut String, url: &str) {
     let _ = write!(out, "url{hash:016x}");
 }
 
-/// Runs a regex replacement over `text` in place, through `scratch`, without
-/// allocating when nothing matches.
-fn replace_in_place(text: &mut String, scratch: &mut String, pattern: &Regex, with: &str) {
-    if !pattern.is_match(text) {
-        return;
-    }
-    scratch.clear();
-    let mut last = 0;
-    for found in pattern.find_iter(text) {
-        scratch.push_str(&text[last..found.start()]);
-        scratch.push_str(with);
-        last = found.end();
-    }
-    scratch.push_str(&text[last..]);
-    std::mem::swap(text, scratch);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use regex::Regex;
 
     fn norm(text: &str) -> String {
         norm_with(text, &[])
@@ -605,13 +732,43 @@ mod tests {
         }
 
         #[test]
-        fn the_marker_gate_lets_every_marker_through(
-            text in "(rt|mt|art|@a|@|:| |\u{a0}|é|x){0,12}"
+        fn via_credits_are_the_regex_matches(
+            text in "(via|vía|xvia|@a|@é|@|\\(|\\[|\\)|\\]|:|\\.| |\u{a0}|\u{3000}|x|_|\u{301}){0,10}"
         ) {
-            let normaliser = Normaliser::new();
-            if normaliser.retweet_marker.is_match(&text) {
-                proptest::prop_assert!(may_have_retweet_marker(&text));
+            let trailing = Regex::new(VIA_CREDIT_PATTERN).unwrap().replace_all(&text, "").into_owned();
+            let mut cut = text.clone();
+            if let Some(start) = trailing_via_credit(&cut) {
+                cut.truncate(start);
             }
+            proptest::prop_assert_eq!(cut, trailing);
+            let leading = Regex::new(LEADING_VIA_CREDIT_PATTERN).unwrap().replace_all(&text, "").into_owned();
+            let mut cut = text.clone();
+            if let Some(end) = leading_via_credit(&cut) {
+                cut.drain(..end);
+            }
+            proptest::prop_assert_eq!(cut, leading);
+        }
+
+        #[test]
+        fn the_cut_word_is_the_regex_match(
+            text in "(a|é|\\.| |\u{a0}|\u{3000}|\u{85}|\u{180e}|\n|…|x){0,12}\\.\\.\\."
+        ) {
+            let reference = Regex::new(TRUNCATION_PATTERN).unwrap().replace_all(&text, "").into_owned();
+            let mut cut = text.clone();
+            cut_truncated_word(&mut cut);
+            proptest::prop_assert_eq!(cut, reference);
+        }
+
+        #[test]
+        fn retweet_marker_spans_match_the_regex_on_any_text(
+            text in "(rt|mt|art|rtx|@a|@é|@|:| |\u{a0}|\u{3000}|\u{85}|\u{180e}|é|x|_|\u{301}|\n){0,14}"
+        ) {
+            let reference: Vec<_> = Regex::new(RETWEET_MARKER_PATTERN)
+                .unwrap()
+                .find_iter(&text)
+                .map(|m| m.range())
+                .collect();
+            proptest::prop_assert_eq!(RetweetMarkers::new(&text).collect::<Vec<_>>(), reference);
         }
 
         #[test]

@@ -15,7 +15,9 @@
 //! Hashes are taken directly from slices of the text: tokenising allocates
 //! nothing once its output buffers have grown.
 
-use regex::Regex;
+use std::sync::Arc;
+
+use regex_syntax::hir::{Class, HirKind};
 
 use super::bitmap::{BLOCK, Block};
 use super::shingle::mix64;
@@ -24,10 +26,20 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 /// Seed of the token hash. Fixed: hashes must be the same on every run.
 const TOKEN_SEED: u64 = 0x746f_6b65_6e5f_7631;
 
+/// The token pattern, as a regex: a CJK run, or a run of word characters
+/// without CJK. The tokeniser finds exactly its matches without running it
+/// (see `Tokeniser::for_each_token`); the tests check one against the
+/// other.
+pub const TOKEN_PATTERN: &str =
+    r"[\p{Han}\p{Hiragana}\p{Katakana}]+|[\w--[\p{Han}\p{Hiragana}\p{Katakana}]]+";
+
 /// The compiled tokeniser. Immutable; share freely.
 #[derive(Clone, Debug)]
 pub struct Tokeniser {
-    token: Regex,
+    /// The pattern's two classes of characters, as sorted ranges taken from
+    /// the regex crate's own parser (so from the tables a regex would use).
+    cjk: Arc<[(char, char)]>,
+    word: Arc<[(char, char)]>,
 }
 
 impl Default for Tokeniser {
@@ -43,14 +55,54 @@ pub fn token_hash(token: &str) -> u64 {
 }
 
 impl Tokeniser {
-    /// Compiles the token pattern.
+    /// Builds the tables of the token pattern's classes.
     pub fn new() -> Tokeniser {
+        let ranges = |class: &str| -> Arc<[(char, char)]> {
+            let hir = regex_syntax::parse(class).expect("built-in class parses");
+            match hir.kind() {
+                HirKind::Class(Class::Unicode(class)) => class
+                    .ranges()
+                    .iter()
+                    .map(|range| (range.start(), range.end()))
+                    .collect(),
+                _ => unreachable!("a Unicode class parses to a Unicode class"),
+            }
+        };
         Tokeniser {
-            // First alternative: a CJK run; second: a word run without CJK.
-            token: Regex::new(
-                r"[\p{Han}\p{Hiragana}\p{Katakana}]+|[\w--[\p{Han}\p{Hiragana}\p{Katakana}]]+",
-            )
-            .expect("built-in pattern compiles"),
+            // The two alternatives of TOKEN_PATTERN.
+            cjk: ranges(r"[\p{Han}\p{Hiragana}\p{Katakana}]"),
+            word: ranges(r"[\w--[\p{Han}\p{Hiragana}\p{Katakana}]]"),
+        }
+    }
+
+    /// Which alternative of the token pattern `c` may continue: `CJK`,
+    /// `WORD`, or neither (`OTHER`).
+    fn char_class(&self, c: char) -> u8 {
+        let holds = |ranges: &[(char, char)]| {
+            ranges
+                .binary_search_by(|&(start, end)| {
+                    if end < c {
+                        std::cmp::Ordering::Less
+                    } else if start > c {
+                        std::cmp::Ordering::Greater
+                    } else {
+                        std::cmp::Ordering::Equal
+                    }
+                })
+                .is_ok()
+        };
+        if c.is_ascii() {
+            if BYTE_CLASS[c as usize] == WORD {
+                WORD
+            } else {
+                OTHER
+            }
+        } else if holds(&self.word) {
+            WORD
+        } else if holds(&self.cjk) {
+            CJK
+        } else {
+            OTHER
         }
     }
 
@@ -139,8 +191,21 @@ impl Tokeniser {
             if seen & NON_ASCII == 0 {
                 for_each_ascii_word(&bytes[start..i], start, &mut f);
             } else {
-                for found in self.token.find_iter(&text[start..i]) {
-                    f(start + found.start(), start + found.end(), false);
+                // The pattern's matches are the maximal runs of characters
+                // of one alternative's class (the two classes are
+                // disjoint): a CJK run, or a run of other word characters.
+                let mut run: Option<(usize, u8)> = None;
+                for (at, c) in text[start..i].char_indices() {
+                    let class = self.char_class(c);
+                    match run {
+                        Some((_, kind)) if kind == class => continue,
+                        Some((from, _)) => f(start + from, start + at, false),
+                        None => {}
+                    }
+                    run = (class != OTHER).then_some((at, class));
+                }
+                if let Some((from, _)) = run {
+                    f(start + from, i, false);
                 }
             }
         }
@@ -150,7 +215,8 @@ impl Tokeniser {
     /// [`Tokeniser::for_each_token`] is tested against).
     #[cfg(test)]
     fn regex_spans(&self, text: &str) -> Vec<(usize, usize)> {
-        self.token
+        regex::Regex::new(TOKEN_PATTERN)
+            .expect("built-in pattern compiles")
             .find_iter(text)
             .map(|m| (m.start(), m.end()))
             .collect()
@@ -200,6 +266,8 @@ const SPACE: u8 = 1;
 const WORD: u8 = 2;
 const OTHER: u8 = 4;
 const NON_ASCII: u8 = 8;
+/// The class of CJK characters (never a byte's class).
+const CJK: u8 = 16;
 
 static BYTE_CLASS: [u8; 256] = {
     let mut table = [NON_ASCII; 256];
@@ -419,7 +487,7 @@ mod tests {
 
     proptest::proptest! {
         #[test]
-        fn the_ascii_fast_path_finds_what_the_regex_finds(text in "[ a-zA-Z0-9_#@.,!é日本\u{3000}\u{a0}\t\n`{\\[^-]{0,200}") {
+        fn the_ascii_fast_path_finds_what_the_regex_finds(text in "[ a-zA-Z0-9_#@.,!é日本\u{3000}\u{a0}\t\n`{\\[^-]{0,200}|[ a_#.é日本はカー々\u{301}\u{3000}\u{a0}٣ſ😀\u{200d}\u{ff21}\u{1f1ef}]{0,40}") {
             let tokeniser = Tokeniser::new();
             let mut spans = Vec::new();
             let mut claimed_ascii = Vec::new();

@@ -454,6 +454,7 @@ fn consume_kafka(args: &ConsumeArgs) -> Exit {
                 timeout: Some(args.redis_timeout),
                 wait: args.redis_wait.0,
                 snapshot_every: args.log_snapshot_every,
+                threads: None,
             };
             let mut store = match open_index(location, &args.index_name, &engine, options) {
                 Ok(store) => store,

@@ -167,8 +167,10 @@ impl Replica {
             let ask = batch.ask(i);
             let plan = match (ask.op, ask.token) {
                 (Op::Query, _) if !own => Plan::Skipped,
-                (Op::Check, Some(token)) if self.memo.get(token).is_some() => Plan::Remembered,
-                (Op::Check, Some(token)) => match first_of.get(token) {
+                (Op::Check | Op::Remove, Some(token)) if self.memo.get(token).is_some() => {
+                    Plan::Remembered
+                }
+                (Op::Check | Op::Remove, Some(token)) => match first_of.get(token) {
                     Some(&first) => Plan::SameAs(first),
                     None => {
                         first_of.insert(token, i);
@@ -192,7 +194,7 @@ impl Replica {
             let verdict = match self.plan[i] {
                 Plan::Decided(at) => {
                     let verdict = self.decided[at].clone();
-                    if let (Op::Check, Some(token)) = (ask.op, ask.token) {
+                    if let (Op::Check | Op::Remove, Some(token)) = (ask.op, ask.token) {
                         self.memo.remember(token, verdict.clone());
                     }
                     Some(verdict)
@@ -231,6 +233,7 @@ impl Replica {
                     out.extend_from_slice(&m.similarity.to_bits().to_le_bytes());
                     encode_id(&m.cluster, &mut out);
                 }
+                Verdict::Deleted { held } => out.push(2 + u8::from(*held)),
             }
         }
         out.extend_from_slice(&(state.len() as u64).to_le_bytes());
@@ -278,6 +281,7 @@ impl Replica {
                         cluster,
                     })
                 }
+                kind @ (2 | 3) => Verdict::Deleted { held: kind == 3 },
                 _ => return Err(SnapshotError::Corrupt("unknown verdict kind")),
             };
             memo.remember(token, verdict);

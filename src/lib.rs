@@ -65,6 +65,7 @@ pub mod consume;
 pub mod consume_nats;
 pub mod engine;
 pub mod error;
+pub mod forget;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod input;

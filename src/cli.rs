@@ -349,7 +349,7 @@ pub enum IndexAction {
     /// deletion notice, a tweet, a compliance result). Prints how many
     /// were held. The engine options must be those the index was made
     /// with.
-    Forget(ForgetArgs),
+    Forget(Box<ForgetArgs>),
 }
 
 /// `index forget`'s options.

@@ -169,3 +169,42 @@ fn index_forget_in_redis_reaches_every_worker() {
         ]
     );
 }
+
+/// The dev stream with a notice every few lines (of messages a few lines
+/// back, and of ids never seen): the same output for every thread count.
+#[test]
+fn notices_are_applied_alike_whatever_the_thread_count() {
+    use std::io::Read;
+    let file = std::fs::File::open(common::fixture("synthetic/dev.jsonl.gz")).unwrap();
+    let mut dev = String::new();
+    flate2::read::GzDecoder::new(file)
+        .read_to_string(&mut dev)
+        .unwrap();
+    let mut input = String::new();
+    let mut ids = Vec::new();
+    for (i, line) in dev.lines().take(4_000).enumerate() {
+        let tweet: serde_json::Value = serde_json::from_str(line).unwrap();
+        ids.push(tweet["id_str"].as_str().unwrap().parse::<u64>().unwrap());
+        input.push_str(line);
+        input.push('\n');
+        if i % 3 == 2 {
+            input.push_str(&v11_notice(ids[i - 2]));
+        }
+        if i % 11 == 10 {
+            input.push_str(&v11_notice(i as u64));
+        }
+    }
+    let outputs: Vec<Vec<u8>> = ["1", "2", "4"]
+        .iter()
+        .map(|threads| {
+            let out = run(&["--quiet", "--threads", threads], input.as_bytes());
+            assert!(out.status.success());
+            out.stdout
+        })
+        .collect();
+    assert!(outputs.windows(2).all(|w| w[0] == w[1]));
+    let text = String::from_utf8_lossy(&outputs[0]);
+    let held = text.matches("\"deleted\",\"held\":true").count();
+    assert!(held > 500, "{held} notices found their tweet");
+    assert!(text.matches("\"held\":false").count() > 300);
+}

@@ -107,6 +107,8 @@ class Deduper:
         """Decides on ``text`` and indexes it."""
     def query(self, text: str, created_at: CreatedAt = None, urls: Urls = None) -> Verdict:
         """Decides without indexing or refreshing anything."""
+    def remove(self, id: Id) -> bool:
+        """Forgets every message indexed under ``id`` (a deleted tweet); True if one was held."""
     def check_many(
         self,
         texts: Iterable[Optional[str]],

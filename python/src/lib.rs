@@ -402,6 +402,7 @@ impl Deduper {
             match op {
                 Op::Check => inner.counts.add(&out),
                 Op::Query => inner.counts.queries += 1,
+                Op::Remove => {}
             }
             Ok(out.pop())
         })?;
@@ -505,6 +506,35 @@ impl Deduper {
         urls: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Verdict> {
         self.one(py, text, id, created_at, urls, Op::Check)
+    }
+
+    /// Forgets the message indexed under `id` (a deleted tweet), with
+    /// everything the index holds of it; every message indexed under that
+    /// id goes (a number and its digits as a string are one id). True if
+    /// the index held it. A later copy is decided against what remains; an
+    /// unknown id changes nothing. With `index="redis://…"`, every worker
+    /// sharing the index forgets it, in the index's log order.
+    fn remove(&self, py: Python<'_>, id: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let id = ids::from_py(id)?;
+        let shared = &*self.shared;
+        let result = shared.run(py, || {
+            let ask = Ask {
+                id: &id,
+                sketch: Sketch {
+                    shingles: &[],
+                    band_keys: &[],
+                    set_fingerprint: 0,
+                    truncated: false,
+                },
+                op: Op::Remove,
+                token: None,
+                time: 0,
+            };
+            let mut out = Vec::with_capacity(1);
+            shared.lock().store.decide(&[ask], &mut out)?;
+            Ok::<bool, StoreError>(matches!(out.pop(), Some(V::Deleted { held: true })))
+        })?;
+        result.map_err(|e| errors::store(py, &e))
     }
 
     /// Decides like `check`, but indexes nothing and refreshes nothing.
@@ -1064,7 +1094,7 @@ impl Verdict {
     fn duplicate_of<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         match &self.0 {
             V::Duplicate(m) => ids::to_py(py, &m.of).map(Some),
-            V::New => Ok(None),
+            _ => Ok(None),
         }
     }
 
@@ -1073,7 +1103,7 @@ impl Verdict {
     fn similarity(&self) -> Option<f64> {
         match &self.0 {
             V::Duplicate(m) => Some(m.similarity),
-            V::New => None,
+            _ => None,
         }
     }
 
@@ -1083,7 +1113,7 @@ impl Verdict {
     fn cluster<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         match &self.0 {
             V::Duplicate(m) => ids::to_py(py, &m.cluster).map(Some),
-            V::New => Ok(None),
+            _ => Ok(None),
         }
     }
 
@@ -1115,26 +1145,26 @@ impl Verdict {
     fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let make = py.import("dedup_stream._engine")?.getattr("_verdict")?;
         let args = match &self.0 {
-            V::New => (None::<String>, None::<f64>, None::<String>).into_pyobject(py)?,
             V::Duplicate(m) => (
                 Some(m.of.to_json()),
                 Some(m.similarity),
                 Some(m.cluster.to_json()),
             )
                 .into_pyobject(py)?,
+            _ => (None::<String>, None::<f64>, None::<String>).into_pyobject(py)?,
         };
         PyTuple::new(py, [make, args.into_any()])
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         Ok(match &self.0 {
-            V::New => "Verdict(status='new')".to_string(),
             V::Duplicate(m) => format!(
                 "Verdict(status='duplicate', duplicate_of={}, similarity={:?}, cluster={})",
                 ids::to_py(py, &m.of)?.repr()?,
                 m.similarity,
                 ids::to_py(py, &m.cluster)?.repr()?,
             ),
+            _ => "Verdict(status='new')".to_string(),
         })
     }
 }

@@ -558,8 +558,8 @@ impl Index {
     /// The entry in `slot`, without touching its recency.
     pub fn peek(&self, slot: u32) -> Option<&Entry> {
         // Every slot below the length is live: slots are filled in order and
-        // an evicted slot is refilled at once. (An expired one is on the
-        // free list, and nothing names it until it is refilled.)
+        // an evicted slot is refilled at once. (An expired or removed one
+        // is on the free list, and nothing names it until it is refilled.)
         self.entries.get(slot as usize)
     }
 

@@ -670,4 +670,70 @@ mod tests {
         assert!(replayed.unrelated);
         assert!(dir.path().join("s.state.journal.unrelated").exists());
     }
+
+    #[test]
+    fn removals_are_replayed_in_their_place_and_version_1_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("s.state");
+        let config = EngineConfig::default();
+        let preparer = Preparer::new(&config);
+        let decoder = Decoder::new(FieldSpec::default());
+        let fingerprint = crate::snapshot::fingerprint(&config);
+        let story = "flooding closes the coastal highway north of the city tonight";
+        let open_fresh = |deduper: &mut Deduper| {
+            open(
+                &state,
+                SnapshotId::NONE,
+                fingerprint,
+                Fsync::Always,
+                deduper,
+                &preparer,
+                &decoder,
+            )
+            .unwrap()
+        };
+        let mut deduper = Deduper::new(config.clone()).unwrap();
+        let (mut journal, _) = open_fresh(&mut deduper);
+        // 1 indexed, then deleted (a notice), then 2: a copy, indexed.
+        let lines = [
+            line(1, story),
+            r#"{"delete":{"status":{"id":1,"id_str":"1","user_id":5}}}"#.to_string(),
+            line(2, story),
+        ];
+        let batch = batch_of(&lines, &preparer, &decoder);
+        let mut verdicts = Vec::new();
+        deduper
+            .decide(&batch::asks(&batch, usize::MAX), &mut verdicts)
+            .unwrap();
+        assert_eq!(verdicts[1], crate::engine::Verdict::Deleted { held: true });
+        journal.append(&batch);
+        drop(journal);
+        let ids = |d: &Deduper| -> Vec<MessageId> {
+            d.index().iter_lru_first().map(|e| e.id.clone()).collect()
+        };
+        let mut replayed_into = Deduper::new(config.clone()).unwrap();
+        let (journal, replayed) = open_fresh(&mut replayed_into);
+        assert_eq!(replayed.messages, 3);
+        assert_eq!(ids(&replayed_into), [MessageId::Integer(2)]);
+        drop(journal);
+        // A version 1 journal (no removals) is still read.
+        let path = path_for(&state);
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let v1: Vec<u8> = {
+            let (records, _) = records(&bytes);
+            let mut out = bytes[..HEADER].to_vec();
+            for record in records {
+                if let Record::Message { time, line } = record {
+                    push_message(&mut out, time, line);
+                }
+            }
+            out
+        };
+        fs::write(&path, v1).unwrap();
+        let mut from_v1 = Deduper::new(config).unwrap();
+        let (_, replayed) = open_fresh(&mut from_v1);
+        assert_eq!(replayed.messages, 2);
+        assert_eq!(ids(&from_v1), [MessageId::Integer(1)], "2 was a copy of 1");
+    }
 }

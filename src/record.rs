@@ -338,7 +338,7 @@ pub struct Record<'a> {
     /// The first `created_at` found that is a string, its text as in the
     /// line (read by [`Record::created_at_millis`]).
     pub created_at: Option<&'a str>,
-    /// The line is a deletion notice (v1.1 or v2, see [`NOTICE_ID_PATHS`])
+    /// The line is a deletion notice (v1.1 or v2, see `docs/deletions.md`)
     /// or a removal the sidecar was asked for: `id` is the message to
     /// forget, and there is no text.
     pub deletion: bool,

@@ -542,21 +542,29 @@ async fn the_admin_endpoint_reports_health_and_metrics() {
             message("2", text),
             "bad\n".to_string(),
             format!("{}\n", json!({"id": 3, "text": text, "dedup_op": "query"})),
+            format!("{}\n", json!({"id": 1, "dedup_op": "remove"})),
+            format!(
+                "{}\n",
+                json!({"delete": {"status": {"id": 1, "user_id": 5}}})
+            ),
+            message("4", text),
         ],
     )
     .await;
     let metrics = http_get(server.admin, "/metrics").await;
     assert!(metrics.contains("Content-Type: text/plain; version=0.0.4"));
     for expected in [
-        "dedup_messages_total{op=\"check\",verdict=\"new\"} 1\n",
+        "dedup_messages_total{op=\"check\",verdict=\"new\"} 2\n",
         "dedup_messages_total{op=\"check\",verdict=\"duplicate\"} 1\n",
         "dedup_messages_total{op=\"query\",verdict=\"duplicate\"} 1\n",
+        "dedup_messages_total{op=\"remove\",verdict=\"held\"} 1\n",
+        "dedup_messages_total{op=\"remove\",verdict=\"unknown\"} 1\n",
         "dedup_invalid_lines_total 1\n",
         "dedup_index_entries 1\n",
         "dedup_index_capacity 1000000\n",
         "dedup_evictions_total 0\n",
         "dedup_connections_total 1\n",
-        "dedup_check_duration_seconds_count 4\n",
+        "dedup_check_duration_seconds_count 7\n",
         "# TYPE dedup_check_duration_seconds histogram\n",
     ] {
         assert!(metrics.contains(expected), "{expected} in\n{metrics}");

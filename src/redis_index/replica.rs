@@ -426,4 +426,47 @@ mod tests {
         flipped[30] ^= 1;
         assert!(Replica::decode(&flipped, deduper()).is_err());
     }
+
+    #[test]
+    fn a_removal_logged_again_gets_its_first_answer_and_snapshots_keep_it() {
+        let mut r = Replica::new(deduper());
+        let mut verdicts = Vec::new();
+        let first = entry(r.deduper(), &[(1, STORY, Some("1-0"))], &[]);
+        r.apply(&first, true, &mut verdicts);
+        let id = MessageId::Integer(1);
+        let removal = |token: &'static [u8]| {
+            let asks = [Ask {
+                id: &id,
+                sketch: crate::engine::Sketch {
+                    shingles: &[],
+                    band_keys: &[],
+                    set_fingerprint: 0,
+                    truncated: false,
+                },
+                op: Op::Remove,
+                token: Some(token),
+                time: 0,
+            }];
+            let mut bytes = Vec::new();
+            log::encode(&asks, b"s:", &[], &mut bytes);
+            Batch::decode(&bytes).unwrap()
+        };
+        verdicts.clear();
+        r.apply(&removal(b"2-0"), true, &mut verdicts);
+        assert_eq!(verdicts, [Verdict::Deleted { held: true }]);
+        assert!(r.deduper().index().is_empty());
+        // The notice's entry claimed again after its worker died: the same
+        // answer, not "held: false".
+        verdicts.clear();
+        r.apply(&removal(b"2-0"), true, &mut verdicts);
+        assert_eq!(verdicts, [Verdict::Deleted { held: true }]);
+        // A snapshot carries the remembered answer.
+        let mut back = Replica::decode(&r.encode(), deduper()).unwrap();
+        verdicts.clear();
+        back.apply(&removal(b"2-0"), true, &mut verdicts);
+        assert_eq!(verdicts, [Verdict::Deleted { held: true }]);
+        verdicts.clear();
+        back.apply(&removal(b"3-0"), true, &mut verdicts);
+        assert_eq!(verdicts, [Verdict::Deleted { held: false }], "a new token");
+    }
 }

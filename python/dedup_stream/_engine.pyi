@@ -16,7 +16,10 @@ class Verdict:
 
     @property
     def status(self) -> str:
-        """"new" or "duplicate"."""
+        """"new" or "duplicate" ("deleted" for a deletion notice in ``check_records``)."""
+    @property
+    def held(self) -> Optional[bool]:
+        """For a deletion notice: whether the index held its tweet (None otherwise)."""
     @property
     def is_duplicate(self) -> bool:
         """Whether it is a near-duplicate."""

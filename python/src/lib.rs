@@ -88,6 +88,10 @@ struct Counts {
 impl Counts {
     fn add(&mut self, verdicts: &[V]) {
         for v in verdicts {
+            if v.is_deletion() {
+                // A deletion notice is not a message.
+                continue;
+            }
             self.messages += 1;
             if v.is_duplicate() {
                 self.duplicates += 1;
@@ -114,9 +118,25 @@ struct Prepared {
     set_fingerprint: u64,
     truncated: bool,
     time: i64,
+    /// A deletion notice (`check_records`): the id is forgotten.
+    remove: bool,
 }
 
 impl Batch {
+    /// A deletion notice's id, to forget where it stands.
+    fn push_removal(&mut self, id: MessageId) {
+        let (s0, b0) = (self.shingles.len(), self.band_keys.len());
+        self.items.push(Prepared {
+            id,
+            shingles: s0..s0,
+            band_keys: b0..b0,
+            set_fingerprint: 0,
+            truncated: false,
+            time: 0,
+            remove: true,
+        });
+    }
+
     /// Sketches a text; `false` (nothing added) when it has nothing to
     /// compare and the engine refuses such texts (`empty_text="invalid"`).
     fn push(
@@ -142,6 +162,7 @@ impl Batch {
             set_fingerprint,
             truncated: scratch.truncated(),
             time,
+            remove: false,
         });
         true
     }
@@ -157,7 +178,7 @@ impl Batch {
                     set_fingerprint: p.set_fingerprint,
                     truncated: p.truncated,
                 },
-                op,
+                op: if p.remove { Op::Remove } else { op },
                 token: None,
                 time: p.time,
             })
@@ -723,6 +744,7 @@ impl Deduper {
             for (n, line) in lines.iter().enumerate() {
                 let line = line.strip_suffix(b"\n").unwrap_or(line);
                 match decoder.decode(line) {
+                    Ok(record) if record.deletion => batch.push_removal(record.id),
                     Ok(record) => {
                         let time = record.created_at_millis().unwrap_or(now);
                         if !batch.push(
@@ -1073,13 +1095,24 @@ struct Verdict(V);
 
 #[pymethods]
 impl Verdict {
-    /// "new" or "duplicate".
+    /// "new" or "duplicate" ("deleted" for a deletion notice given to
+    /// `check_records`).
     #[getter]
     fn status(&self) -> &'static str {
-        if self.0.is_duplicate() {
-            "duplicate"
-        } else {
-            "new"
+        match self.0 {
+            V::Duplicate(_) => "duplicate",
+            V::Deleted { .. } => "deleted",
+            V::New => "new",
+        }
+    }
+
+    /// For a deletion notice: whether the index held its tweet (None
+    /// otherwise).
+    #[getter]
+    fn held(&self) -> Option<bool> {
+        match self.0 {
+            V::Deleted { held } => Some(held),
+            _ => None,
         }
     }
 
@@ -1121,6 +1154,9 @@ impl Verdict {
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         d.set_item("status", self.status())?;
+        if let V::Deleted { held } = self.0 {
+            d.set_item("held", held)?;
+        }
         if let V::Duplicate(m) = &self.0 {
             d.set_item("duplicate_of", ids::to_py(py, &m.of)?)?;
             d.set_item("similarity", m.similarity)?;
@@ -1151,7 +1187,10 @@ impl Verdict {
                 Some(m.cluster.to_json()),
             )
                 .into_pyobject(py)?,
-            _ => (None::<String>, None::<f64>, None::<String>).into_pyobject(py)?,
+            V::Deleted { held } => {
+                (Some(format!("deleted:{held}")), None::<f64>, None::<String>).into_pyobject(py)?
+            }
+            V::New => (None::<String>, None::<f64>, None::<String>).into_pyobject(py)?,
         };
         PyTuple::new(py, [make, args.into_any()])
     }
@@ -1164,7 +1203,11 @@ impl Verdict {
                 m.similarity,
                 ids::to_py(py, &m.cluster)?.repr()?,
             ),
-            _ => "Verdict(status='new')".to_string(),
+            V::Deleted { held } => format!(
+                "Verdict(status='deleted', held={})",
+                if *held { "True" } else { "False" }
+            ),
+            V::New => "Verdict(status='new')".to_string(),
         })
     }
 }
@@ -1179,6 +1222,8 @@ fn _verdict(of: Option<&str>, similarity: Option<f64>, cluster: Option<&str>) ->
         })
     };
     Ok(Verdict(match (of, similarity, cluster) {
+        (Some("deleted:true"), None, None) => V::Deleted { held: true },
+        (Some("deleted:false"), None, None) => V::Deleted { held: false },
         (Some(of), Some(similarity), Some(cluster)) => V::Duplicate(dedup_stream::Match {
             of: id(of)?,
             similarity,

@@ -46,7 +46,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     while let Some(item) = tagged.next().await {
         match item {
             Ok(message) => match &message.verdict {
-                Verdict::New => stdout.write_all(&message.line)?,
+                // A deletion notice is passed on: whoever reads must honour
+                // it too.
+                Verdict::New | Verdict::Deleted { .. } => stdout.write_all(&message.line)?,
                 Verdict::Duplicate(m) => {
                     eprintln!("{} duplicates {} ({})", message.id, m.of, m.similarity)
                 }

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import json
 import os
 import resource
 import subprocess
@@ -201,14 +202,25 @@ def rss_of(pid: int) -> int:
     return 0
 
 
-def memory(capacity: int, multiple: int) -> dict:
+# A deletion notice for an id the stream never holds: the index keeps its
+# table of ids (docs/deletions.md) from the first line on.
+NOTICE = '{"delete":{"status":{"id":1,"id_str":"1","user_id":2,"user_id_str":"2"}}}'
+
+
+def memory(capacity: int, multiple: int, deletions: bool = False) -> dict:
     """Streams multiple x capacity messages through --capacity C, sampling RSS
-    as output lines come back."""
+    as output lines come back; with `deletions`, after one deletion notice.
+    Also reads the index's own count of its bytes at the end (--stats)."""
     total = capacity * multiple
+    WORK.mkdir(parents=True, exist_ok=True)
+    stats = WORK / "memory-stats.json"
 
     def run(cap: int, messages: int) -> tuple[list, int]:
-        gen = subprocess.Popen([GEN, str(messages), "short", "7"], stdout=subprocess.PIPE)
-        proc = subprocess.Popen([BIN, "--quiet", f"--capacity={cap}"], stdin=gen.stdout,
+        cmd = [GEN, str(messages), "short", "7"]
+        if deletions:
+            cmd = ["sh", "-c", 'printf "%s\\n" "$0"; exec "$@"', NOTICE] + cmd
+        gen = subprocess.Popen(cmd, stdout=subprocess.PIPE)
+        proc = subprocess.Popen([BIN, "--quiet", f"--capacity={cap}", "--stats", stats], stdin=gen.stdout,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         gen.stdout.close()
         lines = [0]
@@ -235,12 +247,14 @@ def memory(capacity: int, multiple: int) -> dict:
 
     small_samples, small_peak = run(1000, 2 * capacity)
     samples, peak = run(capacity, total)
+    counted = json.loads(stats.read_text())
     full = [rss for lines, rss in samples if lines >= 2 * capacity]
     return {
         "capacity": capacity, "messages": total, "samples": samples,
         "peak_rss_mb": peak / 1e6, "baseline_peak_rss_mb": small_peak / 1e6,
         "bytes_per_message": (peak - small_peak) / capacity,
         "flat_ratio": max(full) / min(full) if full else float("nan"),
+        "index_bytes_per_message": counted["index_bytes"] / max(counted["index_size"], 1),
     }
 
 
@@ -256,6 +270,8 @@ def main() -> None:
                         help="a JSON-lines file to measure too (repeatable)")
     parser.add_argument("--threads", type=int, help="--threads for the binary (default: its own)")
     parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--deletions", action="store_true",
+                        help="the memory run starts with a deletion notice, so the index keeps its table of ids")
     args = parser.parse_args()
     build()
     print(f"# dedup-stream end-to-end benchmark\n\nmachine: {os.cpu_count()} CPUs; best of 3 interleaved runs of each command\n")
@@ -294,11 +310,13 @@ def main() -> None:
         _, small_peak, _ = timed([BIN, "--quiet"] + V11_FIELDS, small)
         print(f"\n## Memory\n\nfirst 10,000 lines of {small_name} at the default capacity: "
               f"**peak RSS {small_peak / 1e6:.0f} MB**")
-        m = memory(args.capacity, 10)
-        print(f"\n## Memory at --capacity {m['capacity']:,} ({m['messages']:,} messages streamed)\n")
+        m = memory(args.capacity, 10, args.deletions)
+        kept = " (after a deletion notice: the table of ids kept)" if args.deletions else ""
+        print(f"\n## Memory at --capacity {m['capacity']:,} ({m['messages']:,} messages streamed){kept}\n")
         print(f"peak RSS {m['peak_rss_mb']:.0f} MB; baseline (capacity 1,000) {m['baseline_peak_rss_mb']:.0f} MB; "
               f"**{m['bytes_per_message']:.0f} bytes per indexed message**; "
-              f"RSS max/min once full: {m['flat_ratio']:.3f}\n")
+              f"RSS max/min once full: {m['flat_ratio']:.3f}; "
+              f"the index's own count (index_bytes / index_size): {m['index_bytes_per_message']:.0f}\n")
         print("| messages out | RSS MB |\n|---:|---:|")
         for lines, rss in m["samples"]:
             print(f"| {lines:,} | {rss / 1e6:.0f} |")

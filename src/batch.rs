@@ -110,6 +110,26 @@ pub struct PreparedMessage {
     truncated: bool,
 }
 
+impl PreparedMessage {
+    /// A removal (a deletion notice, or the sidecar's
+    /// `"dedup_op":"remove"`): the id to forget, no sketch.
+    pub fn removal(number: u64, line: Range<usize>, record: crate::record::Record<'_>) -> Self {
+        PreparedMessage {
+            number,
+            line,
+            id: record.id,
+            splice: record.splice,
+            op: Op::Remove,
+            time: 0,
+            unreadable_time: false,
+            shingles: 0..0,
+            band_keys: 0..0,
+            set_fingerprint: 0,
+            truncated: false,
+        }
+    }
+}
+
 /// A batch whose lines are all prepared, in input order.
 #[derive(Debug, Default)]
 pub struct PreparedBatch {
@@ -175,6 +195,9 @@ pub fn prepare(
                         line: *number,
                         reason,
                     }),
+                    Ok(record) if record.deletion => {
+                        Item::Message(PreparedMessage::removal(*number, range.clone(), record))
+                    }
                     Ok(record) => {
                         let created_at = record.created_at_millis();
                         let unreadable_time = created_at.is_none() && record.created_at.is_some();

@@ -385,6 +385,44 @@ pub enum IndexAction {
     Info(IndexTarget),
     /// Remove every key of an index.
     Drop(IndexTarget),
+    /// Forget ids (deleted tweets: a compliance batch) from a state file
+    /// (--state FILE) or an index in Redis (--index redis://…): one id a
+    /// line from FILE or stdin, bare (1234) or in a JSON object (a
+    /// deletion notice, a tweet, a compliance result). Prints how many
+    /// were held. The engine options must be those the index was made
+    /// with.
+    Forget(Box<ForgetArgs>),
+}
+
+/// `index forget`'s options.
+#[derive(Debug, Args)]
+pub struct ForgetArgs {
+    /// The file of ids (-: stdin; default: stdin).
+    #[arg(value_name = "FILE")]
+    pub file: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub engine: EngineArgs,
+
+    #[command(flatten)]
+    pub message: MessageArgs,
+
+    #[command(flatten)]
+    pub index: IndexArgs,
+
+    #[command(flatten)]
+    pub state: StateArgs,
+}
+
+impl ForgetArgs {
+    /// The engine config.
+    pub fn engine_config(&self) -> Result<EngineConfig, ConfigError> {
+        let config = self.message.engine_config(&self.engine)?;
+        Ok(EngineConfig {
+            max_index_bytes: self.index.max_index_bytes,
+            ..config
+        })
+    }
 }
 
 /// Which index in Redis.

@@ -119,6 +119,8 @@ pub struct ConsumeSummary {
     pub new: u64,
     /// Messages tagged duplicate.
     pub duplicates: u64,
+    /// Deletion notices, passed on tagged (their ids forgotten).
+    pub deletions: u64,
     /// Entries sent to the dead-letter stream.
     pub invalid: u64,
     /// Entries acknowledged.
@@ -131,7 +133,11 @@ impl std::fmt::Display for ConsumeSummary {
             f,
             "{} entries read ({} claimed): {} new, {} duplicates, {} invalid; {} acknowledged",
             self.read, self.claimed, self.new, self.duplicates, self.invalid, self.acked
-        )
+        )?;
+        if self.deletions > 0 {
+            write!(f, "; {} deletion notices", self.deletions)?;
+        }
+        Ok(())
     }
 }
 
@@ -562,7 +568,15 @@ impl<S: IndexStore> Worker<'_, S> {
                     let verdict = verdicts
                         .next()
                         .ok_or_else(|| Error::Internal("the store lost a verdict".into()))?;
-                    if verdict.is_duplicate() {
+                    if let Verdict::Deleted { held } = verdict {
+                        self.summary.deletions += 1;
+                        let counter = if *held {
+                            &self.metrics.removals_held
+                        } else {
+                            &self.metrics.removals_unknown
+                        };
+                        counter.fetch_add(1, Ordering::Relaxed);
+                    } else if verdict.is_duplicate() {
                         self.summary.duplicates += 1;
                         self.metrics
                             .checks_duplicate

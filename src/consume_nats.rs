@@ -209,6 +209,8 @@ pub struct NatsSummary {
     pub new: u64,
     /// Messages tagged duplicate.
     pub duplicates: u64,
+    /// Deletion notices, passed on tagged (their ids forgotten).
+    pub deletions: u64,
     /// Messages sent to the dead-letter subject.
     pub invalid: u64,
     /// Outputs the output stream already held (a republish after a
@@ -231,7 +233,11 @@ impl fmt::Display for NatsSummary {
             self.invalid,
             self.republished,
             self.acked
-        )
+        )?;
+        if self.deletions > 0 {
+            write!(f, "; {} deletion notices", self.deletions)?;
+        }
+        Ok(())
     }
 }
 
@@ -868,7 +874,15 @@ impl<S: IndexStore> Worker<'_, S> {
                     let verdict = verdicts.next().ok_or_else(|| {
                         StoreError::Unavailable("the index store lost a verdict".into())
                     })?;
-                    if verdict.is_duplicate() {
+                    if let Verdict::Deleted { held } = verdict {
+                        self.summary.deletions += 1;
+                        let counter = if held {
+                            &self.metrics.removals_held
+                        } else {
+                            &self.metrics.removals_unknown
+                        };
+                        counter.fetch_add(1, Ordering::Relaxed);
+                    } else if verdict.is_duplicate() {
                         self.summary.duplicates += 1;
                         self.metrics
                             .checks_duplicate

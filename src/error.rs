@@ -73,9 +73,9 @@ pub enum InvalidReason {
     /// The id field is neither a string nor an integer.
     #[error("id field {0} is not a string or an integer")]
     BadId(String),
-    /// A top-level `dedup_op` member (server only) is not `"check"` or
-    /// `"query"`.
-    #[error("dedup_op must be \"check\" or \"query\", got {0}")]
+    /// A top-level `dedup_op` member (server only) is not `"check"`,
+    /// `"query"` or `"remove"`.
+    #[error("dedup_op must be \"check\", \"query\" or \"remove\", got {0}")]
     BadOp(String),
     /// The text has nothing left once normalised (empty, blank, only a link
     /// or mentions), and such messages are refused

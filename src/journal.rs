@@ -26,8 +26,10 @@
 //! (u32), the settings' fingerprint (u64, as in state files), and the
 //! snapshot it follows (u32 CRC-32, u64 length; zeros for none); then
 //! records of a u32 payload length, the payload's u32 CRC-32, and the
-//! payload: `0`, the message's time (i64 ms) and its line's bytes; or `1`
-//! and a [`SnapshotId`].
+//! payload: `0`, the message's time (i64 ms) and its line's bytes; `1`
+//! and a [`SnapshotId`]; or (version 2) `2` and the id of a removal (a
+//! deletion notice, `"dedup_op":"remove"`), encoded as in state files.
+//! Version 1 journals, which hold no removals, are still read.
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
@@ -38,17 +40,21 @@ use std::time::{Duration, Instant};
 
 use crate::batch::{self, Item, Op, PreparedBatch, RawBatch};
 use crate::engine::{Deduper, IndexStore, Preparer};
-use crate::record::Decoder;
+use crate::record::{Decoder, MessageId};
 
 /// The first bytes of a journal.
 pub const MAGIC: [u8; 8] = *b"\x89DDJRNL\n";
-/// The journal layout's version.
-const VERSION: u32 = 1;
+/// The journal layout's version: 2 since removals are journaled (a build
+/// that reads version 1 only would take their records for a torn end).
+const VERSION: u32 = 2;
+/// The oldest version still read.
+const PREVIOUS_VERSION: u32 = 1;
 /// Bytes of the header.
 const HEADER: usize = 8 + 4 + 8 + 12;
 /// Record payload kinds.
 const MESSAGE: u8 = 0;
 const MARKER: u8 = 1;
+const REMOVE: u8 = 2;
 /// Longest record payload read back: a line is at most `--max-line-bytes`
 /// (its own limit is checked when it is read), so anything longer is a torn
 /// or foreign length.
@@ -231,6 +237,7 @@ fn push_record(out: &mut Vec<u8>, payload: impl FnOnce(&mut Vec<u8>)) {
 enum Record<'a> {
     Message { time: i64, line: &'a [u8] },
     Marker(SnapshotId),
+    Remove(MessageId),
 }
 
 /// The whole records of `bytes` (after the header), and where they end.
@@ -258,6 +265,13 @@ fn records(bytes: &[u8]) -> (Vec<Record<'_>>, usize) {
                 Some(id) => Record::Marker(id),
                 None => break,
             },
+            REMOVE => {
+                let mut r = crate::snapshot::Reader::new(&body[1..]);
+                match r.u8().ok().and_then(|kind| r.id(kind).ok()) {
+                    Some(id) if r.is_empty() => Record::Remove(id),
+                    _ => break,
+                }
+            }
             _ => break,
         };
         out.push(record);
@@ -294,7 +308,13 @@ pub fn open(
     let mut replayed = Replayed::default();
     let mut kept = header(fingerprint, base);
     if !bytes.is_empty() {
-        if bytes.len() < HEADER || bytes[..8] != MAGIC || bytes[8..12] != VERSION.to_le_bytes() {
+        let version = bytes
+            .get(8..12)
+            .map(|v| u32::from_le_bytes(v.try_into().expect("4 bytes")));
+        if bytes.len() < HEADER
+            || bytes[..8] != MAGIC
+            || !version.is_some_and(|v| (PREVIOUS_VERSION..=VERSION).contains(&v))
+        {
             return Err(JournalError::NotAJournal { path });
         }
         if bytes[12..20] != fingerprint.to_le_bytes() {
@@ -314,20 +334,31 @@ pub fn open(
         };
         match from {
             Some(from) => {
-                let messages: Vec<(i64, &[u8])> = records[from..]
-                    .iter()
-                    .filter_map(|r| match r {
-                        Record::Message { time, line } => Some((*time, *line)),
-                        Record::Marker(_) => None,
-                    })
-                    .collect();
-                for chunk in messages.chunks(REPLAY_BATCH) {
-                    replay(chunk, deduper, preparer, decoder);
+                // Messages are decided again in batches, a removal between
+                // two of them where it came.
+                let mut pending: Vec<(i64, &[u8])> = Vec::new();
+                for record in &records[from..] {
+                    match record {
+                        Record::Message { time, line } => {
+                            pending.push((*time, *line));
+                            push_message(&mut kept, *time, line);
+                            replayed.messages += 1;
+                            if pending.len() == REPLAY_BATCH {
+                                replay(&pending, deduper, preparer, decoder);
+                                pending.clear();
+                            }
+                        }
+                        Record::Remove(id) => {
+                            replay(&pending, deduper, preparer, decoder);
+                            pending.clear();
+                            deduper.remove(id);
+                            push_remove(&mut kept, id);
+                            replayed.messages += 1;
+                        }
+                        Record::Marker(_) => {}
+                    }
                 }
-                for (time, line) in &messages {
-                    push_message(&mut kept, *time, line);
-                }
-                replayed.messages = messages.len() as u64;
+                replay(&pending, deduper, preparer, decoder);
             }
             None => {
                 // Kept for whoever wants it, out of the way.
@@ -370,6 +401,13 @@ fn push_message(out: &mut Vec<u8>, time: i64, line: &[u8]) {
     });
 }
 
+fn push_remove(out: &mut Vec<u8>, id: &MessageId) {
+    push_record(out, |out| {
+        out.push(REMOVE);
+        crate::snapshot::encode_id(id, out);
+    });
+}
+
 /// Decides `messages` again, in order, at their recorded times.
 fn replay(
     messages: &[(i64, &[u8])],
@@ -377,6 +415,9 @@ fn replay(
     preparer: &Preparer,
     decoder: &Decoder,
 ) {
+    if messages.is_empty() {
+        return;
+    }
     let mut raw = RawBatch::default();
     for (number, (_, line)) in messages.iter().enumerate() {
         raw.push_line(number as u64 + 1, line);
@@ -403,7 +444,7 @@ impl Journal {
         self.fsync
     }
 
-    /// Appends the checks of a decided batch, and syncs as the policy says:
+    /// Appends the checks and removals of a decided batch, and syncs as the policy says:
     /// call it before the batch's replies go out. A failure is logged once
     /// and ends the journal (the server goes on answering; its state file is
     /// still saved at each interval).
@@ -419,14 +460,16 @@ impl Journal {
         }
         self.buf.clear();
         for item in batch.items.iter().take(end) {
-            if let Item::Message(message) = item
-                && message.op == Op::Check
-            {
-                push_message(
+            match item {
+                Item::Message(message) if message.op == Op::Check => push_message(
                     &mut self.buf,
                     message.time,
                     &batch.raw.bytes[message.line.clone()],
-                );
+                ),
+                Item::Message(message) if message.op == Op::Remove => {
+                    push_remove(&mut self.buf, &message.id)
+                }
+                _ => {}
             }
         }
         if self.buf.is_empty() {
@@ -626,5 +669,71 @@ mod tests {
         let (_, replayed) = open_fresh(&mut Deduper::new(config).unwrap(), SnapshotId::NONE);
         assert!(replayed.unrelated);
         assert!(dir.path().join("s.state.journal.unrelated").exists());
+    }
+
+    #[test]
+    fn removals_are_replayed_in_their_place_and_version_1_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("s.state");
+        let config = EngineConfig::default();
+        let preparer = Preparer::new(&config);
+        let decoder = Decoder::new(FieldSpec::default());
+        let fingerprint = crate::snapshot::fingerprint(&config);
+        let story = "flooding closes the coastal highway north of the city tonight";
+        let open_fresh = |deduper: &mut Deduper| {
+            open(
+                &state,
+                SnapshotId::NONE,
+                fingerprint,
+                Fsync::Always,
+                deduper,
+                &preparer,
+                &decoder,
+            )
+            .unwrap()
+        };
+        let mut deduper = Deduper::new(config.clone()).unwrap();
+        let (mut journal, _) = open_fresh(&mut deduper);
+        // 1 indexed, then deleted (a notice), then 2: a copy, indexed.
+        let lines = [
+            line(1, story),
+            r#"{"delete":{"status":{"id":1,"id_str":"1","user_id":5}}}"#.to_string(),
+            line(2, story),
+        ];
+        let batch = batch_of(&lines, &preparer, &decoder);
+        let mut verdicts = Vec::new();
+        deduper
+            .decide(&batch::asks(&batch, usize::MAX), &mut verdicts)
+            .unwrap();
+        assert_eq!(verdicts[1], crate::engine::Verdict::Deleted { held: true });
+        journal.append(&batch);
+        drop(journal);
+        let ids = |d: &Deduper| -> Vec<MessageId> {
+            d.index().iter_lru_first().map(|e| e.id.clone()).collect()
+        };
+        let mut replayed_into = Deduper::new(config.clone()).unwrap();
+        let (journal, replayed) = open_fresh(&mut replayed_into);
+        assert_eq!(replayed.messages, 3);
+        assert_eq!(ids(&replayed_into), [MessageId::Integer(2)]);
+        drop(journal);
+        // A version 1 journal (no removals) is still read.
+        let path = path_for(&state);
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let v1: Vec<u8> = {
+            let (records, _) = records(&bytes);
+            let mut out = bytes[..HEADER].to_vec();
+            for record in records {
+                if let Record::Message { time, line } = record {
+                    push_message(&mut out, time, line);
+                }
+            }
+            out
+        };
+        fs::write(&path, v1).unwrap();
+        let mut from_v1 = Deduper::new(config).unwrap();
+        let (_, replayed) = open_fresh(&mut from_v1);
+        assert_eq!(replayed.messages, 2);
+        assert_eq!(ids(&from_v1), [MessageId::Integer(1)], "2 was a copy of 1");
     }
 }

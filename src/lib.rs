@@ -67,6 +67,7 @@ pub mod consume_kafka;
 pub mod consume_nats;
 pub mod engine;
 pub mod error;
+pub mod forget;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod input;

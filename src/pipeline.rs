@@ -69,10 +69,12 @@ pub enum Emit {
 }
 
 impl Emit {
-    /// Whether a message with this verdict is written.
+    /// Whether a message with this verdict is written. A deletion notice
+    /// always is: whoever reads the output must honour it too.
     pub fn wants(self, verdict: &Verdict) -> bool {
         match self {
             Emit::All => true,
+            _ if verdict.is_deletion() => true,
             Emit::New => !verdict.is_duplicate(),
             Emit::Duplicates => verdict.is_duplicate(),
         }
@@ -425,14 +427,19 @@ fn decide_batches<S: IndexStore>(
                     let verdict = verdicts
                         .next()
                         .ok_or_else(|| Error::Internal("the store lost a verdict".into()))?;
-                    summary.messages += 1;
                     if message.unreadable_time {
                         report.unreadable_time(message.number);
                     }
-                    if verdict.is_duplicate() {
-                        summary.duplicates += 1;
-                    } else {
-                        summary.new += 1;
+                    match verdict {
+                        Verdict::Deleted { .. } => summary.deletions += 1,
+                        Verdict::Duplicate(_) => {
+                            summary.messages += 1;
+                            summary.duplicates += 1;
+                        }
+                        Verdict::New => {
+                            summary.messages += 1;
+                            summary.new += 1;
+                        }
                     }
                     let explanation = explanations.next();
                     if emit.wants(verdict) {

@@ -146,6 +146,17 @@ const URL_PARENTS: [&str; 11] = [
     "data.entities.urls[]",
 ];
 const REFERENCED: &str = "referenced_tweets[]";
+/// Where a deletion notice names the deleted tweet (see
+/// `docs/deletions.md`): a v1.1 streaming notice,
+/// `{"delete":{"status":{"id":1,"id_str":"1","user_id":2,"user_id_str":"2"},"timestamp_ms":"…"}}`
+/// (its string first: an integer past 2^53 has been through a float in some
+/// producers), and a v2 compliance stream event,
+/// `{"data":{"delete":{"tweet":{"id":"1","author_id":"2"},"event_at":"…"}}}`.
+const NOTICE_ID_PATHS: [&str; 3] = [
+    "delete.status.id_str",
+    "delete.status.id",
+    "data.delete.tweet.id",
+];
 /// Where a message's time is (v1.1 and v2 tweets; see [`crate::timestamp`]).
 const CREATED_AT_PATHS: [&str; 2] = ["created_at", "data.created_at"];
 
@@ -330,6 +341,10 @@ pub struct Record<'a> {
     /// The first `created_at` found that is a string, its text as in the
     /// line (read by [`Record::created_at_millis`]).
     pub created_at: Option<&'a str>,
+    /// The line is a deletion notice (v1.1 or v2, see `docs/deletions.md`)
+    /// or a removal the sidecar was asked for: `id` is the message to
+    /// forget, and there is no text.
+    pub deletion: bool,
 }
 
 impl Record<'_> {
@@ -362,6 +377,7 @@ pub struct Decoder {
     referenced_text: u16,
     referenced_url_pair: (u16, u16),
     created_at: Vec<u16>,
+    notice_ids: Vec<u16>,
 }
 
 #[derive(Debug, Default)]
@@ -473,7 +489,12 @@ impl Decoder {
             .iter()
             .map(|p| add(&mut tree, &parse(p)))
             .collect();
+        let notice_ids = NOTICE_ID_PATHS
+            .iter()
+            .map(|p| add(&mut tree, &parse(p)))
+            .collect();
         Decoder {
+            notice_ids,
             tree,
             spec,
             created_at,
@@ -503,7 +524,20 @@ impl Decoder {
         let text = std::str::from_utf8(line).map_err(|e| InvalidReason::Utf8(e.valid_up_to()))?;
         let mut captures = CAPTURES.take();
         captures.clear();
-        let record = self.decode_str(text, &mut captures, sonic);
+        let record = self.decode_str(text, &mut captures, sonic, false);
+        CAPTURES.set(captures);
+        record
+    }
+
+    /// Decodes a line that asks for a removal (the sidecar's
+    /// `"dedup_op":"remove"`): only its id is needed, found where a
+    /// message's is (or where a notice's is). The record is a
+    /// [`Record::deletion`].
+    pub fn decode_removal<'a>(&self, line: &'a [u8]) -> Result<Record<'a>, InvalidReason> {
+        let text = std::str::from_utf8(line).map_err(|e| InvalidReason::Utf8(e.valid_up_to()))?;
+        let mut captures = CAPTURES.take();
+        captures.clear();
+        let record = self.decode_str(text, &mut captures, true, true);
         CAPTURES.set(captures);
         record
     }
@@ -513,6 +547,7 @@ impl Decoder {
         line: &'a str,
         captures: &mut Vec<Capture>,
         sonic: bool,
+        removal: bool,
     ) -> Result<Record<'a>, InvalidReason> {
         let mut shape = RootShape::default();
         // The fast path: sonic-rs, on a line where it checks all that
@@ -555,6 +590,27 @@ impl Decoder {
                     .map(|raw| (index, raw))
             })
         };
+
+        // A deletion notice: the id it names, and nothing to compare.
+        let notice = first_present(&self.notice_ids);
+        if notice.is_some() || removal {
+            let (id_raw, path) = match notice {
+                Some((index, raw)) => (raw, NOTICE_ID_PATHS[index].to_string()),
+                None => {
+                    let (index, raw) = first_present(&self.ids)
+                        .ok_or_else(|| InvalidReason::NoId(FieldSpec::looked_for(&self.spec.id)))?;
+                    (raw, self.spec.id[index].to_string())
+                }
+            };
+            return Ok(Record {
+                id: MessageId::from_json(id_raw).ok_or(InvalidReason::BadId(path))?,
+                text: Cow::Borrowed(""),
+                urls: Vec::new(),
+                splice,
+                created_at: None,
+                deletion: true,
+            });
+        }
 
         let (id_index, id_raw) = first_present(&self.ids)
             .ok_or_else(|| InvalidReason::NoId(FieldSpec::looked_for(&self.spec.id)))?;
@@ -620,6 +676,7 @@ impl Decoder {
             urls,
             splice,
             created_at,
+            deletion: false,
         })
     }
 
@@ -1074,6 +1131,58 @@ mod tests {
             o.extend_from_slice(b"{}")
         });
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn deletion_notices_name_the_deleted_tweet() {
+        let notice = |line: &str| {
+            let r = decode(line).unwrap();
+            assert!(r.deletion, "{line}");
+            assert!(r.text.is_empty());
+            r.id
+        };
+        // v1.1: the string first (a number may have been through a float).
+        assert_eq!(
+            notice(
+                r#"{"delete":{"status":{"id":777838091897712600,"id_str":"777838091897712641","user_id":243730082,"user_id_str":"243730082"},"timestamp_ms":"1474286059935"}}"#
+            ),
+            MessageId::DigitString(777_838_091_897_712_641)
+        );
+        assert_eq!(
+            notice(r#"{"delete":{"status":{"id":12189009100,"user_id":132553242}}}"#),
+            MessageId::Integer(12_189_009_100)
+        );
+        // v2 compliance stream.
+        assert_eq!(
+            notice(
+                r#"{"data":{"delete":{"tweet":{"id":"601430178305220608","author_id":"3198576760"},"event_at":"2022-12-23T12:34:56.789Z"}}}"#
+            ),
+            MessageId::DigitString(601_430_178_305_220_608)
+        );
+        assert_eq!(
+            tagged(r#"{"delete":{"status":{"id":1}}}"#),
+            "{\"delete\":{\"status\":{\"id\":1}},\"dedup\":{}}\n"
+        );
+        // A tweet that merely has a member called delete is a tweet; a
+        // notice without an id is refused, not guessed.
+        assert!(
+            !decode(r#"{"id":1,"text":"x","delete":true}"#)
+                .unwrap()
+                .deletion
+        );
+        assert!(matches!(
+            decode(r#"{"delete":{"status":{"id":1.5}}}"#),
+            Err(InvalidReason::BadId(path)) if path == "delete.status.id"
+        ));
+        assert!(decode(r#"{"delete":{"status":{}}}"#).is_err());
+        // A removal the sidecar asks for needs only the id.
+        let decoder = Decoder::new(FieldSpec::default());
+        let r = decoder
+            .decode_removal(br#"{"dedup_op":"remove","id_str":"9"}"#)
+            .unwrap();
+        assert!(r.deletion);
+        assert_eq!(r.id, MessageId::DigitString(9));
+        assert!(decoder.decode_removal(br#"{"dedup_op":"remove"}"#).is_err());
     }
 
     #[test]

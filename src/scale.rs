@@ -13,7 +13,7 @@ use dedup_stream::server::{self, metrics::Metrics};
 use dedup_stream::{Deduper, EngineConfig, Error, StoreError};
 use dedup_stream::{consume, consume_kafka, consume_nats, output, snapshot};
 
-use crate::cli::{ConsumeArgs, IndexAction, IndexAdminArgs, IndexArgs, StateArgs};
+use crate::cli::{ConsumeArgs, ForgetArgs, IndexAction, IndexAdminArgs, IndexArgs, StateArgs};
 use crate::{Exit, load_state, runtime, stop_on_signal, usage};
 
 /// Options for an index in memory only: a state file (with Redis, its
@@ -497,6 +497,7 @@ pub fn index(args: &IndexAdminArgs) -> Exit {
                 target.index_name, target.index
             )
         }),
+        IndexAction::Forget(args) => return forget(args),
     };
     match result {
         Ok(()) => Exit::Success,
@@ -506,6 +507,93 @@ pub fn index(args: &IndexAdminArgs) -> Exit {
             Exit::Failure
         }
     }
+}
+
+/// `dedup-stream index forget`: reads ids, has the index forget them, and
+/// with a state file saves it (its journal cut down, as at the end of a
+/// run).
+fn forget(args: &ForgetArgs) -> Exit {
+    let (engine, fields) = match (args.engine_config(), args.message.fields()) {
+        (Ok(engine), Ok(fields)) => (engine, fields),
+        (Err(e), _) | (_, Err(e)) => return usage(e),
+    };
+    if let Err(e) = refuse_memory_only(&args.index, &args.state) {
+        return usage(e);
+    }
+    let decoder = dedup_stream::Decoder::new(fields.clone());
+    let input: Box<dyn io::BufRead> = match args.file.as_deref() {
+        None => Box::new(io::stdin().lock()),
+        Some(path) if path.as_os_str() == "-" => Box::new(io::stdin().lock()),
+        Some(path) => match std::fs::File::open(path) {
+            Ok(file) => Box::new(io::BufReader::new(file)),
+            Err(e) => {
+                eprintln!("dedup-stream: {}: {e}", path.display());
+                return Exit::Failure;
+            }
+        },
+    };
+    let report = |invalid: dedup_stream::error::InvalidLine| {
+        eprintln!("dedup-stream: skipped {invalid}");
+    };
+    let max_line = args.message.max_line_bytes;
+    let done = match &args.index.index {
+        IndexLocation::Memory => {
+            let Some(path) = &args.state.state else {
+                return usage(
+                    "index forget needs the index: --state FILE, or --index redis://… for one in Redis",
+                );
+            };
+            if let Err(e) = output::check(&[(output::OutputKind::State, path)], &[], false) {
+                return usage(e);
+            }
+            let preparer = Preparer::new(&engine);
+            let (mut deduper, mut journal) =
+                match crate::load_with_journal(&args.state, engine, &preparer, &fields) {
+                    Ok(loaded) => loaded,
+                    Err(exit) => return exit,
+                };
+            let done =
+                match dedup_stream::forget::forget(input, max_line, &decoder, &mut deduper, report)
+                {
+                    Ok(done) => done,
+                    Err(e) => {
+                        eprintln!("dedup-stream: {e}");
+                        return Exit::Failure;
+                    }
+                };
+            let bytes = snapshot::encode(&deduper);
+            let id = dedup_stream::journal::SnapshotId::of(&bytes);
+            if let Some(journal) = journal.as_mut() {
+                journal.mark(id);
+            }
+            if let Err(e) = snapshot::write_atomic(path, &bytes) {
+                eprintln!("dedup-stream: saving the state to {}: {e}", path.display());
+                return Exit::Failure;
+            }
+            if let Some(journal) = journal.as_mut() {
+                journal.saved(id);
+            }
+            done
+        }
+        location => {
+            let metrics = Arc::new(Metrics::default());
+            let stop = Arc::new(AtomicBool::new(false));
+            let options = index_options(&args.index, &stop, &metrics);
+            let mut store = match open_index(location, &args.index.index_name, &engine, options) {
+                Ok(store) => store,
+                Err(exit) => return exit,
+            };
+            match dedup_stream::forget::forget(input, max_line, &decoder, &mut store, report) {
+                Ok(done) => done,
+                Err(e) => {
+                    eprintln!("dedup-stream: {e}");
+                    return Exit::Failure;
+                }
+            }
+        }
+    };
+    println!("{done}");
+    Exit::Success
 }
 
 #[cfg(test)]

@@ -15,6 +15,9 @@ pub struct Summary {
     pub duplicates: u64,
     /// Lines skipped as invalid.
     pub invalid: u64,
+    /// Deletion notices (not counted among the messages): each passes
+    /// through tagged, its id forgotten.
+    pub deletions: u64,
     /// Messages evicted from the index.
     pub evicted: u64,
     /// Wall-clock time of the run.
@@ -54,6 +57,11 @@ impl Summary {
             "elapsed_seconds": self.elapsed.as_secs_f64(),
             "messages_per_second": self.messages_per_second(),
         });
+        // Only when there were some: a stream without notices summarises
+        // as it always did.
+        if self.deletions > 0 {
+            json["deletions"] = self.deletions.into();
+        }
         if let Some(bytes) = index.bytes {
             json["index_bytes"] = bytes.into();
         }
@@ -81,7 +89,15 @@ impl fmt::Display for Summary {
             self.evicted,
             self.elapsed.as_secs_f64(),
             self.messages_per_second()
-        )
+        )?;
+        if self.deletions > 0 {
+            write!(
+                f,
+                "; {}",
+                counted(self.deletions, "deletion notice", "deletion notices")
+            )?;
+        }
+        Ok(())
     }
 }
 

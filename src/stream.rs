@@ -4,7 +4,9 @@
 //! [`dedup`] wraps any stream of JSON lines (anything that is
 //! `AsRef<[u8]>`: `Vec<u8>`, `String`, `Bytes`...) and yields one item per
 //! input item, in order: the message tagged exactly as the filter writes it,
-//! or the reason it is invalid.
+//! or the reason it is invalid. A deletion notice (v1.1 or v2, see
+//! `docs/deletions.md`) makes the engine forget its id, and comes out
+//! tagged `{"status":"deleted","held":…}`.
 //!
 //! ```
 //! use dedup_stream::{Deduper, EngineConfig, FieldSpec, Verdict};
@@ -103,6 +105,20 @@ impl<S> Dedup<S> {
             reason,
         };
         let record = self.decoder.decode(line).map_err(invalid)?;
+        if record.deletion {
+            // A deletion notice: its id is forgotten, the notice tagged.
+            let verdict = Verdict::Deleted {
+                held: self.deduper.remove(&record.id) > 0,
+            };
+            let mut out = Vec::with_capacity(line.len() + 40);
+            write_tagged(&mut out, line, record.splice, |o| verdict.write_json(o));
+            return Ok(Tagged {
+                number: self.number,
+                id: record.id,
+                verdict,
+                line: out,
+            });
+        }
         let sketch = self
             .deduper
             .preparer()
@@ -184,5 +200,32 @@ mod tests {
         assert!(refused[2].as_ref().unwrap().verdict.is_duplicate());
         let tagged = run(EmptyText::New);
         assert_eq!(tagged[1].as_ref().unwrap().verdict, Verdict::New);
+    }
+
+    #[test]
+    fn a_deletion_notice_forgets_its_id_and_passes_through_tagged() {
+        let lines = [
+            r#"{"id":1,"text":"Flooding closes the coastal highway north of the city"}"#,
+            r#"{"delete":{"status":{"id":1,"id_str":"1","user_id":5,"user_id_str":"5"},"timestamp_ms":"1"}}"#,
+            r#"{"id":2,"text":"Flooding closes the coastal highway north of the city"}"#,
+            r#"{"data":{"delete":{"tweet":{"id":"3","author_id":"5"},"event_at":"2022-12-23T12:34:56.789Z"}}}"#,
+        ];
+        let deduper = Deduper::new(EngineConfig::default()).unwrap();
+        let stream = dedup(futures::stream::iter(lines), deduper, FieldSpec::default());
+        let tagged: Vec<Tagged> = futures::executor::block_on(stream.collect::<Vec<_>>())
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(tagged[1].verdict, Verdict::Deleted { held: true });
+        assert!(
+            tagged[1].line.ends_with(
+                b"\"timestamp_ms\":\"1\"},\"dedup\":{\"status\":\"deleted\",\"held\":true}}\n"
+            ),
+            "{}",
+            String::from_utf8_lossy(&tagged[1].line)
+        );
+        assert_eq!(tagged[2].verdict, Verdict::New, "1 is forgotten");
+        assert_eq!(tagged[3].verdict, Verdict::Deleted { held: false });
+        assert_eq!(tagged[3].id, MessageId::DigitString(3));
     }
 }

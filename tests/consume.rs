@@ -602,3 +602,38 @@ fn a_missing_stream_is_waited_for_and_idle_consumers_are_removed() {
     });
     let _ = terminate(sweeping);
 }
+
+#[test]
+fn deletion_notices_in_the_stream_are_honoured_and_passed_on() {
+    if !available("deletion_notices_in_the_stream_are_honoured_and_passed_on") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let mut con = redis.connection();
+    add(&mut con, "in", "json", &message(1, TEXT));
+    let notice = br#"{"delete":{"status":{"id":1,"id_str":"1","user_id":5,"user_id_str":"5"},"timestamp_ms":"1"}}"#;
+    add(&mut con, "in", "json", notice);
+    add(&mut con, "in", "json", &message(2, TEXT));
+    let consuming = worker(&redis.url(), "a", "out", &[]);
+    wait_until("every entry acknowledged", Duration::from_secs(20), || {
+        xlen(&mut con, "out") == 3
+    });
+    let (code, stderr) = terminate(consuming);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(pending(&mut con, "in", "g"), 0);
+    let out = entries(&mut con, "out");
+    assert!(
+        out[0][0].1.ends_with("\"dedup\":{\"status\":\"new\"}}"),
+        "{out:?}"
+    );
+    assert!(
+        out[1][0]
+            .1
+            .ends_with("\"timestamp_ms\":\"1\"},\"dedup\":{\"status\":\"deleted\",\"held\":true}}"),
+        "{out:?}"
+    );
+    assert!(
+        out[2][0].1.ends_with("\"dedup\":{\"status\":\"new\"}}"),
+        "1 was forgotten: {out:?}"
+    );
+}

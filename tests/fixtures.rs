@@ -108,6 +108,11 @@ fn window() {
 }
 
 #[test]
+fn deletions() {
+    check(CASES[8].0, CASES[8].1);
+}
+
+#[test]
 fn output_is_the_same_for_every_thread_count() {
     for (name, args) in CASES {
         let input = fs::read(fixture(&feed_input(name))).unwrap();

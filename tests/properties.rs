@@ -142,6 +142,38 @@ proptest! {
         }
     }
 
+    /// A deleted id is never named as `duplicate_of` afterwards, whatever
+    /// comes later (copies of it included), under every measure and
+    /// capacity, and a removal says whether the index held it.
+    #[test]
+    fn a_deleted_id_is_never_named_afterwards(
+        texts in texts(),
+        deletions in prop::collection::vec((1usize..60, any::<prop::sample::Index>()), 0..20),
+        capacity in 2usize..80,
+        (measure, shingling) in measures(),
+    ) {
+        let mut d = engine(capacity, measure, shingling);
+        let mut deleted = std::collections::HashSet::new();
+        for (i, text) in texts.iter().enumerate() {
+            for (at, which) in &deletions {
+                if *at == i {
+                    // One of the ids seen so far, as a string or a number.
+                    let n = which.index(i) as u64;
+                    let held = d.index().iter_lru_first().any(|e| e.id == MessageId::Integer(n));
+                    let removed = d.remove(&MessageId::DigitString(n));
+                    prop_assert_eq!(removed > 0, held);
+                    prop_assert!(d.index().iter_lru_first().all(|e| e.id != MessageId::Integer(n)));
+                    deleted.insert(MessageId::Integer(n));
+                }
+            }
+            let verdict = d.check_text(MessageId::Integer(i as u64), text);
+            prop_assert!(d.index().len() <= capacity);
+            if let Verdict::Duplicate(m) = verdict {
+                prop_assert!(!deleted.contains(&m.of), "{} was deleted", m.of);
+            }
+        }
+    }
+
     /// While a chain stays indexed (nothing is evicted), following
     /// `duplicate_of` from any duplicate ends at a new message, and that
     /// message's id is the duplicate's `cluster`.
@@ -167,7 +199,7 @@ proptest! {
                 };
                 match &verdicts[n as usize] {
                     Verdict::Duplicate(earlier) => at = earlier.of.clone(),
-                    Verdict::New => break,
+                    _ => break,
                 }
             }
             prop_assert_eq!(&at, &m.cluster);
@@ -278,7 +310,7 @@ proptest! {
                 prop_assert_eq!(m.of, MessageId::Integer(1));
                 prop_assert_eq!(m.similarity, 1.0);
             }
-            Verdict::New => prop_assert!(false, "identical text not caught: {:?}", text),
+            other => prop_assert!(false, "identical text not caught: {:?}: {:?}", text, other),
         }
     }
 

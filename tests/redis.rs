@@ -140,6 +140,38 @@ fn the_redis_index_writes_what_the_memory_index_writes() {
             "spots:2",
         ],
     ));
+    // Deletion notices (v1.1 and v2) for messages a few lines back, and
+    // for ids never seen: removals apply where they stand in the log,
+    // through snapshots and a trimmed log too.
+    let with_notices: Vec<u8> = synthetic
+        .split(|&b| b == b'\n')
+        .filter(|line| !line.is_empty())
+        .enumerate()
+        .scan(Vec::new(), |ids: &mut Vec<String>, (i, line)| {
+            let tweet: serde_json::Value = serde_json::from_slice(line).unwrap();
+            ids.push(tweet["id_str"].as_str().unwrap().to_string());
+            let mut out = [line, b"\n"].concat();
+            if i % 4 == 3 {
+                let id = &ids[i - 2];
+                out.extend(format!(
+                    "{{\"delete\":{{\"status\":{{\"id\":{id},\"id_str\":\"{id}\",\"user_id\":1,\"user_id_str\":\"1\"}},\"timestamp_ms\":\"1\"}}}}\n"
+                ).bytes());
+            }
+            if i % 10 == 9 {
+                let id = &ids[i / 2];
+                out.extend(format!(
+                    "{{\"data\":{{\"delete\":{{\"tweet\":{{\"id\":\"{id}\",\"author_id\":\"1\"}},\"event_at\":\"2022-12-23T12:34:56.789Z\"}}}}}}\n"
+                ).bytes());
+            }
+            Some(out)
+        })
+        .flatten()
+        .collect();
+    feeds.push((
+        "synthetic, deletion notices".into(),
+        with_notices,
+        vec!["--id-field", "id_str", "--text-field", "text"],
+    ));
     feeds.push((
         "long texts, sampled".into(),
         long_texts(),

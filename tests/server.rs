@@ -542,21 +542,29 @@ async fn the_admin_endpoint_reports_health_and_metrics() {
             message("2", text),
             "bad\n".to_string(),
             format!("{}\n", json!({"id": 3, "text": text, "dedup_op": "query"})),
+            format!("{}\n", json!({"id": 1, "dedup_op": "remove"})),
+            format!(
+                "{}\n",
+                json!({"delete": {"status": {"id": 1, "user_id": 5}}})
+            ),
+            message("4", text),
         ],
     )
     .await;
     let metrics = http_get(server.admin, "/metrics").await;
     assert!(metrics.contains("Content-Type: text/plain; version=0.0.4"));
     for expected in [
-        "dedup_messages_total{op=\"check\",verdict=\"new\"} 1\n",
+        "dedup_messages_total{op=\"check\",verdict=\"new\"} 2\n",
         "dedup_messages_total{op=\"check\",verdict=\"duplicate\"} 1\n",
         "dedup_messages_total{op=\"query\",verdict=\"duplicate\"} 1\n",
+        "dedup_messages_total{op=\"remove\",verdict=\"held\"} 1\n",
+        "dedup_messages_total{op=\"remove\",verdict=\"unknown\"} 1\n",
         "dedup_invalid_lines_total 1\n",
         "dedup_index_entries 1\n",
         "dedup_index_capacity 1000000\n",
         "dedup_evictions_total 0\n",
         "dedup_connections_total 1\n",
-        "dedup_check_duration_seconds_count 4\n",
+        "dedup_check_duration_seconds_count 7\n",
         "# TYPE dedup_check_duration_seconds histogram\n",
     ] {
         assert!(metrics.contains(expected), "{expected} in\n{metrics}");
@@ -819,4 +827,74 @@ fn the_filter_picks_up_where_yesterday_stopped() {
         dedup_stream::snapshot::load(&state, &mut deduper).unwrap(),
         dedup_stream::snapshot::Loaded::Restored(3)
     );
+}
+
+/// Deletions through the sidecar: `"dedup_op":"remove"` and the notices
+/// (v1.1 and v2) forget their id, answered `{"status":"deleted","held":…}`;
+/// the journal keeps the removals, so a `kill -9` does not bring a deleted
+/// message back; and the state file saved at the end is without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removals_and_deletion_notices_are_honoured_and_survive_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.bin");
+    let (listen, addr) = unix(&dir.path().join("s.sock"));
+    let args = ["--listen", &listen, "--state", state.to_str().unwrap()];
+    let mut first = Served::start(&args);
+    first.wait_for("listening");
+    let r = exchange(
+        &addr,
+        vec![
+            message("100", STORY),
+            message("101", &format!("{STORY}, more soon")),
+            "{\"dedup_op\":\"remove\",\"id_str\":\"100\"}\n".into(),
+            "{\"delete\":{\"status\":{\"id\":7,\"id_str\":\"7\",\"user_id\":1,\"user_id_str\":\"1\"},\"timestamp_ms\":\"1\"}}\n".into(),
+            "{\"dedup_op\":\"remove\"}\n".into(),
+            message("102", STORY),
+            "{\"data\":{\"delete\":{\"tweet\":{\"id\":\"101\",\"author_id\":\"1\"},\"event_at\":\"2022-12-23T12:34:56.789Z\"}}}\n".into(),
+        ],
+    )
+    .await;
+    assert_eq!(r[0]["dedup"]["status"], "new");
+    assert_eq!(r[1]["dedup"]["duplicate_of"], "100");
+    assert_eq!(r[2]["dedup"], json!({"status": "deleted", "held": true}));
+    assert_eq!(r[2]["dedup_op"], "remove", "the line comes back tagged");
+    assert_eq!(r[3]["dedup"], json!({"status": "deleted", "held": false}));
+    assert!(
+        r[4]["error"].as_str().unwrap().contains("no id field"),
+        "{}",
+        r[4]
+    );
+    // 100 is gone: its copy is decided against what is left of its
+    // cluster (101), whose name stays 100.
+    assert_eq!(
+        r[5]["dedup"],
+        json!({"status": "duplicate", "duplicate_of": "101", "similarity": 1, "cluster": "100"})
+    );
+    assert_eq!(r[6]["dedup"], json!({"status": "deleted", "held": true}));
+    // Killed before any save: the journal alone carries the removals.
+    first.signal("KILL");
+    let _ = tokio::task::spawn_blocking(move || first.wait()).await;
+    let mut second = Served::start(&args);
+    second.wait_for("listening");
+    let r = exchange(&addr, vec![message("103", STORY)]).await;
+    // 102 was indexed (100's set had gone); 100 itself, the earliest of
+    // equals, would be named had its removal been lost.
+    assert_eq!(
+        r[0]["dedup"],
+        json!({"status": "duplicate", "duplicate_of": "102", "similarity": 1, "cluster": "100"}),
+        "100 and 101 stay deleted"
+    );
+    second.signal("TERM");
+    let (status, log) = tokio::task::spawn_blocking(move || second.wait())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{log:#?}");
+    let mut deduper = Deduper::new(EngineConfig::default()).unwrap();
+    dedup_stream::snapshot::load(&state, &mut deduper).unwrap();
+    let ids: Vec<String> = deduper
+        .index()
+        .iter_lru_first()
+        .map(|e| e.id.to_string())
+        .collect();
+    assert_eq!(ids, ["\"102\""], "the deleted ids are absent once saved");
 }

@@ -16,7 +16,10 @@ class Verdict:
 
     @property
     def status(self) -> str:
-        """"new" or "duplicate"."""
+        """"new" or "duplicate" ("deleted" for a deletion notice in ``check_records``)."""
+    @property
+    def held(self) -> Optional[bool]:
+        """For a deletion notice: whether the index held its tweet (None otherwise)."""
     @property
     def is_duplicate(self) -> bool:
         """Whether it is a near-duplicate."""
@@ -118,6 +121,8 @@ class Deduper:
         self, text: str, created_at: CreatedAt = None, urls: Urls = None, *, explain: bool = False
     ) -> Verdict:
         """Decides without indexing or refreshing anything."""
+    def remove(self, id: Id) -> bool:
+        """Forgets every message indexed under ``id`` (a deleted tweet); True if one was held."""
     def check_many(
         self,
         texts: Iterable[Optional[str]],

@@ -105,6 +105,10 @@ struct Counts {
 impl Counts {
     fn add(&mut self, verdicts: &[V]) {
         for v in verdicts {
+            if v.is_deletion() {
+                // A deletion notice is not a message.
+                continue;
+            }
             self.messages += 1;
             if v.is_duplicate() {
                 self.duplicates += 1;
@@ -131,9 +135,25 @@ struct Prepared {
     set_fingerprint: u64,
     truncated: bool,
     time: i64,
+    /// A deletion notice (`check_records`): the id is forgotten.
+    remove: bool,
 }
 
 impl Batch {
+    /// A deletion notice's id, to forget where it stands.
+    fn push_removal(&mut self, id: MessageId) {
+        let (s0, b0) = (self.shingles.len(), self.band_keys.len());
+        self.items.push(Prepared {
+            id,
+            shingles: s0..s0,
+            band_keys: b0..b0,
+            set_fingerprint: 0,
+            truncated: false,
+            time: 0,
+            remove: true,
+        });
+    }
+
     /// Sketches a text; `false` (nothing added) when it has nothing to
     /// compare and the engine refuses such texts (`empty_text="invalid"`).
     fn push(
@@ -159,6 +179,7 @@ impl Batch {
             set_fingerprint,
             truncated: scratch.truncated(),
             time,
+            remove: false,
         });
         true
     }
@@ -174,7 +195,7 @@ impl Batch {
                     set_fingerprint: p.set_fingerprint,
                     truncated: p.truncated,
                 },
-                op,
+                op: if p.remove { Op::Remove } else { op },
                 token: None,
                 time: p.time,
             })
@@ -433,6 +454,7 @@ impl Deduper {
             match op {
                 Op::Check => inner.counts.add(&out),
                 Op::Query => inner.counts.queries += 1,
+                Op::Remove => {}
             }
             Ok(out.pop().map(|v| (v, explanation)))
         })?;
@@ -538,6 +560,35 @@ impl Deduper {
         explain: bool,
     ) -> PyResult<Verdict> {
         self.one(py, text, id, created_at, urls, Op::Check, explain)
+    }
+
+    /// Forgets the message indexed under `id` (a deleted tweet), with
+    /// everything the index holds of it; every message indexed under that
+    /// id goes (a number and its digits as a string are one id). True if
+    /// the index held it. A later copy is decided against what remains; an
+    /// unknown id changes nothing. With `index="redis://…"`, every worker
+    /// sharing the index forgets it, in the index's log order.
+    fn remove(&self, py: Python<'_>, id: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let id = ids::from_py(id)?;
+        let shared = &*self.shared;
+        let result = shared.run(py, || {
+            let ask = Ask {
+                id: &id,
+                sketch: Sketch {
+                    shingles: &[],
+                    band_keys: &[],
+                    set_fingerprint: 0,
+                    truncated: false,
+                },
+                op: Op::Remove,
+                token: None,
+                time: 0,
+            };
+            let mut out = Vec::with_capacity(1);
+            shared.lock().store.decide(&[ask], &mut out)?;
+            Ok::<bool, StoreError>(matches!(out.pop(), Some(V::Deleted { held: true })))
+        })?;
+        result.map_err(|e| errors::store(py, &e))
     }
 
     /// Decides like `check`, but indexes nothing and refreshes nothing.
@@ -727,6 +778,7 @@ impl Deduper {
             for (n, line) in lines.iter().enumerate() {
                 let line = line.strip_suffix(b"\n").unwrap_or(line);
                 match decoder.decode(line) {
+                    Ok(record) if record.deletion => batch.push_removal(record.id),
                     Ok(record) => {
                         let time = record.created_at_millis().unwrap_or(now);
                         if !batch.push(
@@ -1077,13 +1129,24 @@ struct Verdict(V, Option<Explanation>);
 
 #[pymethods]
 impl Verdict {
-    /// "new" or "duplicate".
+    /// "new" or "duplicate" ("deleted" for a deletion notice given to
+    /// `check_records`).
     #[getter]
     fn status(&self) -> &'static str {
-        if self.0.is_duplicate() {
-            "duplicate"
-        } else {
-            "new"
+        match self.0 {
+            V::Duplicate(_) => "duplicate",
+            V::Deleted { .. } => "deleted",
+            V::New => "new",
+        }
+    }
+
+    /// For a deletion notice: whether the index held its tweet (None
+    /// otherwise).
+    #[getter]
+    fn held(&self) -> Option<bool> {
+        match self.0 {
+            V::Deleted { held } => Some(held),
+            _ => None,
         }
     }
 
@@ -1098,7 +1161,7 @@ impl Verdict {
     fn duplicate_of<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         match &self.0 {
             V::Duplicate(m) => ids::to_py(py, &m.of).map(Some),
-            V::New => Ok(None),
+            _ => Ok(None),
         }
     }
 
@@ -1107,7 +1170,7 @@ impl Verdict {
     fn similarity(&self) -> Option<f64> {
         match &self.0 {
             V::Duplicate(m) => Some(m.similarity),
-            V::New => None,
+            _ => None,
         }
     }
 
@@ -1117,7 +1180,7 @@ impl Verdict {
     fn cluster<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         match &self.0 {
             V::Duplicate(m) => ids::to_py(py, &m.cluster).map(Some),
-            V::New => Ok(None),
+            _ => Ok(None),
         }
     }
 
@@ -1155,6 +1218,9 @@ impl Verdict {
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         d.set_item("status", self.status())?;
+        if let V::Deleted { held } = self.0 {
+            d.set_item("held", held)?;
+        }
         if let V::Duplicate(m) = &self.0 {
             d.set_item("duplicate_of", ids::to_py(py, &m.of)?)?;
             d.set_item("similarity", m.similarity)?;
@@ -1182,26 +1248,33 @@ impl Verdict {
     fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let make = py.import("dedup_stream._engine")?.getattr("_verdict")?;
         let args = match &self.0 {
-            V::New => (None::<String>, None::<f64>, None::<String>).into_pyobject(py)?,
             V::Duplicate(m) => (
                 Some(m.of.to_json()),
                 Some(m.similarity),
                 Some(m.cluster.to_json()),
             )
                 .into_pyobject(py)?,
+            V::Deleted { held } => {
+                (Some(format!("deleted:{held}")), None::<f64>, None::<String>).into_pyobject(py)?
+            }
+            V::New => (None::<String>, None::<f64>, None::<String>).into_pyobject(py)?,
         };
         PyTuple::new(py, [make, args.into_any()])
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         Ok(match &self.0 {
-            V::New => "Verdict(status='new')".to_string(),
             V::Duplicate(m) => format!(
                 "Verdict(status='duplicate', duplicate_of={}, similarity={:?}, cluster={})",
                 ids::to_py(py, &m.of)?.repr()?,
                 m.similarity,
                 ids::to_py(py, &m.cluster)?.repr()?,
             ),
+            V::Deleted { held } => format!(
+                "Verdict(status='deleted', held={})",
+                if *held { "True" } else { "False" }
+            ),
+            V::New => "Verdict(status='new')".to_string(),
         })
     }
 }
@@ -1217,6 +1290,8 @@ fn _verdict(of: Option<&str>, similarity: Option<f64>, cluster: Option<&str>) ->
     };
     Ok(Verdict(
         match (of, similarity, cluster) {
+            (Some("deleted:true"), None, None) => V::Deleted { held: true },
+            (Some("deleted:false"), None, None) => V::Deleted { held: false },
             (Some(of), Some(similarity), Some(cluster)) => V::Duplicate(dedup_stream::Match {
                 of: id(of)?,
                 similarity,

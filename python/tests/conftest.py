@@ -26,6 +26,7 @@ FIXTURE_FEEDS = [
     ("long_items", ["--id-field", "id", "--text-field", "title", "--text-field", "body", "--sample", "mod:4"]),
     ("long_items@spots", ["--id-field", "id", "--text-field", "title", "--text-field", "body", "--shingle", "spots:2"]),
     ("window", ["--window", "1h"]),
+    ("deletions", []),
     ("tour", []),
 ]
 

@@ -88,3 +88,18 @@ def test_an_index_of_other_settings_is_refused(redis_url):
     Deduper(index=redis_url, index_name="settings", threshold=0.8)
     with pytest.raises(ConfigError, match="created with other settings"):
         Deduper(index=redis_url, index_name="settings", shingle="chars:4")
+
+
+REMOVED_FLOOD = "Flooding has closed the coastal highway north of the city tonight"
+
+
+def test_removal_reaches_every_deduper_sharing_a_redis_index(redis_url):
+    # Removed in the log's order: every Deduper on the index forgets it.
+    a = Deduper(index=redis_url, index_name="py-remove")
+    b = Deduper(index=redis_url, index_name="py-remove")
+    a.check(REMOVED_FLOOD, id="1")
+    assert b.query(REMOVED_FLOOD).duplicate_of == "1"
+    assert b.remove("1") is True
+    assert a.query(REMOVED_FLOOD).status == "new"
+    assert a.remove("1") is False
+

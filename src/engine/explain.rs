@@ -40,6 +40,9 @@ pub enum Rule {
     /// New: candidates were found, none similar enough (the nearest is
     /// given).
     BelowThreshold,
+    /// A delete notice or a removal: the id left the index, or was not
+    /// held (see `docs/deletions.md`); nothing was compared.
+    Deleted,
 }
 
 impl Rule {
@@ -53,11 +56,12 @@ impl Rule {
             Rule::Empty => "empty",
             Rule::NoCandidate => "no_candidate",
             Rule::BelowThreshold => "below_threshold",
+            Rule::Deleted => "deleted",
         }
     }
 
     /// Every rule, in the order of the documentation.
-    pub const ALL: [Rule; 7] = [
+    pub const ALL: [Rule; 8] = [
         Rule::Exact,
         Rule::Threshold,
         Rule::Anchor,
@@ -65,6 +69,7 @@ impl Rule {
         Rule::Empty,
         Rule::NoCandidate,
         Rule::BelowThreshold,
+        Rule::Deleted,
     ];
 }
 
@@ -153,6 +158,11 @@ pub struct Explanation {
 }
 
 impl Explanation {
+    /// The explanation of a removal ([`Rule::Deleted`]).
+    pub fn deleted(threshold: f64) -> Explanation {
+        Explanation::bare(Rule::Deleted, threshold)
+    }
+
     /// An explanation without counts.
     fn bare(rule: Rule, threshold: f64) -> Explanation {
         Explanation {

@@ -726,7 +726,7 @@ impl Deduper {
             // A near-duplicate joins the chain of what it matched.
             let cluster = match &verdict {
                 Verdict::Duplicate(m) => Some(&m.cluster),
-                Verdict::New => None,
+                Verdict::New | Verdict::Deleted { .. } => None,
             };
             self.index.insert(
                 id,
@@ -818,6 +818,24 @@ impl Deduper {
     pub fn check_text(&mut self, id: MessageId, text: &str) -> Verdict {
         let sketch = self.preparer.sketch(text, &[], &mut self.scratch);
         self.check(id, sketch.as_sketch())
+    }
+
+    /// Forgets every indexed message whose id is `id` (a tweet's number
+    /// whether as a string or a number), with all its postings; returns
+    /// how many were held. A later copy of it is decided against what
+    /// remains. An unknown id changes nothing. See [`Index::remove`].
+    ///
+    /// ```
+    /// use dedup_stream::{Deduper, EngineConfig, MessageId, Verdict};
+    ///
+    /// let mut deduper = Deduper::new(EngineConfig::default()).unwrap();
+    /// let text = "Keynote starts now at #RustConf, come see the new borrow checker";
+    /// deduper.check_text(MessageId::Integer(1), text);
+    /// assert_eq!(deduper.remove(&MessageId::DigitString(1)), 1);
+    /// assert_eq!(deduper.check_text(MessageId::Integer(2), text), Verdict::New);
+    /// ```
+    pub fn remove(&mut self, id: &MessageId) -> usize {
+        self.index.remove(id)
     }
 
     /// Restores an indexed message (from a snapshot) without deciding: its
@@ -1193,6 +1211,14 @@ impl IndexStore for Deduper {
             verdicts.push(match ask.op {
                 Op::Check => self.check_counted(ask.id.clone(), ask.sketch, ask.time, counted),
                 Op::Query => self.query_counted(ask.sketch, counted),
+                Op::Remove => {
+                    if self.explainer.on {
+                        self.explainer.last = Some(Explanation::deleted(self.config.threshold));
+                    }
+                    Verdict::Deleted {
+                        held: self.remove(ask.id) > 0,
+                    }
+                }
             });
             if self.explainer.on {
                 let last = self.explainer.last.take();
@@ -1255,7 +1281,7 @@ mod tests {
         ] {
             match d.check_text(id(n), &copy) {
                 Verdict::Duplicate(m) => assert_eq!(m.of, id(1), "{copy}"),
-                Verdict::New => panic!("missed: {copy}"),
+                other => panic!("missed: {copy}: {other:?}"),
             }
         }
         assert_eq!(
@@ -1269,7 +1295,7 @@ mod tests {
     fn cluster(v: &Verdict) -> Option<(MessageId, MessageId)> {
         match v {
             Verdict::Duplicate(m) => Some((m.of.clone(), m.cluster.clone())),
-            Verdict::New => None,
+            _ => None,
         }
     }
 
@@ -1617,5 +1643,62 @@ mod tests {
         let s = d.preparer().sketch("", &[], &mut Scratch::default());
         assert!(s.shingles.is_empty());
         assert_eq!(d.query(s.as_sketch()), Verdict::New);
+    }
+
+    #[test]
+    fn a_copy_of_a_deleted_tweet_is_decided_against_what_remains() {
+        const TWEET: &str = "Keynote starts now at #RustConf, come see the new borrow checker";
+        let mut d = deduper(100);
+        assert_eq!(d.check_text(id(1), TWEET), Verdict::New);
+        let comment = format!("{TWEET} so good, read it");
+        let joined = d.check_text(id(2), &comment);
+        assert!(matches!(&joined, Verdict::Duplicate(m) if m.of == id(1)));
+        // 1 is deleted: a copy of it matches 2, what is left of its cluster
+        // (whose name stays 1: the label downstream already holds).
+        assert_eq!(d.remove(&MessageId::DigitString(1)), 1);
+        match d.check_text(id(3), TWEET) {
+            Verdict::Duplicate(m) => assert_eq!((m.of, m.cluster), (id(2), id(1))),
+            other => panic!("{other:?}"),
+        }
+        // Once 2 and 3 (indexed: 1's set was gone) are deleted too,
+        // nothing of the cluster is held: new.
+        assert_eq!(d.remove(&id(2)), 1);
+        assert_eq!(d.remove(&id(3)), 1);
+        assert_eq!(d.check_text(id(4), TWEET), Verdict::New);
+        assert_eq!(d.remove(&id(99)), 0, "an unknown id changes nothing");
+        assert_eq!(d.index().len(), 1);
+    }
+
+    #[test]
+    fn a_removal_in_a_batch_applies_where_it_stands() {
+        const TWEET: &str = "the river burst its banks overnight and the old mill road is closed";
+        let mut d = deduper(100);
+        let sketch = d.preparer().sketch(TWEET, &[], &mut Scratch::default());
+        let ids = [id(1), id(1), id(2), id(2)];
+        let ops = [Op::Check, Op::Remove, Op::Check, Op::Remove];
+        let asks: Vec<Ask<'_>> = ids
+            .iter()
+            .zip(ops)
+            .map(|(id, op)| Ask {
+                id,
+                sketch: sketch.as_sketch(),
+                op,
+                token: None,
+                time: 0,
+            })
+            .collect();
+        let mut verdicts = Vec::new();
+        IndexStore::decide(&mut d, &asks, &mut verdicts).unwrap();
+        assert_eq!(
+            verdicts,
+            [
+                Verdict::New,
+                Verdict::Deleted { held: true },
+                Verdict::New,
+                Verdict::Deleted { held: true },
+            ]
+        );
+        assert!(d.index().is_empty());
+        assert_eq!(d.counts().messages, 2, "removals are not messages");
     }
 }

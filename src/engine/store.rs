@@ -25,6 +25,10 @@ pub enum Op {
     /// Decide without indexing anything or refreshing what it matches (the
     /// sidecar's `"dedup_op":"query"`).
     Query,
+    /// Forget every indexed message of this id (a deletion notice, the
+    /// sidecar's `"dedup_op":"remove"`): the sketch is not read, and the
+    /// verdict is [`Verdict::Deleted`].
+    Remove,
 }
 
 /// One message for the index to decide on.

@@ -11,6 +11,12 @@ pub enum Verdict {
     New,
     /// A near-duplicate of an indexed message.
     Duplicate(Match),
+    /// The answer to a removal ([`super::Op::Remove`]): whether a message
+    /// of that id was held (and is now forgotten).
+    Deleted {
+        /// Whether the index held a message of that id.
+        held: bool,
+    },
 }
 
 /// The earlier message a duplicate matches.
@@ -33,8 +39,9 @@ impl Verdict {
         matches!(self, Verdict::Duplicate(_))
     }
 
-    /// Appends the verdict's JSON object: `{"status":"new"}` or
-    /// `{"status":"duplicate","duplicate_of":ID,"similarity":S,"cluster":ID}`.
+    /// Appends the verdict's JSON object: `{"status":"new"}`,
+    /// `{"status":"duplicate","duplicate_of":ID,"similarity":S,"cluster":ID}`
+    /// or, for a removal, `{"status":"deleted","held":true}` (or `false`).
     pub fn write_json(&self, out: &mut Vec<u8>) {
         match self {
             Verdict::New => out.extend_from_slice(br#"{"status":"new"}"#),
@@ -46,6 +53,12 @@ impl Verdict {
                 out.extend_from_slice(br#","cluster":"#);
                 m.cluster.write_json(out);
                 out.push(b'}');
+            }
+            Verdict::Deleted { held: true } => {
+                out.extend_from_slice(br#"{"status":"deleted","held":true}"#)
+            }
+            Verdict::Deleted { held: false } => {
+                out.extend_from_slice(br#"{"status":"deleted","held":false}"#)
             }
         }
     }
@@ -64,6 +77,11 @@ impl Verdict {
             explanation.write_json(out);
             out.push(b'}');
         }
+    }
+
+    /// Whether this answers a removal (see [`Verdict::Deleted`]).
+    pub fn is_deletion(&self) -> bool {
+        matches!(self, Verdict::Deleted { .. })
     }
 }
 

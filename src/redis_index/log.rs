@@ -8,15 +8,16 @@
 //! the messages itself, in log order, with the same [`Deduper`] the filter
 //! uses (see [`super::replica`]).
 //!
-//! # Format (version 1, little-endian)
+//! # Format (version 2, little-endian)
 //!
 //! ```text
-//! version      u8        1
+//! version      u8        2 (1 is read too: it has no removals)
 //! forget       u32       tokens whose remembered verdicts go, then each:
 //!   token        u16 + N   length, bytes
 //! messages     u32       count, then each:
 //!   flags        u8        1: a query (decide, index nothing), 2: the text
-//!                          was cut, 4: a token follows the id
+//!                          was cut, 4: a token follows the id, 8: a
+//!                          removal (forget the id; no shingles, no keys)
 //!   time         i64       milliseconds since the Unix epoch (--window)
 //!   id           u8 + …    kind and value, as in state files (src/snapshot.rs)
 //!   token        u16 + N   (flag 4) the queue entry's token, scoped
@@ -34,12 +35,17 @@ use crate::engine::{Ask, Op, Sketch};
 use crate::record::MessageId;
 use crate::snapshot::{Reader, encode_id};
 
-/// The format version this build writes and reads.
-const VERSION: u8 = 1;
+/// The format version this build writes (and reads).
+const VERSION: u8 = 2;
+/// The oldest version it reads: version 1 entries hold no removals.
+const PREVIOUS_VERSION: u8 = 1;
 
 const QUERY: u8 = 1;
 const TRUNCATED: u8 = 2;
 const TOKEN: u8 = 4;
+/// Version 2: every replica forgets the id where the entry stands in the
+/// log, so removals are ordered with the checks around them.
+const REMOVE: u8 = 8;
 
 /// Most keys a message may carry (LSH bands, anchors): a byte's count.
 const MAX_KEYS: usize = u8::MAX as usize;
@@ -61,8 +67,10 @@ pub fn encode(asks: &[Ask<'_>], scope: &[u8], forget: &[Vec<u8>], out: &mut Vec<
     out.extend_from_slice(&(asks.len() as u32).to_le_bytes());
     for ask in asks {
         let mut flags = 0;
-        if ask.op == Op::Query {
-            flags |= QUERY;
+        match ask.op {
+            Op::Query => flags |= QUERY,
+            Op::Remove => flags |= REMOVE,
+            Op::Check => {}
         }
         if ask.sketch.truncated {
             flags |= TRUNCATED;
@@ -125,7 +133,7 @@ impl Batch {
     pub fn decode(bytes: &[u8]) -> Result<Batch, Corrupt> {
         let truncated = |_| Corrupt("it ends too soon");
         let mut r = Reader::new(bytes);
-        if r.u8().map_err(truncated)? != VERSION {
+        if !(PREVIOUS_VERSION..=VERSION).contains(&r.u8().map_err(truncated)?) {
             return Err(Corrupt("unknown version (written by another build?)"));
         }
         let mut batch = Batch::default();
@@ -173,10 +181,11 @@ impl Batch {
             }
             batch.messages.push(Logged {
                 id,
-                op: if flags & QUERY != 0 {
-                    Op::Query
-                } else {
-                    Op::Check
+                op: match (flags & QUERY != 0, flags & REMOVE != 0) {
+                    (false, false) => Op::Check,
+                    (true, false) => Op::Query,
+                    (false, true) => Op::Remove,
+                    (true, true) => return Err(Corrupt("a message both queries and removes")),
                 },
                 truncated: flags & TRUNCATED != 0,
                 time,
@@ -281,7 +290,37 @@ mod tests {
             assert!(Batch::decode(&bytes[..cut]).is_err(), "cut at {cut}");
         }
         let mut other = bytes.clone();
-        other[0] = 2;
+        other[0] = 3;
         assert!(Batch::decode(&other).is_err());
+        // Version 1 (no removals) is read as it was.
+        other[0] = 1;
+        assert_eq!(Batch::decode(&other).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_removal_reads_back_in_its_place() {
+        let ids = [MessageId::Integer(5), MessageId::DigitString(5)];
+        let asks: Vec<Ask<'_>> = [Op::Check, Op::Remove]
+            .iter()
+            .zip(&ids)
+            .map(|(&op, id)| Ask {
+                id,
+                sketch: Sketch {
+                    shingles: &[],
+                    band_keys: &[],
+                    set_fingerprint: 0,
+                    truncated: false,
+                },
+                op,
+                token: None,
+                time: 0,
+            })
+            .collect();
+        let mut bytes = Vec::new();
+        encode(&asks, b"", &[], &mut bytes);
+        let batch = Batch::decode(&bytes).unwrap();
+        assert_eq!(batch.ask(0).op, Op::Check);
+        assert_eq!(batch.ask(1).op, Op::Remove);
+        assert_eq!(batch.ask(1).id, &MessageId::DigitString(5));
     }
 }

@@ -62,8 +62,9 @@ use replica::Replica;
 pub const DEFAULT_INDEX_NAME: &str = "dedup-stream";
 
 /// Format of the keys and values; part of the stored settings, so a worker
-/// of another format is refused. 8: the replicated log.
-const FORMAT: u32 = 8;
+/// of another format is refused. 8: the replicated log; 9: its entries
+/// may hold removals (deletion notices).
+const FORMAT: u32 = 9;
 
 /// The decision's identity: a hash of the source files of the engine, the
 /// log and the state files, computed when the crate is built. Workers share

@@ -167,8 +167,10 @@ impl Replica {
             let ask = batch.ask(i);
             let plan = match (ask.op, ask.token) {
                 (Op::Query, _) if !own => Plan::Skipped,
-                (Op::Check, Some(token)) if self.memo.get(token).is_some() => Plan::Remembered,
-                (Op::Check, Some(token)) => match first_of.get(token) {
+                (Op::Check | Op::Remove, Some(token)) if self.memo.get(token).is_some() => {
+                    Plan::Remembered
+                }
+                (Op::Check | Op::Remove, Some(token)) => match first_of.get(token) {
                     Some(&first) => Plan::SameAs(first),
                     None => {
                         first_of.insert(token, i);
@@ -192,7 +194,7 @@ impl Replica {
             let verdict = match self.plan[i] {
                 Plan::Decided(at) => {
                     let verdict = self.decided[at].clone();
-                    if let (Op::Check, Some(token)) = (ask.op, ask.token) {
+                    if let (Op::Check | Op::Remove, Some(token)) = (ask.op, ask.token) {
                         self.memo.remember(token, verdict.clone());
                     }
                     Some(verdict)
@@ -231,6 +233,7 @@ impl Replica {
                     out.extend_from_slice(&m.similarity.to_bits().to_le_bytes());
                     encode_id(&m.cluster, &mut out);
                 }
+                Verdict::Deleted { held } => out.push(2 + u8::from(*held)),
             }
         }
         out.extend_from_slice(&(state.len() as u64).to_le_bytes());
@@ -278,6 +281,7 @@ impl Replica {
                         cluster,
                     })
                 }
+                kind @ (2 | 3) => Verdict::Deleted { held: kind == 3 },
                 _ => return Err(SnapshotError::Corrupt("unknown verdict kind")),
             };
             memo.remember(token, verdict);
@@ -421,5 +425,48 @@ mod tests {
         let mut flipped = bytes.clone();
         flipped[30] ^= 1;
         assert!(Replica::decode(&flipped, deduper()).is_err());
+    }
+
+    #[test]
+    fn a_removal_logged_again_gets_its_first_answer_and_snapshots_keep_it() {
+        let mut r = Replica::new(deduper());
+        let mut verdicts = Vec::new();
+        let first = entry(r.deduper(), &[(1, STORY, Some("1-0"))], &[]);
+        r.apply(&first, true, &mut verdicts);
+        let id = MessageId::Integer(1);
+        let removal = |token: &'static [u8]| {
+            let asks = [Ask {
+                id: &id,
+                sketch: crate::engine::Sketch {
+                    shingles: &[],
+                    band_keys: &[],
+                    set_fingerprint: 0,
+                    truncated: false,
+                },
+                op: Op::Remove,
+                token: Some(token),
+                time: 0,
+            }];
+            let mut bytes = Vec::new();
+            log::encode(&asks, b"s:", &[], &mut bytes);
+            Batch::decode(&bytes).unwrap()
+        };
+        verdicts.clear();
+        r.apply(&removal(b"2-0"), true, &mut verdicts);
+        assert_eq!(verdicts, [Verdict::Deleted { held: true }]);
+        assert!(r.deduper().index().is_empty());
+        // The notice's entry claimed again after its worker died: the same
+        // answer, not "held: false".
+        verdicts.clear();
+        r.apply(&removal(b"2-0"), true, &mut verdicts);
+        assert_eq!(verdicts, [Verdict::Deleted { held: true }]);
+        // A snapshot carries the remembered answer.
+        let mut back = Replica::decode(&r.encode(), deduper()).unwrap();
+        verdicts.clear();
+        back.apply(&removal(b"2-0"), true, &mut verdicts);
+        assert_eq!(verdicts, [Verdict::Deleted { held: true }]);
+        verdicts.clear();
+        back.apply(&removal(b"3-0"), true, &mut verdicts);
+        assert_eq!(verdicts, [Verdict::Deleted { held: false }], "a new token");
     }
 }

@@ -245,7 +245,7 @@ fn prepare(
     raw: RawBatch,
 ) -> batch::PreparedBatch {
     let mut batch = batch::prepare(preparer, decoder, raw, None);
-    op::apply(&mut batch);
+    op::apply(&mut batch, decoder);
     batch
 }
 

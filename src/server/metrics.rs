@@ -63,6 +63,11 @@ pub struct Metrics {
     pub queries_new: AtomicU64,
     /// Queries answered `duplicate`.
     pub queries_duplicate: AtomicU64,
+    /// Removals (deletion notices, `"dedup_op":"remove"`) of an id the
+    /// index held.
+    pub removals_held: AtomicU64,
+    /// Removals of an id it did not hold.
+    pub removals_unknown: AtomicU64,
     /// Lines answered with an error.
     pub invalid_lines: AtomicU64,
     /// Messages in the index now (set by the engine after every batch).
@@ -151,13 +156,15 @@ impl Metrics {
             &mut out,
             "dedup_messages_total",
             "counter",
-            "Messages decided, by operation (check indexes new messages, query does not) and verdict.",
+            "Messages decided, by operation (check indexes new messages, query does not, remove forgets an id) and verdict.",
         );
         for (op, verdict, value) in [
             ("check", "new", &self.checks_new),
             ("check", "duplicate", &self.checks_duplicate),
             ("query", "new", &self.queries_new),
             ("query", "duplicate", &self.queries_duplicate),
+            ("remove", "held", &self.removals_held),
+            ("remove", "unknown", &self.removals_unknown),
         ] {
             let _ = writeln!(
                 out,

@@ -6,6 +6,9 @@
 //!   (what the filter does to every line);
 //! - `"query"`: decide without indexing anything or refreshing what it
 //!   matches, for consumers that ask before they commit;
+//! - `"remove"`: forget every indexed message of the line's id (found where
+//!   a message's id is; the line needs no text), answered
+//!   `{"status":"deleted","held":true|false}` (see `docs/deletions.md`);
 //! - anything else: the line is answered with an error, so a typo never
 //!   silently indexes a message.
 //!
@@ -29,8 +32,9 @@ use memchr::memmem;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::batch::{Item, Op, PreparedBatch};
+use crate::batch::{Item, Op, PreparedBatch, PreparedMessage, RawLine};
 use crate::error::{InvalidLine, InvalidReason};
+use crate::record::Decoder;
 
 /// The member's name, as it appears in the line's bytes, with its search
 /// tables built once.
@@ -67,6 +71,7 @@ pub fn read(line: &[u8]) -> Result<Op, InvalidReason> {
     match (raw.get(), value.as_deref()) {
         ("null", _) | (_, Some("check")) => Ok(Op::Check),
         (_, Some("query")) => Ok(Op::Query),
+        (_, Some("remove")) => Ok(Op::Remove),
         (other, _) => {
             let mut shown: String = other.chars().take(40).collect();
             if shown.len() < other.len() {
@@ -78,12 +83,38 @@ pub fn read(line: &[u8]) -> Result<Op, InvalidReason> {
 }
 
 /// Sets the [`Op`] of every message of a prepared batch from its line; a
-/// message with a bad `dedup_op` becomes an invalid line.
-pub fn apply(batch: &mut PreparedBatch) {
+/// message with a bad `dedup_op` becomes an invalid line. A line refused
+/// for want of a text is read again if it asks for a removal, which needs
+/// only an id (`decoder` reads it).
+pub fn apply(batch: &mut PreparedBatch, decoder: &Decoder) {
     for i in 0..batch.items.len() {
+        if let Item::Invalid(InvalidLine {
+            line: number,
+            reason: InvalidReason::NoText(_),
+        }) = &batch.items[i]
+            && let Some(RawLine::Content { range, .. }) = batch.raw.lines.get(i)
+        {
+            let bytes = &batch.raw.bytes[range.clone()];
+            if read(bytes) == Ok(Op::Remove) {
+                batch.items[i] = match decoder.decode_removal(bytes) {
+                    Ok(record) => {
+                        Item::Message(PreparedMessage::removal(*number, range.clone(), record))
+                    }
+                    Err(reason) => Item::Invalid(InvalidLine {
+                        line: *number,
+                        reason,
+                    }),
+                };
+            }
+            continue;
+        }
         let Item::Message(message) = &batch.items[i] else {
             continue;
         };
+        // A deletion notice stays one, whatever it asks.
+        if message.op == Op::Remove {
+            continue;
+        }
         match read(batch.line(message)) {
             Ok(op) => {
                 if let Item::Message(message) = &mut batch.items[i] {
@@ -101,6 +132,49 @@ pub fn apply(batch: &mut PreparedBatch) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_removal_needs_an_id_and_no_text() {
+        let preparer = crate::engine::Preparer::new(&crate::config::EngineConfig::default());
+        let decoder = Decoder::new(crate::record::FieldSpec::default());
+        let mut raw = crate::batch::RawBatch::default();
+        for line in [
+            r#"{"dedup_op":"remove","id_str":"7"}"#,
+            r#"{"dedup_op":"remove","id":7,"text":"with a text too"}"#,
+            r#"{"dedup_op":"remove"}"#,
+            r#"{"id":7}"#,
+            r#"{"delete":{"status":{"id":7}},"dedup_op":"query"}"#,
+        ] {
+            raw.push_line(raw.len() as u64 + 1, line.as_bytes());
+        }
+        let mut batch = crate::batch::prepare(&preparer, &decoder, raw, None);
+        apply(&mut batch, &decoder);
+        let ops: Vec<Option<Op>> = batch
+            .items
+            .iter()
+            .map(|item| match item {
+                Item::Message(m) => Some(m.op),
+                Item::Invalid(_) => None,
+            })
+            .collect();
+        assert_eq!(
+            ops,
+            [
+                Some(Op::Remove),
+                Some(Op::Remove),
+                None,
+                None,
+                Some(Op::Remove)
+            ]
+        );
+        assert!(matches!(
+            &batch.items[2],
+            Item::Invalid(InvalidLine {
+                reason: InvalidReason::NoId(_),
+                ..
+            })
+        ));
+    }
 
     #[test]
     fn reads_the_top_level_member_only() {

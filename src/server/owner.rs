@@ -61,7 +61,8 @@ pub(crate) fn run<S: IndexStore + Saveable>(
     metrics: Arc<Metrics>,
     reply: Reply,
 ) -> (S, Option<Journal>) {
-    // Checks decided since the last snapshot (queries change nothing).
+    // Checks and removals decided since the last snapshot (queries change
+    // nothing).
     let mut checks_since_snapshot = 0u64;
     let mut verdicts = Vec::new();
     while let Some(request) = requests.blocking_recv() {
@@ -75,7 +76,7 @@ pub(crate) fn run<S: IndexStore + Saveable>(
                     .batch
                     .items
                     .iter()
-                    .filter(|item| matches!(item, Item::Message(m) if m.op == Op::Check))
+                    .filter(|item| matches!(item, Item::Message(m) if m.op != Op::Query))
                     .count() as u64;
                 metrics.record_index(store.stats());
                 metrics
@@ -151,8 +152,9 @@ fn decide<S: IndexStore>(
     let mut verdicts = verdicts.iter();
     // One per verdict when the store explains them (--explain).
     let mut explanations = store.explanations().iter();
-    // [check new, check duplicate, query new, query duplicate, invalid]
-    let mut counts = [0u64; 5];
+    // [check new, check duplicate, query new, query duplicate, invalid,
+    // remove unknown, remove held]
+    let mut counts = [0u64; 7];
     for item in &batch.items {
         match item {
             Item::Invalid(invalid) => {
@@ -165,10 +167,11 @@ fn decide<S: IndexStore>(
                     write_error(&mut out, "internal error: no verdict", message.number);
                     continue;
                 };
-                let slot = match message.op {
-                    Op::Check => 0,
-                    Op::Query => 2,
-                } + usize::from(verdict.is_duplicate());
+                let slot = match (message.op, verdict) {
+                    (_, Verdict::Deleted { held }) => 5 + usize::from(*held),
+                    (Op::Query, _) => 2 + usize::from(verdict.is_duplicate()),
+                    _ => usize::from(verdict.is_duplicate()),
+                };
                 counts[slot] += 1;
                 let explanation = explanations.next();
                 match reply {
@@ -186,6 +189,8 @@ fn decide<S: IndexStore>(
         &metrics.queries_new,
         &metrics.queries_duplicate,
         &metrics.invalid_lines,
+        &metrics.removals_unknown,
+        &metrics.removals_held,
     ]
     .into_iter()
     .zip(counts)

@@ -58,6 +58,7 @@ pub const FIXTURE_FEEDS: &[(&str, &[&str])] = &[
         ],
     ),
     ("window", &["--window", "1h"]),
+    ("deletions", &[]),
 ];
 
 /// The input file of a fixture feed: `NAME.jsonl`, or `FILE.jsonl` for a

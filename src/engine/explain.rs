@@ -495,6 +495,7 @@ mod tests {
                             prop_assert!(nearest.similarity < threshold);
                         }
                     }
+                    Verdict::Deleted { .. } => prop_assert!(false, "a check is never a removal"),
                 }
             }
         }

@@ -445,7 +445,7 @@ proptest! {
     /// message for message, and leaves the same index, whatever the batch
     /// does to it meanwhile: evictions at a small capacity that free slots
     /// and fill them again, full buckets, a window that expires messages,
-    /// a byte budget, queries among the checks.
+    /// a byte budget, queries among the checks, removals.
     #[test]
     fn batches_are_decided_alike_on_any_number_of_threads(
         texts in prop::collection::vec(
@@ -462,6 +462,7 @@ proptest! {
         window in prop::option::of(1u64..60),
         max_bytes in prop::option::of(2_000usize..20_000),
         queries in 0u32..4,
+        removals in any::<bool>(),
         threads in dedup_stream::engine::overlaps::MIN_THREADS..6,
     ) {
         let config = EngineConfig {
@@ -478,15 +479,27 @@ proptest! {
         let planned: Vec<Planned> = texts
             .iter()
             .enumerate()
-            .map(|(i, text)| Planned {
-                id: MessageId::Integer(i as u64),
-                sketch: d.preparer().sketch(text, &[], &mut scratch),
-                op: if queries > 0 && i as u32 % 7 < queries {
-                    dedup_stream::engine::Op::Query
-                } else {
-                    dedup_stream::engine::Op::Check
-                },
-                time: (i as i64 * 7) % 50 + i as i64,
+            .map(|(i, text)| {
+                // Now and then a removal of an earlier message (a delete
+                // notice): its slot goes on the free list mid-batch.
+                if removals && i % 9 == 8 {
+                    return Planned {
+                        id: MessageId::Integer(i as u64 / 2),
+                        sketch: dedup_stream::SketchBuf::default(),
+                        op: dedup_stream::engine::Op::Remove,
+                        time: 0,
+                    };
+                }
+                Planned {
+                    id: MessageId::Integer(i as u64),
+                    sketch: d.preparer().sketch(text, &[], &mut scratch),
+                    op: if queries > 0 && i as u32 % 7 < queries {
+                        dedup_stream::engine::Op::Query
+                    } else {
+                        dedup_stream::engine::Op::Check
+                    },
+                    time: (i as i64 * 7) % 50 + i as i64,
+                }
             })
             .collect();
         let (serial, serial_state, none, _) = decide_in_batches(&config, 1, &planned, &sizes);

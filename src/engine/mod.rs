@@ -1352,6 +1352,56 @@ mod tests {
         .unwrap()
     }
 
+    /// A candidate counted ahead of its batch that leaves the index within
+    /// the batch before the message comes (expired here; evicted under a
+    /// byte budget or removed alike) is no longer a candidate, though its
+    /// entry still sits in its slot until the slot is refilled.
+    #[test]
+    fn a_counted_candidate_that_expired_meanwhile_is_not_matched() {
+        let story = "Flooding has closed the coastal highway north of the city tonight";
+        let decide = |threads: usize| {
+            // Room for the whole batch: the story leaves by expiring.
+            let mut d = Deduper::new(EngineConfig {
+                capacity: NonZeroUsize::new(1000).unwrap(),
+                window: crate::config::Window::from_millis(50),
+                ..EngineConfig::default()
+            })
+            .unwrap();
+            d.set_threads(NonZeroUsize::new(threads).unwrap());
+            at(&mut d, 0, story, 0);
+            let mut scratch = Scratch::default();
+            let fillers: Vec<SketchBuf> = (0..overlaps::MIN_PARALLEL_BATCH)
+                .map(|n| {
+                    let text = format!("unrelated note number {n} about {}", n * 7919);
+                    d.preparer().sketch(&text, &[], &mut scratch)
+                })
+                .collect();
+            let copy = d.preparer().sketch(story, &[], &mut scratch);
+            let ids: Vec<MessageId> = (1..=fillers.len() as u64 + 1).map(id).collect();
+            // The copy comes last, late enough that the story expires
+            // when it arrives.
+            let asks: Vec<Ask<'_>> = fillers
+                .iter()
+                .chain(std::iter::once(&copy))
+                .zip(&ids)
+                .enumerate()
+                .map(|(n, (sketch, id))| Ask {
+                    id,
+                    sketch: sketch.as_sketch(),
+                    op: Op::Check,
+                    token: None,
+                    time: if n == fillers.len() { 100 } else { 0 },
+                })
+                .collect();
+            let mut verdicts = Vec::new();
+            IndexStore::decide(&mut d, &asks, &mut verdicts).unwrap();
+            let counted = d.stats().times.map_or(0, |t| t.counted_batches);
+            (verdicts.pop().unwrap(), counted)
+        };
+        assert_eq!(decide(1), (Verdict::New, 0));
+        assert_eq!(decide(overlaps::MIN_THREADS), (Verdict::New, 1));
+    }
+
     /// Checks `text` as message `n` of time `time`.
     fn at(d: &mut Deduper, n: u64, text: &str, time: i64) -> Verdict {
         let sketch = d.preparer().sketch(text, &[], &mut Scratch::default());

@@ -12,15 +12,15 @@
 //! candidates that could reach the lowest floor the decision ever uses
 //! ([`min_floor`]); the others cannot matter, whatever the batch does.
 //!
-//! Then the decision runs in order as before, finding its candidates in the
-//! index as it stands at that message. A candidate in a slot no message of
-//! the batch has taken yet is the one counted here: its count is read, not
-//! made again, and a candidate missing here cannot reach the floor. A slot
-//! the batch has filled holds a newcomer, verified then and there (see
-//! `Deduper::best_match`). The verdicts are therefore the serial ones
-//! exactly, whatever the thread count: what moves to other threads is
-//! arithmetic on sets that do not change, and what depends on order stays
-//! in order.
+//! Then the decision runs in order as before. Its candidates are those
+//! counted here that are still indexed (a message keeps its postings
+//! exactly as long as it is indexed), whose counts it reads rather than
+//! makes again, and the messages the batch itself has indexed since, found
+//! under the keys the batch posted under and verified then and there (see
+//! `Deduper::best_match`); a candidate missing here cannot reach the floor.
+//! The verdicts are therefore the serial ones exactly, whatever the thread
+//! count: what moves to other threads is arithmetic on sets that do not
+//! change, and what depends on order stays in order.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -77,8 +77,8 @@ pub fn min_floor(config: &EngineConfig) -> f64 {
     }
 }
 
-/// The candidates of one message that could reach the floor, sorted by
-/// slot, with what each shares with it.
+/// The candidates of one message that could reach the floor, with what
+/// each shares with it.
 pub type Counted = [(u32, Overlap)];
 
 /// The counts of one batch: for each message, its candidates in the index
@@ -211,8 +211,7 @@ impl Worker {
         out
     }
 
-    /// Appends the candidates of one message that could reach `floor`,
-    /// sorted by slot.
+    /// Appends the candidates of one message that could reach `floor`.
     fn count_one(
         &mut self,
         index: &Index,
@@ -229,7 +228,6 @@ impl Worker {
         let seen = &mut self.seen;
         self.candidates.retain(|&slot| seen.insert(slot));
         self.verifier.load(sketch.shingles);
-        let start = found.len();
         for &slot in &self.candidates {
             let Some(entry) = index.peek(slot) else {
                 continue;
@@ -248,15 +246,5 @@ impl Worker {
                 found.push((slot, overlap));
             }
         }
-        found[start..].sort_unstable_by_key(|&(slot, _)| slot);
     }
-}
-
-/// The counted overlap of `slot` among a message's candidates, if it
-/// could reach the floor.
-pub fn find(counted: &Counted, slot: u32) -> Option<Overlap> {
-    counted
-        .binary_search_by_key(&slot, |&(s, _)| s)
-        .ok()
-        .map(|at| counted[at].1)
 }

@@ -604,8 +604,9 @@ pub struct FilterArgs {
     #[arg(long, value_enum, default_value_t = OnInvalidArg::Skip)]
     pub on_invalid: OnInvalidArg,
 
-    /// Threads that parse and sketch (the index decides on one more).
-    /// Default: the number of CPUs. The output does not depend on it.
+    /// Threads that parse and sketch while the index decides on one more;
+    /// with 1, a single thread does both (one core). Default: the number of
+    /// CPUs. The output does not depend on it.
     #[arg(long, value_name = "N")]
     pub threads: Option<NonZeroUsize>,
 

@@ -14,7 +14,10 @@
 //! - Preparation (parse, normalise, sketch) is pure; `buffered` runs up to
 //!   `threads` batches at once and yields them in input order, so the output
 //!   is the same byte for byte whatever the thread count.
-//! - The engine decides on its own thread, in input order.
+//! - The engine decides on its own thread, in input order. With one thread
+//!   it also prepares each batch itself, just before deciding it: `--threads
+//!   1` keeps the work on one core, beside a reader and a writer that only
+//!   move bytes.
 //! - The writer owns the output. It flushes when it has nothing queued:
 //!   throughput under load, prompt output when idle. A closed pipe
 //!   (`| head`) ends the run quietly.
@@ -34,6 +37,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use futures::future::Either;
 use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc;
 
@@ -99,7 +103,8 @@ pub struct PipelineConfig {
     pub fields: FieldSpec,
     /// Longest line read; longer ones are skipped as invalid.
     pub max_line_bytes: usize,
-    /// Batches prepared at once.
+    /// Batches prepared at once; with one, the deciding thread prepares
+    /// them itself.
     pub threads: NonZeroUsize,
     /// Lines per batch.
     pub batch_lines: usize,
@@ -183,7 +188,7 @@ where
     let queue = config.queue_batches.max(1);
     let stop_reading = Arc::new(AtomicBool::new(false));
     let (raw_tx, mut raw_rx) = mpsc::channel::<RawBatch>(queue);
-    let (prepared_tx, prepared_rx) = mpsc::channel::<PreparedBatch>(queue);
+    let (prepared_tx, prepared_rx) = mpsc::channel::<ToDecide>(queue);
     let (bytes_tx, bytes_rx) = mpsc::channel::<Vec<u8>>(queue);
     // Buffers flow back upstream once used: the engine returns each batch's
     // line buffer to the reader, the writer each output buffer to the engine.
@@ -207,20 +212,17 @@ where
     let engine = {
         let policy = (config.emit, config.on_invalid);
         let report = Arc::clone(&config.report);
+        let inbox = Inbox {
+            batches: prepared_rx,
+            preparer: Arc::clone(&preparer),
+            decoder: Arc::clone(&decoder),
+        };
         tokio::task::spawn_blocking(move || {
             let spares = Spares {
                 lines: spare_lines_tx,
                 out: spare_out_rx,
             };
-            decide_batches(
-                store,
-                prepared_rx,
-                bytes_tx,
-                &spares,
-                policy,
-                &report,
-                journal,
-            )
+            decide_batches(store, inbox, bytes_tx, &spares, policy, &report, journal)
         })
     };
 
@@ -236,11 +238,18 @@ where
         }
         raw_rx.poll_recv(cx)
     });
+    let inline = config.threads.get() == 1;
     let mut prepared = raw_batches
         .map(|raw| {
+            if inline {
+                return Either::Left(futures::future::ready(Ok(ToDecide::Raw(raw))));
+            }
             let decoder = Arc::clone(&decoder);
             let preparer = Arc::clone(&preparer);
-            tokio::task::spawn_blocking(move || batch::prepare(&preparer, &decoder, raw, None))
+            Either::Right(
+                tokio::task::spawn_blocking(move || batch::prepare(&preparer, &decoder, raw, None))
+                    .map(|prepared| prepared.map(ToDecide::Prepared)),
+            )
         })
         .buffered(config.threads.get());
     // Whether the reader ended the stream itself (end of input or a read
@@ -309,6 +318,35 @@ fn reuse(spare: &std::sync::mpsc::Receiver<Vec<u8>>, bytes: usize) -> Vec<u8> {
     buffer
 }
 
+/// A batch on its way to the engine: prepared by the preparing tasks, or
+/// raw, for the engine to prepare itself (one thread).
+enum ToDecide {
+    /// Decoded and sketched.
+    Prepared(PreparedBatch),
+    /// As read.
+    Raw(RawBatch),
+}
+
+/// Where the engine takes its batches from.
+struct Inbox {
+    /// Batches in input order.
+    batches: mpsc::Receiver<ToDecide>,
+    /// What prepares a raw batch.
+    preparer: Arc<Preparer>,
+    /// What decodes a raw batch's lines.
+    decoder: Arc<Decoder>,
+}
+
+impl Inbox {
+    /// The next batch, prepared (here, if it came raw); `None` at the end.
+    fn next(&mut self) -> Option<PreparedBatch> {
+        Some(match self.batches.blocking_recv()? {
+            ToDecide::Prepared(batch) => batch,
+            ToDecide::Raw(raw) => batch::prepare(&self.preparer, &self.decoder, raw, None),
+        })
+    }
+}
+
 /// The engine's ends of the buffer-recycling channels.
 struct Spares {
     /// Where batches' line buffers go back to the reader.
@@ -373,7 +411,7 @@ fn read_batches<R: Read>(
 /// The engine's owner: verdicts in input order, tagged lines out.
 fn decide_batches<S: IndexStore>(
     mut store: S,
-    mut batches: mpsc::Receiver<PreparedBatch>,
+    mut inbox: Inbox,
     output: mpsc::Sender<Vec<u8>>,
     spares: &Spares,
     (emit, on_invalid): (Emit, OnInvalid),
@@ -382,7 +420,7 @@ fn decide_batches<S: IndexStore>(
 ) -> Result<(S, Summary, Option<Journal>), Error> {
     let mut summary = Summary::default();
     let mut verdicts = Vec::new();
-    while let Some(batch) = batches.blocking_recv() {
+    while let Some(batch) = inbox.next() {
         // With invalid lines fatal, nothing past the first one is decided.
         let first_invalid = match on_invalid {
             OnInvalid::Fail => batch

@@ -103,3 +103,72 @@ pub fn release_pages(table: &mut [u64]) -> usize {
         0
     }
 }
+
+/// A thread faulting in a table's pages (see [`populate_in_background`]).
+/// Join it before the table is freed.
+#[derive(Debug)]
+pub struct Populating(std::thread::JoinHandle<()>);
+
+impl Populating {
+    /// Waits until the thread is done.
+    pub fn join(self) {
+        // The thread only makes system calls: it cannot panic, and if it
+        // did, the table would still be whole.
+        let _ = self.0.join();
+    }
+}
+
+/// Has a thread of its own fault in the pages of `table` (Linux's
+/// `MADV_POPULATE_WRITE`), last page first, so that the kernel allocates
+/// and zeroes them there rather than on the thread about to fill the table
+/// front to back: the two meet halfway. Contents are never touched (the
+/// kernel maps the pages without writing them), so the owner may write the
+/// table meanwhile. `None` when there is nothing to do or no thread starts
+/// (then the pages are faulted in when first written, as ever).
+///
+/// The caller must keep `table` allocated until the returned handle is
+/// joined.
+pub fn populate_in_background<T>(table: &[T]) -> Option<Populating> {
+    #[cfg(target_os = "linux")]
+    {
+        const PAGE: usize = 4096;
+        const STEP: usize = 2 << 20;
+        let start = table.as_ptr() as usize;
+        let end = start + std::mem::size_of_val(table);
+        let (first, last) = (start.next_multiple_of(PAGE), end / PAGE * PAGE);
+        if last <= first {
+            return None;
+        }
+        let populate = move || {
+            let mut to = last;
+            while to > first {
+                let from = to.saturating_sub(STEP).max(first);
+                // SAFETY: the range lies inside the table, which the caller
+                // keeps allocated until this thread is joined; the call maps
+                // pages without reading or writing their contents. An error
+                // (an older kernel) ends the work: pages fault in when used.
+                let failed = unsafe {
+                    libc::madvise(
+                        from as *mut libc::c_void,
+                        to - from,
+                        libc::MADV_POPULATE_WRITE,
+                    )
+                } != 0;
+                if failed {
+                    return;
+                }
+                to = from;
+            }
+        };
+        std::thread::Builder::new()
+            .name("dedup-populate".into())
+            .spawn(populate)
+            .ok()
+            .map(Populating)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = table;
+        None
+    }
+}

@@ -109,6 +109,9 @@ pub struct Sketcher {
     params: LshParams,
     /// Multiply-add coefficients `(a, b)` of each hash function; `a` is odd.
     coefficients: Vec<(u64, u64)>,
+    /// Whether [`avx2::min_hash_bands`] computes the keys.
+    #[cfg(target_arch = "x86_64")]
+    avx2_only: bool,
 }
 
 impl Sketcher {
@@ -125,6 +128,8 @@ impl Sketcher {
         Sketcher {
             params,
             coefficients,
+            #[cfg(target_arch = "x86_64")]
+            avx2_only: avx2_only(),
         }
     }
 
@@ -141,7 +146,97 @@ impl Sketcher {
     /// array, which the compiler unrolls, and the signature itself is never
     /// stored.
     pub fn band_keys(&self, shingles: &[u32], mixed: &mut Vec<u64>, out: &mut Vec<u32>) {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2_only {
+            // SAFETY: the processor has AVX2 (checked in `Sketcher::new`).
+            unsafe {
+                avx2::min_hash_bands(&self.coefficients, self.params.rows, shingles, mixed, out)
+            };
+            return;
+        }
         min_hash_bands(&self.coefficients, self.params.rows, shingles, mixed, out);
+    }
+}
+
+/// Whether the processor has AVX2 but not the AVX-512 set that
+/// [`min_hash_bands`] has a version for: then [`avx2::min_hash_bands`] is
+/// used.
+#[cfg(target_arch = "x86_64")]
+fn avx2_only() -> bool {
+    use std::arch::is_x86_feature_detected as has;
+    has!("avx2") && !(has!("avx512f") && has!("avx512dq") && has!("avx512vl"))
+}
+
+/// MinHash with AVX2, which has no 64-bit multiply: compiled from the
+/// portable loop, each `a * x` of 64 bits took three 32-bit multiplies,
+/// shifts and adds on four shingles at a time. Only bits 32 to 63 of
+/// `a * x + b` are kept, and they need less: with `a = ah·2³² + al` and
+/// `x = xh·2³² + xl`, they are the high half of `al·xl + b` plus
+/// `al·xh + ah·xl`, taken modulo 2³², which is one widening multiply, one
+/// 64-bit add and one 32-bit multiply of both cross terms at once (`xl·ah`
+/// in the even lanes, `xh·al` in the odd). The keys are the same bits.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{COEFFICIENT_SEED, mix64};
+    use std::arch::x86_64::*;
+
+    /// [`super::min_hash_bands`], computed as the module says.
+    ///
+    /// # Safety
+    /// The processor must have AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn min_hash_bands(
+        coefficients: &[(u64, u64)],
+        rows: usize,
+        shingles: &[u32],
+        mixed: &mut Vec<u64>,
+        out: &mut Vec<u32>,
+    ) {
+        mixed.clear();
+        mixed.extend(shingles.iter().map(|&s| mix64(u64::from(s) | 1 << 32)));
+        // Whole groups of four: a copy of a shingle changes no minimum.
+        if let Some(&first) = mixed.first() {
+            mixed.resize(mixed.len().next_multiple_of(4), first);
+        }
+        for (band, functions) in coefficients.chunks_exact(rows).enumerate() {
+            let mut h = (band as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ COEFFICIENT_SEED;
+            for &(a, b) in functions {
+                let min = if mixed.is_empty() {
+                    u32::MAX
+                } else {
+                    min_of(mixed, a, b)
+                };
+                h = mix64(h ^ u64::from(min));
+            }
+            out.push((h >> 32) as u32);
+        }
+    }
+
+    /// The least `(a * x + b) >> 32` (as u32, wrapping arithmetic) over
+    /// `mixed`, whose length is a non-zero multiple of four.
+    #[target_feature(enable = "avx2")]
+    fn min_of(mixed: &[u64], a: u64, b: u64) -> u32 {
+        let low = _mm256_set1_epi64x(i64::from(a as u32));
+        let b = _mm256_set1_epi64x(b as i64);
+        // Per 32-bit lane: `ah` against each `xl`, `al` against each `xh`.
+        let cross = _mm256_set1_epi64x((u64::from(a as u32) << 32 | a >> 32) as i64);
+        let mut least = _mm256_set1_epi32(-1);
+        for group in mixed.chunks_exact(4) {
+            // SAFETY: the group is four u64s (an unaligned load).
+            let x = unsafe { _mm256_loadu_si256(group.as_ptr().cast()) };
+            let high = _mm256_add_epi64(_mm256_mul_epu32(x, low), b);
+            let terms = _mm256_mullo_epi32(x, cross);
+            // Odd lanes: high half + xh·al + xl·ah; even lanes: unused.
+            let value = _mm256_add_epi32(
+                _mm256_add_epi32(high, terms),
+                _mm256_slli_epi64::<32>(terms),
+            );
+            least = _mm256_min_epu32(least, value);
+        }
+        let mut lanes = [0u32; 8];
+        // SAFETY: `lanes` is 32 bytes (an unaligned store).
+        unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), least) };
+        lanes[1].min(lanes[3]).min(lanes[5]).min(lanes[7])
     }
 }
 
@@ -152,8 +247,9 @@ impl Sketcher {
 ///
 /// `multiversion` picks the AVX-512 version only on processors with the
 /// whole Ice Lake / Zen 4 set of AVX-512 extensions (it checks each at run
-/// time), since older ones slow their clock down for it; they get AVX2.
-#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl", "x86_64+avx2"))]
+/// time), since older ones slow their clock down for it; they get
+/// [`avx2::min_hash_bands`] instead.
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl"))]
 fn min_hash_bands(
     coefficients: &[(u64, u64)],
     rows: usize,
@@ -238,6 +334,34 @@ mod tests {
             let sketcher = Sketcher::new(LshParams::for_threshold(threshold));
             let (mut keys, mut mixed) = (Vec::new(), Vec::new());
             sketcher.band_keys(&shingles, &mut mixed, &mut keys);
+            proptest::prop_assert_eq!(keys, reference_band_keys(&sketcher, &shingles));
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    proptest::proptest! {
+        /// The AVX2 version, which this machine may not pick, computes the
+        /// same keys as the portable one.
+        #[test]
+        fn the_avx2_version_computes_the_same_keys(
+            shingles in proptest::collection::vec(proptest::num::u32::ANY, 0..70),
+            threshold in 0.3f64..1.0,
+        ) {
+            if !std::arch::is_x86_feature_detected!("avx2") {
+                return Ok(());
+            }
+            let sketcher = Sketcher::new(LshParams::for_threshold(threshold));
+            let (mut keys, mut mixed) = (Vec::new(), Vec::new());
+            // SAFETY: the processor has AVX2 (checked above).
+            unsafe {
+                avx2::min_hash_bands(
+                    &sketcher.coefficients,
+                    sketcher.params.rows,
+                    &shingles,
+                    &mut mixed,
+                    &mut keys,
+                );
+            }
             proptest::prop_assert_eq!(keys, reference_band_keys(&sketcher, &shingles));
         }
     }

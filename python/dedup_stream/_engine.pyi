@@ -99,7 +99,7 @@ class Deduper:
         window: Optional[str] = None,
         recent: Union[int, str] = 3000,
         empty_text: str = "new",
-        max_bucket: Union[int, str] = 64,
+        max_bucket: Union[int, str] = 32,
         max_index_bytes: Union[int, str, None] = None,
         index: str = "memory",
         index_name: Optional[str] = "dedup-stream",

@@ -498,7 +498,7 @@ impl Deduper {
     #[new]
     #[pyo3(
         text_signature = "(threshold=0.8, *, measure='containment', shingle='words:1-2', \
-        sample='all', capacity=1000000, window=None, recent=3000, empty_text='new', max_bucket=64, \
+        sample='all', capacity=1000000, window=None, recent=3000, empty_text='new', max_bucket=32, \
         max_index_bytes=None, index='memory', index_name='dedup-stream', redis_timeout='30s', \
         id_field=None, text_field=None)"
     )]

@@ -14,7 +14,7 @@ CLI_DEFAULTS = {
     "window": None,
     "recent": 3000,
     "empty_text": "new",
-    "max_bucket": 64,
+    "max_bucket": 32,
     "max_index_bytes": None,
     "index": "memory",
     "index_name": "dedup-stream",

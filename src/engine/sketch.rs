@@ -177,7 +177,7 @@ fn avx2_only() -> bool {
 /// in the even lanes, `xh·al` in the odd). The keys are the same bits.
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{COEFFICIENT_SEED, mix64};
+    use super::{fold_bands, mix_into};
     use std::arch::x86_64::*;
 
     /// [`super::min_hash_bands`], computed as the module says.
@@ -192,24 +192,18 @@ mod avx2 {
         mixed: &mut Vec<u64>,
         out: &mut Vec<u32>,
     ) {
-        mixed.clear();
-        mixed.extend(shingles.iter().map(|&s| mix64(u64::from(s) | 1 << 32)));
+        mix_into(shingles, mixed);
         // Whole groups of four: a copy of a shingle changes no minimum.
         if let Some(&first) = mixed.first() {
             mixed.resize(mixed.len().next_multiple_of(4), first);
         }
-        for (band, functions) in coefficients.chunks_exact(rows).enumerate() {
-            let mut h = (band as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ COEFFICIENT_SEED;
-            for &(a, b) in functions {
-                let min = if mixed.is_empty() {
-                    u32::MAX
-                } else {
-                    min_of(mixed, a, b)
-                };
-                h = mix64(h ^ u64::from(min));
+        fold_bands(coefficients, rows, out, |a, b| {
+            if mixed.is_empty() {
+                u32::MAX
+            } else {
+                min_of(mixed, a, b)
             }
-            out.push((h >> 32) as u32);
-        }
+        });
     }
 
     /// The least `(a * x + b) >> 32` (as u32, wrapping arithmetic) over
@@ -257,17 +251,37 @@ fn min_hash_bands(
     mixed: &mut Vec<u64>,
     out: &mut Vec<u32>,
 ) {
+    mix_into(shingles, mixed);
+    fold_bands(coefficients, rows, out, |a, b| {
+        mixed
+            .iter()
+            .map(|&x| (a.wrapping_mul(x).wrapping_add(b) >> 32) as u32)
+            .min()
+            .unwrap_or(u32::MAX)
+    });
+}
+
+/// Each shingle mixed to 64 bits, the `x` of every hash function.
+#[inline(always)]
+fn mix_into(shingles: &[u32], mixed: &mut Vec<u64>) {
     mixed.clear();
     mixed.extend(shingles.iter().map(|&s| mix64(u64::from(s) | 1 << 32)));
+}
+
+/// One key per band: the band's minima, `min(a, b)` of each of its
+/// functions, hashed together. Inlined into each version of
+/// [`min_hash_bands`], so that `min` is compiled for its instruction set.
+#[inline(always)]
+fn fold_bands(
+    coefficients: &[(u64, u64)],
+    rows: usize,
+    out: &mut Vec<u32>,
+    mut min: impl FnMut(u64, u64) -> u32,
+) {
     for (band, functions) in coefficients.chunks_exact(rows).enumerate() {
         let mut h = (band as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ COEFFICIENT_SEED;
         for &(a, b) in functions {
-            let min = mixed
-                .iter()
-                .map(|&x| (a.wrapping_mul(x).wrapping_add(b) >> 32) as u32)
-                .min()
-                .unwrap_or(u32::MAX);
-            h = mix64(h ^ u64::from(min));
+            h = mix64(h ^ u64::from(min(a, b)));
         }
         out.push((h >> 32) as u32);
     }

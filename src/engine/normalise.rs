@@ -121,7 +121,8 @@ impl Normaliser {
         remove_retweet_markers(out, scratch);
         let trimmed = out.trim_end().len();
         out.truncate(trimmed);
-        if out.contains("via") {
+        // A credit holds an `@`: most texts are ruled out by one `memchr`.
+        if memchr::memchr(b'@', out.as_bytes()).is_some() && out.contains("via") {
             if let Some(start) = trailing_via_credit(out) {
                 out.truncate(start);
             }
@@ -280,10 +281,33 @@ impl Iterator for UrlSpans<'_> {
 }
 
 /// Where the run of non-white-space characters starting at `at` ends.
+///
+/// Byte by byte: an ASCII byte is white space or not on its own (a URL is
+/// nearly all ASCII), and only a non-ASCII character is decoded and looked
+/// up. Decoding every character cost some 250 instructions a URL.
 fn non_space_run_end(text: &str, at: usize) -> usize {
-    text[at..]
-        .find(char::is_whitespace)
-        .map_or(text.len(), |i| at + i)
+    let bytes = text.as_bytes();
+    let mut i = at;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b.is_ascii() {
+            // `char::is_whitespace` on ASCII: also the vertical tab, which
+            // `u8::is_ascii_whitespace` leaves out.
+            if b.is_ascii_whitespace() || b == 0x0b {
+                return i;
+            }
+            i += 1;
+        } else {
+            // `i` is on a character boundary: every byte before it on this
+            // run was a whole ASCII character or a whole character skipped.
+            let c = text[i..].chars().next().expect("not at the end");
+            if c.is_whitespace() {
+                return i;
+            }
+            i += c.len_utf8();
+        }
+    }
+    bytes.len()
 }
 
 /// Whether `c` is a word character as a regex's Unicode `\w` (and so `\b`)
@@ -492,6 +516,23 @@ impl<'t> RetweetMarkers<'t> {
     /// The match whose `@` is at `mention`, if there is one.
     fn match_at(&self, mention: usize) -> Option<std::ops::Range<usize>> {
         let text = self.text;
+        // Most `@`s are mentions in running text. Back over ASCII white
+        // space and colons (more than the pattern allows: this only rules
+        // out), a marker needs a `t` or a non-ASCII character (which may be
+        // white space): anything else fails without the scans below.
+        let bytes = text.as_bytes();
+        let mut back = mention;
+        while back > 0
+            && matches!(
+                bytes[back - 1],
+                b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c | b':'
+            )
+        {
+            back -= 1;
+        }
+        if back == 0 || (bytes[back - 1].is_ascii() && bytes[back - 1] != b't') {
+            return None;
+        }
         // Back: `\s*`, `:?`, `\s*`, then `rt` or `mt` as a word.
         let before = text[..mention].trim_end_matches(char::is_whitespace);
         let before = before.strip_suffix(':').unwrap_or(before);
@@ -557,12 +598,22 @@ fn push_url_token(out: &mut String, url: &str) {
     let rest = rest.split('#').next().unwrap_or(rest);
     let rest = rest.trim_end_matches('/');
     let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let mut key = host.to_ascii_lowercase();
-    key.push('/');
-    key.push_str(path);
-    let hash = xxh3_64_with_seed(key.as_bytes(), URL_SEED);
-    use std::fmt::Write;
-    let _ = write!(out, "url{hash:016x}");
+    let hash = if host.len() < rest.len() && !host.bytes().any(|b| b.is_ascii_uppercase()) {
+        // The key is `rest` as it stands (host, `/`, path): no copy.
+        xxh3_64_with_seed(rest.as_bytes(), URL_SEED)
+    } else {
+        let mut key = host.to_ascii_lowercase();
+        key.push('/');
+        key.push_str(path);
+        xxh3_64_with_seed(key.as_bytes(), URL_SEED)
+    };
+    // `format!("url{hash:016x}")`, without the formatting machinery.
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut token = *b"url0000000000000000";
+    for (i, digit) in token[3..].iter_mut().enumerate() {
+        *digit = HEX[(hash >> (60 - 4 * i)) as usize & 0xf];
+    }
+    out.push_str(std::str::from_utf8(&token).expect("ASCII"));
 }
 
 #[cfg(test)]
@@ -682,6 +733,47 @@ mod tests {
         assert!(!cut("I added a video https://t.co/Bnu1VtynOk", &link).1);
     }
 
+    /// The URL token as it was first written: a key built in a new string,
+    /// formatted with `format!`.
+    fn reference_url_token(url: &str) -> String {
+        let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+        let rest = rest.strip_prefix("www.").unwrap_or(rest);
+        let rest = rest.split('#').next().unwrap_or(rest);
+        let rest = rest.trim_end_matches('/');
+        let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let mut key = host.to_ascii_lowercase();
+        key.push('/');
+        key.push_str(path);
+        format!("url{:016x}", xxh3_64_with_seed(key.as_bytes(), URL_SEED))
+    }
+
+    #[test]
+    fn url_tokens_are_the_reference_tokens() {
+        for url in [
+            "https://example.com/story/",
+            "http://www.Example.COM/story#x",
+            "https://example.com",
+            "example.com/",
+            "https://a.b/c/d/",
+            "",
+            "/",
+            "https://x.y/é?q=1",
+        ] {
+            let mut out = String::new();
+            push_url_token(&mut out, url);
+            assert_eq!(out, reference_url_token(url), "{url}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn url_tokens_match_the_reference_on_any_url(url in "(https?://)?(www\\.)?[a-zA-Z.]{0,8}(/[a-zA-Z/#é]{0,8})?") {
+            let mut out = String::new();
+            push_url_token(&mut out, &url);
+            proptest::prop_assert_eq!(out, reference_url_token(&url));
+        }
+    }
+
     fn regex_url_spans(text: &str) -> Vec<std::ops::Range<usize>> {
         Regex::new(URL_PATTERN)
             .unwrap()
@@ -715,7 +807,7 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn url_spans_match_the_regex_on_any_text(
-            text in "(http|HTTP|hTtP|https|httpſ|s|www|WWW|\\.|:|…|/| |\u{3000}|\u{a0}|é|_|a|x|h|w|ſ|\u{301}){0,16}"
+            text in "(http|HTTP|hTtP|https|httpſ|s|www|WWW|\\.|:|…|/| |\u{3000}|\u{a0}|é|_|a|x|h|w|ſ|\u{301}|\t|\u{b}|\u{85}|\u{1680}){0,16}"
         ) {
             proptest::prop_assert_eq!(UrlSpans::new(&text).collect::<Vec<_>>(), regex_url_spans(&text));
         }
@@ -761,7 +853,7 @@ mod tests {
 
         #[test]
         fn retweet_marker_spans_match_the_regex_on_any_text(
-            text in "(rt|mt|art|rtx|@a|@é|@|:| |\u{a0}|\u{3000}|\u{85}|\u{180e}|é|x|_|\u{301}|\n){0,14}"
+            text in "(rt|mt|art|rtx|@a|@é|@|:| |\u{a0}|\u{3000}|\u{85}|\u{180e}|é|x|_|\u{301}|\n|\t|\u{b}|\u{c}|\r){0,14}"
         ) {
             let reference: Vec<_> = Regex::new(RETWEET_MARKER_PATTERN)
                 .unwrap()

@@ -110,7 +110,13 @@ impl Tokeniser {
     /// also writes the tokens' text to it, separated by single spaces (the
     /// input of character shingles).
     pub fn tokenise(&self, text: &str, out: &mut Vec<u64>, joined: Option<&mut String>) {
-        self.tokenise_explained(text, out, joined, None);
+        if joined.is_none() && text.is_ascii() {
+            // Most texts: nothing to write but hashes, and no character
+            // tables to consult.
+            tokenise_ascii(text.as_bytes(), out);
+        } else {
+            self.tokenise_explained(text, out, joined, None);
+        }
     }
 
     /// The tokens of `text` as strings (CJK runs as their bigrams, hashtag
@@ -256,6 +262,80 @@ fn for_each_ascii_word(bytes: &[u8], offset: usize, f: &mut impl FnMut(usize, us
     }
     if carry != 0 {
         f(start, offset + bytes.len(), true);
+    }
+}
+
+/// The token hashes of an all-ASCII text, appended to `out`: what
+/// [`Tokeniser::tokenise`] yields for it, in one pass with nothing in
+/// between the word edges and the hashes.
+///
+/// The general path hands each token to a closure that also serves
+/// `--explain` and character shingles, and keeps a hashtag run as a value;
+/// per token that cost several times the hash. Here a run of hashtags is
+/// three locals: its length, where its tokens start in `out`, and its block
+/// token folded as it grows (the same fold as [`HashtagRun`]). A property
+/// test checks this path against the general one.
+fn tokenise_ascii(bytes: &[u8], out: &mut Vec<u64>) {
+    debug_assert!(bytes.is_ascii());
+    let mut run_len = 0usize;
+    let mut run_start = 0usize;
+    let mut run_hash = 0u64;
+    let mut emit = |start: usize, end: usize, out: &mut Vec<u64>| {
+        let hash = xxh3_64_with_seed(&bytes[start..end], TOKEN_SEED);
+        if start > 0 && bytes[start - 1] == b'#' {
+            if run_len == 0 {
+                run_start = out.len();
+                run_hash = HASHTAG_BLOCK_SEED;
+            }
+            run_len += 1;
+            run_hash = mix64(run_hash ^ hash);
+        } else if run_len > 0 {
+            if run_len >= HASHTAG_BLOCK {
+                out.truncate(run_start);
+                out.push(run_hash);
+            }
+            run_len = 0;
+        }
+        out.push(hash);
+    };
+    let mut carry = 0u64;
+    let mut start = 0;
+    for (block, chunk) in bytes.chunks(BLOCK).enumerate() {
+        let base = block * BLOCK;
+        let words = Block::new(chunk).word();
+        let before = (words << 1) | carry;
+        let edges = (words ^ before) & (u64::MAX >> (64 - chunk.len()));
+        // Starts and ends alternate: the starts are the edges on word
+        // bytes, the ends the others.
+        let mut starts = edges & words;
+        let mut ends = edges & !words;
+        if carry != 0 {
+            // A word runs on from the block before: its end comes first.
+            if ends == 0 {
+                carry = words >> (chunk.len() - 1) & 1;
+                continue;
+            }
+            emit(start, base + ends.trailing_zeros() as usize, out);
+            ends &= ends - 1;
+        }
+        while ends != 0 {
+            let s = base + starts.trailing_zeros() as usize;
+            let e = base + ends.trailing_zeros() as usize;
+            emit(s, e, out);
+            starts &= starts - 1;
+            ends &= ends - 1;
+        }
+        if starts != 0 {
+            start = base + starts.trailing_zeros() as usize;
+        }
+        carry = words >> (chunk.len() - 1) & 1;
+    }
+    if carry != 0 {
+        emit(start, bytes.len(), out);
+    }
+    if run_len >= HASHTAG_BLOCK {
+        out.truncate(run_start);
+        out.push(run_hash);
     }
 }
 
@@ -499,6 +579,18 @@ mod tests {
             });
             proptest::prop_assert_eq!(spans, tokeniser.regex_spans(&text));
             proptest::prop_assert!(claimed_ascii.iter().all(|t| t.is_ascii()));
+        }
+
+        #[test]
+        fn the_ascii_path_gives_the_general_paths_tokens(
+            text in "(#{0,2}[a-zA-Z0-9_]{0,3}[ #@.,!\t\n\x0b]{0,3}){0,30}|[ a-z#_.]{0,200}|(#[a-c]{1,70} ?){0,6}"
+        ) {
+            let mut fast = Vec::new();
+            tokenise_ascii(text.as_bytes(), &mut fast);
+            let mut general = Vec::new();
+            Tokeniser::new().tokenise_explained(&text, &mut general, None, None);
+            proptest::prop_assert_eq!(&fast, &general);
+            proptest::prop_assert_eq!(fast, reference_tokens(&text));
         }
 
         #[test]

@@ -110,13 +110,16 @@ impl Tokeniser {
     /// also writes the tokens' text to it, separated by single spaces (the
     /// input of character shingles).
     pub fn tokenise(&self, text: &str, out: &mut Vec<u64>, joined: Option<&mut String>) {
-        if joined.is_none() && text.is_ascii() {
-            // Most texts: nothing to write but hashes, and no character
-            // tables to consult.
-            tokenise_ascii(text.as_bytes(), out);
-        } else {
+        if joined.is_some() {
             self.tokenise_explained(text, out, joined, None);
+            return;
         }
+        // The usual case: nothing to write but hashes.
+        let mut run = HashtagFold::default();
+        self.for_each_token(text, |start, end, ascii| {
+            run.token(text, start, end, ascii, out);
+        });
+        run.finish(out);
     }
 
     /// The tokens of `text` as strings (CJK runs as their bigrams, hashtag
@@ -239,7 +242,8 @@ impl Tokeniser {
 /// rest of tokenising.
 #[inline]
 fn for_each_ascii_word(bytes: &[u8], offset: usize, f: &mut impl FnMut(usize, usize, bool)) {
-    // Whether the byte before the current block is a word byte.
+    // Whether the byte before the current block is a word byte, and where
+    // the word it is in started.
     let mut carry = 0u64;
     let mut start = 0;
     for (block, chunk) in bytes.chunks(BLOCK).enumerate() {
@@ -247,16 +251,26 @@ fn for_each_ascii_word(bytes: &[u8], offset: usize, f: &mut impl FnMut(usize, us
         let words = Block::new(chunk).word();
         let before = (words << 1) | carry;
         // Bit i of `edges`: byte i starts a run, or ends one (is the first
-        // byte after it). Starts and ends alternate.
-        let mut edges = (words ^ before) & (u64::MAX >> (64 - chunk.len()));
-        while edges != 0 {
-            let at = base + edges.trailing_zeros() as usize;
-            if words & (edges & edges.wrapping_neg()) != 0 {
-                start = at;
-            } else {
-                f(start, at, true);
-            }
-            edges &= edges - 1;
+        // byte after it). Starts and ends alternate: the starts are the
+        // edges on word bytes, the ends the others, so they are taken in
+        // pairs without a branch on which an edge is.
+        let edges = (words ^ before) & (u64::MAX >> (64 - chunk.len()));
+        let mut starts = edges & words;
+        let mut ends = edges & !words;
+        if carry != 0 && ends != 0 {
+            // The word running on from the block before ends first.
+            f(start, base + ends.trailing_zeros() as usize, true);
+            ends &= ends - 1;
+        }
+        while ends != 0 {
+            let from = base + starts.trailing_zeros() as usize;
+            f(from, base + ends.trailing_zeros() as usize, true);
+            starts &= starts - 1;
+            ends &= ends - 1;
+        }
+        if starts != 0 {
+            // A word that runs to the block's end (and maybe beyond).
+            start = base + starts.trailing_zeros() as usize;
         }
         carry = words >> (chunk.len() - 1) & 1;
     }
@@ -265,77 +279,64 @@ fn for_each_ascii_word(bytes: &[u8], offset: usize, f: &mut impl FnMut(usize, us
     }
 }
 
-/// The token hashes of an all-ASCII text, appended to `out`: what
-/// [`Tokeniser::tokenise`] yields for it, in one pass with nothing in
-/// between the word edges and the hashes.
+/// The token hashes of a text with a hashtag run folded on the way: what
+/// the general path yields when nothing is asked for but hashes.
 ///
-/// The general path hands each token to a closure that also serves
-/// `--explain` and character shingles, and keeps a hashtag run as a value;
-/// per token that cost several times the hash. Here a run of hashtags is
-/// three locals: its length, where its tokens start in `out`, and its block
-/// token folded as it grows (the same fold as [`HashtagRun`]). A property
-/// test checks this path against the general one.
-fn tokenise_ascii(bytes: &[u8], out: &mut Vec<u64>) {
-    debug_assert!(bytes.is_ascii());
-    let mut run_len = 0usize;
-    let mut run_start = 0usize;
-    let mut run_hash = 0u64;
-    let mut emit = |start: usize, end: usize, out: &mut Vec<u64>| {
-        let hash = xxh3_64_with_seed(&bytes[start..end], TOKEN_SEED);
-        if start > 0 && bytes[start - 1] == b'#' {
-            if run_len == 0 {
-                run_start = out.len();
-                run_hash = HASHTAG_BLOCK_SEED;
+/// The general path keeps a hashtag run as a value that can also explain
+/// itself (its words' texts), and so carries that option through every
+/// token; per token that cost several times the hash. Here a run is three
+/// numbers: its length, where its tokens start in the output, and its
+/// block token folded as it grows (the same fold as [`HashtagRun`]). A
+/// property test checks the two paths against each other.
+#[derive(Default)]
+struct HashtagFold {
+    len: usize,
+    out_start: usize,
+    hash: u64,
+}
+
+impl HashtagFold {
+    /// Appends the token `text[start..end]` (all ASCII if `ascii`).
+    #[inline(always)]
+    fn token(&mut self, text: &str, start: usize, end: usize, ascii: bool, out: &mut Vec<u64>) {
+        let bytes = text.as_bytes();
+        let hashtag = start > 0 && bytes[start - 1] == b'#';
+        if !hashtag && self.len > 0 {
+            self.finish(out);
+        }
+        if ascii {
+            let hash = xxh3_64_with_seed(&bytes[start..end], TOKEN_SEED);
+            if hashtag {
+                self.fold(hash, out);
             }
-            run_len += 1;
-            run_hash = mix64(run_hash ^ hash);
-        } else if run_len > 0 {
-            if run_len >= HASHTAG_BLOCK {
-                out.truncate(run_start);
-                out.push(run_hash);
+            out.push(hash);
+        } else {
+            let token = &text[start..end];
+            if hashtag {
+                self.fold(token_hash(token), out);
             }
-            run_len = 0;
+            push_token(token, false, out, &mut None);
         }
-        out.push(hash);
-    };
-    let mut carry = 0u64;
-    let mut start = 0;
-    for (block, chunk) in bytes.chunks(BLOCK).enumerate() {
-        let base = block * BLOCK;
-        let words = Block::new(chunk).word();
-        let before = (words << 1) | carry;
-        let edges = (words ^ before) & (u64::MAX >> (64 - chunk.len()));
-        // Starts and ends alternate: the starts are the edges on word
-        // bytes, the ends the others.
-        let mut starts = edges & words;
-        let mut ends = edges & !words;
-        if carry != 0 {
-            // A word runs on from the block before: its end comes first.
-            if ends == 0 {
-                carry = words >> (chunk.len() - 1) & 1;
-                continue;
-            }
-            emit(start, base + ends.trailing_zeros() as usize, out);
-            ends &= ends - 1;
-        }
-        while ends != 0 {
-            let s = base + starts.trailing_zeros() as usize;
-            let e = base + ends.trailing_zeros() as usize;
-            emit(s, e, out);
-            starts &= starts - 1;
-            ends &= ends - 1;
-        }
-        if starts != 0 {
-            start = base + starts.trailing_zeros() as usize;
-        }
-        carry = words >> (chunk.len() - 1) & 1;
     }
-    if carry != 0 {
-        emit(start, bytes.len(), out);
+
+    #[inline(always)]
+    fn fold(&mut self, hash: u64, out: &[u64]) {
+        if self.len == 0 {
+            self.out_start = out.len();
+            self.hash = HASHTAG_BLOCK_SEED;
+        }
+        self.len += 1;
+        self.hash = mix64(self.hash ^ hash);
     }
-    if run_len >= HASHTAG_BLOCK {
-        out.truncate(run_start);
-        out.push(run_hash);
+
+    /// Ends the run: folds it into one token if it is a block.
+    #[inline]
+    fn finish(&mut self, out: &mut Vec<u64>) {
+        if self.len >= HASHTAG_BLOCK {
+            out.truncate(self.out_start);
+            out.push(self.hash);
+        }
+        self.len = 0;
     }
 }
 
@@ -582,11 +583,11 @@ mod tests {
         }
 
         #[test]
-        fn the_ascii_path_gives_the_general_paths_tokens(
-            text in "(#{0,2}[a-zA-Z0-9_]{0,3}[ #@.,!\t\n\x0b]{0,3}){0,30}|[ a-z#_.]{0,200}|(#[a-c]{1,70} ?){0,6}"
+        fn the_lean_path_gives_the_general_paths_tokens(
+            text in "(#{0,2}[a-zA-Z0-9_]{0,3}[ #@.,!\t\n\x0b]{0,3}){0,30}|[ a-z#_.]{0,200}|(#[a-c]{1,70} ?){0,6}|(#?#?@?[a-cé日本はカー_😀\u{301}]{1,3}[ ,.#\u{3000}\u{a0}]{0,2}){0,16}"
         ) {
             let mut fast = Vec::new();
-            tokenise_ascii(text.as_bytes(), &mut fast);
+            Tokeniser::new().tokenise(&text, &mut fast, None);
             let mut general = Vec::new();
             Tokeniser::new().tokenise_explained(&text, &mut general, None, None);
             proptest::prop_assert_eq!(&fast, &general);

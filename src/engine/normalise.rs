@@ -148,69 +148,81 @@ impl Normaliser {
 pub const URL_PATTERN: &str = r"(?i)\bhttps?(?::\S*|…)|\bwww\.[^\s.]+\.\S+";
 
 /// Whether `text` holds `http` or `www.`, in any case: a test every text
-/// with a URL passes, and most texts without one fail. A scan for the URLs
-/// themselves stops at every `h` and `w`, which ordinary words are full of.
-///
-/// The text is read in blocks of 64 bytes that overlap by 3, so that every
-/// four bytes in a row lie whole in some block; in each, the masks of the
-/// letters are shifted onto the start of the word they would spell.
+/// with a URL passes, and most texts without one fail.
 fn may_hold_url(text: &str) -> bool {
     let bytes = text.as_bytes();
     let mut at = 0;
     while at + 3 < bytes.len() {
-        let block = Block::new(&bytes[at..]);
-        let (h, t, w) = (
-            block.eq_ignoring_case(b'h'),
-            block.eq_ignoring_case(b't'),
-            block.eq_ignoring_case(b'w'),
-        );
-        // `htt` and `ww` are rare in words: most blocks end here.
-        let htt = h & t >> 1 & t >> 2;
-        let ww = w & w >> 1 & w >> 2;
-        if htt != 0 && htt & block.eq_ignoring_case(b'p') >> 3 != 0 {
+        if url_starts(&bytes[at..]) != 0 {
             return true;
         }
-        if ww != 0 && ww & block.eq(b'.') >> 3 != 0 {
-            return true;
-        }
-        at += BLOCK - 3;
+        at += URL_STEP;
     }
     false
+}
+
+/// How far apart the blocks of [`url_starts`] are read: they overlap by 3
+/// bytes, so that every four bytes in a row lie whole in some block.
+const URL_STEP: usize = BLOCK - 3;
+
+/// The mask of the places in the block at the start of `bytes` where
+/// `http` or `www.` begins, in any case, whole in the block (so at most
+/// bit [`URL_STEP`] - 1): the masks of the letters shifted onto the start
+/// of the word they would spell.
+#[inline]
+fn url_starts(bytes: &[u8]) -> u64 {
+    let block = Block::new(bytes);
+    let (h, t, w) = (
+        block.eq_ignoring_case(b'h'),
+        block.eq_ignoring_case(b't'),
+        block.eq_ignoring_case(b'w'),
+    );
+    // `htt` and `ww` are rare in words: most blocks end here.
+    let htt = h & t >> 1 & t >> 2;
+    let ww = w & w >> 1 & w >> 2;
+    let mut starts = 0;
+    if htt != 0 {
+        starts |= htt & block.eq_ignoring_case(b'p') >> 3;
+    }
+    if ww != 0 {
+        starts |= ww & block.eq(b'.') >> 3;
+    }
+    starts
 }
 
 /// The URLs of a text: the spans [`URL_PATTERN`] matches, leftmost first,
 /// without overlaps, as `regex::Regex::find_iter` would give them.
 ///
 /// A regex search has a fixed cost of several hundred instructions a call,
-/// a large share of normalising a tweet; this scan jumps from one `h` or
-/// `w` to the next with `memchr` and checks the few bytes after it. The
-/// pattern is case-insensitive, so it also knows the one non-ASCII letter
-/// that folds to one of its letters: `ſ`, the long s.
+/// a large share of normalising a tweet. Every match begins with `http` or
+/// `www.` in some case (the one non-ASCII letter that folds to one of the
+/// pattern's, `ſ`, can only stand after them), so this scan takes the
+/// places where those begin from the masks of [`url_starts`], block by
+/// block, and checks the few bytes after each. (It visited every `h` and
+/// `w` before, a `memchr` each, and ordinary words are full of them.)
 #[derive(Debug)]
 struct UrlSpans<'t> {
     text: &'t str,
+    /// Where the next match may start (the end of the last one).
     at: usize,
-    /// Next `h` or `w`, and next `H` or `W`, from `at` on (or the end).
-    next_lower: usize,
-    next_upper: usize,
+    /// Where the current block starts, and its places still to try.
+    block: usize,
+    starts: u64,
 }
 
 impl<'t> UrlSpans<'t> {
     fn new(text: &'t str) -> UrlSpans<'t> {
-        let mut spans = UrlSpans {
+        let starts = if text.len() > 3 {
+            url_starts(text.as_bytes())
+        } else {
+            0
+        };
+        UrlSpans {
             text,
             at: 0,
-            next_lower: 0,
-            next_upper: 0,
-        };
-        spans.next_lower = spans.next_of(b'h', b'w');
-        spans.next_upper = spans.next_of(b'H', b'W');
-        spans
-    }
-
-    fn next_of(&self, a: u8, b: u8) -> usize {
-        let rest = &self.text.as_bytes()[self.at..];
-        memchr::memchr2(a, b, rest).map_or(self.text.len(), |i| self.at + i)
+            block: 0,
+            starts,
+        }
     }
 
     /// The end of a match starting at `start`, if one does.
@@ -260,20 +272,22 @@ impl Iterator for UrlSpans<'_> {
     type Item = std::ops::Range<usize>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        let bytes = self.text.as_bytes();
         loop {
-            let start = self.next_lower.min(self.next_upper);
-            if start >= self.text.len() {
-                return None;
+            while self.starts == 0 {
+                self.block += URL_STEP;
+                if self.block + 3 >= bytes.len() {
+                    return None;
+                }
+                self.starts = url_starts(&bytes[self.block..]);
             }
-            let found = self.match_at(start);
-            self.at = found.unwrap_or(start + 1);
-            if self.next_lower < self.at {
-                self.next_lower = self.next_of(b'h', b'w');
+            let start = self.block + self.starts.trailing_zeros() as usize;
+            self.starts &= self.starts - 1;
+            if start < self.at {
+                continue;
             }
-            if self.next_upper < self.at {
-                self.next_upper = self.next_of(b'H', b'W');
-            }
-            if let Some(end) = found {
+            if let Some(end) = self.match_at(start) {
+                self.at = end;
                 return Some(start..end);
             }
         }
@@ -807,7 +821,7 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn url_spans_match_the_regex_on_any_text(
-            text in "(http|HTTP|hTtP|https|httpſ|s|www|WWW|\\.|:|…|/| |\u{3000}|\u{a0}|é|_|a|x|h|w|ſ|\u{301}|\t|\u{b}|\u{85}|\u{1680}){0,16}"
+            text in "(http|HTTP|hTtP|https|httpſ|s|www|WWW|\\.|:|…|/| |\u{3000}|\u{a0}|é|_|a|x|h|w|ſ|\u{301}|\t|\u{b}|\u{85}|\u{1680}){0,48}"
         ) {
             proptest::prop_assert_eq!(UrlSpans::new(&text).collect::<Vec<_>>(), regex_url_spans(&text));
         }

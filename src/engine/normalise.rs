@@ -59,7 +59,9 @@ impl Normaliser {
         // a few rounds at most.
         let mut decoded = Cow::Borrowed(text);
         for _ in 0..3 {
-            if !decoded.contains('&') {
+            // (The `memchr` crate's search: `str::contains` scans byte by
+            // byte on short texts.)
+            if memchr::memchr(b'&', decoded.as_bytes()).is_none() {
                 break;
             }
             match html_escape::decode_html_entities(&decoded) {
@@ -118,11 +120,15 @@ impl Normaliser {
             scratch.nfkc().for_each(|c| push_lowercase(out, c));
         }
 
-        remove_retweet_markers(out, scratch);
+        // Retweet markers and credits hold an `@`: most texts are ruled out
+        // by one `memchr` (removing markers adds none).
+        let has_at = memchr::memchr(b'@', out.as_bytes()).is_some();
+        if has_at {
+            remove_retweet_markers(out, scratch);
+        }
         let trimmed = out.trim_end().len();
         out.truncate(trimmed);
-        // A credit holds an `@`: most texts are ruled out by one `memchr`.
-        if memchr::memchr(b'@', out.as_bytes()).is_some() && out.contains("via") {
+        if has_at && out.contains("via") {
             if let Some(start) = trailing_via_credit(out) {
                 out.truncate(start);
             }
@@ -357,13 +363,50 @@ fn fold_if_nfkc(text: &str, out: &mut String) -> bool {
             .position(|b| b.is_ascii())
             .unwrap_or(rest.len());
         let run = &rest[..other];
-        if is_nfkc_quick(run.chars()) != IsNormalized::Yes {
+        // Curly quotes and emoji, most of the non-ASCII characters of
+        // tweets, are copied as they are (see `is_plain`); the characters
+        // between them go through the tables. A plain character is a
+        // starter that the quick check allows, as an ASCII one is, so the
+        // check of the run is that of the pieces between them.
+        let mut piece = 0;
+        for (at, c) in run.char_indices() {
+            if is_plain(c) {
+                if !fold_piece_if_nfkc(&run[piece..at], out) {
+                    return false;
+                }
+                out.push(c);
+                piece = at + c.len_utf8();
+            }
+        }
+        if !fold_piece_if_nfkc(&run[piece..], out) {
             return false;
         }
-        run.chars().for_each(|c| push_lowercase(out, c));
         rest = &rest[other..];
     }
     true
+}
+
+/// Appends `piece` lowercased if the quick check says it is NFKC, and
+/// returns whether it did.
+#[inline]
+fn fold_piece_if_nfkc(piece: &str, out: &mut String) -> bool {
+    if piece.is_empty() {
+        return true;
+    }
+    if is_nfkc_quick(piece.chars()) != IsNormalized::Yes {
+        return false;
+    }
+    piece.chars().for_each(|c| push_lowercase(out, c));
+    true
+}
+
+/// Whether `c` is one of the common characters that NFKC and lowercasing
+/// leave as they are, and that the NFKC quick check allows as a starter
+/// (canonical combining class 0): the curly quotes and the main emoji
+/// blocks. A test checks each of them against the tables.
+#[inline]
+fn is_plain(c: char) -> bool {
+    matches!(c as u32, 0x2018..=0x201F | 0x1F300..=0x1F64F | 0x1F680..=0x1F6FF | 0x1F900..=0x1F9FF)
 }
 
 /// The length of the longest all-ASCII prefix of `bytes`, found 16 bytes
@@ -788,6 +831,37 @@ mod tests {
         }
     }
 
+    /// Every plain character is what `is_plain` promises, by the tables.
+    #[test]
+    fn plain_characters_are_starters_nfkc_and_lowercase_leave_alone() {
+        let mut plain = 0;
+        for c in (0x80..=0x10FFFFu32)
+            .filter_map(char::from_u32)
+            .filter(|&c| is_plain(c))
+        {
+            plain += 1;
+            assert_eq!(
+                unicode_normalization::char::canonical_combining_class(c),
+                0,
+                "{c:?}"
+            );
+            assert_eq!(
+                is_nfkc_quick(std::iter::once(c)),
+                IsNormalized::Yes,
+                "{c:?}"
+            );
+            assert_eq!(
+                c.to_string().nfkc().collect::<String>(),
+                c.to_string(),
+                "{c:?}"
+            );
+            let mut lower = String::new();
+            push_lowercase(&mut lower, c);
+            assert_eq!(lower, c.to_string(), "{c:?}");
+        }
+        assert!(plain > 1_000, "{plain}");
+    }
+
     fn regex_url_spans(text: &str) -> Vec<std::ops::Range<usize>> {
         Regex::new(URL_PATTERN)
             .unwrap()
@@ -878,7 +952,7 @@ mod tests {
         }
 
         #[test]
-        fn folding_in_runs_and_the_ellipsis_short_cut_give_nfkc_lowercase(text in "[a-zA-ZÉé.\u{301}\u{2026}\u{ff21} ]{0,40}") {
+        fn folding_in_runs_and_the_ellipsis_short_cut_give_nfkc_lowercase(text in "[a-zA-ZÉé.\u{301}\u{316}\u{2026}\u{ff21}\u{2019}\u{201c}😀🚀🤔\u{1f1ef}\u{fe0f}\u{200d} ]{0,40}") {
             let mut out = String::new();
             let mut scratch = String::new();
             Normaliser::new().normalise_into(&text, &[], &mut out, &mut scratch);

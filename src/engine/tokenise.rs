@@ -184,7 +184,7 @@ impl Tokeniser {
         if text.is_ascii() {
             // The common case, in one pass: the tokens of ASCII text are its
             // maximal runs of word bytes.
-            for_each_run(bytes, false, &mut f);
+            for_each_run(bytes, false, &mut |start, end, _| f(start, end, true));
             return;
         }
         for_each_run(bytes, true, &mut |start, end, non_ascii| {
@@ -566,8 +566,12 @@ mod tests {
                     claimed_ascii.push(&text[s..e]);
                 }
             });
-            proptest::prop_assert_eq!(spans, tokeniser.regex_spans(&text));
+            proptest::prop_assert_eq!(&spans, &tokeniser.regex_spans(&text));
             proptest::prop_assert!(claimed_ascii.iter().all(|t| t.is_ascii()));
+            // And an ASCII text takes the fast path for every token.
+            if text.is_ascii() {
+                proptest::prop_assert_eq!(claimed_ascii.len(), spans.len());
+            }
         }
 
         #[test]

@@ -238,54 +238,52 @@ impl Tokeniser {
 /// of piece by piece between spaces.
 #[inline]
 fn for_each_run(bytes: &[u8], non_ascii: bool, f: &mut impl FnMut(usize, usize, bool)) {
-    // A run open from an earlier block: where it started, and whether it
-    // holds a non-ASCII byte so far.
-    let mut open: Option<(usize, bool)> = None;
-    // Whether the byte before the current block is in a run.
+    // Whether the byte before the current block is in a run, where that
+    // run started, and whether it holds a non-ASCII byte so far.
     let mut carry = 0u64;
-    let blocks = bytes.len().div_ceil(BLOCK);
-    // One block more than the text has, empty: it ends a run that reaches
-    // the end of a last block of 64 bytes. (A shorter last block ends it
-    // itself, at the first byte past the text.) So `f` is called from one
-    // place, where it is inlined.
-    for block in 0..=blocks {
+    let mut start = 0;
+    let mut run_high = false;
+    for (block, chunk) in bytes.chunks(BLOCK).enumerate() {
         let base = block * BLOCK;
-        let chunk = &bytes[base.min(bytes.len())..(base + BLOCK).min(bytes.len())];
         let bits = Block::new(chunk);
         let high = if non_ascii { bits.non_ascii() } else { 0 };
         let in_run = bits.word() | high;
         let before = (in_run << 1) | carry;
-        // The block's bytes, and the first byte past the text if it is in
-        // the block (a zero byte of the padding, in no run).
-        let places = u64::MAX >> (BLOCK - 1 - chunk.len().min(BLOCK - 1));
-        let edges = (in_run ^ before) & places;
+        let edges = (in_run ^ before) & (u64::MAX >> (64 - chunk.len()));
         let mut starts = edges & in_run;
         let mut ends = edges & !in_run;
+        if carry != 0 {
+            if ends == 0 {
+                // The run goes on through the whole block (and no other
+                // starts in it).
+                run_high |= high != 0;
+                carry = in_run >> (chunk.len() - 1) & 1;
+                continue;
+            }
+            // The run from the block before ends first.
+            let end = ends.trailing_zeros();
+            run_high |= high & ((1u64 << end) - 1) != 0;
+            f(start, base + end as usize, run_high);
+            ends &= ends - 1;
+        }
         while ends != 0 {
-            let to = ends.trailing_zeros();
-            // `to` < 64: the place of a byte of the block or of its padding.
-            let below = (1u64 << to) - 1;
-            let (from, run_high) = match open.take() {
-                Some((from, high_before)) => (from, high_before || high & below != 0),
-                None => {
-                    let from = starts.trailing_zeros();
-                    starts &= starts - 1;
-                    let span = below & !((1u64 << from) - 1);
-                    (base + from as usize, high & span != 0)
-                }
-            };
-            f(from, base + to as usize, run_high);
+            let (from, to) = (starts.trailing_zeros(), ends.trailing_zeros());
+            // `to` < 64: it is the place of a byte of the block.
+            let span = (1u64 << to) - (1u64 << from);
+            f(base + from as usize, base + to as usize, high & span != 0);
+            starts &= starts - 1;
             ends &= ends - 1;
         }
         if starts != 0 {
             // A run that goes on to the block's end (and maybe beyond).
             let from = starts.trailing_zeros();
-            open = Some((base + from as usize, high >> from != 0));
-        } else if let Some((from, high_before)) = open {
-            // The open run goes on through the whole block.
-            open = Some((from, high_before || high != 0));
+            start = base + from as usize;
+            run_high = high >> from != 0;
         }
-        carry = in_run >> (BLOCK - 1);
+        carry = in_run >> (chunk.len() - 1) & 1;
+    }
+    if carry != 0 {
+        f(start, bytes.len(), run_high);
     }
 }
 

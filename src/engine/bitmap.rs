@@ -6,7 +6,8 @@
 //! wrong at every edge. A mask answers the question for 64 bytes at once
 //! with a few vector instructions; its bits are then combined with shifts
 //! and visited with `trailing_zeros`. The tokeniser finds word edges this
-//! way, the normaliser whether a text may hold a URL.
+//! way (and the runs holding non-ASCII characters), the normaliser where a
+//! URL may begin.
 //!
 //! On x86-64 the tests are SSE2 compares, which every x86-64 processor has;
 //! elsewhere a plain loop computes the same masks.

@@ -6,7 +6,8 @@
 //! wrong at every edge. A mask answers the question for 64 bytes at once
 //! with a few vector instructions; its bits are then combined with shifts
 //! and visited with `trailing_zeros`. The tokeniser finds word edges this
-//! way, the normaliser whether a text may hold a URL.
+//! way (and the runs holding non-ASCII characters), the normaliser where a
+//! URL may begin.
 //!
 //! On x86-64 the tests are SSE2 compares, which every x86-64 processor has;
 //! elsewhere a plain loop computes the same masks.
@@ -57,6 +58,13 @@ impl Block {
         self.mask(Test::Word)
     }
 
+    /// Bit `i` set when byte `i` is not ASCII (its high bit is set): a
+    /// byte of a character the ASCII tests cannot judge.
+    #[inline]
+    pub fn non_ascii(&self) -> u64 {
+        self.mask(Test::NonAscii)
+    }
+
     #[inline]
     fn mask(&self, test: Test) -> u64 {
         let mut bits = 0;
@@ -80,6 +88,7 @@ enum Test {
     Eq(u8),
     EqFolded(u8),
     Word,
+    NonAscii,
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -96,6 +105,8 @@ mod sse2 {
         let eq = |x: __m128i, c: u8| _mm_cmpeq_epi8(x, _mm_set1_epi8(c as i8));
         let folded = _mm_or_si128(b, _mm_set1_epi8(0x20));
         let passed = match test {
+            // The high bit of each byte is what `movemask` takes.
+            Test::NonAscii => b,
             Test::Eq(c) => eq(b, c),
             Test::EqFolded(c) => eq(folded, c),
             Test::Word => {
@@ -126,6 +137,7 @@ mod portable {
                 Test::Eq(c) => b == c,
                 Test::EqFolded(c) => b | 0x20 == c,
                 Test::Word => b.is_ascii_alphanumeric() || b == b'_',
+                Test::NonAscii => !b.is_ascii(),
             };
             bits |= u16::from(passed) << i;
         }
@@ -165,6 +177,7 @@ mod tests {
             b.is_ascii_alphanumeric() || b == b'_'
         });
         check("eq", |block| block.eq(b'.'), |b| b == b'.');
+        check("non_ascii", Block::non_ascii, |b| !b.is_ascii());
         check(
             "eq_ignoring_case",
             |block| block.eq_ignoring_case(b'h'),
@@ -182,10 +195,16 @@ mod tests {
         for chunk in blocks() {
             let block = Block::new(&chunk);
             for (i, lane) in block.bytes.as_chunks::<16>().0.iter().enumerate() {
-                for test in [Test::Word, Test::Eq(b'.'), Test::EqFolded(b't')] {
+                for test in [
+                    Test::Word,
+                    Test::Eq(b'.'),
+                    Test::EqFolded(b't'),
+                    Test::NonAscii,
+                ] {
                     let expected = portable::mask(lane, test);
                     let bits = match test {
                         Test::Word => block.word(),
+                        Test::NonAscii => block.non_ascii(),
                         Test::Eq(c) => block.eq(c),
                         Test::EqFolded(c) => block.eq_ignoring_case(c),
                     };

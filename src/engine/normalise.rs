@@ -59,7 +59,9 @@ impl Normaliser {
         // a few rounds at most.
         let mut decoded = Cow::Borrowed(text);
         for _ in 0..3 {
-            if !decoded.contains('&') {
+            // (The `memchr` crate's search: `str::contains` scans byte by
+            // byte on short texts.)
+            if memchr::memchr(b'&', decoded.as_bytes()).is_none() {
                 break;
             }
             match html_escape::decode_html_entities(&decoded) {
@@ -118,10 +120,15 @@ impl Normaliser {
             scratch.nfkc().for_each(|c| push_lowercase(out, c));
         }
 
-        remove_retweet_markers(out, scratch);
+        // Retweet markers and credits hold an `@`: most texts are ruled out
+        // by one `memchr` (removing markers adds none).
+        let has_at = memchr::memchr(b'@', out.as_bytes()).is_some();
+        if has_at {
+            remove_retweet_markers(out, scratch);
+        }
         let trimmed = out.trim_end().len();
         out.truncate(trimmed);
-        if out.contains("via") {
+        if has_at && out.contains("via") {
             if let Some(start) = trailing_via_credit(out) {
                 out.truncate(start);
             }
@@ -147,69 +154,81 @@ impl Normaliser {
 pub const URL_PATTERN: &str = r"(?i)\bhttps?(?::\S*|…)|\bwww\.[^\s.]+\.\S+";
 
 /// Whether `text` holds `http` or `www.`, in any case: a test every text
-/// with a URL passes, and most texts without one fail. A scan for the URLs
-/// themselves stops at every `h` and `w`, which ordinary words are full of.
-///
-/// The text is read in blocks of 64 bytes that overlap by 3, so that every
-/// four bytes in a row lie whole in some block; in each, the masks of the
-/// letters are shifted onto the start of the word they would spell.
+/// with a URL passes, and most texts without one fail.
 fn may_hold_url(text: &str) -> bool {
     let bytes = text.as_bytes();
     let mut at = 0;
     while at + 3 < bytes.len() {
-        let block = Block::new(&bytes[at..]);
-        let (h, t, w) = (
-            block.eq_ignoring_case(b'h'),
-            block.eq_ignoring_case(b't'),
-            block.eq_ignoring_case(b'w'),
-        );
-        // `htt` and `ww` are rare in words: most blocks end here.
-        let htt = h & t >> 1 & t >> 2;
-        let ww = w & w >> 1 & w >> 2;
-        if htt != 0 && htt & block.eq_ignoring_case(b'p') >> 3 != 0 {
+        if url_starts(&bytes[at..]) != 0 {
             return true;
         }
-        if ww != 0 && ww & block.eq(b'.') >> 3 != 0 {
-            return true;
-        }
-        at += BLOCK - 3;
+        at += URL_STEP;
     }
     false
+}
+
+/// How far apart the blocks of [`url_starts`] are read: they overlap by 3
+/// bytes, so that every four bytes in a row lie whole in some block.
+const URL_STEP: usize = BLOCK - 3;
+
+/// The mask of the places in the block at the start of `bytes` where
+/// `http` or `www.` begins, in any case, whole in the block (so at most
+/// bit [`URL_STEP`] - 1): the masks of the letters shifted onto the start
+/// of the word they would spell.
+#[inline]
+fn url_starts(bytes: &[u8]) -> u64 {
+    let block = Block::new(bytes);
+    let (h, t, w) = (
+        block.eq_ignoring_case(b'h'),
+        block.eq_ignoring_case(b't'),
+        block.eq_ignoring_case(b'w'),
+    );
+    // `htt` and `ww` are rare in words: most blocks end here.
+    let htt = h & t >> 1 & t >> 2;
+    let ww = w & w >> 1 & w >> 2;
+    let mut starts = 0;
+    if htt != 0 {
+        starts |= htt & block.eq_ignoring_case(b'p') >> 3;
+    }
+    if ww != 0 {
+        starts |= ww & block.eq(b'.') >> 3;
+    }
+    starts
 }
 
 /// The URLs of a text: the spans [`URL_PATTERN`] matches, leftmost first,
 /// without overlaps, as `regex::Regex::find_iter` would give them.
 ///
 /// A regex search has a fixed cost of several hundred instructions a call,
-/// a large share of normalising a tweet; this scan jumps from one `h` or
-/// `w` to the next with `memchr` and checks the few bytes after it. The
-/// pattern is case-insensitive, so it also knows the one non-ASCII letter
-/// that folds to one of its letters: `ſ`, the long s.
+/// a large share of normalising a tweet. Every match begins with `http` or
+/// `www.` in some case (the one non-ASCII letter that folds to one of the
+/// pattern's, `ſ`, can only stand after them), so this scan takes the
+/// places where those begin from the masks of [`url_starts`], block by
+/// block, and checks the few bytes after each. (It visited every `h` and
+/// `w` before, a `memchr` each, and ordinary words are full of them.)
 #[derive(Debug)]
 struct UrlSpans<'t> {
     text: &'t str,
+    /// Where the next match may start (the end of the last one).
     at: usize,
-    /// Next `h` or `w`, and next `H` or `W`, from `at` on (or the end).
-    next_lower: usize,
-    next_upper: usize,
+    /// Where the current block starts, and its places still to try.
+    block: usize,
+    starts: u64,
 }
 
 impl<'t> UrlSpans<'t> {
     fn new(text: &'t str) -> UrlSpans<'t> {
-        let mut spans = UrlSpans {
+        let starts = if text.len() > 3 {
+            url_starts(text.as_bytes())
+        } else {
+            0
+        };
+        UrlSpans {
             text,
             at: 0,
-            next_lower: 0,
-            next_upper: 0,
-        };
-        spans.next_lower = spans.next_of(b'h', b'w');
-        spans.next_upper = spans.next_of(b'H', b'W');
-        spans
-    }
-
-    fn next_of(&self, a: u8, b: u8) -> usize {
-        let rest = &self.text.as_bytes()[self.at..];
-        memchr::memchr2(a, b, rest).map_or(self.text.len(), |i| self.at + i)
+            block: 0,
+            starts,
+        }
     }
 
     /// The end of a match starting at `start`, if one does.
@@ -259,20 +278,22 @@ impl Iterator for UrlSpans<'_> {
     type Item = std::ops::Range<usize>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        let bytes = self.text.as_bytes();
         loop {
-            let start = self.next_lower.min(self.next_upper);
-            if start >= self.text.len() {
-                return None;
+            while self.starts == 0 {
+                self.block += URL_STEP;
+                if self.block + 3 >= bytes.len() {
+                    return None;
+                }
+                self.starts = url_starts(&bytes[self.block..]);
             }
-            let found = self.match_at(start);
-            self.at = found.unwrap_or(start + 1);
-            if self.next_lower < self.at {
-                self.next_lower = self.next_of(b'h', b'w');
+            let start = self.block + self.starts.trailing_zeros() as usize;
+            self.starts &= self.starts - 1;
+            if start < self.at {
+                continue;
             }
-            if self.next_upper < self.at {
-                self.next_upper = self.next_of(b'H', b'W');
-            }
-            if let Some(end) = found {
+            if let Some(end) = self.match_at(start) {
+                self.at = end;
                 return Some(start..end);
             }
         }
@@ -280,10 +301,33 @@ impl Iterator for UrlSpans<'_> {
 }
 
 /// Where the run of non-white-space characters starting at `at` ends.
+///
+/// Byte by byte: an ASCII byte is white space or not on its own (a URL is
+/// nearly all ASCII), and only a non-ASCII character is decoded and looked
+/// up. Decoding every character cost some 250 instructions a URL.
 fn non_space_run_end(text: &str, at: usize) -> usize {
-    text[at..]
-        .find(char::is_whitespace)
-        .map_or(text.len(), |i| at + i)
+    let bytes = text.as_bytes();
+    let mut i = at;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b.is_ascii() {
+            // `char::is_whitespace` on ASCII: also the vertical tab, which
+            // `u8::is_ascii_whitespace` leaves out.
+            if b.is_ascii_whitespace() || b == 0x0b {
+                return i;
+            }
+            i += 1;
+        } else {
+            // `i` is on a character boundary: every byte before it on this
+            // run was a whole ASCII character or a whole character skipped.
+            let c = text[i..].chars().next().expect("not at the end");
+            if c.is_whitespace() {
+                return i;
+            }
+            i += c.len_utf8();
+        }
+    }
+    bytes.len()
 }
 
 /// Whether `c` is a word character as a regex's Unicode `\w` (and so `\b`)
@@ -319,13 +363,50 @@ fn fold_if_nfkc(text: &str, out: &mut String) -> bool {
             .position(|b| b.is_ascii())
             .unwrap_or(rest.len());
         let run = &rest[..other];
-        if is_nfkc_quick(run.chars()) != IsNormalized::Yes {
+        // Curly quotes and emoji, most of the non-ASCII characters of
+        // tweets, are copied as they are (see `is_plain`); the characters
+        // between them go through the tables. A plain character is a
+        // starter that the quick check allows, as an ASCII one is, so the
+        // check of the run is that of the pieces between them.
+        let mut piece = 0;
+        for (at, c) in run.char_indices() {
+            if is_plain(c) {
+                if !fold_piece_if_nfkc(&run[piece..at], out) {
+                    return false;
+                }
+                out.push(c);
+                piece = at + c.len_utf8();
+            }
+        }
+        if !fold_piece_if_nfkc(&run[piece..], out) {
             return false;
         }
-        run.chars().for_each(|c| push_lowercase(out, c));
         rest = &rest[other..];
     }
     true
+}
+
+/// Appends `piece` lowercased if the quick check says it is NFKC, and
+/// returns whether it did.
+#[inline]
+fn fold_piece_if_nfkc(piece: &str, out: &mut String) -> bool {
+    if piece.is_empty() {
+        return true;
+    }
+    if is_nfkc_quick(piece.chars()) != IsNormalized::Yes {
+        return false;
+    }
+    piece.chars().for_each(|c| push_lowercase(out, c));
+    true
+}
+
+/// Whether `c` is one of the common characters that NFKC and lowercasing
+/// leave as they are, and that the NFKC quick check allows as a starter
+/// (canonical combining class 0): the curly quotes and the main emoji
+/// blocks. A test checks each of them against the tables.
+#[inline]
+fn is_plain(c: char) -> bool {
+    matches!(c as u32, 0x2018..=0x201F | 0x1F300..=0x1F64F | 0x1F680..=0x1F6FF | 0x1F900..=0x1F9FF)
 }
 
 /// The length of the longest all-ASCII prefix of `bytes`, found 16 bytes
@@ -492,6 +573,23 @@ impl<'t> RetweetMarkers<'t> {
     /// The match whose `@` is at `mention`, if there is one.
     fn match_at(&self, mention: usize) -> Option<std::ops::Range<usize>> {
         let text = self.text;
+        // Most `@`s are mentions in running text. Back over ASCII white
+        // space and colons (more than the pattern allows: this only rules
+        // out), a marker needs a `t` or a non-ASCII character (which may be
+        // white space): anything else fails without the scans below.
+        let bytes = text.as_bytes();
+        let mut back = mention;
+        while back > 0
+            && matches!(
+                bytes[back - 1],
+                b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c | b':'
+            )
+        {
+            back -= 1;
+        }
+        if back == 0 || (bytes[back - 1].is_ascii() && bytes[back - 1] != b't') {
+            return None;
+        }
         // Back: `\s*`, `:?`, `\s*`, then `rt` or `mt` as a word.
         let before = text[..mention].trim_end_matches(char::is_whitespace);
         let before = before.strip_suffix(':').unwrap_or(before);
@@ -557,12 +655,22 @@ fn push_url_token(out: &mut String, url: &str) {
     let rest = rest.split('#').next().unwrap_or(rest);
     let rest = rest.trim_end_matches('/');
     let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let mut key = host.to_ascii_lowercase();
-    key.push('/');
-    key.push_str(path);
-    let hash = xxh3_64_with_seed(key.as_bytes(), URL_SEED);
-    use std::fmt::Write;
-    let _ = write!(out, "url{hash:016x}");
+    let hash = if host.len() < rest.len() && !host.bytes().any(|b| b.is_ascii_uppercase()) {
+        // The key is `rest` as it stands (host, `/`, path): no copy.
+        xxh3_64_with_seed(rest.as_bytes(), URL_SEED)
+    } else {
+        let mut key = host.to_ascii_lowercase();
+        key.push('/');
+        key.push_str(path);
+        xxh3_64_with_seed(key.as_bytes(), URL_SEED)
+    };
+    // `format!("url{hash:016x}")`, without the formatting machinery.
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut token = *b"url0000000000000000";
+    for (i, digit) in token[3..].iter_mut().enumerate() {
+        *digit = HEX[(hash >> (60 - 4 * i)) as usize & 0xf];
+    }
+    out.push_str(std::str::from_utf8(&token).expect("ASCII"));
 }
 
 #[cfg(test)]
@@ -682,6 +790,78 @@ mod tests {
         assert!(!cut("I added a video https://t.co/Bnu1VtynOk", &link).1);
     }
 
+    /// The URL token as it was first written: a key built in a new string,
+    /// formatted with `format!`.
+    fn reference_url_token(url: &str) -> String {
+        let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+        let rest = rest.strip_prefix("www.").unwrap_or(rest);
+        let rest = rest.split('#').next().unwrap_or(rest);
+        let rest = rest.trim_end_matches('/');
+        let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let mut key = host.to_ascii_lowercase();
+        key.push('/');
+        key.push_str(path);
+        format!("url{:016x}", xxh3_64_with_seed(key.as_bytes(), URL_SEED))
+    }
+
+    #[test]
+    fn url_tokens_are_the_reference_tokens() {
+        for url in [
+            "https://example.com/story/",
+            "http://www.Example.COM/story#x",
+            "https://example.com",
+            "example.com/",
+            "https://a.b/c/d/",
+            "",
+            "/",
+            "https://x.y/é?q=1",
+        ] {
+            let mut out = String::new();
+            push_url_token(&mut out, url);
+            assert_eq!(out, reference_url_token(url), "{url}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn url_tokens_match_the_reference_on_any_url(url in "(https?://)?(www\\.)?[a-zA-Z.]{0,8}(/[a-zA-Z/#é]{0,8})?") {
+            let mut out = String::new();
+            push_url_token(&mut out, &url);
+            proptest::prop_assert_eq!(out, reference_url_token(&url));
+        }
+    }
+
+    /// Every plain character is what `is_plain` promises, by the tables.
+    #[test]
+    fn plain_characters_are_starters_nfkc_and_lowercase_leave_alone() {
+        let mut plain = 0;
+        for c in (0x80..=0x10FFFFu32)
+            .filter_map(char::from_u32)
+            .filter(|&c| is_plain(c))
+        {
+            plain += 1;
+            assert_eq!(
+                unicode_normalization::char::canonical_combining_class(c),
+                0,
+                "{c:?}"
+            );
+            assert_eq!(
+                is_nfkc_quick(std::iter::once(c)),
+                IsNormalized::Yes,
+                "{c:?}"
+            );
+            assert_eq!(
+                c.to_string().nfkc().collect::<String>(),
+                c.to_string(),
+                "{c:?}"
+            );
+            let mut lower = String::new();
+            push_lowercase(&mut lower, c);
+            assert_eq!(lower, c.to_string(), "{c:?}");
+        }
+        assert!(plain > 1_000, "{plain}");
+    }
+
     fn regex_url_spans(text: &str) -> Vec<std::ops::Range<usize>> {
         Regex::new(URL_PATTERN)
             .unwrap()
@@ -715,7 +895,7 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn url_spans_match_the_regex_on_any_text(
-            text in "(http|HTTP|hTtP|https|httpſ|s|www|WWW|\\.|:|…|/| |\u{3000}|\u{a0}|é|_|a|x|h|w|ſ|\u{301}){0,16}"
+            text in "(http|HTTP|hTtP|https|httpſ|s|www|WWW|\\.|:|…|/| |\u{3000}|\u{a0}|é|_|a|x|h|w|ſ|\u{301}|\t|\u{b}|\u{85}|\u{1680}){0,48}"
         ) {
             proptest::prop_assert_eq!(UrlSpans::new(&text).collect::<Vec<_>>(), regex_url_spans(&text));
         }
@@ -761,7 +941,7 @@ mod tests {
 
         #[test]
         fn retweet_marker_spans_match_the_regex_on_any_text(
-            text in "(rt|mt|art|rtx|@a|@é|@|:| |\u{a0}|\u{3000}|\u{85}|\u{180e}|é|x|_|\u{301}|\n){0,14}"
+            text in "(rt|mt|art|rtx|@a|@é|@|:| |\u{a0}|\u{3000}|\u{85}|\u{180e}|é|x|_|\u{301}|\n|\t|\u{b}|\u{c}|\r){0,14}"
         ) {
             let reference: Vec<_> = Regex::new(RETWEET_MARKER_PATTERN)
                 .unwrap()
@@ -772,7 +952,7 @@ mod tests {
         }
 
         #[test]
-        fn folding_in_runs_and_the_ellipsis_short_cut_give_nfkc_lowercase(text in "[a-zA-ZÉé.\u{301}\u{2026}\u{ff21} ]{0,40}") {
+        fn folding_in_runs_and_the_ellipsis_short_cut_give_nfkc_lowercase(text in "[a-zA-ZÉé.\u{301}\u{316}\u{2026}\u{ff21}\u{2019}\u{201c}😀🚀🤔\u{1f1ef}\u{fe0f}\u{200d} ]{0,40}") {
             let mut out = String::new();
             let mut scratch = String::new();
             Normaliser::new().normalise_into(&text, &[], &mut out, &mut scratch);

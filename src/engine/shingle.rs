@@ -226,7 +226,21 @@ fn word_shingles(tokens: &[u64], width: usize, out: &mut Vec<u32>) {
             out.push(fingerprint(tokens));
         }
     } else {
-        out.extend(tokens.windows(width).map(fingerprint));
+        // `fingerprint` unrolled for the common widths: the same hash,
+        // without a loop over a window whose length the compiler cannot see.
+        match width {
+            1 => out.extend(
+                tokens
+                    .iter()
+                    .map(|&t| (mix64(SHINGLE_SEED ^ 1 ^ t) >> 32) as u32),
+            ),
+            2 => out.extend(
+                tokens
+                    .windows(2)
+                    .map(|pair| (mix64(mix64(SHINGLE_SEED ^ 2 ^ pair[0]) ^ pair[1]) >> 32) as u32),
+            ),
+            _ => out.extend(tokens.windows(width).map(fingerprint)),
+        }
     }
 }
 
@@ -634,6 +648,25 @@ mod tests {
             .take(MAX_SHINGLES)
             .collect();
         assert_eq!(out, expected);
+    }
+
+    proptest::proptest! {
+        /// The unrolled widths hash as [`fingerprint`] does, window by
+        /// window.
+        #[test]
+        fn word_shingles_are_the_fingerprints_of_the_windows(
+            tokens in proptest::collection::vec(proptest::prelude::any::<u64>(), 0..40),
+            width in 1usize..5,
+        ) {
+            let mut out = Vec::new();
+            word_shingles(&tokens, width, &mut out);
+            let expected: Vec<u32> = if tokens.len() <= width {
+                (!tokens.is_empty()).then(|| fingerprint(&tokens)).into_iter().collect()
+            } else {
+                tokens.windows(width).map(fingerprint).collect()
+            };
+            proptest::prop_assert_eq!(out, expected);
+        }
     }
 
     #[test]

@@ -92,7 +92,7 @@ impl Tokeniser {
                 .is_ok()
         };
         if c.is_ascii() {
-            if BYTE_CLASS[c as usize] == WORD {
+            if c.is_ascii_alphanumeric() || c == '_' {
                 WORD
             } else {
                 OTHER
@@ -110,7 +110,16 @@ impl Tokeniser {
     /// also writes the tokens' text to it, separated by single spaces (the
     /// input of character shingles).
     pub fn tokenise(&self, text: &str, out: &mut Vec<u64>, joined: Option<&mut String>) {
-        self.tokenise_explained(text, out, joined, None);
+        if joined.is_some() {
+            self.tokenise_explained(text, out, joined, None);
+            return;
+        }
+        // The usual case: nothing to write but hashes.
+        let mut run = HashtagFold::default();
+        self.for_each_token(text, |start, end, ascii| {
+            run.token(text, start, end, ascii, out);
+        });
+        run.finish(out);
     }
 
     /// The tokens of `text` as strings (CJK runs as their bigrams, hashtag
@@ -162,53 +171,44 @@ impl Tokeniser {
     /// Calls `f(start, end, ascii)` for every match of the token pattern in
     /// `text`, in order; `ascii` says the token is all ASCII.
     ///
-    /// Tokens never span white space, so the text is cut at ASCII white
-    /// space first; a piece that is all ASCII is split at its non-word bytes
-    /// directly (ASCII `\w` is `[0-9A-Za-z_]`), and any other piece goes to
-    /// the regex. The result is the regex's on every input (a property test
-    /// checks it) at a fraction of the cost: a regex search per short token
-    /// is dominated by its fixed overhead.
+    /// ASCII bytes other than word bytes (white space, punctuation) are in
+    /// neither of the pattern's classes, so no token spans one: the text is
+    /// cut at them first, 64 bytes at a time (see [`for_each_run`]). A piece
+    /// that is all ASCII word bytes is a token; a piece holding other
+    /// characters is cut by the classes of its characters. The result is
+    /// the regex's on every input (a property test checks it) at a fraction
+    /// of the cost: a regex search per short token is dominated by its
+    /// fixed overhead.
     fn for_each_token(&self, text: &str, mut f: impl FnMut(usize, usize, bool)) {
         let bytes = text.as_bytes();
-        let class = |i: usize| BYTE_CLASS[usize::from(bytes[i])];
-        let mut i = 0;
         if text.is_ascii() {
             // The common case, in one pass: the tokens of ASCII text are its
             // maximal runs of word bytes.
-            for_each_ascii_word(bytes, 0, &mut f);
+            for_each_run(bytes, false, &mut |start, end, _| f(start, end, true));
             return;
         }
-        while i < bytes.len() {
-            while i < bytes.len() && class(i) == SPACE {
-                i += 1;
+        for_each_run(bytes, true, &mut |start, end, non_ascii| {
+            if !non_ascii {
+                f(start, end, true);
+                return;
             }
-            let start = i;
-            let mut seen = 0;
-            while i < bytes.len() && class(i) != SPACE {
-                seen |= class(i);
-                i += 1;
-            }
-            if seen & NON_ASCII == 0 {
-                for_each_ascii_word(&bytes[start..i], start, &mut f);
-            } else {
-                // The pattern's matches are the maximal runs of characters
-                // of one alternative's class (the two classes are
-                // disjoint): a CJK run, or a run of other word characters.
-                let mut run: Option<(usize, u8)> = None;
-                for (at, c) in text[start..i].char_indices() {
-                    let class = self.char_class(c);
-                    match run {
-                        Some((_, kind)) if kind == class => continue,
-                        Some((from, _)) => f(start + from, start + at, false),
-                        None => {}
-                    }
-                    run = (class != OTHER).then_some((at, class));
+            // The pattern's matches are the maximal runs of characters of
+            // one alternative's class (the two classes are disjoint): a CJK
+            // run, or a run of other word characters.
+            let mut run: Option<(usize, u8)> = None;
+            for (at, c) in text[start..end].char_indices() {
+                let class = self.char_class(c);
+                match run {
+                    Some((_, kind)) if kind == class => continue,
+                    Some((from, _)) => f(start + from, start + at, false),
+                    None => {}
                 }
-                if let Some((from, _)) = run {
-                    f(start + from, i, false);
-                }
+                run = (class != OTHER).then_some((at, class));
             }
-        }
+            if let Some((from, _)) = run {
+                f(start + from, end, false);
+            }
+        });
     }
 
     /// Every match of the token pattern, by the regex alone (the reference
@@ -223,68 +223,137 @@ impl Tokeniser {
     }
 }
 
-/// Calls `f(offset + start, offset + end, true)` for every maximal run of
-/// ASCII word bytes (`[0-9A-Za-z_]`) in `bytes`, in order.
+/// Calls `f(start, end, non_ascii)` for every maximal run of bytes of
+/// `bytes` that are ASCII word bytes (`[0-9A-Za-z_]`) or, when `non_ascii`
+/// is asked for, not ASCII; the flag says whether the run holds a byte that
+/// is not ASCII. Without `non_ascii` the runs are the ASCII words.
 ///
-/// Runs are found 64 bytes at a time from a bitmap of word bytes
-/// ([`Block::word`]): its bits where a run starts or ends are computed at
-/// once, and visited with `trailing_zeros`. A byte-by-byte scan takes a
-/// hard-to-predict branch at every token edge, which cost more than all the
-/// rest of tokenising.
+/// Runs are found 64 bytes at a time from bitmaps of the bytes
+/// ([`Block::word`], [`Block::non_ascii`]): the bits where a run starts
+/// or ends are computed at once, and visited with `trailing_zeros`. Starts
+/// and ends alternate, so they are taken in pairs without a branch on which
+/// an edge is: a byte-by-byte scan takes a hard-to-predict branch at every
+/// token edge, which cost more than all the rest of tokenising. A text
+/// with a few accented letters or emoji goes through here whole, instead
+/// of piece by piece between spaces.
 #[inline]
-fn for_each_ascii_word(bytes: &[u8], offset: usize, f: &mut impl FnMut(usize, usize, bool)) {
-    // Whether the byte before the current block is a word byte.
+fn for_each_run(bytes: &[u8], non_ascii: bool, f: &mut impl FnMut(usize, usize, bool)) {
+    // Whether the byte before the current block is in a run, where that
+    // run started, and whether it holds a non-ASCII byte so far.
     let mut carry = 0u64;
     let mut start = 0;
+    let mut run_high = false;
     for (block, chunk) in bytes.chunks(BLOCK).enumerate() {
-        let base = offset + block * BLOCK;
-        let words = Block::new(chunk).word();
-        let before = (words << 1) | carry;
-        // Bit i of `edges`: byte i starts a run, or ends one (is the first
-        // byte after it). Starts and ends alternate.
-        let mut edges = (words ^ before) & (u64::MAX >> (64 - chunk.len()));
-        while edges != 0 {
-            let at = base + edges.trailing_zeros() as usize;
-            if words & (edges & edges.wrapping_neg()) != 0 {
-                start = at;
-            } else {
-                f(start, at, true);
+        let base = block * BLOCK;
+        let bits = Block::new(chunk);
+        let high = if non_ascii { bits.non_ascii() } else { 0 };
+        let in_run = bits.word() | high;
+        let before = (in_run << 1) | carry;
+        let edges = (in_run ^ before) & (u64::MAX >> (64 - chunk.len()));
+        let mut starts = edges & in_run;
+        let mut ends = edges & !in_run;
+        if carry != 0 {
+            if ends == 0 {
+                // The run goes on through the whole block (and no other
+                // starts in it).
+                run_high |= high != 0;
+                carry = in_run >> (chunk.len() - 1) & 1;
+                continue;
             }
-            edges &= edges - 1;
+            // The run from the block before ends first.
+            let end = ends.trailing_zeros();
+            run_high |= high & ((1u64 << end) - 1) != 0;
+            f(start, base + end as usize, run_high);
+            ends &= ends - 1;
         }
-        carry = words >> (chunk.len() - 1) & 1;
+        while ends != 0 {
+            let (from, to) = (starts.trailing_zeros(), ends.trailing_zeros());
+            // `to` < 64: it is the place of a byte of the block.
+            let span = (1u64 << to) - (1u64 << from);
+            f(base + from as usize, base + to as usize, high & span != 0);
+            starts &= starts - 1;
+            ends &= ends - 1;
+        }
+        if starts != 0 {
+            // A run that goes on to the block's end (and maybe beyond).
+            let from = starts.trailing_zeros();
+            start = base + from as usize;
+            run_high = high >> from != 0;
+        }
+        carry = in_run >> (chunk.len() - 1) & 1;
     }
     if carry != 0 {
-        f(start, offset + bytes.len(), true);
+        f(start, bytes.len(), run_high);
     }
 }
 
-/// Byte classes of the tokeniser's fast path: ASCII white space, ASCII word
-/// bytes (`[0-9A-Za-z_]`, ASCII `\w`), other ASCII, and bytes of non-ASCII
-/// characters. A table lookup per byte, no branch on ranges.
-const SPACE: u8 = 1;
+/// The token hashes of a text with a hashtag run folded on the way: what
+/// the general path yields when nothing is asked for but hashes.
+///
+/// The general path keeps a hashtag run as a value that can also explain
+/// itself (its words' texts), and so carries that option through every
+/// token; per token that cost several times the hash. Here a run is three
+/// numbers: its length, where its tokens start in the output, and its
+/// block token folded as it grows (the same fold as [`HashtagRun`]). A
+/// property test checks the two paths against each other.
+#[derive(Default)]
+struct HashtagFold {
+    len: usize,
+    out_start: usize,
+    hash: u64,
+}
+
+impl HashtagFold {
+    /// Appends the token `text[start..end]` (all ASCII if `ascii`).
+    #[inline(always)]
+    fn token(&mut self, text: &str, start: usize, end: usize, ascii: bool, out: &mut Vec<u64>) {
+        let bytes = text.as_bytes();
+        let hashtag = start > 0 && bytes[start - 1] == b'#';
+        if !hashtag && self.len > 0 {
+            self.finish(out);
+        }
+        if ascii {
+            let hash = xxh3_64_with_seed(&bytes[start..end], TOKEN_SEED);
+            if hashtag {
+                self.fold(hash, out);
+            }
+            out.push(hash);
+        } else {
+            let token = &text[start..end];
+            if hashtag {
+                self.fold(token_hash(token), out);
+            }
+            push_token(token, false, out, &mut None);
+        }
+    }
+
+    #[inline(always)]
+    fn fold(&mut self, hash: u64, out: &[u64]) {
+        if self.len == 0 {
+            self.out_start = out.len();
+            self.hash = HASHTAG_BLOCK_SEED;
+        }
+        self.len += 1;
+        self.hash = mix64(self.hash ^ hash);
+    }
+
+    /// Ends the run: folds it into one token if it is a block.
+    #[inline]
+    fn finish(&mut self, out: &mut Vec<u64>) {
+        if self.len >= HASHTAG_BLOCK {
+            out.truncate(self.out_start);
+            out.push(self.hash);
+        }
+        self.len = 0;
+    }
+}
+
+/// The classes of characters of the token pattern: ASCII word characters
+/// (`[0-9A-Za-z_]`) and the other word characters that are not CJK, CJK
+/// characters, and the rest.
 const WORD: u8 = 2;
 const OTHER: u8 = 4;
-const NON_ASCII: u8 = 8;
-/// The class of CJK characters (never a byte's class).
 const CJK: u8 = 16;
-
-static BYTE_CLASS: [u8; 256] = {
-    let mut table = [NON_ASCII; 256];
-    let mut b = 0;
-    while b < 128 {
-        let c = b as u8;
-        table[b] = if c.is_ascii_whitespace() {
-            SPACE
-        } else if c.is_ascii_alphanumeric() || c == b'_' {
-            WORD
-        } else {
-            OTHER
-        };
-        b += 1;
-    }
-    table
-};
 
 /// A run of hashtags in the making. Its tokens are emitted as they come; a
 /// run of [`HASHTAG_BLOCK`] or more is then replaced by one token, the hash
@@ -497,8 +566,24 @@ mod tests {
                     claimed_ascii.push(&text[s..e]);
                 }
             });
-            proptest::prop_assert_eq!(spans, tokeniser.regex_spans(&text));
+            proptest::prop_assert_eq!(&spans, &tokeniser.regex_spans(&text));
             proptest::prop_assert!(claimed_ascii.iter().all(|t| t.is_ascii()));
+            // And an ASCII text takes the fast path for every token.
+            if text.is_ascii() {
+                proptest::prop_assert_eq!(claimed_ascii.len(), spans.len());
+            }
+        }
+
+        #[test]
+        fn the_lean_path_gives_the_general_paths_tokens(
+            text in "(#{0,2}[a-zA-Z0-9_]{0,3}[ #@.,!\t\n\x0b]{0,3}){0,30}|[ a-z#_.]{0,200}|(#[a-c]{1,70} ?){0,6}|(#?#?@?[a-cé日本はカー_😀\u{301}]{1,3}[ ,.#\u{3000}\u{a0}]{0,2}){0,16}"
+        ) {
+            let mut fast = Vec::new();
+            Tokeniser::new().tokenise(&text, &mut fast, None);
+            let mut general = Vec::new();
+            Tokeniser::new().tokenise_explained(&text, &mut general, None, None);
+            proptest::prop_assert_eq!(&fast, &general);
+            proptest::prop_assert_eq!(fast, reference_tokens(&text));
         }
 
         #[test]
@@ -516,6 +601,13 @@ mod tests {
             "b".repeat(128),
             format!("{}{}", " ".repeat(63), "tail"),
             format!("{}.", "c".repeat(127)),
+            // Non-ASCII characters across a block's edge, inside a word,
+            // after one, and alone.
+            format!("{}é{}", "w".repeat(63), "x"),
+            format!("{}日本語 ab", " ".repeat(62)),
+            format!("{}\u{a0}{}😀", "d".repeat(63), "e".repeat(64)),
+            format!("{}é", "f".repeat(127)),
+            "é".repeat(70),
         ] {
             let mut spans = Vec::new();
             tokeniser.for_each_token(&text, |s, e, _| spans.push((s, e)));

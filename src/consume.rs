@@ -43,11 +43,10 @@ use std::time::{Duration, Instant};
 
 use redis::{ConnectionLike, RedisResult, Script, Value};
 
-use crate::batch::{self, Item, RawBatch, RawLine};
-use crate::engine::{Ask, IndexStore, Preparer, Verdict};
+use crate::engine::{IndexStore, Preparer};
 use crate::error::{Error, InvalidReason, StoreError};
-use crate::input::BOM;
 use crate::pipeline::Emit;
+use crate::queue_batch::{self, Payload};
 use crate::record::{Decoder, FieldSpec};
 use crate::redis_index::{Link, RetryError};
 use crate::server::metrics::Metrics;
@@ -205,7 +204,6 @@ struct Worker<'a, S> {
     metrics: &'a Metrics,
     ack: Script,
     summary: ConsumeSummary,
-    verdicts: Vec<Verdict>,
     stop: &'a AtomicBool,
 }
 
@@ -231,7 +229,6 @@ pub fn run<S: IndexStore>(
         metrics: metrics.as_ref(),
         ack: Script::new(ACK_SCRIPT),
         summary: ConsumeSummary::default(),
-        verdicts: Vec::new(),
         stop,
     };
     worker.create_group()?;
@@ -507,98 +504,47 @@ impl<S: IndexStore> Worker<'_, S> {
 
     /// Decides a batch, writes its output and acknowledges it.
     fn process(&mut self, entries: Vec<Entry>, deleted: Vec<String>) -> Result<(), Error> {
-        let mut raw = RawBatch::default();
-        // Which raw line each entry became, if it has a message.
-        let mut line_of = Vec::with_capacity(entries.len());
-        for entry in &entries {
-            line_of.push(entry.message.as_ref().map(|message| {
-                let number = raw.len() as u64 + 1;
-                // A byte-order mark is skipped, as the filter skips one at
-                // the start of a file: some producers write one per
-                // message.
-                let message = message.strip_prefix(BOM).unwrap_or(message);
-                if message.len() > self.config.max_line_bytes {
-                    raw.lines.push(RawLine::TooLong {
-                        number,
-                        max: self.config.max_line_bytes,
-                    });
-                } else {
-                    raw.push_line(number, message);
-                }
-                raw.len() - 1
-            }));
-        }
-        let prepared = batch::prepare(self.preparer, &self.decoder, raw, None);
-        let mut asks = Vec::with_capacity(entries.len());
-        for (entry, line) in entries.iter().zip(&line_of) {
-            if let Some(Item::Message(message)) = line.map(|l| &prepared.items[l]) {
-                asks.push(Ask {
-                    id: &message.id,
-                    sketch: prepared.sketch(message),
-                    op: message.op,
-                    token: Some(entry.id.as_bytes()),
-                    time: message.time,
-                });
-            }
-        }
-        self.verdicts.clear();
-        self.store.decide(&asks, &mut self.verdicts)?;
-        drop(asks);
+        let payloads: Vec<Option<&[u8]>> = entries.iter().map(|e| e.message.as_deref()).collect();
+        let tokens: Vec<&[u8]> = entries.iter().map(|e| e.id.as_bytes()).collect();
+        let (decided, tally) = queue_batch::decide(
+            (self.preparer, &self.decoder),
+            &mut *self.store,
+            &payloads,
+            &tokens,
+            self.config.max_line_bytes,
+            self.metrics,
+        )?;
+        self.summary.new += tally.new;
+        self.summary.duplicates += tally.duplicates;
+        self.summary.deletions += tally.deletions;
 
-        let mut verdicts = self.verdicts.iter();
         let mut outcomes = Vec::with_capacity(entries.len() + deleted.len());
         let mut text = Vec::new();
-        for (entry, line) in entries.iter().zip(&line_of) {
-            let outcome = match line.map(|l| &prepared.items[l]) {
-                None if entry.deleted => Outcome::Ack,
-                None => Outcome::Dead {
+        for (at, entry) in entries.iter().enumerate() {
+            let outcome = match decided.payload(at) {
+                Payload::Missing if entry.deleted => Outcome::Ack,
+                Payload::Missing => Outcome::Dead {
                     reason: format!("no field {:?}", self.config.field),
                     message: Vec::new(),
                 },
                 // A message over the limit is not copied: the dead letter
                 // names its entry (`source`), which is still in the stream.
-                Some(Item::Invalid(invalid)) => Outcome::Dead {
+                Payload::Invalid(invalid) => Outcome::Dead {
                     reason: invalid.reason.to_string(),
                     message: match invalid.reason {
                         InvalidReason::TooLong { .. } => Vec::new(),
                         _ => entry.message.clone().unwrap_or_default(),
                     },
                 },
-                Some(Item::Message(message)) => {
-                    let verdict = verdicts
-                        .next()
-                        .ok_or_else(|| Error::Internal("the store lost a verdict".into()))?;
-                    if let Verdict::Deleted { held } = verdict {
-                        self.summary.deletions += 1;
-                        let counter = if *held {
-                            &self.metrics.removals_held
-                        } else {
-                            &self.metrics.removals_unknown
-                        };
-                        counter.fetch_add(1, Ordering::Relaxed);
-                    } else if verdict.is_duplicate() {
-                        self.summary.duplicates += 1;
-                        self.metrics
-                            .checks_duplicate
-                            .fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        self.summary.new += 1;
-                        self.metrics.checks_new.fetch_add(1, Ordering::Relaxed);
-                    }
-                    if !self.config.emit.wants(verdict) {
-                        Outcome::Ack
-                    } else {
-                        let mut tagged = Vec::with_capacity(message.line.len() + 80);
-                        batch::write_message(&mut tagged, &prepared, message, verdict);
-                        match self.config.output {
-                            Output::Stream(_) => {
-                                tagged.pop(); // the newline: an entry is not a line
-                                Outcome::Output(tagged)
-                            }
-                            Output::Lines => {
-                                text.extend_from_slice(&tagged);
-                                Outcome::Ack
-                            }
+                Payload::Message(_, verdict) if !self.config.emit.wants(verdict) => Outcome::Ack,
+                Payload::Message(message, verdict) => {
+                    let tagged = decided.tagged(message, verdict);
+                    match self.config.output {
+                        Output::Stream(_) => Outcome::Output(tagged),
+                        Output::Lines => {
+                            text.extend_from_slice(&tagged);
+                            text.push(b'\n');
+                            Outcome::Ack
                         }
                     }
                 }
@@ -619,7 +565,6 @@ impl<S: IndexStore> Worker<'_, S> {
             outcomes.push((entry.id.as_str(), outcome));
         }
         outcomes.extend(deleted.iter().map(|id| (id.as_str(), Outcome::Ack)));
-        self.metrics.record_index(self.store.stats());
 
         // Lines are out before anything is acknowledged.
         if let Some(lines) = self.lines.as_mut()

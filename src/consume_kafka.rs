@@ -59,11 +59,10 @@ use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
-use crate::batch::{self, Item, RawBatch, RawLine};
-use crate::engine::{Ask, IndexStore, Preparer};
+use crate::engine::{IndexStore, Preparer};
 use crate::error::{InvalidReason, StoreError};
-use crate::input::BOM;
 use crate::pipeline::Emit;
+use crate::queue_batch::{self, Payload};
 use crate::record::{Decoder, FieldSpec, MessageId};
 use crate::server::metrics::Metrics;
 
@@ -166,6 +165,8 @@ pub struct KafkaSummary {
     pub new: u64,
     /// Records tagged duplicate.
     pub duplicates: u64,
+    /// Deletion notices, passed on tagged (their ids forgotten).
+    pub deletions: u64,
     /// Records sent to the dead-letter topic.
     pub invalid: u64,
     /// Records gathered, then abandoned at a rebalance (read again by
@@ -190,7 +191,11 @@ impl fmt::Display for KafkaSummary {
             self.committed,
             self.uncommitted,
             self.abandoned
-        )
+        )?;
+        if self.deletions > 0 {
+            write!(f, "; {} deletion notices", self.deletions)?;
+        }
+        Ok(())
     }
 }
 
@@ -620,43 +625,29 @@ impl<S: IndexStore> Worker<'_, S> {
         records: &[Record],
         tokens: &[String],
     ) -> Result<Vec<Outcome>, KafkaError> {
-        let mut raw = RawBatch::default();
-        for (i, record) in records.iter().enumerate() {
-            let number = i as u64 + 1;
-            let value = record.value.as_deref().unwrap_or_default();
-            // A byte-order mark is skipped, as the filter skips one at the
-            // start of a file: some producers write one per message.
-            let value = value.strip_prefix(BOM).unwrap_or(value);
-            if value.len() > self.config.max_line_bytes {
-                raw.lines.push(RawLine::TooLong {
-                    number,
-                    max: self.config.max_line_bytes,
-                });
-            } else {
-                raw.push_line(number, value);
-            }
-        }
-        let prepared = batch::prepare(self.preparer, &self.decoder, raw, None);
-        let mut asks = Vec::with_capacity(records.len());
-        for (item, token) in prepared.items.iter().zip(tokens) {
-            if let Item::Message(message) = item {
-                asks.push(Ask {
-                    id: &message.id,
-                    sketch: prepared.sketch(message),
-                    op: message.op,
-                    token: Some(token.as_bytes()),
-                    time: message.time,
-                });
-            }
-        }
-        let mut verdicts = Vec::with_capacity(asks.len());
-        self.store.decide(&asks, &mut verdicts)?;
-        drop(asks);
-        let mut verdicts = verdicts.into_iter();
-        let mut outcomes = Vec::with_capacity(records.len());
-        for (item, record) in prepared.items.iter().zip(records) {
-            outcomes.push(match item {
-                Item::Invalid(invalid) => Outcome::Dead {
+        // A record without a value is refused as an empty line is.
+        let payloads: Vec<Option<&[u8]>> = records
+            .iter()
+            .map(|record| Some(record.value.as_deref().unwrap_or_default()))
+            .collect();
+        let tokens: Vec<&[u8]> = tokens.iter().map(String::as_bytes).collect();
+        let (decided, tally) = queue_batch::decide(
+            (self.preparer, &self.decoder),
+            &mut *self.store,
+            &payloads,
+            &tokens,
+            self.config.max_line_bytes,
+            self.metrics,
+        )?;
+        self.summary.new += tally.new;
+        self.summary.duplicates += tally.duplicates;
+        self.summary.deletions += tally.deletions;
+        let outcomes = records
+            .iter()
+            .enumerate()
+            .map(|(at, record)| match decided.payload(at) {
+                Payload::Missing => Outcome::Skip,
+                Payload::Invalid(invalid) => Outcome::Dead {
                     reason: match record.value {
                         None => "the record has no value".to_string(),
                         Some(_) => invalid.reason.to_string(),
@@ -668,34 +659,15 @@ impl<S: IndexStore> Worker<'_, S> {
                         _ => record.value.clone().unwrap_or_default(),
                     },
                 },
-                Item::Message(message) => {
-                    let verdict = verdicts.next().ok_or_else(|| {
-                        StoreError::Unavailable("the index store lost a verdict".into())
-                    })?;
-                    if verdict.is_duplicate() {
-                        self.summary.duplicates += 1;
-                        self.metrics
-                            .checks_duplicate
-                            .fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        self.summary.new += 1;
-                        self.metrics.checks_new.fetch_add(1, Ordering::Relaxed);
-                    }
-                    if self.config.emit.wants(&verdict) {
-                        let mut tagged = Vec::with_capacity(message.line.len() + 80);
-                        batch::write_message(&mut tagged, &prepared, message, &verdict);
-                        tagged.pop(); // the newline: a record is not a line
-                        Outcome::Output {
-                            key: record_key(&message.id),
-                            value: tagged,
-                        }
-                    } else {
-                        Outcome::Skip
+                Payload::Message(message, verdict) if self.config.emit.wants(verdict) => {
+                    Outcome::Output {
+                        key: record_key(&message.id),
+                        value: decided.tagged(message, verdict),
                     }
                 }
-            });
-        }
-        self.metrics.record_index(self.store.stats());
+                Payload::Message(..) => Outcome::Skip,
+            })
+            .collect();
         Ok(outcomes)
     }
 

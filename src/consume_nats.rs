@@ -51,11 +51,10 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, AckKind, consumer::pull, message::PublishMessage, stream};
 use futures::StreamExt;
 
-use crate::batch::{self, Item, RawBatch, RawLine};
 use crate::engine::{Ask, IndexStats, IndexStore, Preparer, Verdict};
 use crate::error::{InvalidReason, StoreError};
-use crate::input::BOM;
 use crate::pipeline::Emit;
+use crate::queue_batch::{self, Payload};
 use crate::record::{Decoder, FieldSpec};
 use crate::server::metrics::Metrics;
 
@@ -826,83 +825,39 @@ pub async fn run<S: IndexStore>(
 impl<S: IndexStore> Worker<'_, S> {
     /// Prepares and decides a batch: one outcome per message.
     fn decide(&mut self, payloads: &[&[u8]], tokens: &[String]) -> Result<Vec<Outcome>, NatsError> {
-        let mut raw = RawBatch::default();
-        for (i, payload) in payloads.iter().enumerate() {
-            let number = i as u64 + 1;
-            // A byte-order mark is skipped, as the filter skips one at the
-            // start of a file: some producers write one per message.
-            let payload = payload.strip_prefix(BOM).unwrap_or(payload);
-            if payload.len() > self.config.max_line_bytes {
-                raw.lines.push(RawLine::TooLong {
-                    number,
-                    max: self.config.max_line_bytes,
-                });
-            } else {
-                raw.push_line(number, payload);
-            }
-        }
-        let prepared = batch::prepare(self.preparer, &self.decoder, raw, None);
-        let mut asks = Vec::with_capacity(payloads.len());
-        for (item, token) in prepared.items.iter().zip(tokens) {
-            if let Item::Message(message) = item {
-                asks.push(Ask {
-                    id: &message.id,
-                    sketch: prepared.sketch(message),
-                    op: message.op,
-                    token: Some(token.as_bytes()),
-                    time: message.time,
-                });
-            }
-        }
-        let mut verdicts = Vec::with_capacity(asks.len());
-        self.store.decide(&asks, &mut verdicts)?;
-        drop(asks);
-        let mut verdicts = verdicts.into_iter();
-        let mut outcomes = Vec::with_capacity(payloads.len());
-        for (item, payload) in prepared.items.iter().zip(payloads) {
-            outcomes.push(match item {
-                Item::Invalid(invalid) => Outcome::Dead {
+        let payloads: Vec<Option<&[u8]>> = payloads.iter().copied().map(Some).collect();
+        let tokens: Vec<&[u8]> = tokens.iter().map(String::as_bytes).collect();
+        let (decided, tally) = queue_batch::decide(
+            (self.preparer, &self.decoder),
+            &mut *self.store,
+            &payloads,
+            &tokens,
+            self.config.max_line_bytes,
+            self.metrics,
+        )?;
+        self.summary.new += tally.new;
+        self.summary.duplicates += tally.duplicates;
+        self.summary.deletions += tally.deletions;
+        let outcomes = payloads
+            .iter()
+            .enumerate()
+            .map(|(at, payload)| match decided.payload(at) {
+                Payload::Missing => Outcome::Ack,
+                Payload::Invalid(invalid) => Outcome::Dead {
                     reason: invalid.reason.to_string(),
                     message: match invalid.reason {
                         // Over the limit: not copied (it may not fit in a
                         // message either); Dedup-Source names it.
                         InvalidReason::TooLong { .. } => Vec::new(),
-                        _ => payload.to_vec(),
+                        _ => payload.unwrap_or_default().to_vec(),
                     },
                 },
-                Item::Message(message) => {
-                    let verdict = verdicts.next().ok_or_else(|| {
-                        StoreError::Unavailable("the index store lost a verdict".into())
-                    })?;
-                    if let Verdict::Deleted { held } = verdict {
-                        self.summary.deletions += 1;
-                        let counter = if held {
-                            &self.metrics.removals_held
-                        } else {
-                            &self.metrics.removals_unknown
-                        };
-                        counter.fetch_add(1, Ordering::Relaxed);
-                    } else if verdict.is_duplicate() {
-                        self.summary.duplicates += 1;
-                        self.metrics
-                            .checks_duplicate
-                            .fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        self.summary.new += 1;
-                        self.metrics.checks_new.fetch_add(1, Ordering::Relaxed);
-                    }
-                    if self.config.emit.wants(&verdict) {
-                        let mut tagged = Vec::with_capacity(message.line.len() + 80);
-                        batch::write_message(&mut tagged, &prepared, message, &verdict);
-                        tagged.pop(); // the newline: a message is not a line
-                        Outcome::Output(tagged)
-                    } else {
-                        Outcome::Ack
-                    }
+                Payload::Message(message, verdict) if self.config.emit.wants(verdict) => {
+                    Outcome::Output(decided.tagged(message, verdict))
                 }
-            });
-        }
-        self.metrics.record_index(self.store.stats());
+                Payload::Message(..) => Outcome::Ack,
+            })
+            .collect();
         Ok(outcomes)
     }
 

@@ -75,6 +75,7 @@ pub mod journal;
 pub mod lines;
 pub mod output;
 pub mod pipeline;
+pub mod queue_batch;
 pub mod record;
 pub mod redis_index;
 pub mod report;

@@ -373,10 +373,13 @@ pub struct Decoder {
     ids: Vec<u16>,
     texts: Vec<u16>,
     retweet_texts: Vec<u16>,
+    /// The short and expanded URL paths, paired; the last pair is under
+    /// `referenced_tweets[]`.
     url_pairs: Vec<(u16, u16)>,
+    /// The short URL paths, as a [`Found`] mask.
+    url_shorts: PathMask,
     referenced_type: u16,
     referenced_text: u16,
-    referenced_url_pair: (u16, u16),
     created_at: Vec<u16>,
     notice_ids: Vec<u16>,
 }
@@ -437,30 +440,61 @@ impl Capture {
     }
 }
 
+/// A set of paths, as bits. Paths from 64 up (the default spec has 41;
+/// only many chosen text fields make more) are not told apart: a set
+/// holding one meets every other. Sixty-four bits, not more: a wider
+/// shift costs more than a search of a line's few captures would save.
+#[derive(Clone, Copy, Debug, Default)]
+struct PathMask {
+    /// Bit `p` set when path `p` (below 64) is in the set.
+    bits: u64,
+    /// Whether a path from 64 up is in the set.
+    high: bool,
+}
+
+impl PathMask {
+    fn of(paths: impl IntoIterator<Item = u16>) -> PathMask {
+        paths
+            .into_iter()
+            .fold(PathMask::default(), |mut mask, path| {
+                match 1u64.checked_shl(u32::from(path)) {
+                    Some(bit) => mask.bits |= bit,
+                    None => mask.high = true,
+                }
+                mask
+            })
+    }
+
+    /// Whether the two sets may share a path.
+    fn meets(&self, other: &PathMask) -> bool {
+        self.high || other.high || self.bits & other.bits != 0
+    }
+}
+
 /// A line's captures, with a mask of the paths they are on: most wanted
 /// paths are absent from a line (eleven URL entity paths, notices,
 /// retweets), and a path not in the mask costs no search.
 struct Found<'c> {
     captures: &'c [Capture],
-    /// Bit `p` set when path `p` (below 128) has a capture.
-    present: u128,
+    present: PathMask,
 }
 
 impl<'c> Found<'c> {
     fn new(captures: &'c [Capture]) -> Found<'c> {
-        let present = captures.iter().fold(0u128, |mask, c| {
-            mask | 1u128.checked_shl(u32::from(c.path)).unwrap_or(0)
-        });
+        let present = PathMask::of(captures.iter().map(|c| c.path));
         Found { captures, present }
+    }
+
+    /// Whether any capture is on a path of `paths`.
+    fn any(&self, paths: &PathMask) -> bool {
+        self.present.meets(paths)
     }
 
     /// The captures on `path`, in the order they were made.
     fn of(&self, path: u16) -> impl Iterator<Item = &'c Capture> + use<'c> {
-        // Paths from 128 up (only with very many chosen text fields) are
-        // not in the mask: searched always.
-        let maybe = 1u128
+        let maybe = 1u64
             .checked_shl(u32::from(path))
-            .is_none_or(|bit| self.present & bit != 0);
+            .is_none_or(|bit| self.present.bits & bit != 0);
         let captures = if maybe { self.captures } else { &[] };
         captures.iter().filter(move |c| c.path == path)
     }
@@ -495,7 +529,7 @@ impl Decoder {
         } else {
             Vec::new()
         };
-        let url_pairs = URL_PARENTS
+        let mut url_pairs: Vec<(u16, u16)> = URL_PARENTS
             .iter()
             .map(|parent| {
                 let short = add(&mut tree, &parse(&format!("{parent}.url")));
@@ -505,7 +539,7 @@ impl Decoder {
             .collect();
         let referenced_type = add(&mut tree, &parse(&format!("{REFERENCED}.type")));
         let referenced_text = add(&mut tree, &parse(&format!("{REFERENCED}.text")));
-        let referenced_url_pair = (
+        url_pairs.push((
             add(
                 &mut tree,
                 &parse(&format!("{REFERENCED}.entities.urls[].url")),
@@ -514,7 +548,8 @@ impl Decoder {
                 &mut tree,
                 &parse(&format!("{REFERENCED}.entities.urls[].expanded_url")),
             ),
-        );
+        ));
+        let url_shorts = PathMask::of(url_pairs.iter().map(|&(short, _)| short));
         let created_at = CREATED_AT_PATHS
             .iter()
             .map(|p| add(&mut tree, &parse(p)))
@@ -532,9 +567,9 @@ impl Decoder {
             texts,
             retweet_texts,
             url_pairs,
+            url_shorts,
             referenced_type,
             referenced_text,
-            referenced_url_pair,
         }
     }
 
@@ -679,11 +714,14 @@ impl Decoder {
         };
 
         let mut urls = Vec::new();
-        for &(short, long) in self
-            .url_pairs
-            .iter()
-            .chain(std::iter::once(&self.referenced_url_pair))
-        {
+        // Most lines have no URL entity: one test of the mask for all the
+        // pairs' paths.
+        let pairs: &[(u16, u16)] = if captures.any(&self.url_shorts) {
+            &self.url_pairs
+        } else {
+            &[]
+        };
+        for &(short, long) in pairs {
             for s in found(short) {
                 let l = found(long).find(|l| l.element == s.element);
                 if let (Some(s), Some(l)) =
@@ -1641,6 +1679,21 @@ mod tests {
             decoder.decode(br#"{"text":"no id"}"#).unwrap_err(),
             InvalidReason::NoId(_)
         ));
+    }
+
+    /// Paths from 64 up are outside the mask of present paths: with many
+    /// chosen fields they are searched, and the URL entities (numbered
+    /// after them) still found.
+    #[test]
+    fn many_chosen_fields_are_all_read() {
+        let fields: Vec<String> = (0..70).map(|i| format!("t{i}")).collect();
+        let decoder = Decoder::new(FieldSpec::new(None, fields).unwrap());
+        let r = decoder
+            .decode(br#"{"id":1,"t69":"last","t0":"first","entities":{"urls":[{"url":"https://t.co/a","expanded_url":"https://a.example"}]}}"#)
+            .unwrap();
+        assert_eq!(r.text, "first last");
+        assert_eq!(r.urls.len(), 1);
+        assert_eq!(r.urls[0].1, "https://a.example");
     }
 
     #[test]

@@ -3,11 +3,12 @@
 //!
 //! # Decoding
 //!
-//! A line is parsed once, by a visitor that walks only the paths it was asked
+//! A line is parsed once, by a walk that enters only the paths it was asked
 //! for (the id, the text, URL entities, retweet originals) and skips every
-//! other value without building it. What it finds are borrowed slices of the
-//! line ([`RawValue`]s), so a several-kilobyte v1.1 tweet costs no allocation
-//! beyond the text's unescaping.
+//! other value without building it, checked as JSON (sonic-rs's parser;
+//! a line it refuses is read again by serde_json, whose verdict and words
+//! stand). What it finds are offsets into the line, so a several-kilobyte
+//! v1.1 tweet costs no allocation beyond the text's unescaping.
 //!
 //! Default discovery (no `--id-field` / `--text-field`):
 //! - id: the first present of `id_str`, `id`, `data.id`;
@@ -50,11 +51,11 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::marker::PhantomData;
 
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
+use sonic_rs::parser::Parser;
 
 use crate::error::{ConfigError, InvalidReason};
 
@@ -372,10 +373,13 @@ pub struct Decoder {
     ids: Vec<u16>,
     texts: Vec<u16>,
     retweet_texts: Vec<u16>,
+    /// The short and expanded URL paths, paired; the last pair is under
+    /// `referenced_tweets[]`.
     url_pairs: Vec<(u16, u16)>,
+    /// The short URL paths, as a [`Found`] mask.
+    url_shorts: PathMask,
     referenced_type: u16,
     referenced_text: u16,
-    referenced_url_pair: (u16, u16),
     created_at: Vec<u16>,
     notice_ids: Vec<u16>,
 }
@@ -436,6 +440,66 @@ impl Capture {
     }
 }
 
+/// A set of paths, as bits. Paths from 64 up (the default spec has 41;
+/// only many chosen text fields make more) are not told apart: a set
+/// holding one meets every other. Sixty-four bits, not more: a wider
+/// shift costs more than a search of a line's few captures would save.
+#[derive(Clone, Copy, Debug, Default)]
+struct PathMask {
+    /// Bit `p` set when path `p` (below 64) is in the set.
+    bits: u64,
+    /// Whether a path from 64 up is in the set.
+    high: bool,
+}
+
+impl PathMask {
+    fn of(paths: impl IntoIterator<Item = u16>) -> PathMask {
+        paths
+            .into_iter()
+            .fold(PathMask::default(), |mut mask, path| {
+                match 1u64.checked_shl(u32::from(path)) {
+                    Some(bit) => mask.bits |= bit,
+                    None => mask.high = true,
+                }
+                mask
+            })
+    }
+
+    /// Whether the two sets may share a path.
+    fn meets(&self, other: &PathMask) -> bool {
+        self.high || other.high || self.bits & other.bits != 0
+    }
+}
+
+/// A line's captures, with a mask of the paths they are on: most wanted
+/// paths are absent from a line (eleven URL entity paths, notices,
+/// retweets), and a path not in the mask costs no search.
+struct Found<'c> {
+    captures: &'c [Capture],
+    present: PathMask,
+}
+
+impl<'c> Found<'c> {
+    fn new(captures: &'c [Capture]) -> Found<'c> {
+        let present = PathMask::of(captures.iter().map(|c| c.path));
+        Found { captures, present }
+    }
+
+    /// Whether any capture is on a path of `paths`.
+    fn any(&self, paths: &PathMask) -> bool {
+        self.present.meets(paths)
+    }
+
+    /// The captures on `path`, in the order they were made.
+    fn of(&self, path: u16) -> impl Iterator<Item = &'c Capture> + use<'c> {
+        let maybe = 1u64
+            .checked_shl(u32::from(path))
+            .is_none_or(|bit| self.present.bits & bit != 0);
+        let captures = if maybe { self.captures } else { &[] };
+        captures.iter().filter(move |c| c.path == path)
+    }
+}
+
 thread_local! {
     /// The captures of the line being decoded, kept between lines: a fresh
     /// vector grown from empty cost an allocation or two per line, a tenth
@@ -465,7 +529,7 @@ impl Decoder {
         } else {
             Vec::new()
         };
-        let url_pairs = URL_PARENTS
+        let mut url_pairs: Vec<(u16, u16)> = URL_PARENTS
             .iter()
             .map(|parent| {
                 let short = add(&mut tree, &parse(&format!("{parent}.url")));
@@ -475,7 +539,7 @@ impl Decoder {
             .collect();
         let referenced_type = add(&mut tree, &parse(&format!("{REFERENCED}.type")));
         let referenced_text = add(&mut tree, &parse(&format!("{REFERENCED}.text")));
-        let referenced_url_pair = (
+        url_pairs.push((
             add(
                 &mut tree,
                 &parse(&format!("{REFERENCED}.entities.urls[].url")),
@@ -484,7 +548,8 @@ impl Decoder {
                 &mut tree,
                 &parse(&format!("{REFERENCED}.entities.urls[].expanded_url")),
             ),
-        );
+        ));
+        let url_shorts = PathMask::of(url_pairs.iter().map(|&(short, _)| short));
         let created_at = CREATED_AT_PATHS
             .iter()
             .map(|p| add(&mut tree, &parse(p)))
@@ -502,9 +567,9 @@ impl Decoder {
             texts,
             retweet_texts,
             url_pairs,
+            url_shorts,
             referenced_type,
             referenced_text,
-            referenced_url_pair,
         }
     }
 
@@ -550,8 +615,9 @@ impl Decoder {
         removal: bool,
     ) -> Result<Record<'a>, InvalidReason> {
         let mut shape = RootShape::default();
-        // The fast path: sonic-rs, on a line where it checks all that
-        // serde_json checks (see `sonic_checks_enough`). Anything it refuses
+        // The fast path: our walk over sonic-rs's parser ([`Walk`]), on a
+        // line where it checks all that serde_json checks (see
+        // `sonic_checks_enough`). Anything it refuses
         // goes to serde_json, whose verdict and words stand: errors read as
         // they always did, and a line sonic-rs would wrongly refuse is
         // still read.
@@ -560,19 +626,18 @@ impl Decoder {
             captures.clear();
             shape = RootShape::default();
             let mut de = serde_json::Deserializer::from_str(line);
-            NodeSeed::<SerdeJson> {
+            NodeSeed {
                 node: &self.tree,
                 captures: &mut *captures,
                 line,
                 element: 0,
                 shape: Some(&mut shape),
-                parser: PhantomData,
             }
             .deserialize(&mut de)
             .and_then(|()| de.end())
             .map_err(json_error)?;
         }
-        let captures = &captures[..];
+        let captures = Found::new(captures);
         if !shape.object {
             return Err(InvalidReason::NotObject);
         }
@@ -580,7 +645,7 @@ impl Decoder {
             at: line.trim_end().len() - 1,
             needs_comma: shape.members > 0,
         };
-        let found = |path: u16| captures.iter().filter(move |c| c.path == path);
+        let found = |path: u16| captures.of(path);
         // The first path with a non-null value: its position and the value.
         let first_present = |paths: &[u16]| {
             paths.iter().enumerate().find_map(|(index, &p)| {
@@ -618,7 +683,7 @@ impl Decoder {
             .ok_or_else(|| InvalidReason::BadId(self.spec.id[id_index].to_string()))?;
 
         let text = if self.spec.discover_text {
-            match self.retweet_text(line, captures) {
+            match self.retweet_text(line, &captures) {
                 Some(text) => text,
                 None => {
                     let (index, raw) = first_present(&self.texts).ok_or_else(|| {
@@ -649,11 +714,14 @@ impl Decoder {
         };
 
         let mut urls = Vec::new();
-        for &(short, long) in self
-            .url_pairs
-            .iter()
-            .chain(std::iter::once(&self.referenced_url_pair))
-        {
+        // Most lines have no URL entity: one test of the mask for all the
+        // pairs' paths.
+        let pairs: &[(u16, u16)] = if captures.any(&self.url_shorts) {
+            &self.url_pairs
+        } else {
+            &[]
+        };
+        for &(short, long) in pairs {
             for s in found(short) {
                 let l = found(long).find(|l| l.element == s.element);
                 if let (Some(s), Some(l)) =
@@ -680,8 +748,8 @@ impl Decoder {
         })
     }
 
-    /// Walks `line` with sonic-rs, if it may (see `sonic_checks_enough`);
-    /// false when it may not or refuses the line.
+    /// Walks `line` with sonic-rs's parser, if it may (see
+    /// `sonic_checks_enough`); false when it may not or refuses the line.
     fn walk_with_sonic(
         &self,
         line: &str,
@@ -691,37 +759,28 @@ impl Decoder {
         if !sonic_checks_enough(line.as_bytes()) {
             return false;
         }
-        let mut de = sonic_rs::Deserializer::from_str(line);
-        NodeSeed::<Sonic> {
-            node: &self.tree,
-            captures,
+        let mut walk = Walk {
+            parser: Parser::new(sonic_rs::Read::from(line)),
             line,
-            element: 0,
-            shape: Some(shape),
-            parser: PhantomData,
-        }
-        .deserialize(&mut de)
-        .and_then(|()| de.end())
-        .is_ok()
+            captures,
+            scratch: Vec::new(),
+        };
+        walk.walked(&self.tree, 0, Some(shape)).is_ok() && walk.parser.skip_space().is_none()
     }
 
     /// The retweeted tweet's text, when this record is a native retweet that
     /// carries it.
-    fn retweet_text<'a>(&self, line: &'a str, captures: &[Capture]) -> Option<Cow<'a, str>> {
+    fn retweet_text<'a>(&self, line: &'a str, captures: &Found<'_>) -> Option<Cow<'a, str>> {
         for &path in &self.retweet_texts {
-            if let Some(text) = captures
-                .iter()
-                .find(|c| c.path == path)
-                .and_then(|c| json_str(c.raw(line)))
-            {
+            if let Some(text) = captures.of(path).next().and_then(|c| json_str(c.raw(line))) {
                 return Some(text);
             }
         }
-        for kind in captures.iter().filter(|c| c.path == self.referenced_type) {
+        for kind in captures.of(self.referenced_type) {
             if kind.raw(line) == "\"retweeted\"" {
                 let text = captures
-                    .iter()
-                    .find(|c| c.path == self.referenced_text && c.element == kind.element)
+                    .of(self.referenced_text)
+                    .find(|c| c.element == kind.element)
                     .and_then(|c| json_str(c.raw(line)));
                 if text.is_some() {
                     return text;
@@ -845,47 +904,211 @@ impl<'de, 'n> Visitor<'de> for FieldMatch<'n> {
     }
 }
 
-/// How a parser hands over a wanted value's JSON text without building it:
-/// its address and length, within the line being decoded.
-trait RawSpan {
-    fn span<'de, D: Deserializer<'de>>(deserializer: D) -> Result<(usize, usize), D::Error>;
+/// The fast path: a walk over sonic-rs's parser that descends only into
+/// wanted paths and skips everything else with the parser's checked
+/// skipping, without serde's visitor machinery. It reads a line as
+/// serde_json's walk (`NodeSeed`) does, check for check: where that walk
+/// visits a value (the root, a node no path ends at), keys and strings are
+/// read as strings (a lone surrogate escape refused) and numbers as
+/// numbers (`1e400` refused); where a path ends, the value is skipped
+/// (checked as JSON text, lone surrogates allowed) and its text captured.
+/// Any refusal sends the line to serde_json, whose verdict stands.
+struct Walk<'a, 'c> {
+    parser: Parser<sonic_rs::Read<'a>>,
+    /// The line being decoded: captures are offsets into it.
+    line: &'a str,
+    captures: &'c mut Vec<Capture>,
+    /// Where keys and strings holding escapes are unescaped.
+    scratch: Vec<u8>,
 }
 
-/// serde_json: through its `RawValue`.
-struct SerdeJson;
+/// The walk met something sonic-rs refuses (serde_json says what).
+struct Refused;
 
-impl RawSpan for SerdeJson {
-    fn span<'de, D: Deserializer<'de>>(deserializer: D) -> Result<(usize, usize), D::Error> {
-        let raw = <&'de RawValue>::deserialize(deserializer)?.get();
-        Ok((raw.as_ptr() as usize, raw.len()))
+impl From<sonic_rs::Error> for Refused {
+    fn from(_: sonic_rs::Error) -> Refused {
+        Refused
     }
 }
 
-/// sonic-rs: through the request its `LazyValue` makes, which hands over
-/// the value's text in the input (checked as it is skipped). `LazyValue`
-/// itself would copy a value that holds escapes; only where the text lies
-/// is wanted here. The name is sonic-rs's; were it to change, every line
-/// would go to serde_json (slower, never wrong), and the test that sonic-rs
-/// reads ordinary tweets itself would fail.
-struct Sonic;
-
-/// The name `sonic_rs::LazyValue` asks its deserializer for.
-const SONIC_RAW_VALUE: &str = "$sonic_rs::LazyValue";
-
-impl RawSpan for Sonic {
-    fn span<'de, D: Deserializer<'de>>(deserializer: D) -> Result<(usize, usize), D::Error> {
-        struct Span;
-        impl Visitor<'_> for Span {
-            type Value = (usize, usize);
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON value's text")
+impl Walk<'_, '_> {
+    /// One value on a wanted path: captured if a path ends here, walked if
+    /// paths go on.
+    fn value(&mut self, node: &Node, element: u32) -> Result<(), Refused> {
+        if node.captures.is_empty() {
+            return self.walked(node, element, None);
+        }
+        let first = self.captures.len();
+        let (start, end) = if node.is_branch() {
+            // A path ends here and others go on (say `data` and
+            // `data.id`): walked, and its text captured too. The captures
+            // go in first, so they come before the ones made below.
+            for &path in &node.captures {
+                self.captures.push(Capture {
+                    path,
+                    element,
+                    start: 0,
+                    end: 0,
+                });
             }
-            fn visit_str<E: de::Error>(self, raw: &str) -> Result<(usize, usize), E> {
-                Ok((raw.as_ptr() as usize, raw.len()))
+            self.parser.skip_space_peek().ok_or(Refused)?;
+            let start = self.parser.offset();
+            self.walked(node, element, None)?;
+            (start, self.parser.offset())
+        } else {
+            let (raw, _) = self.parser.skip_one(true)?;
+            let start = (raw.as_ptr() as usize).wrapping_sub(self.line.as_ptr() as usize);
+            (start, start + raw.len())
+        };
+        if self.line.get(start..end).is_none() {
+            return Err(Refused);
+        }
+        if node.is_branch() {
+            for capture in &mut self.captures[first..first + node.captures.len()] {
+                capture.start = start;
+                capture.end = end;
+            }
+        } else {
+            for &path in &node.captures {
+                self.captures.push(Capture {
+                    path,
+                    element,
+                    start,
+                    end,
+                });
             }
         }
-        deserializer.deserialize_newtype_struct(SONIC_RAW_VALUE, Span)
+        Ok(())
     }
+
+    /// A value serde_json's walk visits (`deserialize_any`): objects and
+    /// arrays entered, strings and numbers read, as it reads them.
+    fn walked(
+        &mut self,
+        node: &Node,
+        element: u32,
+        shape: Option<&mut RootShape>,
+    ) -> Result<(), Refused> {
+        match self.parser.skip_space().ok_or(Refused)? {
+            b'{' => self.object(node, element, shape),
+            b'[' => self.array(node),
+            b'"' => {
+                self.parser.parse_str(&mut self.scratch)?;
+                Ok(())
+            }
+            c @ (b'-' | b'0'..=b'9') => {
+                self.parser.parse_number(c)?;
+                Ok(())
+            }
+            b't' => Ok(self.parser.parse_literal("rue")?),
+            b'f' => Ok(self.parser.parse_literal("alse")?),
+            b'n' => Ok(self.parser.parse_literal("ull")?),
+            _ => Err(Refused),
+        }
+    }
+
+    /// An object's members, after its `{`: wanted keys walked, the others'
+    /// values skipped; of a repeated key the last occurrence wins, as in
+    /// `NodeSeed::visit_map`.
+    fn object(
+        &mut self,
+        node: &Node,
+        element: u32,
+        mut shape: Option<&mut RootShape>,
+    ) -> Result<(), Refused> {
+        if let Some(shape) = shape.as_deref_mut() {
+            shape.object = true;
+        }
+        match self.parser.skip_space() {
+            Some(b'}') => return Ok(()),
+            Some(b'"') => {}
+            _ => return Err(Refused),
+        }
+        // Captures of this object start here; `seen` has bit `i % 64` set
+        // once wanted field `i` was met in it.
+        let start = self.captures.len();
+        let mut seen = 0u64;
+        loop {
+            let field = {
+                let key = self.parser.parse_str(&mut self.scratch)?;
+                let key = key.as_bytes();
+                // The first byte before the whole key: most keys met are
+                // not wanted, and this spares them a `memcmp` call.
+                node.fields.iter().position(|(name, _)| {
+                    let name = name.as_bytes();
+                    name.len() == key.len() && name.first() == key.first() && name == key
+                })
+            };
+            if self.parser.skip_space() != Some(b':') {
+                return Err(Refused);
+            }
+            if let Some(shape) = shape.as_deref_mut() {
+                shape.members += 1;
+            }
+            match field {
+                Some(i) => {
+                    let bit = 1u64 << (i % 64);
+                    if seen & bit != 0 {
+                        drop_earlier(self.captures, start, &node.fields[i].1.below);
+                    }
+                    seen |= bit;
+                    self.value(&node.fields[i].1, element)?;
+                }
+                None => {
+                    self.parser.skip_one(true)?;
+                }
+            }
+            match self.parser.skip_space() {
+                Some(b',') => {
+                    if self.parser.skip_space() != Some(b'"') {
+                        return Err(Refused);
+                    }
+                }
+                Some(b'}') => return Ok(()),
+                _ => return Err(Refused),
+            }
+        }
+    }
+
+    /// An array's elements, after its `[`: each walked when a path goes
+    /// through every element, skipped otherwise.
+    fn array(&mut self, node: &Node) -> Result<(), Refused> {
+        if self.parser.skip_space_peek() == Some(b']') {
+            self.parser.skip_space();
+            return Ok(());
+        }
+        let mut element = 0u32;
+        loop {
+            match node.each.as_deref() {
+                Some(each) => self.value(each, element)?,
+                None => {
+                    self.parser.skip_one(true)?;
+                }
+            }
+            element = element.saturating_add(1);
+            match self.parser.skip_space() {
+                Some(b',') => {}
+                Some(b']') => return Ok(()),
+                _ => return Err(Refused),
+            }
+        }
+    }
+}
+
+/// Drops what an earlier occurrence of a repeated key captured: the
+/// captures made since `start` (this object's first) whose path is in
+/// `below` (the field's subtree). Fields' subtrees are disjoint, so within
+/// this object only that field made captures of those paths (a `seen` bit
+/// shared by two fields only costs a search that finds none).
+fn drop_earlier(captures: &mut Vec<Capture>, start: usize, below: &[u16]) {
+    let mut kept = start;
+    for j in start..captures.len() {
+        if !below.contains(&captures[j].path) {
+            captures.swap(kept, j);
+            kept += 1;
+        }
+    }
+    captures.truncate(kept);
 }
 
 /// Whether sonic-rs's checked skipping refuses every line serde_json
@@ -898,7 +1121,7 @@ impl RawSpan for Sonic {
 /// the line, a few hundred instructions on a tweet.
 fn sonic_checks_enough(line: &[u8]) -> bool {
     // Counted in bytes, 255 at most at a time: the compiler makes this a
-    // vector loop (a `memchr` per bracket costs more on a tweet).
+    // vector loop (`memchr`'s count, one pass per byte, measured dearer).
     let openings: usize = line
         .chunks(255)
         .map(|chunk| {
@@ -940,9 +1163,11 @@ fn sonic_checks_enough(line: &[u8]) -> bool {
 /// tweet with a retweet holds 20 to 50; one over goes to serde_json).
 const SONIC_MAX_OPENINGS: usize = 32;
 
-/// Walks one wanted value: captures it if a path ends here, descends if paths
-/// go on.
-struct NodeSeed<'n, 'c, 'l, K> {
+/// The reference walk, driven by serde_json: walks one wanted value,
+/// captures it if a path ends here, descends if paths go on. It reads the
+/// lines the fast path ([`Walk`]) refuses, so that their refusal is in
+/// serde_json's words, and the tests hold the fast path to it.
+struct NodeSeed<'n, 'c, 'l> {
     node: &'n Node,
     captures: &'c mut Vec<Capture>,
     /// The line being decoded: captured values are borrowed from it, and
@@ -951,17 +1176,19 @@ struct NodeSeed<'n, 'c, 'l, K> {
     element: u32,
     /// Set at the top level only, where the shape of the object matters.
     shape: Option<&'c mut RootShape>,
-    parser: PhantomData<K>,
 }
 
-impl<'de, K: RawSpan> DeserializeSeed<'de> for NodeSeed<'_, '_, '_, K> {
+impl<'de> DeserializeSeed<'de> for NodeSeed<'_, '_, '_> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
         if self.node.captures.is_empty() || self.shape.is_some() {
             return deserializer.deserialize_any(self);
         }
-        let (address, len) = K::span(deserializer)?;
+        // serde_json hands over a wanted value's text, checked as it is
+        // skipped, through its `RawValue`.
+        let raw = <&'de RawValue>::deserialize(deserializer)?.get();
+        let (address, len) = (raw.as_ptr() as usize, raw.len());
         let start = address.wrapping_sub(self.line.as_ptr() as usize);
         let Some(raw) = start
             .checked_add(len)
@@ -1006,18 +1233,17 @@ impl<'de> DeserializeSeed<'de> for BranchSeed<'_, '_, '_> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_any(NodeSeed::<SerdeJson> {
+        deserializer.deserialize_any(NodeSeed {
             node: self.node,
             captures: self.captures,
             line: self.line,
             element: self.element,
             shape: None,
-            parser: PhantomData,
         })
     }
 }
 
-impl<'de, K: RawSpan> Visitor<'de> for NodeSeed<'_, '_, '_, K> {
+impl<'de> Visitor<'de> for NodeSeed<'_, '_, '_> {
     type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -1041,28 +1267,16 @@ impl<'de, K: RawSpan> Visitor<'de> for NodeSeed<'_, '_, '_, K> {
                     let bit = 1u64 << (i % 64);
                     if seen & bit != 0 {
                         // A repeated key: the last occurrence wins, so drop
-                        // what the earlier one captured. Fields' subtrees
-                        // are disjoint, so within this object only field
-                        // `i` made captures of its paths (a bit shared by
-                        // two fields only costs a search that finds none).
-                        let below = &self.node.fields[i].1.below;
-                        let mut kept = start;
-                        for j in start..self.captures.len() {
-                            if !below.contains(&self.captures[j].path) {
-                                self.captures.swap(kept, j);
-                                kept += 1;
-                            }
-                        }
-                        self.captures.truncate(kept);
+                        // what the earlier one captured.
+                        drop_earlier(self.captures, start, &self.node.fields[i].1.below);
                     }
                     seen |= bit;
-                    map.next_value_seed(NodeSeed::<K> {
+                    map.next_value_seed(NodeSeed {
                         node: &self.node.fields[i].1,
                         captures: &mut *self.captures,
                         line: self.line,
                         element: self.element,
                         shape: None,
-                        parser: PhantomData,
                     })?
                 }
                 None => {
@@ -1078,13 +1292,12 @@ impl<'de, K: RawSpan> Visitor<'de> for NodeSeed<'_, '_, '_, K> {
             Some(each) => {
                 let mut element = 0u32;
                 while seq
-                    .next_element_seed(NodeSeed::<K> {
+                    .next_element_seed(NodeSeed {
                         node: each,
                         captures: &mut *self.captures,
                         line: self.line,
                         element,
                         shape: None,
-                        parser: PhantomData,
                     })?
                     .is_some()
                 {
@@ -1468,6 +1681,21 @@ mod tests {
         ));
     }
 
+    /// Paths from 64 up are outside the mask of present paths: with many
+    /// chosen fields they are searched, and the URL entities (numbered
+    /// after them) still found.
+    #[test]
+    fn many_chosen_fields_are_all_read() {
+        let fields: Vec<String> = (0..70).map(|i| format!("t{i}")).collect();
+        let decoder = Decoder::new(FieldSpec::new(None, fields).unwrap());
+        let r = decoder
+            .decode(br#"{"id":1,"t69":"last","t0":"first","entities":{"urls":[{"url":"https://t.co/a","expanded_url":"https://a.example"}]}}"#)
+            .unwrap();
+        assert_eq!(r.text, "first last");
+        assert_eq!(r.urls.len(), 1);
+        assert_eq!(r.urls[0].1, "https://a.example");
+    }
+
     #[test]
     fn chosen_fields_are_joined_and_may_overlap() {
         let spec = FieldSpec::new(Some("guid"), vec!["title".into(), "summary".into()]).unwrap();
@@ -1491,8 +1719,8 @@ mod tests {
     fn outcome(decoder: &Decoder, line: &str, sonic: bool) -> String {
         match decoder.decode_with(line.as_bytes(), sonic) {
             Ok(r) => format!(
-                "{:?} {:?} {:?} {:?} {:?}",
-                r.id, r.text, r.urls, r.splice, r.created_at
+                "{:?} {:?} {:?} {:?} {:?} {:?}",
+                r.id, r.text, r.urls, r.splice, r.created_at, r.deletion
             ),
             Err(e) => format!("refused: {e:?}"),
         }
@@ -1504,6 +1732,60 @@ mod tests {
             Decoder::new(FieldSpec::new(Some("id_str"), vec!["text".into()]).unwrap()),
             Decoder::new(FieldSpec::new(Some("data.id"), vec!["data".into(), "x".into()]).unwrap()),
         ]
+    }
+
+    /// Whether the fast path reads `line` itself (and does not hand it to
+    /// serde_json).
+    fn takes_the_fast_path(decoder: &Decoder, line: &str) -> bool {
+        let mut captures = Vec::new();
+        let mut shape = RootShape::default();
+        decoder.walk_with_sonic(line, &mut captures, &mut shape)
+    }
+
+    /// The fast path agrees with serde_json on `line`, and reads it itself
+    /// whenever serde_json reads it as JSON and the pre-checks let it:
+    /// agreement alone would hold were every line handed over.
+    fn agrees(decoder: &Decoder, line: &str) -> Result<(), String> {
+        let (fast, reference) = (outcome(decoder, line, true), outcome(decoder, line, false));
+        if fast != reference {
+            return Err(format!("{line}\n fast: {fast}\n serde_json: {reference}"));
+        }
+        let json = !matches!(
+            decoder.decode_with(line.as_bytes(), false),
+            Err(InvalidReason::Json(_) | InvalidReason::Utf8(_))
+        );
+        if json && sonic_checks_enough(line.as_bytes()) && !takes_the_fast_path(decoder, line) {
+            return Err(format!("{line}\n handed to serde_json"));
+        }
+        Ok(())
+    }
+
+    /// `line` with a character put in, taken out or replaced.
+    fn edited(mut line: String, (at, kind, c): (usize, usize, char)) -> String {
+        let boundaries: Vec<usize> = line.char_indices().map(|(i, _)| i).collect();
+        let at = boundaries[at % boundaries.len()];
+        match kind {
+            0 => line.insert(at, c),
+            1 => {
+                line.remove(at);
+            }
+            _ => {
+                line.remove(at);
+                line.insert(at, c);
+            }
+        }
+        line
+    }
+
+    /// An edit for [`edited`]: mostly characters that matter to JSON.
+    fn edit() -> impl proptest::strategy::Strategy<Value = (usize, usize, char)> {
+        (
+            0usize..1000,
+            0usize..3,
+            proptest::sample::select(vec![
+                '{', '}', '[', ']', '"', ',', ':', '\\', 'u', '0', 'e', '-', '.', ' ', 'x', 'é',
+            ]),
+        )
     }
 
     #[test]
@@ -1581,9 +1863,9 @@ mod tests {
         assert_eq!(r.id, MessageId::DigitString(u64::MAX));
     }
 
-    /// The fast path is taken: were sonic-rs to stop handing over values'
-    /// text (the name `SONIC_RAW_VALUE` changed), every line would go to
-    /// serde_json and the comparisons above could not tell.
+    /// The fast path is taken on ordinary tweets: were the walk to refuse
+    /// them (say sonic-rs's parser changed), every line would go to
+    /// serde_json and agreement alone could not tell.
     #[test]
     fn sonic_rs_reads_ordinary_tweets_itself() {
         let decoder = Decoder::new(FieldSpec::default());
@@ -1661,6 +1943,11 @@ mod tests {
             Just("\"created_at\"".to_string()),
             Just("\"x\"".to_string()),
             Just("\"\\u0069d\"".to_string()),
+            Just("\"te\\u0078t\"".to_string()),
+            Just("\"ur\\u006c\"".to_string()),
+            Just("\"media\"".to_string()),
+            Just("\"delete\"".to_string()),
+            Just("\"status\"".to_string()),
             json_string(),
         ];
         leaf.prop_recursive(4, 48, 6, move |inner| {
@@ -1680,6 +1967,54 @@ mod tests {
         })
     }
 
+    /// A tweet-shaped line: members drawn from a v1.1 or v2 tweet's, some
+    /// of them twice.
+    fn tweet_line() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let entry = (json_string(), json_string(), any::<bool>(), any::<bool>()).prop_map(
+            |(short, long, escaped, repeated)| {
+                let key = if escaped { r#""ur\u006c""# } else { r#""url""# };
+                let mut entry =
+                    format!(r#"{{{key}:{short},"expanded_url":{long},"indices":[0,23]"#);
+                if repeated {
+                    entry.push_str(&format!(r#","url":{long}"#));
+                }
+                entry + "}"
+            },
+        );
+        let urls = proptest::collection::vec(entry, 0..4)
+            .prop_map(|e| format!("[{}]", e.join(",")))
+            .boxed();
+        let member = prop_oneof![
+            urls.clone()
+                .prop_map(|u| format!(r#""entities":{{"hashtags":[{{"text":"h"}}],"urls":{u}}}"#)),
+            urls.clone().prop_map(|u| format!(r#""extended_entities":{{"media":{u}}}"#)),
+            (json_string(), urls.clone()).prop_map(|(t, u)| format!(
+                r#""extended_tweet":{{"full_text":{t},"entities":{{"urls":{u},"media":{u}}}}}"#
+            )),
+            (json_string(), urls.clone()).prop_map(|(t, u)| format!(
+                r#""retweeted_status":{{"te\u0078t":{t},"user":{{"id":2}},"entities":{{"urls":{u}}}}}"#
+            )),
+            json_string().prop_map(|t| format!(r#""text":{t}"#)),
+            json_string().prop_map(|t| format!(r#""full_text":{t}"#)),
+            json_string().prop_map(|t| format!(r#""te\u0078t":{t}"#)),
+            Just(r#""id_str":"5""#.to_string()),
+            Just(r#""id":9007199254740993"#.to_string()),
+            Just(r#""id":null"#.to_string()),
+            Just(r#""user":{"id":1,"entities":{"urls":[{"url":"u","expanded_url":"e"}]},"created_at":"x"}"#.to_string()),
+            Just(r#""created_at":"Wed Oct 10 20:19:24 +0000 2018""#.to_string()),
+            (json_string(), urls.clone()).prop_map(|(t, u)| format!(
+                r#""referenced_tweets":[{{"type":"quoted","text":"q"}},{{"type":"retweeted","text":{t},"entities":{{"urls":{u}}}}}]"#
+            )),
+            (json_string(), urls).prop_map(|(t, u)| format!(
+                r#""data":{{"id":"7","text":{t},"entities":{{"urls":{u}}},"created_at":"2018-10-10T20:19:24.000Z"}}"#
+            )),
+            Just(r#""delete":{"status":{"id":3,"id_str":"3"}}"#.to_string()),
+            Just(r#""x":[1,{"text":"no"},[]]"#.to_string()),
+        ];
+        proptest::collection::vec(member, 1..8).prop_map(|m| format!("{{{}}}", m.join(",")))
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
 
@@ -1689,25 +2024,39 @@ mod tests {
         #[test]
         fn the_fast_path_agrees_with_serde_json(
             value in json_value(),
-            edit in proptest::option::of((0usize..1000, 0usize..3, proptest::sample::select(vec!['{', '}', '[', ']', '"', ',', ':', '\\', 'u', '0', 'e', '-', '.', ' ', 'x', 'é']))),
+            edit in proptest::option::of(edit()),
         ) {
             let mut line = format!(r#"{{"id":1,"text":"t","v":{value}}}"#);
-            if let Some((at, kind, c)) = edit {
-                let boundaries: Vec<usize> = line.char_indices().map(|(i, _)| i).collect();
-                let at = boundaries[at % boundaries.len()];
-                match kind {
-                    0 => line.insert(at, c),
-                    1 => { line.remove(at); }
-                    _ => { line.remove(at); line.insert(at, c); }
-                }
+            if let Some(edit) = edit {
+                line = edited(line, edit);
             }
             for decoder in &decoders() {
-                proptest::prop_assert_eq!(outcome(decoder, &line, true), outcome(decoder, &line, false), "{}", line);
+                agrees(decoder, &line).map_err(proptest::test_runner::TestCaseError::fail)?;
             }
             // The value alone as the whole line too: ids and texts in every
             // shape, at the top or under `data`.
             for decoder in &decoders() {
-                proptest::prop_assert_eq!(outcome(decoder, &value, true), outcome(decoder, &value, false), "{}", value);
+                agrees(decoder, &value).map_err(proptest::test_runner::TestCaseError::fail)?;
+            }
+        }
+
+        /// Tweet-shaped lines, where the walk goes deep: URL entities in
+        /// arrays at several depths, repeated members (whole subtrees
+        /// replaced), escaped keys (`te\u0078t`, `ur\u006c`), retweets,
+        /// v2 references, notices, and the same with one character edited.
+        #[test]
+        fn tweet_shaped_lines_agree(
+            line in tweet_line(),
+            edit in proptest::option::of(edit()),
+        ) {
+            for decoder in &decoders() {
+                agrees(decoder, &line).map_err(proptest::test_runner::TestCaseError::fail)?;
+            }
+            if let Some(edit) = edit {
+                let line = edited(line, edit);
+                for decoder in &decoders() {
+                    agrees(decoder, &line).map_err(proptest::test_runner::TestCaseError::fail)?;
+                }
             }
         }
     }

@@ -320,7 +320,9 @@ fn non_space_run_end(text: &str, at: usize) -> usize {
         } else {
             // `i` is on a character boundary: every byte before it on this
             // run was a whole ASCII character or a whole character skipped.
-            let c = text[i..].chars().next().expect("not at the end");
+            let Some(c) = text[i..].chars().next() else {
+                return i;
+            };
             if c.is_whitespace() {
                 return i;
             }
@@ -670,7 +672,7 @@ fn push_url_token(out: &mut String, url: &str) {
     for (i, digit) in token[3..].iter_mut().enumerate() {
         *digit = HEX[(hash >> (60 - 4 * i)) as usize & 0xf];
     }
-    out.push_str(std::str::from_utf8(&token).expect("ASCII"));
+    out.extend(token.iter().map(|&b| char::from(b)));
 }
 
 #[cfg(test)]

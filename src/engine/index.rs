@@ -202,8 +202,8 @@ pub struct Index {
     evictions: u64,
     /// Under a window: (time, slot) of every indexed message.
     expiry: Option<BTreeSet<(i64, u32)>>,
-    /// Slots emptied by expiry or the byte budget, to fill first.
-    free: Vec<u32>,
+    /// Slots emptied by expiry, removal or the byte budget, to fill first.
+    free: FreeSlots,
     /// Bytes of the live entries' heap allocations and LRU bookkeeping
     /// (see [`held_bytes`]).
     held: usize,
@@ -272,7 +272,7 @@ impl Index {
             max_bucket,
             evictions: 0,
             expiry: None,
-            free: Vec::new(),
+            free: FreeSlots::default(),
             held: 0,
             max_bytes: None,
             ids: None,
@@ -558,7 +558,7 @@ impl Index {
     /// Whether `slot` holds an indexed message now (not one that expired
     /// or was evicted and is still on the free list).
     pub fn holds(&self, slot: u32) -> bool {
-        self.recency.contains(&slot)
+        (slot as usize) < self.entries.len() && !self.free.contains(slot)
     }
 
     /// The slot of the most recently inserted or touched message.
@@ -779,6 +779,41 @@ impl Index {
     /// Whether the table of ids is kept (a removal was asked for).
     pub fn tracks_ids(&self) -> bool {
         self.ids.is_some()
+    }
+}
+
+/// The slots emptied by expiry, removal or the byte budget: a stack, so
+/// the last emptied is filled first, and one bit per slot saying whether
+/// it is on it. That bit answers [`Index::holds`] for a slot the entries
+/// vector reaches, where asking `recency` would take three dependent reads
+/// (its control bytes, its bucket, the node), each a cache miss on a large
+/// index.
+#[derive(Debug, Default)]
+struct FreeSlots {
+    stack: Vec<u32>,
+    on_stack: Vec<u64>,
+}
+
+impl FreeSlots {
+    fn push(&mut self, slot: u32) {
+        let (word, bit) = (slot as usize / 64, slot % 64);
+        if self.on_stack.len() <= word {
+            self.on_stack.resize(word + 1, 0);
+        }
+        self.on_stack[word] |= 1 << bit;
+        self.stack.push(slot);
+    }
+
+    fn pop(&mut self) -> Option<u32> {
+        let slot = self.stack.pop()?;
+        self.on_stack[slot as usize / 64] &= !(1 << (slot % 64));
+        Some(slot)
+    }
+
+    fn contains(&self, slot: u32) -> bool {
+        self.on_stack
+            .get(slot as usize / 64)
+            .is_some_and(|word| word & (1 << (slot % 64)) != 0)
     }
 }
 
@@ -1070,11 +1105,16 @@ mod tests {
         assert_eq!(index.len(), 2);
         assert_eq!(index.evictions(), 1);
         assert!(index.exact(set_fingerprint(&[2]), &[2]).is_none());
+        assert_eq!(
+            (0..4).map(|slot| index.holds(slot)).collect::<Vec<_>>(),
+            [true, true, false, false]
+        );
         let mut found = Vec::new();
         index.candidates(&[102], &mut found);
         assert!(found.is_empty());
         // The freed slot is filled before anything is evicted.
         assert!(timed(&mut index, 3, 70).is_none());
+        assert!(index.holds(2));
         assert_eq!(index.len(), 3);
         assert_eq!(index.exact(set_fingerprint(&[3]), &[3]), Some(2));
         // Full again: the least recently used goes, and its time with it.
@@ -1188,10 +1228,15 @@ mod tests {
         found.sort_unstable();
         assert_eq!(found, [0, 2, 3], "the shared key keeps the others");
         assert_eq!((index.evictions(), index.removals()), (0, 1));
+        assert_eq!(
+            (0..4).map(|slot| index.holds(slot)).collect::<Vec<_>>(),
+            [true, false, true, true]
+        );
         // The freed slot takes the next message without an eviction; then
         // the least recently used go in their order, as if 2 never came.
         assert!(insert(&mut index, 5, &[5], &[15]).is_none());
         assert_eq!(index.exact(set_fingerprint(&[5]), &[5]), Some(1));
+        assert!(index.holds(1));
         let evicted: Vec<_> = (6..=8)
             .map(|seq| insert(&mut index, seq, &[seq as u32], &[10 + seq as u32]))
             .collect();

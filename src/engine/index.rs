@@ -488,6 +488,16 @@ impl Index {
         });
     }
 
+    /// Starts loading the entries in `slots` (a hint: a slot since given to
+    /// another message, or out of range, costs nothing but the hint).
+    pub fn prefetch_slots(&self, slots: impl IntoIterator<Item = u32>) {
+        for slot in slots {
+            if let Some(entry) = self.peek(slot) {
+                prefetch_entry(entry);
+            }
+        }
+    }
+
     /// [`PrefetchStage::Sets`] of the slots [`Index::prefetch_entries`]
     /// noted. A slot since given to another message is only a wasted
     /// hint.

@@ -1187,8 +1187,15 @@ impl IndexStore for Deduper {
                     continue;
                 };
                 // With the overlaps counted, the decision reads the entries
-                // of only the few candidates that could reach the floor.
-                if counted.is_some() && stage != PrefetchStage::Postings {
+                // of only the few candidates that could reach the floor,
+                // and not their sets.
+                if let Some(counted) = &counted
+                    && stage != PrefetchStage::Postings
+                {
+                    if stage == PrefetchStage::Entries {
+                        let slots = counted.of(position + distance).iter().map(|&(slot, _)| slot);
+                        self.index.prefetch_slots(slots);
+                    }
                     continue;
                 }
                 // The sets stage reads the slots the entries stage noted

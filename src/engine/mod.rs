@@ -1193,7 +1193,10 @@ impl IndexStore for Deduper {
                     && stage != PrefetchStage::Postings
                 {
                     if stage == PrefetchStage::Entries {
-                        let slots = counted.of(position + distance).iter().map(|&(slot, _)| slot);
+                        let slots = counted
+                            .of(position + distance)
+                            .iter()
+                            .map(|&(slot, _)| slot);
                         self.index.prefetch_slots(slots);
                     }
                     continue;

@@ -90,5 +90,5 @@ pub mod values;
 pub use config::{EmptyText, EngineConfig, Measure, Sampling, Shingling};
 pub use engine::{Deduper, Match, Preparer, Sketch, SketchBuf, Verdict};
 pub use error::{ConfigError, Error, InvalidLine, InvalidReason, StoreError};
-pub use record::{Decoder, FieldSpec, MessageId};
+pub use record::{Decoder, FieldSpec, MessageId, RawId};
 pub use stats::Summary;

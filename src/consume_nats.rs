@@ -30,6 +30,8 @@
 //!   the output stream are created when missing, and said so; existing ones
 //!   whose settings conflict with this worker's are refused with
 //!   [`NatsError::Conflict`] before anything is read.
+//!   Workers that start together may all find them missing: the server
+//!   lets one create each, and the others check what it made.
 //! - NATS unreachable (a restart, a network cut): the client reconnects by
 //!   itself, and every step of a batch is retried with backoff, reported on
 //!   stderr every ten seconds and in the metrics (`/healthz` answers 503).
@@ -511,6 +513,12 @@ async fn stream_info(
 
 /// Makes the stream `name` on `subjects` if it is missing (saying so), or
 /// checks that the existing one takes them; returns its duplicate window.
+///
+/// Workers of a fleet often start together, and each may find the stream
+/// missing: the server refuses all creations but the first ("subjects
+/// overlap", "name already in use"). A worker whose creation is refused
+/// therefore looks again, and checks the stream another worker made as it
+/// checks any existing one; only a stream still missing is a refusal.
 async fn ensure_stream(
     js: &jetstream::Context,
     retry: &Retry<'_>,
@@ -518,36 +526,56 @@ async fn ensure_stream(
     subjects: &[&str],
     role: &str,
 ) -> Result<Duration, NatsError> {
-    let found = retry
-        .run("looking up the streams", || stream_info(js, name))
-        .await??;
-    if let Some((taken, window)) = found {
-        for subject in subjects {
-            if !taken.iter().any(|p| subject_matches(p, subject)) {
-                return Err(NatsError::Conflict(format!(
-                    "stream {name:?} (the {role}) exists with subjects {taken:?}, which do not \
-                     take {subject:?}: add the subject to it, or name another stream"
-                )));
+    let mut refused = None;
+    for _ in 0..2 {
+        let found = retry
+            .run("looking up the streams", || stream_info(js, name))
+            .await??;
+        if let Some((taken, window)) = found {
+            for subject in subjects {
+                if !taken.iter().any(|p| subject_matches(p, subject)) {
+                    return Err(NatsError::Conflict(format!(
+                        "stream {name:?} (the {role}) exists with subjects {taken:?}, which do \
+                         not take {subject:?}: add the subject to it, or name another stream"
+                    )));
+                }
             }
+            return Ok(window);
         }
-        return Ok(window);
+        match create_stream(js, retry, name, subjects).await? {
+            Ok(window) => {
+                tracing::info!(stream = name, subjects = ?subjects, "created the {role} (it was missing)");
+                return Ok(window);
+            }
+            Err(e) => refused = Some(e),
+        }
     }
+    Err(refused.unwrap_or_else(|| NatsError::Refused {
+        what: format!("creating stream {name:?}"),
+        reason: "it stayed missing".into(),
+    }))
+}
+
+/// Asks the server to create the stream `name` on `subjects`: its
+/// duplicate window, or the server's refusal (`Err` inside).
+async fn create_stream(
+    js: &jetstream::Context,
+    retry: &Retry<'_>,
+    name: &str,
+    subjects: &[&str],
+) -> Result<Result<Duration, NatsError>, NatsError> {
     let config = stream::Config {
         name: name.to_string(),
         subjects: subjects.iter().map(|s| s.to_string()).collect(),
         storage: stream::StorageType::File,
         ..Default::default()
     };
-    let info = retry
+    retry
         .run("creating a stream", || {
             let config = config.clone();
             async move {
                 match js.create_stream(config).await {
-                    Ok(mut stream) => Ok(Ok(stream
-                        .info()
-                        .await
-                        .map(|i| i.config.duplicate_window)
-                        .unwrap_or_default())),
+                    Ok(stream) => Ok(Ok(stream.cached_info().config.duplicate_window)),
                     Err(e) => match e.kind() {
                         jetstream::context::CreateStreamErrorKind::JetStream(_) => {
                             Ok(Err(NatsError::Refused {
@@ -560,9 +588,7 @@ async fn ensure_stream(
                 }
             }
         })
-        .await??;
-    tracing::info!(stream = name, subjects = ?subjects, "created the {role} (it was missing)");
-    Ok(info)
+        .await
 }
 
 /// Makes the streams and the consumer this worker needs, or checks the
@@ -631,16 +657,78 @@ async fn setup(
     let stream = retry
         .run("opening the input stream", || js.get_stream(&config.stream))
         .await?;
-    let existing = retry
+    // As with streams, workers starting together may each find the
+    // consumer missing: one whose creation is refused looks again.
+    let mut refused = None;
+    for _ in 0..2 {
+        if let Some(found) = consumer_config(&stream, retry, &config.durable).await? {
+            check_consumer(&found, config)?;
+            refused = None;
+            break;
+        }
+        let consumer = pull::Config {
+            durable_name: Some(config.durable.clone()),
+            filter_subject: config.subject.clone(),
+            ack_policy: jetstream::consumer::AckPolicy::Explicit,
+            ack_wait: config.ack_wait,
+            ..Default::default()
+        };
+        let created = retry
+            .run("creating the consumer", || async {
+                match stream.create_consumer(consumer.clone()).await {
+                    Ok(_) => Ok(Ok(())),
+                    Err(e) => match e.kind() {
+                        jetstream::stream::ConsumerErrorKind::JetStream(_) => {
+                            Ok(Err(NatsError::Refused {
+                                what: format!("creating consumer {:?}", config.durable),
+                                reason: e.to_string(),
+                            }))
+                        }
+                        _ => Err(async_nats::Error::from(e)),
+                    },
+                }
+            })
+            .await?;
+        match created {
+            Ok(()) => {
+                tracing::info!(
+                    stream = %config.stream,
+                    durable = %config.durable,
+                    subject = %config.subject,
+                    "created the durable consumer (it was missing)"
+                );
+                refused = None;
+                break;
+            }
+            Err(e) => refused = Some(e),
+        }
+    }
+    if let Some(e) = refused {
+        return Err(e);
+    }
+    retry
+        .run("opening the consumer", || {
+            stream.get_consumer::<pull::Config>(&config.durable)
+        })
+        .await
+}
+
+/// The settings of the durable consumer `name`; `None` if missing.
+async fn consumer_config(
+    stream: &jetstream::stream::Stream,
+    retry: &Retry<'_>,
+    name: &str,
+) -> Result<Option<jetstream::consumer::Config>, NatsError> {
+    retry
         .run("looking up the consumer", || async {
             use jetstream::context::ConsumerInfoErrorKind as Kind;
-            match stream.consumer_info(&config.durable).await {
-                Ok(info) => Ok(Ok(Some(info.config))),
+            match stream.consumer_info(name).await {
+                Ok(info) => Ok(Ok(Some(info.config.clone()))),
                 Err(e) => match e.kind() {
                     Kind::NotFound => Ok(Ok(None)),
                     Kind::InvalidName | Kind::JetStream(_) | Kind::StreamNotFound => {
                         Ok(Err(NatsError::Refused {
-                            what: format!("looking up consumer {:?}", config.durable),
+                            what: format!("looking up consumer {name:?}"),
                             reason: e.to_string(),
                         }))
                     }
@@ -648,67 +736,46 @@ async fn setup(
                 },
             }
         })
-        .await??;
-    match existing {
-        Some(found) => {
-            let mut conflicts = Vec::new();
-            if found.deliver_subject.is_some() {
-                conflicts.push("it is a push consumer (this worker pulls)".to_string());
-            }
-            if found.ack_policy != jetstream::consumer::AckPolicy::Explicit {
-                conflicts.push(format!(
-                    "its ack policy is {:?}, not explicit",
-                    found.ack_policy
-                ));
-            }
-            if found.filter_subject != config.subject {
-                conflicts.push(format!(
-                    "it filters {:?}, not {:?}",
-                    found.filter_subject, config.subject
-                ));
-            }
-            if found.ack_wait != config.ack_wait {
-                conflicts.push(format!(
-                    "its ack wait is {:?}, not {:?} (--ack-wait)",
-                    found.ack_wait, config.ack_wait
-                ));
-            }
-            if !conflicts.is_empty() {
-                return Err(NatsError::Conflict(format!(
-                    "consumer {:?} on stream {:?} exists with other settings: {}; start with \
-                     its settings, name another --durable, or delete it",
-                    config.durable,
-                    config.stream,
-                    conflicts.join("; ")
-                )));
-            }
-        }
-        None => {
-            let consumer = pull::Config {
-                durable_name: Some(config.durable.clone()),
-                filter_subject: config.subject.clone(),
-                ack_policy: jetstream::consumer::AckPolicy::Explicit,
-                ack_wait: config.ack_wait,
-                ..Default::default()
-            };
-            retry
-                .run("creating the consumer", || {
-                    stream.create_consumer(consumer.clone())
-                })
-                .await?;
-            tracing::info!(
-                stream = %config.stream,
-                durable = %config.durable,
-                subject = %config.subject,
-                "created the durable consumer (it was missing)"
-            );
-        }
+        .await?
+}
+
+/// Refuses an existing consumer whose settings are not this worker's.
+fn check_consumer(
+    found: &jetstream::consumer::Config,
+    config: &NatsConfig,
+) -> Result<(), NatsError> {
+    let mut conflicts = Vec::new();
+    if found.deliver_subject.is_some() {
+        conflicts.push("it is a push consumer (this worker pulls)".to_string());
     }
-    retry
-        .run("opening the consumer", || {
-            stream.get_consumer::<pull::Config>(&config.durable)
-        })
-        .await
+    if found.ack_policy != jetstream::consumer::AckPolicy::Explicit {
+        conflicts.push(format!(
+            "its ack policy is {:?}, not explicit",
+            found.ack_policy
+        ));
+    }
+    if found.filter_subject != config.subject {
+        conflicts.push(format!(
+            "it filters {:?}, not {:?}",
+            found.filter_subject, config.subject
+        ));
+    }
+    if found.ack_wait != config.ack_wait {
+        conflicts.push(format!(
+            "its ack wait is {:?}, not {:?} (--ack-wait)",
+            found.ack_wait, config.ack_wait
+        ));
+    }
+    if conflicts.is_empty() {
+        return Ok(());
+    }
+    Err(NatsError::Conflict(format!(
+        "consumer {:?} on stream {:?} exists with other settings: {}; start with its settings, \
+         name another --durable, or delete it",
+        config.durable,
+        config.stream,
+        conflicts.join("; ")
+    )))
 }
 
 /// Fetches a batch: what is ready now, else waits up to [`IDLE_WAIT`] for

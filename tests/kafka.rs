@@ -95,6 +95,17 @@ fn terminate(child: &mut Child) -> ExitStatus {
     }
 }
 
+/// SIGTERM, then asserts the worker stopped with success; shows its log
+/// when it did not (it may have stopped long before).
+fn stops_cleanly(child: &mut Child, log: &Path) {
+    let status = terminate(child);
+    assert!(
+        status.success(),
+        "the worker stopped with {status}; its log:\n{}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
+}
+
 /// Waits until `done` holds (at most `limit`), polling; on a timeout
 /// shows the workers' logs.
 fn wait_for(limit: Duration, what: &str, logs: &[&Path], mut done: impl FnMut() -> bool) {
@@ -563,7 +574,7 @@ fn the_state_saved_at_sigterm_carries_the_index_over_a_restart() {
         &[&log],
         || committed(&broker) >= 10,
     );
-    assert!(terminate(&mut first).success());
+    stops_cleanly(&mut first, &log);
     // The first tweet again, under another id.
     let copy = String::from_utf8(tweets(1).remove(0))
         .unwrap()
@@ -577,7 +588,7 @@ fn the_state_saved_at_sigterm_carries_the_index_over_a_restart() {
         &[&log],
         || committed(&broker) >= 11,
     );
-    assert!(terminate(&mut second).success());
+    stops_cleanly(&mut second, &log);
     let outputs = broker.read(OUT);
     assert_eq!(outputs.len(), 11);
     let last = String::from_utf8_lossy(&outputs[10].value).into_owned();

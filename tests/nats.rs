@@ -2,8 +2,8 @@
 //! `nats-server`; skipped, saying so, without one unless
 //! `DEDUP_REQUIRE_NATS=1`): the filter's output with one worker, dead
 //! letters, SIGTERM, exactly one output per input through `kill -9` of the
-//! worker and a restart of the server, and a consumer whose settings
-//! conflict.
+//! worker and a restart of the server, a consumer whose settings
+//! conflict, and workers that start together on a new server.
 
 mod common;
 
@@ -98,6 +98,17 @@ fn terminate(child: &mut Child) -> ExitStatus {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// SIGTERM, then asserts the worker stopped with success; shows its log
+/// when it did not (it may have stopped long before).
+fn stops_cleanly(child: &mut Child, log: &Path) {
+    let status = terminate(child);
+    assert!(
+        status.success(),
+        "the worker stopped with {status}; its log:\n{}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
 }
 
 /// Waits until `done` holds (at most `limit`), polling; on a timeout
@@ -401,7 +412,7 @@ fn a_consumer_with_other_settings_is_refused() {
     wait_for(Duration::from_secs(20), "the consumer", &log, || {
         std::fs::read_to_string(&log).is_ok_and(|l| l.contains("created the durable consumer"))
     });
-    assert!(terminate(&mut child).success());
+    stops_cleanly(&mut child, &log);
 
     let url = server.url();
     let refused = |extra: &[&str]| {
@@ -519,7 +530,7 @@ fn the_state_file_carries_the_index_across_restarts() {
     wait_for(Duration::from_secs(20), "the first output", &log, || {
         client.count(OUT_STREAM) >= 1
     });
-    assert!(terminate(&mut child).success());
+    stops_cleanly(&mut child, &log);
     assert!(state.exists(), "saved at the stop");
 
     client.publish(
@@ -530,10 +541,78 @@ fn the_state_file_carries_the_index_across_restarts() {
     wait_for(Duration::from_secs(20), "the second output", &log, || {
         client.count(OUT_STREAM) >= 2
     });
-    assert!(terminate(&mut child).success());
+    stops_cleanly(&mut child, &log);
     let outputs = outputs(&client);
     let second = String::from_utf8_lossy(&outputs[1].payload).into_owned();
     assert!(second.contains(r#""duplicate_of":"1""#), "{second}");
+}
+
+#[test]
+fn workers_started_together_all_set_up_the_streams_and_consumer_they_share() {
+    // Each worker of a fleet started at once may find the streams and the
+    // consumer missing; the server refuses every creation but one, and the
+    // others must take what the first made, not stop. The workers run in
+    // this process, so that their requests reach the server together, and
+    // are told to stop before they start: each sets up, then returns.
+    // Before the fix, one round in 30 to 60 lost a worker.
+    use dedup_stream::consume_nats::{self, NatsConfig};
+    use dedup_stream::{Deduper, EngineConfig, Preparer};
+    use std::sync::atomic::AtomicBool;
+
+    let test = "workers_started_together_all_set_up_the_streams_and_consumer_they_share";
+    if !available(test) {
+        return;
+    }
+    let server = NatsServer::start();
+    let client = Client::connect(&server.url());
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let engine = EngineConfig::default();
+    let preparer = Preparer::new(&engine);
+    let metrics = std::sync::Arc::new(dedup_stream::server::metrics::Metrics::default());
+    let stop = AtomicBool::new(true);
+    let nats = consume_nats::NatsServer {
+        url: server.url(),
+        creds: None,
+        ca: None,
+    };
+    for round in 0..300 {
+        let (input, output) = (format!("in{round}"), format!("out{round}"));
+        let config = NatsConfig {
+            stream: input.clone(),
+            subject: format!("{input}.x"),
+            durable: "dedup".into(),
+            output_subject: format!("{output}.x"),
+            output_stream: Some(output.clone()),
+            dead_letter_subject: format!("{output}.x.invalid"),
+            emit: Default::default(),
+            fields: Default::default(),
+            batch: 4,
+            max_line_bytes: 1 << 20,
+            ack_wait: Duration::from_secs(2),
+        };
+        let results = runtime.block_on(async {
+            let mut clients = Vec::new();
+            for _ in 0..4 {
+                clients.push(consume_nats::connect(&nats).await.expect("connected"));
+            }
+            futures::future::join_all(clients.into_iter().map(|client| {
+                let (config, preparer, stop, metrics) = (&config, &preparer, &stop, &metrics);
+                let engine = &engine;
+                async move {
+                    let deduper = Deduper::new(engine.clone()).expect("an engine");
+                    let mut store = consume_nats::Memo::new(deduper);
+                    consume_nats::run(client, config, preparer, &mut store, stop, metrics).await
+                }
+            }))
+            .await
+        });
+        for result in results {
+            if let Err(e) = result {
+                panic!("round {round}: a worker stopped: {e}");
+            }
+        }
+        assert_eq!(client.consumer_backlog(&input, "dedup"), (0, 0));
+    }
 }
 
 #[test]
@@ -571,8 +650,8 @@ fn two_workers_sharing_an_index_in_redis_answer_each_input_once_through_a_kill()
                 && client.count(OUT_STREAM) >= lines.len() as u64
         },
     );
-    assert!(terminate(&mut b).success());
-    assert!(terminate(&mut c).success());
+    stops_cleanly(&mut b, &logs[1]);
+    stops_cleanly(&mut c, &logs[2]);
     let outputs = outputs(&client);
     assert_eq!(outputs.len(), lines.len(), "exactly one output per input");
     let answered = by_sequence(&outputs);
@@ -662,7 +741,7 @@ fn health_follows_the_server_and_a_password_in_the_url_logs_in() {
     wait_for(Duration::from_secs(25), "/healthz 200 again", &log, || {
         http_status(admin, "/healthz") == 200
     });
-    assert!(terminate(&mut child).success());
+    stops_cleanly(&mut child, &log);
     let stderr = std::fs::read_to_string(&log).unwrap();
     assert!(!stderr.contains("s3cret"), "{stderr}");
     assert!(stderr.contains("NATS reachable again"), "{stderr}");
@@ -699,7 +778,7 @@ fn a_token_in_the_url_logs_in() {
     wait_for(Duration::from_secs(20), "the consumer", &log, || {
         std::fs::read_to_string(&log).is_ok_and(|l| l.contains("created the durable consumer"))
     });
-    assert!(terminate(&mut child).success());
+    stops_cleanly(&mut child, &log);
     let stderr = std::fs::read_to_string(&log).unwrap();
     assert!(!stderr.contains("t0ken"), "{stderr}");
 }

@@ -1,15 +1,17 @@
 //! Decoding alone: microseconds per line to read a record's id, text and URL
 //! entities, next to serde_json's validate-only pass (`IgnoredAny`) over the
-//! same lines in the same run.
+//! same lines in the same run, and sonic-rs's (`sonic`: the same pass on the
+//! parser the decoder walks).
 //!
 //! ```text
-//! cargo run --release --example decode -- [all|floor|default|chosen] [ROUNDS] < stream.jsonl
+//! cargo run --release --example decode -- [all|floor|sonic|default|chosen|read] [ROUNDS] < stream.jsonl
 //! ```
 //!
 //! `default` is field discovery, `chosen` is `--id-field id_str --text-field
 //! text`; `all` times the three, interleaved, and keeps each one's best
 //! round (this machine is shared). One mode alone is what to run under
-//! `valgrind --tool=callgrind`.
+//! `valgrind --tool=callgrind`; `read` only reads and splits the input, the
+//! part of every mode's count that is not decoding.
 
 use std::io::{self, Read};
 use std::time::Instant;
@@ -37,6 +39,12 @@ fn main() -> io::Result<()> {
             .filter(|l| serde_json::from_slice::<serde::de::IgnoredAny>(l).is_ok())
             .count()
     };
+    let sonic = |lines: &[&[u8]]| {
+        lines
+            .iter()
+            .filter(|l| sonic_rs::from_slice::<serde::de::IgnoredAny>(l).is_ok())
+            .count()
+    };
     let decode = |decoder: &Decoder, lines: &[&[u8]]| {
         lines
             .iter()
@@ -45,7 +53,7 @@ fn main() -> io::Result<()> {
             .sum::<usize>()
     };
     let modes: Vec<&str> = match mode.as_str() {
-        "all" => vec!["floor", "default", "chosen"],
+        "all" => vec!["floor", "sonic", "default", "chosen"],
         one => vec![one],
     };
     let mut best = vec![f64::INFINITY; modes.len()];
@@ -54,6 +62,8 @@ fn main() -> io::Result<()> {
             let started = Instant::now();
             let n = match *mode {
                 "floor" => floor(&lines),
+                "sonic" => sonic(&lines),
+                "read" => lines.len(),
                 "default" => decode(&default, &lines),
                 "chosen" => decode(&chosen, &lines),
                 other => panic!("unknown mode {other}"),

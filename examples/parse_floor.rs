@@ -2,12 +2,14 @@
 //! stdin and parses each with serde_json, deciding nothing.
 //!
 //! ```text
-//! cargo run --release --example parse_floor -- [value|ignored] < stream.jsonl
+//! cargo run --release --example parse_floor -- [value|ignored|sonic] < stream.jsonl
 //! ```
 //!
 //! `value` builds a `serde_json::Value` per line (what a consumer that parses
 //! its input does); `ignored` only validates (`IgnoredAny`), the fastest
-//! parse serde_json offers. Prints `lines seconds` on stdout.
+//! parse serde_json offers; `sonic` validates with sonic-rs (`IgnoredAny`
+//! through its SIMD parser), the floor of the decoder's own parser. Prints
+//! `lines seconds` on stdout.
 
 use std::io::{self, BufRead};
 use std::time::Instant;
@@ -26,6 +28,7 @@ fn main() -> io::Result<()> {
         lines += 1;
         let ok = match mode.as_str() {
             "ignored" => serde_json::from_slice::<serde::de::IgnoredAny>(&line).is_ok(),
+            "sonic" => sonic_rs::from_slice::<serde::de::IgnoredAny>(&line).is_ok(),
             _ => serde_json::from_slice::<serde_json::Value>(&line).is_ok(),
         };
         parsed += u64::from(ok);

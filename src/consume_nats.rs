@@ -526,8 +526,8 @@ async fn ensure_stream(
     subjects: &[&str],
     role: &str,
 ) -> Result<Duration, NatsError> {
-    let mut refused = None;
-    for _ in 0..2 {
+    let mut looked_again = false;
+    loop {
         let found = retry
             .run("looking up the streams", || stream_info(js, name))
             .await??;
@@ -547,13 +547,10 @@ async fn ensure_stream(
                 tracing::info!(stream = name, subjects = ?subjects, "created the {role} (it was missing)");
                 return Ok(window);
             }
-            Err(e) => refused = Some(e),
+            Err(refused) if looked_again => return Err(refused),
+            Err(_) => looked_again = true,
         }
     }
-    Err(refused.unwrap_or_else(|| NatsError::Refused {
-        what: format!("creating stream {name:?}"),
-        reason: "it stayed missing".into(),
-    }))
 }
 
 /// Asks the server to create the stream `name` on `subjects`: its
@@ -659,37 +656,13 @@ async fn setup(
         .await?;
     // As with streams, workers starting together may each find the
     // consumer missing: one whose creation is refused looks again.
-    let mut refused = None;
-    for _ in 0..2 {
+    let mut looked_again = false;
+    loop {
         if let Some(found) = consumer_config(&stream, retry, &config.durable).await? {
             check_consumer(&found, config)?;
-            refused = None;
             break;
         }
-        let consumer = pull::Config {
-            durable_name: Some(config.durable.clone()),
-            filter_subject: config.subject.clone(),
-            ack_policy: jetstream::consumer::AckPolicy::Explicit,
-            ack_wait: config.ack_wait,
-            ..Default::default()
-        };
-        let created = retry
-            .run("creating the consumer", || async {
-                match stream.create_consumer(consumer.clone()).await {
-                    Ok(_) => Ok(Ok(())),
-                    Err(e) => match e.kind() {
-                        jetstream::stream::ConsumerErrorKind::JetStream(_) => {
-                            Ok(Err(NatsError::Refused {
-                                what: format!("creating consumer {:?}", config.durable),
-                                reason: e.to_string(),
-                            }))
-                        }
-                        _ => Err(async_nats::Error::from(e)),
-                    },
-                }
-            })
-            .await?;
-        match created {
+        match create_consumer(&stream, retry, config).await? {
             Ok(()) => {
                 tracing::info!(
                     stream = %config.stream,
@@ -697,14 +670,11 @@ async fn setup(
                     subject = %config.subject,
                     "created the durable consumer (it was missing)"
                 );
-                refused = None;
                 break;
             }
-            Err(e) => refused = Some(e),
+            Err(refused) if looked_again => return Err(refused),
+            Err(_) => looked_again = true,
         }
-    }
-    if let Some(e) = refused {
-        return Err(e);
     }
     retry
         .run("opening the consumer", || {
@@ -737,6 +707,38 @@ async fn consumer_config(
             }
         })
         .await?
+}
+
+/// Asks the server to create this worker's durable pull consumer on
+/// `stream`: `Err` inside when the server refuses.
+async fn create_consumer(
+    stream: &jetstream::stream::Stream,
+    retry: &Retry<'_>,
+    config: &NatsConfig,
+) -> Result<Result<(), NatsError>, NatsError> {
+    let consumer = pull::Config {
+        durable_name: Some(config.durable.clone()),
+        filter_subject: config.subject.clone(),
+        ack_policy: jetstream::consumer::AckPolicy::Explicit,
+        ack_wait: config.ack_wait,
+        ..Default::default()
+    };
+    retry
+        .run("creating the consumer", || async {
+            match stream.create_consumer(consumer.clone()).await {
+                Ok(_) => Ok(Ok(())),
+                Err(e) => match e.kind() {
+                    jetstream::stream::ConsumerErrorKind::JetStream(_) => {
+                        Ok(Err(NatsError::Refused {
+                            what: format!("creating consumer {:?}", config.durable),
+                            reason: e.to_string(),
+                        }))
+                    }
+                    _ => Err(async_nats::Error::from(e)),
+                },
+            }
+        })
+        .await
 }
 
 /// Refuses an existing consumer whose settings are not this worker's.

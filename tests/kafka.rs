@@ -10,11 +10,11 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::kafka::{Broker, Stored, available};
-use common::run;
+use common::{run, stops_cleanly, terminate};
 
 const IN: &str = "tweets";
 const OUT: &str = "tagged";
@@ -74,36 +74,6 @@ fn worker(broker: &Broker, extra: &[&str], log: &Path) -> Child {
         .stderr(std::fs::File::create(log).expect("a log file"))
         .spawn()
         .expect("the worker starts")
-}
-
-/// SIGTERM, then the exit status (waiting at most 30 s).
-fn terminate(child: &mut Child) -> ExitStatus {
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the worker did not stop within 30 s of SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// SIGTERM, then asserts the worker stopped with success; shows its log
-/// when it did not (it may have stopped long before).
-fn stops_cleanly(child: &mut Child, log: &Path) {
-    let status = terminate(child);
-    assert!(
-        status.success(),
-        "the worker stopped with {status}; its log:\n{}",
-        std::fs::read_to_string(log).unwrap_or_default()
-    );
 }
 
 /// Waits until `done` holds (at most `limit`), polling; on a timeout

@@ -9,11 +9,11 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::nats::{Client, NatsServer, Stored, available};
-use common::{bin, run};
+use common::{bin, run, stops_cleanly, terminate};
 
 const IN_STREAM: &str = "tweets";
 const IN_SUBJECT: &str = "tweets.in";
@@ -79,36 +79,6 @@ fn worker(server: &NatsServer, extra: &[&str], log: &Path) -> Child {
         .stderr(std::fs::File::create(log).expect("a log file"))
         .spawn()
         .expect("the worker starts")
-}
-
-/// SIGTERM, then the exit status (waiting at most 20 s).
-fn terminate(child: &mut Child) -> ExitStatus {
-    Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the worker did not stop within 20 s of SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// SIGTERM, then asserts the worker stopped with success; shows its log
-/// when it did not (it may have stopped long before).
-fn stops_cleanly(child: &mut Child, log: &Path) {
-    let status = terminate(child);
-    assert!(
-        status.success(),
-        "the worker stopped with {status}; its log:\n{}",
-        std::fs::read_to_string(log).unwrap_or_default()
-    );
 }
 
 /// Waits until `done` holds (at most `limit`), polling; on a timeout

@@ -9,7 +9,8 @@ pub mod served;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// The fixture feeds with expected outputs (`fixtures/NAME.jsonl`,
 /// `fixtures/expected/NAME.jsonl`) and the options each runs with. A name
@@ -120,4 +121,34 @@ pub fn verdicts(output: &Output) -> Vec<serde_json::Value> {
             value["dedup"].clone()
         })
         .collect()
+}
+
+/// Sends a worker SIGTERM, then waits (at most 30 s) for its exit status.
+pub fn terminate(child: &mut Child) -> ExitStatus {
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the worker did not stop within 30 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// SIGTERM, then asserts the worker stopped with success; shows its log
+/// when it did not (it may have stopped long before).
+pub fn stops_cleanly(child: &mut Child, log: &Path) {
+    let status = terminate(child);
+    assert!(
+        status.success(),
+        "the worker stopped with {status}; its log:\n{}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
 }

@@ -414,7 +414,7 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
     // Without the sequence number, the run goes on from the newest
     // indexed message's; without the masks, the cap fills the buckets.
     let (next_seq, masks) = if version == FORMAT_VERSION {
-        let next_seq = r.u64()?;
+        let next_seq = arrival(r.u64()?)?;
         let bands = usize::from(r.u8()?);
         (next_seq, bands == deduper.preparer().lsh_params().bands)
     } else {
@@ -430,7 +430,7 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
     let mut shingles: Vec<u32> = Vec::with_capacity(r.bytes.len() / 4);
     let mut anchors: Vec<u32> = Vec::new();
     for _ in 0..count {
-        let seq = r.u64()?;
+        let seq = arrival(r.u64()?)?;
         let kind = r.u8()?;
         let id = r.id(kind)?;
         let (cluster, time) = if version == PREVIOUS_VERSION {
@@ -510,6 +510,17 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
     }
     deduper.restore_next_seq(next_seq);
     Ok(restored)
+}
+
+/// An arrival number read from a file: one a run can reach. A run counts
+/// one a message, so a number of 2^63 or more (three hundred thousand
+/// years at a million messages a second) is corruption, and one that is
+/// accepted leaves the count room to go on.
+fn arrival(seq: u64) -> Result<u64, ErrorKind> {
+    if seq >= 1 << 63 {
+        return Err(ErrorKind::Malformed("an arrival number out of range"));
+    }
+    Ok(seq)
 }
 
 /// Loads a state file into `deduper` (normally a new, empty one). A missing
@@ -807,6 +818,40 @@ mod tests {
         }
         d.check_text(MessageId::Raw("\"x\"".into()), TEXTS[1]);
         d
+    }
+
+    #[test]
+    fn arrival_numbers_no_run_reaches_are_refused() {
+        // Found by the fuzzer: an entry numbered u64::MAX overflowed the
+        // count of the next arrival.
+        let original = filled();
+        let bytes = encode(&original);
+        let shingling = original.config().shingle_settings();
+        let next_seq_at = MAGIC.len() + 4 + 8 + 1 + shingling.len() + 8;
+        let first_seq_at = next_seq_at + 8 + 1 + 8;
+        let seqs = [next_seq_at, first_seq_at];
+        for (at, value) in seqs.iter().flat_map(|&at| [(at, u64::MAX), (at, 1 << 63)]) {
+            let mut corrupt = bytes.clone();
+            corrupt[at..at + 8].copy_from_slice(&value.to_le_bytes());
+            let body = corrupt.len() - 4;
+            let checksum = crc32fast::hash(&corrupt[..body]);
+            corrupt[body..].copy_from_slice(&checksum.to_le_bytes());
+            let mut restored = deduper(Shingling::Words(2));
+            match decode_into(&corrupt, &mut restored) {
+                Err(ErrorKind::Malformed(what)) => assert!(what.contains("arrival"), "{what}"),
+                other => panic!("{value} at byte {at}: {other:?}"),
+            }
+            assert!(restored.index().is_empty());
+        }
+        // The largest number a file may hold is read.
+        let mut largest = bytes.clone();
+        largest[first_seq_at..first_seq_at + 8].copy_from_slice(&((1u64 << 63) - 1).to_le_bytes());
+        let body = largest.len() - 4;
+        let checksum = crc32fast::hash(&largest[..body]);
+        largest[body..].copy_from_slice(&checksum.to_le_bytes());
+        let mut restored = deduper(Shingling::Words(2));
+        decode_into(&largest, &mut restored).expect("read");
+        assert_eq!(restored.next_seq(), 1 << 63);
     }
 
     #[test]

@@ -870,7 +870,7 @@ impl Deduper {
             Some(posted) => self.index.insert_posted(id, insert, posted),
             None => self.index.insert(id, insert),
         };
-        self.next_seq = self.next_seq.max(seq + 1);
+        self.next_seq = self.next_seq.max(seq.saturating_add(1));
     }
 
     /// Restores the count of evictions (from a replica's snapshot, see

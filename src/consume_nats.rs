@@ -693,7 +693,7 @@ async fn consumer_config(
         .run("looking up the consumer", || async {
             use jetstream::context::ConsumerInfoErrorKind as Kind;
             match stream.consumer_info(name).await {
-                Ok(info) => Ok(Ok(Some(info.config.clone()))),
+                Ok(info) => Ok(Ok(Some(info.config))),
                 Err(e) => match e.kind() {
                     Kind::NotFound => Ok(Ok(None)),
                     Kind::InvalidName | Kind::JetStream(_) | Kind::StreamNotFound => {

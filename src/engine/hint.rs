@@ -1,5 +1,5 @@
 //! Hints to the hardware about the engine's big tables: software prefetch,
-//! huge pages, and pages of a discarded table handed back early. None
+//! huge pages, and a new table's pages faulted in ahead of use. None
 //! changes what the program computes, only how long its memory reads take
 //! and how much memory it holds.
 //!
@@ -62,48 +62,6 @@ pub fn huge_pages<T>(table: &[T]) {
     let _ = table;
 }
 
-/// Hands the whole pages inside `table` back to the kernel, a table about to
-/// be dropped whose contents are no longer needed: its memory stops counting
-/// towards the process's resident set at once instead of when the whole
-/// table is freed. Afterwards the released elements read as zero (or keep
-/// their values where nothing was released: off Linux, or a slice smaller
-/// than a page).
-///
-/// Returns how many leading elements of `table` lie before the end of the
-/// released range: call it again on the rest, from there on, to release
-/// further, without leaving a page between the two calls unreleased.
-pub fn release_pages(table: &mut [u64]) -> usize {
-    #[cfg(target_os = "linux")]
-    {
-        const PAGE: usize = 4096;
-        let start = table.as_ptr() as usize;
-        let end = start + std::mem::size_of_val(table);
-        let first = start.next_multiple_of(PAGE);
-        let last = end / PAGE * PAGE;
-        if last <= first {
-            return 0;
-        }
-        // SAFETY: the range lies inside `table`, which is borrowed mutably,
-        // so nothing else reads it; MADV_DONTNEED on private anonymous or
-        // heap memory only makes its pages read as zero afterwards, a valid
-        // value of u64. The allocator's own bookkeeping lies outside the
-        // elements, so it is untouched. An error releases nothing.
-        unsafe {
-            libc::madvise(
-                first as *mut libc::c_void,
-                last - first,
-                libc::MADV_DONTNEED,
-            )
-        };
-        (last - start) / size_of::<u64>()
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = table;
-        0
-    }
-}
-
 /// A thread faulting in a table's pages (see [`populate_in_background`]).
 /// Join it before the table is freed.
 #[derive(Debug)]
@@ -119,9 +77,9 @@ impl Populating {
 }
 
 /// Has a thread of its own fault in the pages of `table` (Linux's
-/// `MADV_POPULATE_WRITE`), last page first, so that the kernel allocates
+/// `MADV_POPULATE_WRITE`), first page first, so that the kernel allocates
 /// and zeroes them there rather than on the thread about to fill the table
-/// front to back: the two meet halfway. Contents are never touched (the
+/// back to front: the two meet halfway. Contents are never touched (the
 /// kernel maps the pages without writing them), so the owner may write the
 /// table meanwhile. `None` when there is nothing to do or no thread starts
 /// (then the pages are faulted in when first written, as ever).
@@ -140,9 +98,9 @@ pub fn populate_in_background<T>(table: &[T]) -> Option<Populating> {
             return None;
         }
         let populate = move || {
-            let mut to = last;
-            while to > first {
-                let from = to.saturating_sub(STEP).max(first);
+            let mut from = first;
+            while from < last {
+                let to = (from + STEP).min(last);
                 // SAFETY: the range lies inside the table, which the caller
                 // keeps allocated until this thread is joined; the call maps
                 // pages without reading or writing their contents. An error
@@ -157,7 +115,7 @@ pub fn populate_in_background<T>(table: &[T]) -> Option<Populating> {
                 if failed {
                     return;
                 }
-                to = from;
+                from = to;
             }
         };
         std::thread::Builder::new()

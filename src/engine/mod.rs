@@ -28,6 +28,7 @@
 //! than the window: [`window`] states the rule.
 
 pub mod bitmap;
+pub mod cells;
 pub mod explain;
 pub mod hint;
 pub mod index;

@@ -1,0 +1,155 @@
+//! The postings table's memory: 64-bit cells that grow in place, in address
+//! space reserved for them up front.
+//!
+//! A table that grows by allocating a bigger one and copying into it has the
+//! kernel zero every page of each new table as it is first written: on a
+//! virtual machine about 1 GB/s, a sixth of a run over 200,000 tweets
+//! (`docs/performance.md`), and the tables it grew from were half of it. So
+//! the cells live in an anonymous mapping reserved for more of them than the
+//! table holds, with no swap set aside for it (the kernel charges only for
+//! pages as they are first touched), and growing only lengthens the slice
+//! over it: the cells already there keep their pages, and only the added
+//! ones are new memory. A table that outgrows its reservation moves, once,
+//! into a bigger one.
+//!
+//! A reservation of a huge page or more starts on a huge-page boundary, so
+//! that every huge page inside the table can be one (see
+//! [`super::hint::huge_pages`]).
+
+use memmap2::{MmapMut, MmapOptions};
+
+/// Bytes of a huge page (x86-64 and most arm64 kernels).
+const HUGE_PAGE: usize = 2 << 20;
+
+/// Zeroed 64-bit cells in a reservation they can grow into without moving.
+pub struct Cells {
+    map: MmapMut,
+    /// Bytes from the mapping's start to the first cell.
+    start: usize,
+    /// Cells in use.
+    len: usize,
+}
+
+impl Cells {
+    /// `len` zero cells, which can grow to `reserve` cells in place. When
+    /// the system refuses the reservation, it is made for `len` cells only;
+    /// when it refuses that too, the process stops as on any allocation
+    /// failure.
+    pub fn new(len: usize, reserve: usize) -> Cells {
+        let reserve = reserve.max(len);
+        let map = |cells: usize| {
+            let bytes = cells.max(1) * size_of::<u64>();
+            let slack = if bytes >= HUGE_PAGE { HUGE_PAGE } else { 0 };
+            let map = MmapOptions::new()
+                .len(bytes + slack)
+                .no_reserve_swap()
+                .map_anon()?;
+            // A mapping starts on a page boundary, so its cells are aligned
+            // from offset 0; a large one moves on to a huge-page boundary.
+            let start = if slack == 0 {
+                0
+            } else {
+                map.as_ptr().align_offset(HUGE_PAGE)
+            };
+            std::io::Result::Ok(Cells { map, start, len })
+        };
+        map(reserve).or_else(|_| map(len)).unwrap_or_else(|_| {
+            std::alloc::handle_alloc_error(
+                std::alloc::Layout::array::<u64>(len).unwrap_or(std::alloc::Layout::new::<u64>()),
+            )
+        })
+    }
+
+    /// Cells in use.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Cells the reservation holds: growing up to here moves nothing.
+    pub fn capacity(&self) -> usize {
+        (self.map.len() - self.start) / size_of::<u64>()
+    }
+
+    /// The cells in use.
+    #[inline]
+    pub fn as_slice(&self) -> &[u64] {
+        bytemuck::cast_slice(&self.map[self.start..self.start + self.len * size_of::<u64>()])
+    }
+
+    /// The cells in use, to write.
+    #[inline]
+    pub fn as_mut_slice(&mut self) -> &mut [u64] {
+        let end = self.start + self.len * size_of::<u64>();
+        bytemuck::cast_slice_mut(&mut self.map[self.start..end])
+    }
+
+    /// Grows to `len` cells, the new ones zero: in place when the
+    /// reservation holds them, otherwise by moving into a new reservation
+    /// for `reserve` cells. Returns whether it moved.
+    pub fn grow(&mut self, len: usize, reserve: usize) -> bool {
+        debug_assert!(len >= self.len, "cells never shrink");
+        if len <= self.capacity() {
+            self.len = len;
+            return false;
+        }
+        let mut moved = Cells::new(len, reserve);
+        moved.as_mut_slice()[..self.len].copy_from_slice(self.as_slice());
+        *self = moved;
+        true
+    }
+}
+
+impl Clone for Cells {
+    fn clone(&self) -> Self {
+        let mut copy = Cells::new(self.len, self.capacity());
+        copy.as_mut_slice().copy_from_slice(self.as_slice());
+        copy
+    }
+}
+
+impl std::fmt::Debug for Cells {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cells")
+            .field("len", &self.len)
+            .field("capacity", &self.capacity())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grows_in_place_within_its_reservation_and_moves_past_it() {
+        let mut cells = Cells::new(16, 1 << 20);
+        assert_eq!(cells.as_slice(), [0; 16]);
+        cells.as_mut_slice()[3] = 7;
+        let before = cells.as_slice().as_ptr();
+        assert!(!cells.grow(1 << 19, 1 << 21));
+        assert_eq!(cells.as_slice().as_ptr(), before, "in place");
+        assert_eq!(cells.len(), 1 << 19);
+        assert_eq!(cells.as_slice()[3], 7);
+        assert!(cells.as_slice()[4..].iter().all(|&c| c == 0));
+        cells.as_mut_slice()[(1 << 19) - 1] = 9;
+        assert!(cells.grow(1 << 21, 1 << 22), "past its reservation");
+        assert!(cells.capacity() >= 1 << 22);
+        assert_eq!(cells.as_slice()[3], 7);
+        assert_eq!(cells.as_slice()[(1 << 19) - 1], 9);
+        assert_eq!(cells.as_slice().iter().filter(|&&c| c != 0).count(), 2);
+    }
+
+    #[test]
+    fn large_reservations_start_on_a_huge_page() {
+        let cells = Cells::new(16, HUGE_PAGE);
+        assert_eq!(cells.as_slice().as_ptr() as usize % HUGE_PAGE, 0);
+        let clone = cells.clone();
+        assert_eq!(clone.as_slice(), cells.as_slice());
+        assert!(clone.capacity() >= cells.capacity());
+    }
+}

@@ -360,20 +360,38 @@ fn next(at: usize, size: usize) -> usize {
 /// table back to front, and few postings displace another.
 fn rehash_in_place(cells: &mut [u64], old_size: usize) {
     let size = cells.len();
-    let mut put = vec![0u64; size.div_ceil(64)];
-    let is_put = |put: &[u64], at: usize| put[at / 64] >> (at % 64) & 1 != 0;
+    // Cells put below the cell being taken: above it, every cell is either
+    // put or empty, so these are the only ones a probe must ask about.
+    let mut put_below = vec![0u64; old_size.div_ceil(64)];
+    let is_put_below = |put: &[u64], at: usize| put[at / 64] >> (at % 64) & 1 != 0;
     for from in (0..old_size).rev() {
         let mut moving = cells[from];
-        if moving == 0 || is_put(&put, from) {
+        if moving == 0 || is_put_below(&put_below, from) {
             continue;
         }
         cells[from] = 0;
         loop {
             let mut at = home(key_of(moving), size);
-            while cells[at] != 0 && is_put(&put, at) {
+            // Most postings: a home above `from`, and a run that ends before
+            // the table's end.
+            if at > from {
+                while at < size && cells[at] != 0 {
+                    at += 1;
+                }
+                if at < size {
+                    cells[at] = moving;
+                    break;
+                }
+                at = 0;
+            }
+            while cells[at] != 0 && (at > from || is_put_below(&put_below, at)) {
                 at = next(at, size);
             }
-            put[at / 64] |= 1 << (at % 64);
+            // `from` itself is empty, so putting a posting there ends the
+            // chain, and every later cell taken lies below it.
+            if at < from {
+                put_below[at / 64] |= 1 << (at % 64);
+            }
             let displaced = std::mem::replace(&mut cells[at], moving);
             if displaced == 0 {
                 break;

@@ -50,10 +50,11 @@ impl Cells {
     pub fn new(len: usize, reserve: usize) -> Cells {
         let reserve = reserve.max(len);
         let map = |cells: usize| {
-            let bytes = cells.max(1) * size_of::<u64>();
+            let bytes = cells.max(1).saturating_mul(size_of::<u64>());
             let slack = if bytes >= HUGE_PAGE { HUGE_PAGE } else { 0 };
+            // A size past what can be mapped fails below, like any refusal.
             let mut map = MmapOptions::new()
-                .len(bytes + slack)
+                .len(bytes.saturating_add(slack))
                 .no_reserve_swap()
                 .map_anon()?;
             // A mapping starts on a page boundary, so its cells are aligned
@@ -168,6 +169,16 @@ mod tests {
         assert_eq!(cells.as_slice()[3], 7);
         assert_eq!(cells.as_slice()[(1 << 19) - 1], 9);
         assert_eq!(cells.as_slice().iter().filter(|&&c| c != 0).count(), 2);
+    }
+
+    #[test]
+    fn a_reservation_refused_is_made_for_the_cells_in_use() {
+        let mut cells = Cells::new(16, usize::MAX);
+        assert!(cells.capacity() >= 16 && cells.capacity() < 1 << 20);
+        cells.as_mut_slice()[15] = 1;
+        assert!(cells.grow(1 << 20, usize::MAX));
+        assert_eq!(cells.as_slice()[15], 1);
+        assert_eq!(cells.len(), 1 << 20);
     }
 
     #[test]

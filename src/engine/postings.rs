@@ -147,7 +147,7 @@ impl Postings {
     pub fn with_full_size(full_size: usize) -> Postings {
         let full_size = full_size.max(MIN_CELLS);
         Postings {
-            cells: Cells::new(MIN_CELLS, full_size * RESERVE_PAST_FULL_SIZE),
+            cells: Cells::new(MIN_CELLS, full_size.saturating_mul(RESERVE_PAST_FULL_SIZE)),
             len: 0,
             grow_at: grow_at(MIN_CELLS, full_size),
             full_size,
@@ -316,7 +316,7 @@ impl Postings {
         if let Some(populating) = self.populating.take() {
             populating.join();
         }
-        self.cells.grow(size, size * 2);
+        self.cells.grow(size, size.saturating_mul(2));
         let added = &self.cells.as_slice()[old_size..];
         huge_pages(added);
         // The rehash below fills the table from the back, so a thread of its

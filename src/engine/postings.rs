@@ -317,8 +317,10 @@ impl Postings {
             populating.join();
         }
         self.cells.grow(size, size.saturating_mul(2));
+        // The whole table: a huge page across the old end was not whole
+        // inside the old table.
+        huge_pages(self.cells.as_slice());
         let added = &self.cells.as_slice()[old_size..];
-        huge_pages(added);
         // The rehash below fills the table from the back, so a thread of its
         // own faults the added pages in from the front: the two meet halfway.
         if added.len() >= MIN_POPULATE_CELLS {

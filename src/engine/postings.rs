@@ -25,7 +25,7 @@
 //!
 //! It grows in place: its cells lie in address space reserved for twice its
 //! full size ([`Cells`]), so growing adds cells after the old ones and
-//! rehashes the postings where they lie ([`rehash_in_place`]). The kernel
+//! rehashes the postings where they lie (`rehash_in_place`). The kernel
 //! zeroes only the added pages, never a copy of the old ones (on a virtual
 //! machine, at about 1 GB/s, the copies were a third of what a stream of
 //! 200,000 tweets had zeroed), and a full index holds no more than a table

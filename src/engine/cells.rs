@@ -9,8 +9,8 @@
 //! table holds, with no swap set aside for it (the kernel charges only for
 //! pages as they are first touched), and growing only lengthens the slice
 //! over it: the cells already there keep their pages, and only the added
-//! ones are new memory. A table that outgrows its reservation moves, once,
-//! into a bigger one.
+//! ones are new memory. A table that outgrows its reservation moves into a
+//! new one, with room to grow again.
 //!
 //! A reservation of a huge page or more starts on a huge-page boundary, so
 //! that every huge page inside the table can be one (see
@@ -18,8 +18,7 @@
 
 use memmap2::{MmapMut, MmapOptions};
 
-/// Bytes of a huge page (x86-64 and most arm64 kernels).
-const HUGE_PAGE: usize = 2 << 20;
+use super::hint::HUGE_PAGE;
 
 /// Zeroed 64-bit cells in a reservation they can grow into without moving.
 pub struct Cells {
@@ -49,7 +48,7 @@ impl Cells {
     /// failure.
     pub fn new(len: usize, reserve: usize) -> Cells {
         let reserve = reserve.max(len);
-        let map = |cells: usize| {
+        let reserve_for = |cells: usize| {
             let bytes = cells.max(1).saturating_mul(size_of::<u64>());
             let slack = if bytes >= HUGE_PAGE { HUGE_PAGE } else { 0 };
             // A size past what can be mapped fails below, like any refusal.
@@ -73,11 +72,14 @@ impl Cells {
                 capacity,
             })
         };
-        map(reserve).or_else(|_| map(len)).unwrap_or_else(|_| {
-            std::alloc::handle_alloc_error(
-                std::alloc::Layout::array::<u64>(len).unwrap_or(std::alloc::Layout::new::<u64>()),
-            )
-        })
+        reserve_for(reserve)
+            .or_else(|_| reserve_for(len))
+            .unwrap_or_else(|_| {
+                std::alloc::handle_alloc_error(
+                    std::alloc::Layout::array::<u64>(len)
+                        .unwrap_or(std::alloc::Layout::new::<u64>()),
+                )
+            })
     }
 
     /// Cells in use.

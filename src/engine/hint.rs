@@ -31,6 +31,9 @@ pub fn prefetch<T>(address: *const T) {
     let _ = address;
 }
 
+/// Bytes of a huge page (x86-64 and most arm64 kernels).
+pub const HUGE_PAGE: usize = 2 << 20;
+
 /// Asks the kernel to back `table` with huge pages where it can (Linux's
 /// transparent huge pages, when set to `madvise` or `always`). Call it on a
 /// large allocation before its pages are first touched. Only a hint:
@@ -38,7 +41,6 @@ pub fn prefetch<T>(address: *const T) {
 pub fn huge_pages<T>(table: &[T]) {
     #[cfg(target_os = "linux")]
     {
-        const HUGE_PAGE: usize = 2 << 20;
         let start = table.as_ptr() as usize;
         let end = start + std::mem::size_of_val(table);
         // madvise wants a page-aligned start; only whole huge pages inside

@@ -52,6 +52,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Verdict::Duplicate(m) => {
                     eprintln!("{} duplicates {} ({})", message.id, m.of, m.similarity)
                 }
+                // Sent again (a run resumed from --state): passed on
+                // already, or reported, the first time.
+                Verdict::Repeat(_) => eprintln!("{} was seen before", message.id),
             },
             Err(invalid) => eprintln!("skipped {invalid}"),
         }

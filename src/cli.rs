@@ -17,7 +17,7 @@ use dedup_stream::consume::{self, ConsumeConfig, Output};
 use dedup_stream::consume_kafka::{KafkaBrokers, KafkaConfig};
 use dedup_stream::consume_nats::{NatsConfig, NatsServer};
 use dedup_stream::journal::Fsync;
-use dedup_stream::pipeline::{self, Emit, OnInvalid, PipelineConfig};
+use dedup_stream::pipeline::{self, Emit, OnInvalid, PipelineConfig, Repeats};
 use dedup_stream::redis_index::{DEFAULT_INDEX_NAME, IndexLocation};
 use dedup_stream::server::{self, ListenAddr, Reply, ServerConfig};
 use dedup_stream::values::{
@@ -592,6 +592,12 @@ pub struct FilterArgs {
     #[arg(long, value_enum, default_value_t = EmitArg::All)]
     pub emit: EmitArg,
 
+    /// What to do with a repeat, a message indexed already under its id
+    /// with the same text (sent again after a crash, or in two files):
+    /// tag it with its first verdict and "repeat":true, or drop it.
+    #[arg(long, value_enum, default_value_t = RepeatsArg::Tag, value_name = "tag|drop")]
+    pub repeats: RepeatsArg,
+
     /// Add to each tag what decided it, as "explain": the rule, the
     /// measure, the shingle counts behind the similarity, the threshold,
     /// and for a new message the nearest candidate (docs/explain.md). With
@@ -788,6 +794,12 @@ pub enum EmitArg {
     All,
     New,
     Duplicates,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum RepeatsArg {
+    Tag,
+    Drop,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -1058,6 +1070,10 @@ impl FilterArgs {
             max_line_bytes: self.message.max_line_bytes,
             threads: self.threads.unwrap_or(defaults.threads),
             emit: self.emit.emit(),
+            repeats: match self.repeats {
+                RepeatsArg::Tag => Repeats::Tag,
+                RepeatsArg::Drop => Repeats::Drop,
+            },
             on_invalid: match self.on_invalid {
                 OnInvalidArg::Skip => OnInvalid::Skip,
                 OnInvalidArg::Fail => OnInvalid::Fail,

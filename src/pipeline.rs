@@ -88,6 +88,26 @@ impl Emit {
     }
 }
 
+/// What becomes of a repeat: a message indexed already under its id with
+/// the same text (see [`Verdict::Repeat`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Repeats {
+    /// Written with its first verdict and `"repeat":true` (then `--emit`
+    /// applies as to its first verdict): a retry after a crash loses no
+    /// message.
+    #[default]
+    Tag,
+    /// Not written: for merging collections that overlap.
+    Drop,
+}
+
+impl Repeats {
+    /// Whether a message with this verdict is written.
+    pub fn wants(self, verdict: &Verdict) -> bool {
+        self == Repeats::Tag || !verdict.is_repeat()
+    }
+}
+
 /// What an invalid line does to the run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum OnInvalid {
@@ -115,6 +135,8 @@ pub struct PipelineConfig {
     pub queue_batches: usize,
     /// Which verdicts are written.
     pub emit: Emit,
+    /// Whether repeats are written.
+    pub repeats: Repeats,
     /// What an invalid line does.
     pub on_invalid: OnInvalid,
     /// Live counters and invalid-line warnings (by default: every invalid
@@ -131,6 +153,7 @@ impl Default for PipelineConfig {
             batch_lines: DEFAULT_BATCH_LINES,
             queue_batches: DEFAULT_QUEUE_BATCHES,
             emit: Emit::All,
+            repeats: Repeats::Tag,
             on_invalid: OnInvalid::Skip,
             report: Arc::default(),
         }
@@ -213,7 +236,7 @@ where
     let preparer = Arc::new(preparer);
     let decoder = Arc::new(Decoder::new(config.fields.clone()));
     let engine = {
-        let policy = (config.emit, config.on_invalid);
+        let policy = (config.emit, config.repeats, config.on_invalid);
         let report = Arc::clone(&config.report);
         let inbox = Inbox {
             batches: prepared_rx,
@@ -448,7 +471,7 @@ fn decide_batches<S: IndexStore>(
     mut inbox: Inbox,
     output: mpsc::Sender<Vec<u8>>,
     spares: &Spares,
-    (emit, on_invalid): (Emit, OnInvalid),
+    (emit, repeats, on_invalid): (Emit, Repeats, OnInvalid),
     report: &Report,
     mut journal: Option<Journal>,
 ) -> Result<(S, Summary, Option<Journal>), Error> {
@@ -502,19 +525,19 @@ fn decide_batches<S: IndexStore>(
                     if message.unreadable_time {
                         report.unreadable_time(message.number);
                     }
-                    match verdict {
-                        Verdict::Deleted { .. } => summary.deletions += 1,
-                        Verdict::Duplicate(_) => {
-                            summary.messages += 1;
+                    if verdict.is_deletion() {
+                        summary.deletions += 1;
+                    } else {
+                        summary.messages += 1;
+                        summary.repeats += u64::from(verdict.is_repeat());
+                        if verdict.is_duplicate() {
                             summary.duplicates += 1;
-                        }
-                        Verdict::New => {
-                            summary.messages += 1;
+                        } else {
                             summary.new += 1;
                         }
                     }
                     let explanation = explanations.next();
-                    if emit.wants(verdict) {
+                    if emit.wants(verdict) && repeats.wants(verdict) {
                         batch::write_explained(&mut out, &batch, message, verdict, explanation);
                     }
                 }

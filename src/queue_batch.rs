@@ -53,6 +53,10 @@ pub struct Tally {
     pub duplicates: u64,
     /// Deletion notices.
     pub deletions: u64,
+    /// Messages found indexed already under their id with the same text
+    /// (entries delivered again), written with their first verdict and
+    /// counted in `new` or `duplicates` too.
+    pub repeats: u64,
 }
 
 impl DecidedBatch {
@@ -141,7 +145,16 @@ pub fn decide<S: IndexStore + ?Sized>(
     }
     drop(asks);
     let mut tally = Tally::default();
-    for verdict in &verdicts {
+    for verdict in &mut verdicts {
+        // An entry delivered again (its worker died before acknowledging
+        // it, or the broker lost the acknowledgement) is the same entry:
+        // its output is the first delivery's, byte for byte, whether the
+        // store still remembered its token or found it indexed.
+        if verdict.is_repeat() {
+            tally.repeats += 1;
+            metrics.repeats.fetch_add(1, Ordering::Relaxed);
+            *verdict = verdict.first();
+        }
         match verdict {
             Verdict::Deleted { held } => {
                 tally.deletions += 1;
@@ -152,11 +165,11 @@ pub fn decide<S: IndexStore + ?Sized>(
                 };
                 counter.fetch_add(1, Ordering::Relaxed);
             }
-            Verdict::Duplicate(_) => {
+            Verdict::Duplicate(_) | Verdict::Repeat(Some(_)) => {
                 tally.duplicates += 1;
                 metrics.checks_duplicate.fetch_add(1, Ordering::Relaxed);
             }
-            Verdict::New => {
+            Verdict::New | Verdict::Repeat(None) => {
                 tally.new += 1;
                 metrics.checks_new.fetch_add(1, Ordering::Relaxed);
             }
@@ -238,6 +251,7 @@ mod tests {
             new: 1,
             duplicates: 1,
             deletions: 1,
+            repeats: 0,
         };
         assert_eq!(tally, expected);
         assert_eq!(metrics.checks_new.load(Ordering::Relaxed), 1);

@@ -1,13 +1,13 @@
 //! State files: the index saved to disk and loaded back, so that a restart
 //! (or tomorrow's batch) still finds duplicates of what came before.
 //!
-//! # Format (version 4)
+//! # Format (version 5)
 //!
 //! All integers are little-endian.
 //!
 //! ```text
 //! magic        8 bytes   "\x89DDSTAT\n"
-//! version      u32       4
+//! version      u32       5
 //! fingerprint  u64       shingle compatibility fingerprint (below)
 //! shingling    u8 + N    length, then the shingle settings as text
 //!                        ("words:1-2", "spots:2+mod:4": see
@@ -24,6 +24,13 @@
 //!                u32 + N   (kind 2) length, then the id's JSON text
 //!   cluster kind u8        as the id's, or 3: the entry's own id (it was new)
 //!   cluster      …         (kinds 0 to 2) as the id
+//!   match kind   u8        (only after a cluster of kinds 0 to 2: the entry
+//!                          was a near-duplicate) the kind of the id it was
+//!                          tagged a duplicate of, or 4: not known (it came
+//!                          from a file of version 4 or older)
+//!   match        …         (kinds 0 to 2) that id, as the id
+//!   similarity   u64       (kinds 0 to 2) the bits of the f64 it was tagged
+//!                          with
 //!   time         i64       the message's time, milliseconds since the Unix
 //!                          epoch (engine::window), 0 when saved without one
 //!   shingles     u32 + 4N  count, then the sorted shingle fingerprints
@@ -34,14 +41,22 @@
 //! checksum     u32       CRC-32 of every byte before it
 //! ```
 //!
-//! A version 4 file resumes the run exactly: the next sequence number and
+//! The match and similarity answer a repeat of the entry (a message sent
+//! again under its id with the same text, see
+//! [`Verdict::Repeat`](crate::engine::Verdict::Repeat)) with the verdict it
+//! was first given.
+//!
+//! A version 5 file resumes the run exactly: the next sequence number and
 //! which messages each full bucket holds are those of the saved index, so
 //! a run saved and loaded decides every later message as the run that was
 //! never stopped (a property test checks it). Where the threshold changed
 //! (other bands), the masks are ignored and the buckets refilled as the cap
 //! allows.
 //!
-//! Version 3 files (the same without next seq, bands and posted) and
+//! Version 4 files (the same without match kind, match and similarity:
+//! a repeat of a near-duplicate read from one is decided again, against
+//! every message but itself), version 3 files (also without next seq,
+//! bands and posted) and
 //! version 2 files (also without newest, cluster and time) are still read:
 //! each entry is its own cluster, with no time (under `--window` such
 //! entries count as old as can be, and expire with the first message that
@@ -91,6 +106,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::config::EngineConfig;
+use crate::engine::index::Joined;
 use crate::engine::{Deduper, Preparer, Restored, Scratch};
 use crate::record::MessageId;
 
@@ -99,7 +115,7 @@ use crate::record::MessageId;
 pub const MAGIC: [u8; 8] = *b"\x89DDSTAT\n";
 
 /// The format version this build writes (and reads).
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 
 /// The oldest format version still read (see the module doc).
 pub const PREVIOUS_VERSION: u32 = 2;
@@ -229,11 +245,17 @@ pub fn fingerprint(config: &EngineConfig) -> u64 {
 /// Encodes the engine's index as a state file's bytes. Runs on the engine's
 /// owner: it reads the index once, in least-recently-used-first order.
 pub fn encode(deduper: &Deduper) -> Vec<u8> {
+    encode_version(deduper, FORMAT_VERSION)
+}
+
+/// [`encode`] in `version` ([`FORMAT_VERSION`], or for tests of reading
+/// old files [`VERSION_WITHOUT_MATCHES`]).
+fn encode_version(deduper: &Deduper, version: u32) -> Vec<u8> {
     let index = deduper.index();
     let shingling = deduper.config().shingle_settings();
     let mut out = Vec::with_capacity(64 + index.len() * 128);
     out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&version.to_le_bytes());
     out.extend_from_slice(&fingerprint(deduper.config()).to_le_bytes());
     // The settings' text is a few bytes ("chars:32+mod:64" at most).
     out.push(shingling.len() as u8);
@@ -245,10 +267,19 @@ pub fn encode(deduper: &Deduper) -> Vec<u8> {
     for (slot, entry) in index.iter_lru_first_with_slots() {
         out.extend_from_slice(&entry.seq.to_le_bytes());
         encode_id(&entry.id, &mut out);
-        if entry.cluster() == &entry.id {
-            out.push(OWN_CLUSTER);
-        } else {
-            encode_id(entry.cluster(), &mut out);
+        match entry.joined() {
+            None => out.push(OWN_CLUSTER),
+            Some(joined) => {
+                encode_id(&joined.cluster, &mut out);
+                match &joined.matched {
+                    _ if version == VERSION_WITHOUT_MATCHES => {}
+                    Some((of, similarity)) => {
+                        encode_id(of, &mut out);
+                        out.extend_from_slice(&similarity.to_bits().to_le_bytes());
+                    }
+                    None => out.push(UNKNOWN_MATCH),
+                }
+            }
         }
         out.extend_from_slice(&entry.time.to_le_bytes());
         let shingles = entry.shingles();
@@ -272,6 +303,12 @@ pub fn encode(deduper: &Deduper) -> Vec<u8> {
 
 /// The cluster kind of an entry that is its own cluster.
 const OWN_CLUSTER: u8 = 3;
+
+/// The match kind of an entry whose match is not known.
+const UNKNOWN_MATCH: u8 = 4;
+
+/// The version before [`FORMAT_VERSION`], the last without matches.
+const VERSION_WITHOUT_MATCHES: u32 = 4;
 
 /// Appends an id: its kind, then its number or its JSON text.
 pub(crate) fn encode_id(id: &MessageId, out: &mut Vec<u8>) {
@@ -413,7 +450,7 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
     };
     // Without the sequence number, the run goes on from the newest
     // indexed message's; without the masks, the cap fills the buckets.
-    let (next_seq, masks) = if version == FORMAT_VERSION {
+    let (next_seq, masks) = if version >= VERSION_WITHOUT_MATCHES {
         let next_seq = arrival(r.u64()?)?;
         let bands = usize::from(r.u8()?);
         (next_seq, bands == deduper.preparer().lsh_params().bands)
@@ -433,14 +470,34 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
         let seq = arrival(r.u64()?)?;
         let kind = r.u8()?;
         let id = r.id(kind)?;
-        let (cluster, time) = if version == PREVIOUS_VERSION {
+        let (joined, time) = if version == PREVIOUS_VERSION {
             (None, 0)
         } else {
-            let cluster = match r.u8()? {
+            let joined = match r.u8()? {
                 OWN_CLUSTER => None,
-                kind => Some(r.id(kind)?),
+                kind => {
+                    let cluster = r.id(kind)?;
+                    let matched = if version > VERSION_WITHOUT_MATCHES {
+                        match r.u8()? {
+                            UNKNOWN_MATCH => None,
+                            kind => {
+                                let of = r.id(kind)?;
+                                let similarity = f64::from_bits(r.u64()?);
+                                if !(0.0..=1.0).contains(&similarity) {
+                                    return Err(ErrorKind::Malformed(
+                                        "a similarity outside [0, 1]",
+                                    ));
+                                }
+                                Some((of, similarity))
+                            }
+                        }
+                    } else {
+                        None
+                    };
+                    Some(Joined { cluster, matched })
+                }
             };
-            (cluster, r.u64()? as i64)
+            (joined, r.u64()? as i64)
         };
         let n = r.u32()? as usize;
         let raw = r.take(n.checked_mul(4).ok_or(ErrorKind::Truncated)?)?;
@@ -472,7 +529,7 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
             b.copy_from_slice(chunk);
             anchors.push(u32::from_le_bytes(b));
         }
-        let posted = if version == FORMAT_VERSION {
+        let posted = if version >= VERSION_WITHOUT_MATCHES {
             Some(r.u32()?).filter(|_| masks)
         } else {
             None
@@ -480,7 +537,7 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
         entries.push((
             id,
             seq,
-            cluster,
+            joined,
             time,
             truncated,
             shingle_range,
@@ -493,9 +550,9 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
     }
     let restored = entries.len();
     deduper.restore_newest_time(newest);
-    for (id, seq, cluster, time, truncated, shingle_range, anchor_range, posted) in entries {
+    for (id, seq, joined, time, truncated, shingle_range, anchor_range, posted) in entries {
         let restored = Restored {
-            cluster: cluster.as_ref(),
+            joined: joined.as_ref(),
             time,
             truncated,
             posted,
@@ -882,6 +939,43 @@ mod tests {
             matches!(&v, Verdict::Duplicate(m) if m.cluster == MessageId::Integer(1)),
             "{v:?}"
         );
+    }
+
+    #[test]
+    fn first_verdicts_survive_a_round_trip_and_older_files_never_name_a_message_itself() {
+        let original = chained();
+        let text = "the river burst its banks overnight and the old mill road is closed";
+        let resend = |d: &mut Deduper| {
+            [(1, ""), (2, " today"), (3, " today again")]
+                .map(|(n, more)| d.check_text(MessageId::Integer(n), &format!("{text}{more}")))
+        };
+        let mut restored = deduper(Shingling::Words(2));
+        decode_into(&encode(&original), &mut restored).unwrap();
+        let mut live = chained();
+        let repeats = resend(&mut restored);
+        assert_eq!(repeats, resend(&mut live), "as the run never stopped");
+        assert!(repeats.iter().all(Verdict::is_repeat), "{repeats:?}");
+        assert_eq!(repeats[0], Verdict::Repeat(None));
+        assert!(matches!(&repeats[2], Verdict::Repeat(Some(m)) if m.of != MessageId::Integer(3)));
+        // A version 4 file kept no matches: a near-duplicate's repeat is
+        // decided again, against every message but itself.
+        let mut old = deduper(Shingling::Words(2));
+        let v4 = encode_version(&original, VERSION_WITHOUT_MATCHES);
+        assert_eq!(decode_into(&v4, &mut old).unwrap(), 4);
+        assert_eq!(entries(&old), entries(&original));
+        let again = resend(&mut old);
+        assert_eq!(
+            again[0],
+            Verdict::Repeat(None),
+            "a new one is known to be new"
+        );
+        for (n, v) in again.iter().enumerate().skip(1) {
+            match v {
+                Verdict::Repeat(Some(m)) => assert_ne!(m.of, MessageId::Integer(n as u64 + 1)),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(old.index().len(), 4, "nothing indexed again");
     }
 
     #[test]

@@ -13,6 +13,9 @@ pub struct Summary {
     pub new: u64,
     /// Of those, near-duplicates.
     pub duplicates: u64,
+    /// Of those, repeats (see [`crate::engine::Verdict::Repeat`]), counted
+    /// as new or duplicates too, by the verdict they were first given.
+    pub repeats: u64,
     /// Lines skipped as invalid.
     pub invalid: u64,
     /// Deletion notices (not counted among the messages): each passes
@@ -62,6 +65,9 @@ impl Summary {
         if self.deletions > 0 {
             json["deletions"] = self.deletions.into();
         }
+        if self.repeats > 0 {
+            json["repeats"] = self.repeats.into();
+        }
         if let Some(bytes) = index.bytes {
             json["index_bytes"] = bytes.into();
         }
@@ -95,6 +101,13 @@ impl fmt::Display for Summary {
                 f,
                 "; {}",
                 counted(self.deletions, "deletion notice", "deletion notices")
+            )?;
+        }
+        if self.repeats > 0 {
+            write!(
+                f,
+                "; {} (sent again, given their first verdict)",
+                counted(self.repeats, "repeat", "repeats")
             )?;
         }
         Ok(())

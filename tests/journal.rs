@@ -119,7 +119,8 @@ fn kill_9_loses_nothing_answered(fsync: &str) {
         let missing: Vec<u64> = answered_ids
             .iter()
             .zip(&check)
-            .filter(|(_, reply)| reply["dedup"]["status"] != "duplicate")
+            // A query naming a held message and its text is a repeat.
+            .filter(|(_, reply)| reply["dedup"]["repeat"] != true)
             .map(|(id, _)| *id)
             .collect();
         assert_eq!(check.len(), answered_ids.len());
@@ -185,7 +186,7 @@ fn a_torn_last_record_is_dropped_with_a_warning() {
     let mut served = serve(dir.path(), "always");
     served.wait_for("torn or corrupt record");
     let check = query(dir.path(), &(0..100).collect::<Vec<_>>());
-    assert!(check.iter().all(|r| r["dedup"]["status"] == "duplicate"));
+    assert!(check.iter().all(|r| r["dedup"]["repeat"] == true));
     // And a journal that is not one stops the server, as a bad state file
     // does.
     drop(served);
@@ -273,4 +274,200 @@ fn the_filter_killed_midway_holds_every_line_it_wrote() {
             "--fsync {fsync}: the run after the kill decides as one run over everything"
         );
     }
+}
+
+/// The input of the retry tests: copies of earlier texts among new ones,
+/// so that verdicts depend on what is held, and one message of every
+/// fifty a comment on an earlier one (a near-duplicate that is indexed).
+fn retry_input(n: u64) -> Vec<String> {
+    (0..n)
+        .map(|n| {
+            let text = match n % 50 {
+                49 => format!("{} so true", text(n / 2)),
+                _ if n % 3 == 2 => text(n / 3),
+                _ => text(n),
+            };
+            format!("{{\"id\":{n},\"text\":\"{text}\"}}\n")
+        })
+        .collect()
+}
+
+/// The points a retry test kills at: replies read before the kill, spread
+/// over the run by a fixed seed.
+fn kill_points(seed: u64, total: usize, kills: usize) -> Vec<usize> {
+    let mut x = seed;
+    let mut points: Vec<usize> = (0..kills)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (x >> 33) as usize % total
+        })
+        .collect();
+    points.sort_unstable();
+    points
+}
+
+/// An answer without the repeat marker: what one uninterrupted run answers.
+fn unmarked(answer: &str) -> String {
+    answer.replace(r#","repeat":true"#, "")
+}
+
+/// Checks the answers of an interrupted run, given in input order, against
+/// one uninterrupted run's: equal but for the repeat markers, and no
+/// message a duplicate of itself. Returns how many were repeats.
+fn same_as_one_run(answers: &[String], whole: &[&str], what: &str) -> usize {
+    assert_eq!(answers.len(), whole.len(), "{what}: one answer a message");
+    let mut repeats = 0;
+    for (n, (got, want)) in answers.iter().zip(whole).enumerate() {
+        let value: serde_json::Value = serde_json::from_str(got).unwrap();
+        assert_ne!(
+            value["dedup"]["duplicate_of"], value["id"],
+            "{what}: message {n} a duplicate of itself: {got}"
+        );
+        repeats += usize::from(value["dedup"]["repeat"] == true);
+        assert_eq!(&unmarked(got), want, "{what}: message {n}");
+    }
+    repeats
+}
+
+/// A client pipelines messages to `serve --state --fsync always`, which is
+/// killed with `kill -9` at several points; after each restart the client
+/// sends again everything it got no answer for, as the only safe retry.
+/// What it was answered, put together, is what one run that never stopped
+/// answers, but that messages decided before a kill and sent again are
+/// marked repeats; none is a duplicate of itself.
+#[test]
+fn a_client_that_sends_again_what_was_not_answered_gets_one_runs_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = retry_input(2400);
+    let whole_run = common::run(&["--quiet"], input.concat().as_bytes());
+    let whole: Vec<&str> = std::str::from_utf8(&whole_run.stdout)
+        .unwrap()
+        .lines()
+        .collect();
+    let mut answers: Vec<String> = Vec::new();
+    let mut points = kill_points(7, input.len(), 5).into_iter();
+    while answers.len() < input.len() {
+        let served = serve(dir.path(), "always");
+        let stop = points.next().map(|p| p.max(answers.len() + 1));
+        let stream = UnixStream::connect(dir.path().join("s.sock")).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut writer = stream.try_clone().unwrap();
+        let rest = input[answers.len()..].concat();
+        let feeder = std::thread::spawn(move || {
+            let _ = writer.write_all(rest.as_bytes());
+        });
+        let mut reader = BufReader::new(stream);
+        let mut served = Some(served);
+        while answers.len() < input.len() {
+            if stop == Some(answers.len()) {
+                // SIGKILL, with messages decided (and journaled) whose
+                // answers the client has not read.
+                let mut served = served.take().unwrap();
+                served.child.kill().unwrap();
+                served.child.wait().unwrap();
+                break;
+            }
+            let mut reply = String::new();
+            if reader.read_line(&mut reply).unwrap_or(0) == 0 || !reply.ends_with('\n') {
+                break;
+            }
+            answers.push(reply.trim_end().to_string());
+        }
+        drop(reader);
+        let _ = feeder.join();
+    }
+    let repeats = same_as_one_run(&answers, &whole, "serve --fsync always");
+    assert!(repeats > 0, "the kills left decided messages unanswered");
+}
+
+/// The filter with `--state --fsync always` on a live input, killed with
+/// `kill -9` at several points, then run again on the input from the
+/// first line it did not write: the lines written, put together, are one
+/// run's but for the repeat markers of lines decided before a kill.
+#[test]
+fn the_filter_run_again_on_what_it_did_not_write_gives_one_runs_lines() {
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("index.state");
+    let input = retry_input(2400);
+    let whole_run = common::run(&["--quiet"], input.concat().as_bytes());
+    let whole: Vec<&str> = std::str::from_utf8(&whole_run.stdout)
+        .unwrap()
+        .lines()
+        .collect();
+    let mut written: Vec<String> = Vec::new();
+    for stop in kill_points(11, input.len(), 4) {
+        let stop = stop.max(written.len() + 1);
+        let mut child = Command::new(common::bin())
+            .args(["--quiet", "--fsync", "always", "--state"])
+            .arg(&state)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let rest = input[written.len()..].concat();
+        // The input stays open: the filter is killed, it never ends.
+        let feeder = std::thread::spawn(move || {
+            let _ = stdin.write_all(rest.as_bytes());
+            std::thread::sleep(Duration::from_secs(60));
+        });
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        while written.len() < stop {
+            let mut line = String::new();
+            if out.read_line(&mut line).unwrap_or(0) == 0 || !line.ends_with('\n') {
+                break;
+            }
+            written.push(line.trim_end().to_string());
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        drop(feeder);
+    }
+    let last = common::run(
+        &["--quiet", "--state", state.to_str().unwrap()],
+        input[written.len()..].concat().as_bytes(),
+    );
+    assert!(last.status.success());
+    written.extend(
+        std::str::from_utf8(&last.stdout)
+            .unwrap()
+            .lines()
+            .map(str::to_string),
+    );
+    let repeats = same_as_one_run(&written, &whole, "the filter --fsync always");
+    assert!(repeats > 0, "the kills left decided lines unwritten");
+    // `--repeats drop` leaves them out: a merge of overlapping inputs.
+    let dropped = common::run(
+        &[
+            "--quiet",
+            "--repeats",
+            "drop",
+            "--state",
+            state.to_str().unwrap(),
+        ],
+        input[..100].concat().as_bytes(),
+    );
+    assert!(dropped.status.success());
+    // Every message is held but the exact copies, which are not indexed:
+    // those are decided again, alike.
+    let kept: Vec<&str> = std::str::from_utf8(&dropped.stdout)
+        .unwrap()
+        .lines()
+        .collect();
+    let mut texts = std::collections::HashSet::new();
+    let exact_copies: Vec<&str> = (0..100)
+        .filter(|&n| {
+            let line: serde_json::Value = serde_json::from_str(&input[n]).unwrap();
+            !texts.insert(line["text"].as_str().unwrap().to_string())
+        })
+        .map(|n| whole[n])
+        .collect();
+    assert_eq!(kept, exact_copies);
+    assert!(!kept.is_empty());
 }

@@ -24,6 +24,9 @@ class Verdict:
     def is_duplicate(self) -> bool:
         """Whether it is a near-duplicate."""
     @property
+    def repeat(self) -> bool:
+        """Whether it was indexed already under its id with the same text (sent again): its first verdict."""
+    @property
     def duplicate_of(self) -> Optional[Id]:
         """The id of the earlier message it duplicates (None when new)."""
     @property

@@ -1122,22 +1122,41 @@ fn _unpickle<'py>(
 ///
 /// `status` is "new" or "duplicate"; a duplicate names the earlier
 /// message (`duplicate_of`), the `similarity` and the `cluster` (the id of
-/// the first message of its chain).
+/// the first message of its chain). `repeat` is True for a message indexed
+/// already under its id with the same text: it gets the verdict it was
+/// first given.
 #[pyclass(frozen, eq, module = "dedup_stream._engine")]
 #[derive(Clone, PartialEq)]
 struct Verdict(V, Option<Explanation>);
 
+impl Verdict {
+    /// The match of a duplicate (a repeat of one included).
+    fn matched(&self) -> Option<&dedup_stream::Match> {
+        match &self.0 {
+            V::Duplicate(m) | V::Repeat(Some(m)) => Some(m),
+            _ => None,
+        }
+    }
+}
+
 #[pymethods]
 impl Verdict {
     /// "new" or "duplicate" ("deleted" for a deletion notice given to
-    /// `check_records`).
+    /// `check_records`); a repeat's is its first verdict's.
     #[getter]
     fn status(&self) -> &'static str {
         match self.0 {
-            V::Duplicate(_) => "duplicate",
+            V::Duplicate(_) | V::Repeat(Some(_)) => "duplicate",
             V::Deleted { .. } => "deleted",
-            V::New => "new",
+            V::New | V::Repeat(None) => "new",
         }
+    }
+
+    /// Whether the message was indexed already under its id with the same
+    /// text (sent again): its verdict is the one it was first given.
+    #[getter]
+    fn repeat(&self) -> bool {
+        self.0.is_repeat()
     }
 
     /// For a deletion notice: whether the index held its tweet (None
@@ -1159,29 +1178,22 @@ impl Verdict {
     /// The id of the earlier message it duplicates (None when new).
     #[getter]
     fn duplicate_of<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        match &self.0 {
-            V::Duplicate(m) => ids::to_py(py, &m.of).map(Some),
-            _ => Ok(None),
-        }
+        self.matched().map(|m| ids::to_py(py, &m.of)).transpose()
     }
 
     /// The similarity with it, in [0, 1] (None when new).
     #[getter]
     fn similarity(&self) -> Option<f64> {
-        match &self.0 {
-            V::Duplicate(m) => Some(m.similarity),
-            _ => None,
-        }
+        self.matched().map(|m| m.similarity)
     }
 
     /// The id of the first message of its chain (None when new: a new
     /// message is its own cluster).
     #[getter]
     fn cluster<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        match &self.0 {
-            V::Duplicate(m) => ids::to_py(py, &m.cluster).map(Some),
-            _ => Ok(None),
-        }
+        self.matched()
+            .map(|m| ids::to_py(py, &m.cluster))
+            .transpose()
     }
 
     /// What decided it, as the CLI's `--explain` writes it (a dict with
@@ -1221,10 +1233,13 @@ impl Verdict {
         if let V::Deleted { held } = self.0 {
             d.set_item("held", held)?;
         }
-        if let V::Duplicate(m) = &self.0 {
+        if let Some(m) = self.matched() {
             d.set_item("duplicate_of", ids::to_py(py, &m.of)?)?;
             d.set_item("similarity", m.similarity)?;
             d.set_item("cluster", ids::to_py(py, &m.cluster)?)?;
+        }
+        if self.0.is_repeat() {
+            d.set_item("repeat", true)?;
         }
         if let Some(explain) = self.explain(py)? {
             d.set_item("explain", explain)?;
@@ -1247,57 +1262,78 @@ impl Verdict {
     /// Pickling: the ids as their JSON text, the similarity exactly.
     fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let make = py.import("dedup_stream._engine")?.getattr("_verdict")?;
-        let args = match &self.0 {
-            V::Duplicate(m) => (
+        let repeat = self.0.is_repeat();
+        let args = match (&self.0, self.matched()) {
+            (_, Some(m)) => (
                 Some(m.of.to_json()),
                 Some(m.similarity),
                 Some(m.cluster.to_json()),
+                repeat,
             )
                 .into_pyobject(py)?,
-            V::Deleted { held } => {
-                (Some(format!("deleted:{held}")), None::<f64>, None::<String>).into_pyobject(py)?
-            }
-            V::New => (None::<String>, None::<f64>, None::<String>).into_pyobject(py)?,
+            (V::Deleted { held }, None) => (
+                Some(format!("deleted:{held}")),
+                None::<f64>,
+                None::<String>,
+                repeat,
+            )
+                .into_pyobject(py)?,
+            _ => (None::<String>, None::<f64>, None::<String>, repeat).into_pyobject(py)?,
         };
         PyTuple::new(py, [make, args.into_any()])
     }
 
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        Ok(match &self.0 {
-            V::Duplicate(m) => format!(
-                "Verdict(status='duplicate', duplicate_of={}, similarity={:?}, cluster={})",
+        let repeat = if self.0.is_repeat() {
+            ", repeat=True"
+        } else {
+            ""
+        };
+        Ok(match (&self.0, self.matched()) {
+            (_, Some(m)) => format!(
+                "Verdict(status='duplicate', duplicate_of={}, similarity={:?}, cluster={}{repeat})",
                 ids::to_py(py, &m.of)?.repr()?,
                 m.similarity,
                 ids::to_py(py, &m.cluster)?.repr()?,
             ),
-            V::Deleted { held } => format!(
+            (V::Deleted { held }, None) => format!(
                 "Verdict(status='deleted', held={})",
                 if *held { "True" } else { "False" }
             ),
-            V::New => "Verdict(status='new')".to_string(),
+            _ => format!("Verdict(status='new'{repeat})"),
         })
     }
 }
 
 /// Rebuilds a pickled `Verdict`.
 #[pyfunction]
-#[pyo3(signature = (of, similarity, cluster))]
-fn _verdict(of: Option<&str>, similarity: Option<f64>, cluster: Option<&str>) -> PyResult<Verdict> {
+#[pyo3(signature = (of, similarity, cluster, repeat = false))]
+fn _verdict(
+    of: Option<&str>,
+    similarity: Option<f64>,
+    cluster: Option<&str>,
+    repeat: bool,
+) -> PyResult<Verdict> {
     let id = |json: &str| {
         MessageId::from_json(json).ok_or_else(|| {
             pyo3::exceptions::PyValueError::new_err(format!("not a pickled id: {json}"))
         })
     };
+    let verdict = match (of, similarity, cluster) {
+        (Some("deleted:true"), None, None) => V::Deleted { held: true },
+        (Some("deleted:false"), None, None) => V::Deleted { held: false },
+        (Some(of), Some(similarity), Some(cluster)) => V::Duplicate(dedup_stream::Match {
+            of: id(of)?,
+            similarity,
+            cluster: id(cluster)?,
+        }),
+        _ => V::New,
+    };
     Ok(Verdict(
-        match (of, similarity, cluster) {
-            (Some("deleted:true"), None, None) => V::Deleted { held: true },
-            (Some("deleted:false"), None, None) => V::Deleted { held: false },
-            (Some(of), Some(similarity), Some(cluster)) => V::Duplicate(dedup_stream::Match {
-                of: id(of)?,
-                similarity,
-                cluster: id(cluster)?,
-            }),
-            _ => V::New,
+        match (repeat, verdict) {
+            (true, V::Duplicate(m)) => V::Repeat(Some(m)),
+            (true, V::New) => V::Repeat(None),
+            (_, verdict) => verdict,
         },
         None,
     ))

@@ -43,6 +43,9 @@ pub enum Rule {
     /// A delete notice or a removal: the id left the index, or was not
     /// held (see `docs/deletions.md`); nothing was compared.
     Deleted,
+    /// A repeat: the message is indexed already under its id with the same
+    /// text, and gets the verdict it was first given; nothing was compared.
+    Repeat,
 }
 
 impl Rule {
@@ -57,11 +60,12 @@ impl Rule {
             Rule::NoCandidate => "no_candidate",
             Rule::BelowThreshold => "below_threshold",
             Rule::Deleted => "deleted",
+            Rule::Repeat => "repeat",
         }
     }
 
     /// Every rule, in the order of the documentation.
-    pub const ALL: [Rule; 8] = [
+    pub const ALL: [Rule; 9] = [
         Rule::Exact,
         Rule::Threshold,
         Rule::Anchor,
@@ -70,6 +74,7 @@ impl Rule {
         Rule::NoCandidate,
         Rule::BelowThreshold,
         Rule::Deleted,
+        Rule::Repeat,
     ];
 }
 
@@ -161,6 +166,11 @@ impl Explanation {
     /// The explanation of a removal ([`Rule::Deleted`]).
     pub fn deleted(threshold: f64) -> Explanation {
         Explanation::bare(Rule::Deleted, threshold)
+    }
+
+    /// The explanation of a repeat ([`Rule::Repeat`]).
+    pub fn repeat(threshold: f64) -> Explanation {
+        Explanation::bare(Rule::Repeat, threshold)
     }
 
     /// An explanation without counts.
@@ -496,6 +506,7 @@ mod tests {
                         }
                     }
                     Verdict::Deleted { .. } => prop_assert!(false, "a check is never a removal"),
+                    Verdict::Repeat(_) => prop_assert!(false, "distinct ids are never repeats"),
                 }
             }
         }

@@ -65,9 +65,10 @@ pub struct Entry {
     /// The message's time (milliseconds since the Unix epoch; see
     /// [`super::window`]), 0 when no window is in force.
     pub time: i64,
-    /// The cluster it belongs to when that is not its own id (it was a
-    /// near-duplicate): boxed, so that the many new messages pay 8 bytes.
-    cluster: Option<Box<MessageId>>,
+    /// How it was first decided when it was not new (it was a
+    /// near-duplicate): its cluster and its match, boxed, so that the many
+    /// new messages pay 8 bytes.
+    joined: Option<Box<Joined>>,
     /// The band keys, then the sorted shingle set, in one allocation of
     /// exactly their size. (Reusing the evicted entry's allocation saves a
     /// malloc and a free, but a slot then keeps the room of the longest
@@ -85,11 +86,47 @@ pub struct Entry {
 #[cfg(target_pointer_width = "64")]
 const _: () = assert!(size_of::<Entry>() == 64);
 
+/// How an indexed near-duplicate was first decided.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Joined {
+    /// The cluster it joined (see [`super::Match::cluster`]).
+    pub cluster: MessageId,
+    /// The message it was tagged a duplicate of, and the similarity: what
+    /// a repeat of it is answered with (see [`super::Verdict::Repeat`]).
+    /// `None` for one restored from a state file of version 4 or older,
+    /// which did not keep them.
+    pub matched: Option<(MessageId, f64)>,
+}
+
 impl Entry {
     /// The id of the first message of the chain this one belongs to (see
     /// [`super::Match::cluster`]).
     pub fn cluster(&self) -> &MessageId {
-        self.cluster.as_deref().unwrap_or(&self.id)
+        self.joined
+            .as_deref()
+            .map_or(&self.id, |joined| &joined.cluster)
+    }
+
+    /// How it was first decided when it was not new; `None` when it was.
+    pub fn joined(&self) -> Option<&Joined> {
+        self.joined.as_deref()
+    }
+
+    /// The verdict it was first given, where the index knows it: new, or
+    /// a duplicate of its match (see [`super::Verdict::Repeat`]).
+    pub fn first_match(&self) -> Option<Option<super::Match>> {
+        match self.joined.as_deref() {
+            None => Some(None),
+            Some(Joined {
+                matched: Some((of, similarity)),
+                cluster,
+            }) => Some(Some(super::Match {
+                of: of.clone(),
+                similarity: *similarity,
+                cluster: cluster.clone(),
+            })),
+            Some(Joined { matched: None, .. }) => None,
+        }
     }
 
     /// The message's sorted shingle set.
@@ -153,8 +190,8 @@ pub struct Insert<'a> {
     pub set_fingerprint: u64,
     /// The message's time (see [`Entry::time`]).
     pub time: i64,
-    /// Its cluster, `None` when it is its own (it was new).
-    pub cluster: Option<&'a MessageId>,
+    /// How it was decided, `None` when it was new (see [`Joined`]).
+    pub joined: Option<&'a Joined>,
     /// Whether its text was cut.
     pub truncated: bool,
 }
@@ -681,7 +718,7 @@ impl Index {
             seq: message.seq,
             id,
             time: message.time,
-            cluster: message.cluster.map(|c| Box::new(c.clone())),
+            joined: message.joined.map(|joined| Box::new(joined.clone())),
             data,
             bands: message.band_keys.len() as u16,
             truncated: message.truncated,
@@ -891,8 +928,10 @@ fn id_bytes(id: &MessageId) -> usize {
 fn held_bytes(entry: &Entry) -> usize {
     allocated_bytes(entry.data.len() * size_of::<u32>())
         + id_bytes(&entry.id)
-        + entry.cluster.as_deref().map_or(0, |cluster| {
-            allocated_bytes(size_of::<MessageId>()) + id_bytes(cluster)
+        + entry.joined.as_deref().map_or(0, |joined| {
+            allocated_bytes(size_of::<Joined>())
+                + id_bytes(&joined.cluster)
+                + joined.matched.as_ref().map_or(0, |(of, _)| id_bytes(of))
         })
         + LRU_BYTES_PER_MESSAGE
 }
@@ -907,7 +946,7 @@ fn release(postings: &mut Postings, ids: &mut Option<Postings>, slot: u32, entry
     }
     entry.data = Box::default();
     entry.bands = 0;
-    entry.cluster = None;
+    entry.joined = None;
     entry.id = MessageId::Integer(0);
 }
 
@@ -957,7 +996,7 @@ mod tests {
                 band_keys: keys,
                 set_fingerprint: set_fingerprint(shingles),
                 time: 0,
-                cluster: None,
+                joined: None,
                 truncated: false,
             },
         )
@@ -1107,7 +1146,7 @@ mod tests {
                     band_keys: &[100 + seq as u32],
                     set_fingerprint: set_fingerprint(&shingles),
                     time,
-                    cluster: None,
+                    joined: None,
                     truncated: false,
                 },
             )
@@ -1195,7 +1234,10 @@ mod tests {
         let mut index = Index::new(NonZeroUsize::new(10).unwrap(), 8, 3).with_expiry();
         let empty = index.bytes();
         let shingles: Vec<u32> = (0..100).collect();
-        let cluster = MessageId::Raw("\"a-long-string-id-of-forty-bytes-or-so...\"".into());
+        let joined = Joined {
+            cluster: MessageId::Raw("\"a-long-string-id-of-forty-bytes-or-so...\"".into()),
+            matched: Some((MessageId::Integer(7), 0.9)),
+        };
         index.insert(
             MessageId::Raw("\"another-string-id\"".into()),
             Insert {
@@ -1204,7 +1246,7 @@ mod tests {
                 band_keys: &[1, 2],
                 set_fingerprint: set_fingerprint(&shingles),
                 time: 5,
-                cluster: Some(&cluster),
+                joined: Some(&joined),
                 truncated: false,
             },
         );
@@ -1281,7 +1323,7 @@ mod tests {
                     band_keys: &[seq as u32 + 100],
                     set_fingerprint: set_fingerprint(&shingles),
                     time: 0,
-                    cluster: None,
+                    joined: None,
                     truncated: false,
                 },
             )

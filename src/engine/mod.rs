@@ -484,8 +484,9 @@ pub fn lsh_params(config: &EngineConfig) -> LshParams {
 /// [`Deduper::restore`]).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Restored<'a> {
-    /// Its cluster, `None` when it is its own id.
-    pub cluster: Option<&'a MessageId>,
+    /// How it was first decided, `None` when it was new (see
+    /// [`index::Joined`]).
+    pub joined: Option<&'a index::Joined>,
     /// Its time (see [`index::Entry::time`]).
     pub time: i64,
     /// Whether its text was cut (see [`Sketch::truncated`]).
@@ -505,6 +506,9 @@ pub struct EngineCounts {
     pub new: u64,
     /// Verdicts `duplicate`.
     pub duplicates: u64,
+    /// Repeats (see [`Verdict::Repeat`]), counted in `new` or
+    /// `duplicates` too, as their first verdict was.
+    pub repeats: u64,
 }
 
 /// The deciding half of the engine: owns the index, one message at a time.
@@ -720,14 +724,24 @@ impl Deduper {
         if sketch.shingles.is_empty() {
             return self.nothing_to_compare();
         }
-        let (verdict, identical) = self.decide(sketch, true, counted);
+        let (verdict, identical) = self.decide(Some(&id), sketch, true, counted);
+        if verdict.is_repeat() {
+            // Decided already: it takes no arrival number, refreshes
+            // nothing and is not indexed again, so a retry leaves the index
+            // as the run that never needed one.
+            return verdict;
+        }
         if let Some(slot) = identical {
             self.index.renew(slot, time);
         } else if horizon.is_none_or(|horizon| time >= horizon) {
-            // A near-duplicate joins the chain of what it matched.
-            let cluster = match &verdict {
-                Verdict::Duplicate(m) => Some(&m.cluster),
-                Verdict::New | Verdict::Deleted { .. } => None,
+            // A near-duplicate joins the chain of what it matched, and
+            // keeps its match for a repeat of it.
+            let joined = match &verdict {
+                Verdict::Duplicate(m) => Some(index::Joined {
+                    cluster: m.cluster.clone(),
+                    matched: Some((m.of.clone(), m.similarity)),
+                }),
+                _ => None,
             };
             self.index.insert(
                 id,
@@ -737,7 +751,7 @@ impl Deduper {
                     band_keys: sketch.band_keys,
                     set_fingerprint: sketch.set_fingerprint,
                     time,
-                    cluster,
+                    joined: joined.as_ref(),
                     truncated: sketch.truncated,
                 },
             );
@@ -773,20 +787,23 @@ impl Deduper {
     /// Decides on a message without indexing it or refreshing what it
     /// matches: a question that leaves no trace.
     pub fn query(&mut self, sketch: Sketch<'_>) -> Verdict {
-        self.query_counted(sketch, None)
+        self.query_counted(None, sketch, None)
     }
 
     /// [`Deduper::query`], with the message's candidates counted ahead of
     /// its batch if they were (see [`overlaps`]).
+    /// A query naming its message's id is answered as a repeat when the
+    /// message is indexed (see [`Verdict::Repeat`]).
     fn query_counted(
         &mut self,
+        id: Option<&MessageId>,
         sketch: Sketch<'_>,
         counted: Option<&overlaps::Counted>,
     ) -> Verdict {
         if sketch.shingles.is_empty() {
             return self.nothing_to_compare();
         }
-        self.decide(sketch, false, counted).0
+        self.decide(id, sketch, false, counted).0
     }
 
     /// How many threads verify a batch's candidates (see [`overlaps`]):
@@ -864,7 +881,7 @@ impl Deduper {
             band_keys: &band_keys,
             set_fingerprint: set_fingerprint(shingles),
             time: if self.clock.is_on() { restored.time } else { 0 },
-            cluster: restored.cluster,
+            joined: restored.joined,
             truncated: restored.truncated,
         };
         match restored.posted {
@@ -913,27 +930,48 @@ impl Deduper {
     }
 
     /// The verdict, and the slot of the identical shingle set, if indexed.
+    ///
+    /// A message whose identical set is indexed under its own id (`id`) is
+    /// a repeat: it gets the verdict that message was first given, and
+    /// nothing is compared. Where the index does not know that verdict
+    /// (the entry came from an older state file), the message is decided
+    /// against every other indexed message, never against itself.
     fn decide(
         &mut self,
+        id: Option<&MessageId>,
         sketch: Sketch<'_>,
         refresh: bool,
         counted: Option<&overlaps::Counted>,
     ) -> (Verdict, Option<u32>) {
         self.counts.messages += 1;
-        let exact = self.index.exact(sketch.set_fingerprint, sketch.shingles);
+        let mut exact = self.index.exact(sketch.set_fingerprint, sketch.shingles);
+        let mut itself = None;
+        if let (Some(id), Some(slot)) = (id, exact)
+            && let Some(entry) = self.index.peek(slot)
+            && index::same_id(&entry.id, id)
+        {
+            if let Some(first) = entry.first_match() {
+                return (self.repeat(first), exact);
+            }
+            itself = exact.take();
+        }
         let best = match (self.config.measure, exact) {
             // Under Jaccard only an identical set reaches 1, and the index
             // holds at most one message per set: nothing can beat or tie it.
             (Measure::Jaccard, Some(slot)) => Some((slot, 1.0)),
-            _ => self.best_match(sketch, exact, counted),
+            _ => self.best_match(id, sketch, exact, counted),
         };
         if self.explainer.on {
-            self.explain_decision(sketch, exact, best);
+            if itself.is_some() {
+                self.explainer.last = Some(Explanation::repeat(self.config.threshold));
+            } else {
+                self.explain_decision(sketch, exact, best);
+            }
         }
         let verdict = match best {
             Some((slot, similarity)) => {
                 self.counts.duplicates += 1;
-                if refresh {
+                if refresh && itself.is_none() {
                     self.index.touch(slot);
                 }
                 let entry = self.index.peek(slot).expect("candidate is indexed");
@@ -948,7 +986,28 @@ impl Deduper {
                 Verdict::New
             }
         };
+        if itself.is_some() {
+            self.counts.repeats += 1;
+            let verdict = match verdict {
+                Verdict::Duplicate(m) => Verdict::Repeat(Some(m)),
+                _ => Verdict::Repeat(None),
+            };
+            return (verdict, itself);
+        }
         (verdict, exact)
+    }
+
+    /// Counts a repeat whose first verdict the index knows, and answers it.
+    fn repeat(&mut self, first: Option<Match>) -> Verdict {
+        self.counts.repeats += 1;
+        match first {
+            Some(_) => self.counts.duplicates += 1,
+            None => self.counts.new += 1,
+        }
+        if self.explainer.on {
+            self.explainer.last = Some(Explanation::repeat(self.config.threshold));
+        }
+        Verdict::Repeat(first)
     }
 
     /// The most similar indexed message (ties: the earliest), if any is at
@@ -957,8 +1016,12 @@ impl Deduper {
     ///
     /// `counted`: the message's candidates counted ahead of its batch, if
     /// they were (see [`overlaps`]).
+    ///
+    /// A message indexed under `id`, the message's own, is never its match:
+    /// it is the message itself, sent again, or an earlier text of it.
     fn best_match(
         &mut self,
+        id: Option<&MessageId>,
         sketch: Sketch<'_>,
         exact: Option<u32>,
         counted: Option<&overlaps::Counted>,
@@ -1069,6 +1132,10 @@ impl Deduper {
             ) else {
                 continue;
             };
+            // Checked only for a candidate that reached the floor: rare.
+            if id.is_some_and(|id| index::same_id(&entry.id, id)) {
+                continue;
+            }
             if best.is_none() {
                 lone.offer(
                     slot,
@@ -1221,7 +1288,7 @@ impl IndexStore for Deduper {
             let counted = counted.as_ref().map(|counted| counted.of(position));
             verdicts.push(match ask.op {
                 Op::Check => self.check_counted(ask.id.clone(), ask.sketch, ask.time, counted),
-                Op::Query => self.query_counted(ask.sketch, counted),
+                Op::Query => self.query_counted(Some(ask.id), ask.sketch, counted),
                 Op::Remove => {
                     if self.explainer.on {
                         self.explainer.last = Some(Explanation::deleted(self.config.threshold));
@@ -1300,6 +1367,122 @@ mod tests {
             3,
             "exact copies are not indexed; the truncation and the comment are"
         );
+    }
+
+    #[test]
+    fn a_message_sent_again_gets_its_first_verdict_and_changes_nothing() {
+        let mut d = deduper(100);
+        let original = "Our new paper on streaming near-duplicate detection is out today, with code and data for everyone";
+        let comment = format!("{original} so good, read it");
+        assert_eq!(d.check_text(id(1), original), Verdict::New);
+        let first = d.check_text(id(2), &comment);
+        let Verdict::Duplicate(m) = first.clone() else {
+            panic!("{first:?}");
+        };
+        assert_eq!(d.check_text(id(3), original).first(), first.first().clone());
+        let (len, seq, counts) = (d.index().len(), d.next_seq(), d.counts());
+        // Sent again (a retry, a redelivery): never a duplicate of itself.
+        assert_eq!(d.check_text(id(1), original), Verdict::Repeat(None));
+        assert_eq!(d.check_text(id(2), &comment), Verdict::Repeat(Some(m)));
+        // The tweet's number as a string is the same tweet.
+        assert!(
+            d.check_text(MessageId::DigitString(1), original)
+                .is_repeat()
+        );
+        assert_eq!(d.index().len(), len, "nothing indexed again");
+        assert_eq!(d.next_seq(), seq, "no arrival number taken");
+        let after = d.counts();
+        assert_eq!(after.repeats, 3);
+        assert_eq!(
+            (after.new, after.duplicates),
+            (counts.new + 2, counts.duplicates + 1)
+        );
+        // An exact copy is not indexed: sent again, it is decided again,
+        // and gets the same verdict.
+        assert_eq!(
+            d.check_text(id(3), original),
+            Verdict::Duplicate(Match {
+                of: id(1),
+                similarity: 1.0,
+                cluster: id(1),
+            })
+        );
+    }
+
+    #[test]
+    fn another_text_under_a_known_id_is_never_a_duplicate_of_itself() {
+        let mut d = deduper(100);
+        let text = "Flooding has closed the coastal highway north of the city tonight, police say";
+        assert_eq!(d.check_text(id(1), text), Verdict::New);
+        // An edit under the same id: its own earlier text is not a match.
+        let edited = format!("{text}. Avoid the area");
+        assert_eq!(d.check_text(id(1), &edited), Verdict::New);
+        match d.check_text(id(2), &edited) {
+            Verdict::Duplicate(m) => assert_eq!(m.of, id(1)),
+            other => panic!("{other:?}"),
+        }
+        // A query naming an indexed message's id and text is a repeat too.
+        let sketch = d.preparer().sketch(text, &[], &mut Scratch::default());
+        let mut verdicts = Vec::new();
+        let ask = Ask {
+            id: &id(1),
+            sketch: sketch.as_sketch(),
+            op: Op::Query,
+            token: None,
+            time: 0,
+        };
+        IndexStore::decide(&mut d, &[ask], &mut verdicts).unwrap();
+        assert_eq!(verdicts, [Verdict::Repeat(None)]);
+    }
+
+    #[test]
+    fn repeats_in_a_batch_counted_ahead_get_their_first_verdicts() {
+        // The same through the batch decision with overlaps counted on
+        // several threads (see overlaps): a batch of originals, then the
+        // same batch again.
+        let mut d = deduper(10_000);
+        d.set_threads(NonZeroUsize::new(3).unwrap());
+        let preparer = d.preparer().clone();
+        let texts: Vec<String> = (0..200)
+            .map(|n| {
+                format!(
+                    "story {} about the {} river and the {} bridge closing tonight",
+                    n / 2,
+                    n % 7,
+                    n / 2
+                )
+            })
+            .collect();
+        let sketches: Vec<SketchBuf> = texts
+            .iter()
+            .map(|t| preparer.sketch(t, &[], &mut Scratch::default()))
+            .collect();
+        let ids: Vec<MessageId> = (0..200).map(id).collect();
+        let asks: Vec<Ask<'_>> = sketches
+            .iter()
+            .zip(&ids)
+            .map(|(sketch, id)| Ask {
+                id,
+                sketch: sketch.as_sketch(),
+                op: Op::Check,
+                token: None,
+                time: 0,
+            })
+            .collect();
+        let (mut first, mut again) = (Vec::new(), Vec::new());
+        IndexStore::decide(&mut d, &asks, &mut first).unwrap();
+        assert!(first.iter().any(Verdict::is_duplicate));
+        IndexStore::decide(&mut d, &asks, &mut again).unwrap();
+        for (one, two) in first.iter().zip(&again) {
+            match one {
+                // An exact copy is decided again, alike.
+                Verdict::Duplicate(m) if m.similarity >= 1.0 => assert_eq!(two, one),
+                _ => {
+                    assert!(two.is_repeat(), "{one:?} then {two:?}");
+                    assert_eq!(&two.first(), one);
+                }
+            }
+        }
     }
 
     /// The cluster of a verdict, or `None` for a new message.

@@ -11,6 +11,12 @@ pub enum Verdict {
     New,
     /// A near-duplicate of an indexed message.
     Duplicate(Match),
+    /// The message is indexed already, under its id and with the same
+    /// text: it was sent again (a retry after a crash, a redelivery, an
+    /// overlapping collection), and gets the verdict it was first given:
+    /// new (`None`) or a duplicate of the match it had then. Deciding it
+    /// again would find itself and call it a duplicate of itself.
+    Repeat(Option<Match>),
     /// The answer to a removal ([`super::Op::Remove`]): whether a message
     /// of that id was held (and is now forgotten).
     Deleted {
@@ -34,25 +40,42 @@ pub struct Match {
 }
 
 impl Verdict {
-    /// Whether this is a duplicate.
+    /// Whether this is a duplicate (a repeat of one included).
     pub fn is_duplicate(&self) -> bool {
-        matches!(self, Verdict::Duplicate(_))
+        matches!(self, Verdict::Duplicate(_) | Verdict::Repeat(Some(_)))
+    }
+
+    /// Whether this is a repeat (see [`Verdict::Repeat`]).
+    pub fn is_repeat(&self) -> bool {
+        matches!(self, Verdict::Repeat(_))
+    }
+
+    /// The verdict the message was first given: a repeat's, or this one.
+    /// A queue writes a redelivered entry's output with it, byte for byte
+    /// the output of its first delivery.
+    pub fn first(&self) -> Verdict {
+        match self {
+            Verdict::Repeat(None) => Verdict::New,
+            Verdict::Repeat(Some(m)) => Verdict::Duplicate(m.clone()),
+            other => other.clone(),
+        }
     }
 
     /// Appends the verdict's JSON object: `{"status":"new"}`,
     /// `{"status":"duplicate","duplicate_of":ID,"similarity":S,"cluster":ID}`
     /// or, for a removal, `{"status":"deleted","held":true}` (or `false`).
+    /// A repeat is its first verdict's object with `"repeat":true` last.
     pub fn write_json(&self, out: &mut Vec<u8>) {
         match self {
             Verdict::New => out.extend_from_slice(br#"{"status":"new"}"#),
             Verdict::Duplicate(m) => {
-                out.extend_from_slice(br#"{"status":"duplicate","duplicate_of":"#);
-                m.of.write_json(out);
-                out.extend_from_slice(br#","similarity":"#);
-                write_similarity(m.similarity, out);
-                out.extend_from_slice(br#","cluster":"#);
-                m.cluster.write_json(out);
+                write_match(m, out);
                 out.push(b'}');
+            }
+            Verdict::Repeat(None) => out.extend_from_slice(br#"{"status":"new","repeat":true}"#),
+            Verdict::Repeat(Some(m)) => {
+                write_match(m, out);
+                out.extend_from_slice(br#","repeat":true}"#);
             }
             Verdict::Deleted { held: true } => {
                 out.extend_from_slice(br#"{"status":"deleted","held":true}"#)
@@ -83,6 +106,16 @@ impl Verdict {
     pub fn is_deletion(&self) -> bool {
         matches!(self, Verdict::Deleted { .. })
     }
+}
+
+/// Appends a duplicate's members, without the closing brace.
+fn write_match(m: &Match, out: &mut Vec<u8>) {
+    out.extend_from_slice(br#"{"status":"duplicate","duplicate_of":"#);
+    m.of.write_json(out);
+    out.extend_from_slice(br#","similarity":"#);
+    write_similarity(m.similarity, out);
+    out.extend_from_slice(br#","cluster":"#);
+    m.cluster.write_json(out);
 }
 
 /// A similarity as the quotient of shared shingles and what they are

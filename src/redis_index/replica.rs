@@ -234,6 +234,13 @@ impl Replica {
                     encode_id(&m.cluster, &mut out);
                 }
                 Verdict::Deleted { held } => out.push(2 + u8::from(*held)),
+                Verdict::Repeat(None) => out.push(4),
+                Verdict::Repeat(Some(m)) => {
+                    out.push(5);
+                    encode_id(&m.of, &mut out);
+                    out.extend_from_slice(&m.similarity.to_bits().to_le_bytes());
+                    encode_id(&m.cluster, &mut out);
+                }
             }
         }
         out.extend_from_slice(&(state.len() as u64).to_le_bytes());
@@ -271,17 +278,23 @@ impl Replica {
             let token = r.take(len).map_err(corrupt)?;
             let verdict = match r.u8().map_err(corrupt)? {
                 0 => Verdict::New,
-                1 => {
+                kind @ (1 | 5) => {
                     let of = read_id(&mut r)?;
                     let similarity = f64::from_bits(r.u64().map_err(corrupt)?);
                     let cluster = read_id(&mut r)?;
-                    Verdict::Duplicate(Match {
+                    let m = Match {
                         of,
                         similarity,
                         cluster,
-                    })
+                    };
+                    if kind == 5 {
+                        Verdict::Repeat(Some(m))
+                    } else {
+                        Verdict::Duplicate(m)
+                    }
                 }
                 kind @ (2 | 3) => Verdict::Deleted { held: kind == 3 },
+                4 => Verdict::Repeat(None),
                 _ => return Err(SnapshotError::Corrupt("unknown verdict kind")),
             };
             memo.remember(token, verdict);

@@ -59,6 +59,9 @@ pub struct Metrics {
     pub checks_new: AtomicU64,
     /// Checks answered `duplicate`.
     pub checks_duplicate: AtomicU64,
+    /// Messages answered as repeats (indexed already under their id with
+    /// the same text), counted by their first verdict too.
+    pub repeats: AtomicU64,
     /// Queries (decide only) answered `new`.
     pub queries_new: AtomicU64,
     /// Queries answered `duplicate`.
@@ -172,6 +175,13 @@ impl Metrics {
                 get(value)
             );
         }
+        header(
+            &mut out,
+            "dedup_repeats_total",
+            "counter",
+            "Messages found indexed already under their id with the same text (sent again), answered with their first verdict; counted in dedup_messages_total by that verdict too.",
+        );
+        let _ = writeln!(out, "dedup_repeats_total {}", get(&self.repeats));
         header(
             &mut out,
             "dedup_index_store_up",

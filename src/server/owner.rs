@@ -173,6 +173,9 @@ fn decide<S: IndexStore>(
                     _ => usize::from(verdict.is_duplicate()),
                 };
                 counts[slot] += 1;
+                if verdict.is_repeat() {
+                    metrics.repeats.fetch_add(1, Ordering::Relaxed);
+                }
                 let explanation = explanations.next();
                 match reply {
                     Reply::Tagged => {

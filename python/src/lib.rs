@@ -425,9 +425,12 @@ impl Deduper {
         let result = shared.run(py, || {
             let mut guard = shared.lock();
             let inner = &mut *guard;
-            let id = id.unwrap_or_else(|| {
-                let n = inner.next_auto;
-                MessageId::Integer(n)
+            let id = id.unwrap_or_else(|| match op {
+                // No message is indexed under `null` (ids are strings or
+                // integers): a query without an id is never a repeat, even
+                // where the next automatic id was given to one by hand.
+                Op::Query => MessageId::Raw("null".into()),
+                _ => MessageId::Integer(inner.next_auto),
             });
             if op == Op::Check {
                 inner.next_auto += 1;

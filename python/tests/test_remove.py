@@ -56,3 +56,27 @@ def test_check_records_honours_deletion_notices():
     assert not verdicts[1] and not verdicts[1].is_duplicate
     assert pickle.loads(pickle.dumps(verdicts[1])) == verdicts[1]
     assert d.stats()["messages"] == 2
+
+
+def test_a_message_sent_again_gets_its_first_verdict_marked_a_repeat(tmp_path):
+    # Issue 37: a retry is never "a duplicate of itself".
+    d = Deduper()
+    assert d.check(FLOOD, id="1").status == "new"
+    first = d.check(MORE, id="2")
+    assert first.duplicate_of == "1"
+    again = d.check(FLOOD, id="1")
+    assert (again.status, again.repeat, again.duplicate_of) == ("new", True, None)
+    assert not first.repeat
+    edited_again = d.check(MORE, id="2")
+    assert edited_again.repeat and edited_again.duplicate_of == "1"
+    assert (edited_again.similarity, edited_again.cluster) == (first.similarity, first.cluster)
+    assert edited_again.to_json() == first.to_json()[:-1] + ',"repeat":true}'
+    assert edited_again.to_dict()["repeat"] is True
+    assert "repeat=True" in repr(edited_again)
+    assert pickle.loads(pickle.dumps(edited_again)) == edited_again
+    assert len(d) == 2, "nothing indexed again"
+    # A query naming no id is never a repeat; the same across a state file.
+    assert d.query(FLOOD).status == "duplicate"
+    d.save(tmp_path / "s.state")
+    e = Deduper.load(tmp_path / "s.state")
+    assert e.check(MORE, id="2") == edited_again

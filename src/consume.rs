@@ -231,7 +231,7 @@ pub fn run<S: IndexStore>(
         summary: ConsumeSummary::default(),
         stop,
     };
-    worker.create_group()?;
+    worker.create_group(false)?;
     // An empty acknowledgement only checks the keys' types: a key that
     // cannot take the output stops the worker before it decides anything.
     worker.acknowledge(&[])?;
@@ -297,9 +297,12 @@ fn store_error(e: RetryError) -> Error {
 }
 
 impl<S: IndexStore> Worker<'_, S> {
-    fn create_group(&mut self) -> Result<(), Error> {
+    /// Creates the consumer group at the start of the stream (and the
+    /// stream with `--create`), first waiting for the stream without it.
+    /// `gone`: the stream existed and was deleted under the worker.
+    fn create_group(&mut self, gone: bool) -> Result<(), Error> {
         if !self.config.create {
-            self.wait_for_stream()?;
+            self.wait_for_stream(gone)?;
         }
         let (stream, group, create) = (&self.config.stream, &self.config.group, self.config.create);
         self.link
@@ -318,31 +321,46 @@ impl<S: IndexStore> Worker<'_, S> {
             .map_err(store_error)
     }
 
+    /// Whether the input stream exists.
+    fn stream_exists(&mut self) -> Result<bool, Error> {
+        let stream = &self.config.stream;
+        self.link
+            .retry("looking for the stream", |c, _| {
+                redis::cmd("EXISTS").arg(stream).query(c)
+            })
+            .map_err(store_error)
+    }
+
     /// Waits, saying so, until the input stream exists (or the worker is
     /// told to stop): a worker started before its producer, or on a
-    /// misspelt name, must not create and consume an empty stream.
-    fn wait_for_stream(&mut self) -> Result<(), Error> {
+    /// misspelt name, must not create and consume an empty stream; and one
+    /// whose stream was deleted (`DEL`, `FLUSHALL`) waits for it to come
+    /// back, as for a missing one.
+    fn wait_for_stream(&mut self, gone: bool) -> Result<(), Error> {
         let mut said = false;
         loop {
-            let stream = &self.config.stream;
-            let exists: bool = self
-                .link
-                .retry("looking for the stream", |c, _| {
-                    redis::cmd("EXISTS").arg(stream).query(c)
-                })
-                .map_err(store_error)?;
-            if exists {
+            if self.stream_exists()? {
                 if said {
                     tracing::info!(stream = %self.config.stream, "the stream exists now");
                 }
                 return Ok(());
             }
             if !said {
-                tracing::warn!(
-                    stream = %self.config.stream,
-                    "the stream does not exist: waiting for it to appear (pass --create to \
-                     create it empty instead)"
-                );
+                if gone {
+                    tracing::warn!(
+                        stream = %self.config.stream,
+                        group = %self.config.group,
+                        "the stream is gone from Redis (deleted, or flushed), and its consumer \
+                         group with it: waiting for it to come back, then creating the group \
+                         again at its start"
+                    );
+                } else {
+                    tracing::warn!(
+                        stream = %self.config.stream,
+                        "the stream does not exist: waiting for it to appear (pass --create to \
+                         create it empty instead)"
+                    );
+                }
                 said = true;
             }
             if self.stop.load(Ordering::Relaxed) {
@@ -405,14 +423,29 @@ impl<S: IndexStore> Worker<'_, S> {
     /// the group was destroyed): says so and makes it again, at the start
     /// of the stream as at the first start. What it had pending went with
     /// it.
+    ///
+    /// The stream itself may be what went (`DEL`, `FLUSHALL`; a read
+    /// blocked on it ends with `UNBLOCKED`): it is then waited for, as a
+    /// missing stream is at start, and read from its start when it comes
+    /// back; with `--create` it is made again, empty.
     fn group_lost(&mut self) -> Result<(), Error> {
-        tracing::warn!(
-            stream = %self.config.stream,
-            group = %self.config.group,
-            "the consumer group is gone from Redis (restarted without persistence, or \
-             destroyed): creating it again at the start of the stream"
-        );
-        self.create_group()
+        let exists = self.stream_exists()?;
+        if exists {
+            tracing::warn!(
+                stream = %self.config.stream,
+                group = %self.config.group,
+                "the consumer group is gone from Redis (restarted without persistence, or \
+                 destroyed): creating it again at the start of the stream"
+            );
+        } else if self.config.create {
+            tracing::warn!(
+                stream = %self.config.stream,
+                group = %self.config.group,
+                "the stream is gone from Redis (deleted, or flushed), and its consumer group \
+                 with it: creating both again, empty (--create)"
+            );
+        }
+        self.create_group(!exists)
     }
 
     /// Reads a batch: `0` for this consumer's own pending entries, `>` for
@@ -433,7 +466,9 @@ impl<S: IndexStore> Worker<'_, S> {
             }
             cmd.arg("STREAMS").arg(&config.stream).arg(from).query(c)
         }) {
-            Err(RetryError::Failed(e)) if e.code() == Some("NOGROUP") => {
+            // NOGROUP: the group (or the stream) is gone. UNBLOCKED: the
+            // stream was deleted while this read waited on it.
+            Err(RetryError::Failed(e)) if matches!(e.code(), Some("NOGROUP" | "UNBLOCKED")) => {
                 self.group_lost()?;
                 return Ok(Vec::new());
             }

@@ -637,3 +637,68 @@ fn deletion_notices_in_the_stream_are_honoured_and_passed_on() {
         "1 was forgotten: {out:?}"
     );
 }
+
+/// Issue 37: deleting the input stream (`DEL`, or `FLUSHALL`) under an idle
+/// worker stopped it with exit 1 (`UNBLOCKED: the stream key no longer
+/// exists`). The stream is waited for, with a warning, as a missing one is
+/// at start, and consumed from its start when it comes back (its group
+/// made again).
+#[test]
+fn a_deleted_stream_is_waited_for_and_consumed_again_when_it_comes_back() {
+    if !available("a_deleted_stream_is_waited_for_and_consumed_again_when_it_comes_back") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let mut con = redis.connection();
+    add(&mut con, "in", "json", &message(1, TEXT));
+    let mut consuming = worker(&redis.url(), "a", "out", &[]);
+    wait_until("the first entry out", Duration::from_secs(20), || {
+        xlen(&mut con, "out") == 1
+    });
+    for (round, wipe) in ["DEL", "FLUSHALL"].into_iter().enumerate() {
+        // Let the worker block on the stream again, idle, then wipe it.
+        std::thread::sleep(Duration::from_millis(1500));
+        let mut command = redis::cmd(wipe);
+        if wipe == "DEL" {
+            command.arg("in");
+        }
+        command.query::<()>(&mut con).unwrap();
+        std::thread::sleep(Duration::from_millis(2500));
+        assert!(
+            consuming.try_wait().unwrap().is_none(),
+            "the worker stopped when the stream was wiped with {wipe}"
+        );
+        let exists: bool = redis::cmd("EXISTS").arg("in").query(&mut con).unwrap();
+        assert!(!exists, "the worker made the stream again ({wipe})");
+        // The stream comes back: its entries are read from its start.
+        let id = 10 + round as u32;
+        add(
+            &mut con,
+            "in",
+            "json",
+            &message(id, &format!("Entry {id}, after {wipe}: {TEXT} again")),
+        );
+        let expected = if wipe == "DEL" { 2 } else { 1 };
+        wait_until(
+            &format!("the entry after {wipe} out"),
+            Duration::from_secs(30),
+            || xlen(&mut con, "out") == expected && pending(&mut con, "in", "g") == 0,
+        );
+        let out = entries(&mut con, "out");
+        let last = &out[expected - 1][0].1;
+        assert!(
+            last.starts_with(&format!("{{\"id_str\":\"{id}\"")),
+            "{wipe}: {out:?}"
+        );
+    }
+    let (code, stderr) = terminate(consuming);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        stderr
+            .matches("the stream is gone from Redis (deleted, or flushed)")
+            .count(),
+        2,
+        "{stderr}"
+    );
+    assert!(!stderr.contains("UNBLOCKED"), "{stderr}");
+}

@@ -224,6 +224,73 @@ fn a_redis_that_evicts_any_key_is_refused() {
     assert!(redis.keys_with_prefix("{dedup-stream}:").is_empty());
 }
 
+/// Issue 37: an eviction policy set while the fleet ran (`CONFIG SET
+/// maxmemory-policy allkeys-lru`) went unnoticed: the index's keys were
+/// evicted, the worker made it again, empty, and went on with exit 0 and
+/// wrong verdicts. The policy is read again at every snapshot and whenever
+/// the index is found gone: the worker stops with exit 1, naming it.
+#[test]
+fn an_eviction_policy_set_while_running_stops_the_worker() {
+    if !available("an_eviction_policy_set_while_running_stops_the_worker") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let mut con = redis.connection();
+    let url = redis.url();
+    let input = synthetic(60);
+    let set_policy = |con: &mut redis::Connection, policy: &str| {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory-policy")
+            .arg(policy)
+            .query::<()>(con)
+            .unwrap();
+    };
+    // At the next snapshot (every 10 messages here).
+    let mut args = FIELDS.to_vec();
+    args.extend([
+        "--index",
+        &url,
+        "--index-name",
+        "snap",
+        "--log-snapshot-every",
+        "10",
+    ]);
+    let mut worker = Worker::start(&args);
+    let got = worker.feed(&input[..20]);
+    assert_eq!(got.len(), 20);
+    set_policy(&mut con, "allkeys-lru");
+    let stdin = worker.stdin.as_mut().unwrap();
+    stdin.write_all(&input[20..40].concat()).unwrap();
+    let (status, stderr) = worker.finish();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("maxmemory-policy allkeys-lru"), "{stderr}");
+
+    // When the index is found gone (evicted, here flushed), before it
+    // would be made again, empty.
+    set_policy(&mut con, "noeviction");
+    let mut args = FIELDS.to_vec();
+    args.extend(["--index", &url, "--index-name", "gone"]);
+    let mut worker = Worker::start(&args);
+    let got = worker.feed(&input[..20]);
+    assert_eq!(got.len(), 20);
+    set_policy(&mut con, "allkeys-random");
+    redis::cmd("FLUSHALL").query::<()>(&mut con).unwrap();
+    let stdin = worker.stdin.as_mut().unwrap();
+    stdin.write_all(&input[20..40].concat()).unwrap();
+    let (status, stderr) = worker.finish();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("maxmemory-policy allkeys-random"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("creating it again"), "{stderr}");
+    assert!(
+        redis.keys_with_prefix("{gone}:").is_empty(),
+        "the index was made again in a Redis that evicts it"
+    );
+}
+
 /// An index made by another build of the decision (another rule in its
 /// settings) is refused, never applied with this build's rule.
 #[test]

@@ -33,7 +33,8 @@
 //!   [`RULE`]) are stored with the index, and a worker of other settings or
 //!   of another build of the decision is refused;
 //! - a Redis that may evict any key when full (`maxmemory-policy allkeys-*`)
-//!   is refused.
+//!   is refused: at start, and again whenever keys are found missing and
+//!   at every snapshot, since the policy can be changed while workers run.
 //!
 //! The keys of one index all carry the hash tag `{NAME}`, so they share one
 //! hash slot and a Redis Cluster keeps each index on one node.
@@ -358,7 +359,12 @@ impl RedisIndex {
 
     /// Starts the replica again from the newest snapshot of the index (or
     /// empty when there is none), at the entry it was taken at.
+    ///
+    /// Keys found missing may have been evicted: Redis's eviction policy
+    /// is read again first, and one that may evict any key stops the
+    /// worker rather than start it again from what is left.
     fn resync(&mut self) -> Result<(), StoreError> {
+        check_eviction_policy(&mut self.link)?;
         for _ in 0..5 {
             let keys = &self.keys;
             let fields: Vec<Option<String>> = self.link.retry("reading the snapshot", |c, _| {
@@ -533,6 +539,9 @@ impl RedisIndex {
             match result {
                 Ok(appended) => return Ok(appended),
                 Err(RetryError::Failed(e)) if e.code() == Some("DEDUP_NOINDEX") => {
+                    // Evicted? Then making it again, empty, would be a
+                    // silent restart from nothing.
+                    check_eviction_policy(&mut self.link)?;
                     tracing::warn!(
                         index = %self.name,
                         redis = %self.link.location(),
@@ -571,11 +580,16 @@ impl RedisIndex {
     /// messages came since the last one and no other worker is writing
     /// one. A failure is reported and tried again later: the log is only
     /// trimmed less.
-    fn maybe_publish(&mut self) {
+    ///
+    /// Each time a snapshot is due, Redis's eviction policy is read again
+    /// (it can be changed while the fleet runs, `CONFIG SET`): one that may
+    /// evict any key is an error, which stops the worker.
+    fn maybe_publish(&mut self) -> Result<(), StoreError> {
         let applied = self.replica.applied;
         if self.since_snapshot < self.snapshot_every || applied < self.snapshot_not_before {
-            return;
+            return Ok(());
         }
+        check_eviction_policy(&mut self.link)?;
         if let Err(e) = self.publish() {
             tracing::warn!(
                 index = %self.name,
@@ -584,6 +598,7 @@ impl RedisIndex {
             );
             self.snapshot_not_before = applied + 64;
         }
+        Ok(())
     }
 
     fn publish(&mut self) -> Result<(), StoreError> {
@@ -751,6 +766,13 @@ impl IndexStore for RedisIndex {
         if asks.is_empty() {
             return Ok(());
         }
+        if self.since_snapshot + asks.len() as u64 >= self.snapshot_every {
+            // A snapshot is due after this batch, and with it a look at the
+            // eviction policy (see `maybe_publish`): look before appending,
+            // so that a worker refusing the policy leaves no entry of its
+            // batch in the log.
+            check_eviction_policy(&mut self.link)?;
+        }
         log::encode(asks, &self.token_scope, &self.forget, &mut self.payload);
         self.checks = asks
             .iter()
@@ -828,7 +850,7 @@ impl IndexStore for RedisIndex {
         }
         self.forget.clear();
         self.count(|m| &m.log_appended, asks.len() as u64);
-        self.maybe_publish();
+        self.maybe_publish()?;
         self.record_metrics();
         Ok(())
     }

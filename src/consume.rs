@@ -26,6 +26,8 @@
 //! - With `--output -` the tagged lines go to a writer (stdout) and are
 //!   flushed before the entries are acknowledged: at least once, since a
 //!   line can be written and its worker die before the acknowledgement.
+//!   They are written in pieces of whole lines of at most `PIPE_BUF`
+//!   bytes, so a worker killed mid-batch leaves no torn line.
 //! - **Never acknowledged without its output.** Redis does not undo a
 //!   script that fails halfway, so the script checks that the keys it
 //!   writes are streams (or absent) before writing anything: an output key
@@ -210,6 +212,9 @@ struct Worker<'a, S> {
 /// Runs the worker until `stop` is set (or a fatal error): reads its own
 /// pending entries first, then new ones, claiming entries idle on other
 /// consumers every `claim_idle / 2`.
+///
+/// `lines` (for [`Output::Lines`]) should be unbuffered, each write one
+/// `write(2)`: the lines are handed to it in pieces of whole lines.
 pub fn run<S: IndexStore>(
     config: &ConsumeConfig,
     preparer: &Preparer,
@@ -605,8 +610,7 @@ impl<S: IndexStore> Worker<'_, S> {
         if let Some(lines) = self.lines.as_mut()
             && !text.is_empty()
         {
-            lines
-                .write_all(&text)
+            write_whole_lines(lines, &text)
                 .and_then(|()| lines.flush())
                 .map_err(Error::Write)?;
         }
@@ -683,6 +687,43 @@ impl<S: IndexStore> Worker<'_, S> {
     }
 }
 
+/// Most bytes of whole lines given to one write: `PIPE_BUF` on Linux, the
+/// most a pipe takes in one piece (a write of up to this many bytes is
+/// never split, whatever the reader and whenever the writer dies).
+const WHOLE_WRITE: usize = 4096;
+
+/// Writes `text` (whole lines, each ending in `\n`) in writes of whole
+/// lines only, each of at most [`WHOLE_WRITE`] bytes (a longer line alone),
+/// so that a worker killed mid-batch leaves no torn line: one write of the
+/// whole batch (hundreds of KB) is copied into a pipe as the reader makes
+/// room, and a kill in the middle left a line cut short (1 in 200,258 in
+/// the trial of issue 37). `out` should be unbuffered, so that each write
+/// here is one `write(2)`; only an interrupted write of a line longer than
+/// `PIPE_BUF` can still be split.
+fn write_whole_lines(out: &mut dyn Write, text: &[u8]) -> std::io::Result<()> {
+    let mut start = 0;
+    while start < text.len() {
+        let mut end = start;
+        // Take lines while they fit; at least one.
+        for newline in memchr::memchr_iter(b'\n', &text[start..]).map(|i| start + i + 1) {
+            if newline - start > WHOLE_WRITE && end > start {
+                break;
+            }
+            end = newline;
+            if end - start >= WHOLE_WRITE {
+                break;
+            }
+        }
+        if end == start {
+            // No line end left (the caller ends every line; kept whole).
+            end = text.len();
+        }
+        out.write_all(&text[start..end])?;
+        start = end;
+    }
+    Ok(())
+}
+
 /// Text of a reply element.
 fn text(value: Value) -> Option<String> {
     match value {
@@ -727,6 +768,49 @@ mod tests {
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    /// Records each write it is given.
+    #[derive(Default)]
+    struct Writes(Vec<Vec<u8>>);
+
+    impl Write for Writes {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.push(buf.to_vec());
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn lines_are_written_whole_in_writes_of_at_most_pipe_buf() {
+        let mut text = Vec::new();
+        for (i, len) in [10, 3000, 1500, 5000, 20, 4095, 1, 4096, 700]
+            .iter()
+            .enumerate()
+        {
+            text.extend(std::iter::repeat_n(b'a' + i as u8, *len));
+            text.push(b'\n');
+        }
+        let mut writes = Writes::default();
+        write_whole_lines(&mut writes, &text).unwrap();
+        assert_eq!(writes.0.concat(), text);
+        for write in &writes.0 {
+            assert!(write.ends_with(b"\n"), "a write ends mid-line");
+            let lines = write.iter().filter(|&&b| b == b'\n').count();
+            assert!(
+                write.len() <= WHOLE_WRITE || lines == 1,
+                "{} bytes in {lines} lines",
+                write.len()
+            );
+        }
+        // Lines are grouped, not written one by one.
+        assert!(writes.0.len() < 9, "{}", writes.0.len());
+        let mut none = Writes::default();
+        write_whole_lines(&mut none, b"").unwrap();
+        assert!(none.0.is_empty());
     }
 
     #[test]

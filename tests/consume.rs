@@ -702,3 +702,72 @@ fn a_deleted_stream_is_waited_for_and_consumed_again_when_it_comes_back() {
     );
     assert!(!stderr.contains("UNBLOCKED"), "{stderr}");
 }
+
+/// Issue 37: with `--output -`, a worker killed mid-write left a last line
+/// with no newline: a batch went out in one write, which a pipe takes as
+/// its reader makes room. Here the reader makes none: the worker fills the
+/// pipe, blocks in the middle of a batch, and is killed with SIGKILL; what
+/// the pipe holds must be whole lines, each one a tagged message. (A batch
+/// in one write fills a 64 KiB pipe to its last byte, mid-line.)
+#[cfg(target_os = "linux")]
+#[test]
+fn a_worker_killed_mid_write_to_stdout_leaves_no_torn_line() {
+    if !available("a_worker_killed_mid_write_to_stdout_leaves_no_torn_line") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let mut con = redis.connection();
+    // 400 distinct messages of about 700 bytes: about 290 KB of lines,
+    // more than a pipe holds, in batches of 256 (about 190 KB).
+    for id in 0..400u32 {
+        let words: Vec<String> = (0..90)
+            .map(|w| format!("w{}x{}", id, w * 7 + id % 5))
+            .collect();
+        add(&mut con, "in", "json", &message(id, &words.join(" ")));
+    }
+    let mut child = worker(&redis.url(), "a", "-", &[]);
+    let stdout = child.stdout.take().unwrap();
+    // Never read until the worker is dead: wait for the pipe to fill.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = 0;
+    let mut steady_since = Instant::now();
+    loop {
+        let held = rustix::io::ioctl_fionread(&stdout).unwrap();
+        if held != last {
+            last = held;
+            steady_since = Instant::now();
+        }
+        // Full enough, and no longer moving: the worker is blocked on it.
+        if held > 32 * 1024 && steady_since.elapsed() > Duration::from_millis(500) {
+            break;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the worker exited before it filled the pipe"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the pipe never filled ({held} bytes)"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let mut held = Vec::new();
+    let mut stdout = stdout;
+    stdout.read_to_end(&mut held).unwrap();
+    assert!(held.len() > 32 * 1024, "{} bytes", held.len());
+    assert!(
+        held.ends_with(b"\n"),
+        "a torn last line: {:?}",
+        String::from_utf8_lossy(&held[held.len().saturating_sub(80)..])
+    );
+    for line in held.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        let value: serde_json::Value = serde_json::from_slice(line).unwrap_or_else(|e| {
+            panic!("not a whole line ({e}): {}", String::from_utf8_lossy(line))
+        });
+        assert_eq!(value["dedup"]["status"], "new", "{value}");
+    }
+    // Nothing was acknowledged: the batch in hand stays pending.
+    assert!(pending(&mut con, "in", "g") > 0);
+}

@@ -207,6 +207,11 @@ struct Worker<'a, S> {
     ack: Script,
     summary: ConsumeSummary,
     stop: &'a AtomicBool,
+    /// The last batch's entry ids, acknowledged: their remembered verdicts
+    /// may go (see `process`).
+    acked_tokens: Vec<String>,
+    /// The link's count of connections when they were acknowledged.
+    acked_on: u64,
 }
 
 /// Runs the worker until `stop` is set (or a fatal error): reads its own
@@ -235,6 +240,8 @@ pub fn run<S: IndexStore>(
         ack: Script::new(ACK_SCRIPT),
         summary: ConsumeSummary::default(),
         stop,
+        acked_tokens: Vec::new(),
+        acked_on: 0,
     };
     worker.create_group(false)?;
     // An empty acknowledgement only checks the keys' types: a key that
@@ -544,6 +551,27 @@ impl<S: IndexStore> Worker<'_, S> {
 
     /// Decides a batch, writes its output and acknowledges it.
     fn process(&mut self, entries: Vec<Entry>, deleted: Vec<String>) -> Result<(), Error> {
+        // The last batch's tokens are forgotten (with this batch's append)
+        // only if the connection its acknowledgement went over still
+        // stands: one made again since may reach a Redis that restarted
+        // and lost the acknowledgement (an `everysec` AOF loses its last
+        // second), and an entry read again must find its remembered
+        // verdict. (The index in Redis checks its own connection too.)
+        if !self.acked_tokens.is_empty() {
+            if self.link.connections() == self.acked_on {
+                let tokens: Vec<&[u8]> = self.acked_tokens.iter().map(|t| t.as_bytes()).collect();
+                self.store.forget(&tokens);
+            } else {
+                tracing::warn!(
+                    stream = %self.config.stream,
+                    entries = self.acked_tokens.len(),
+                    "the connection to Redis was made again since entries were acknowledged \
+                     (Redis may have restarted and lost the acknowledgements): their remembered \
+                     verdicts are kept"
+                );
+            }
+            self.acked_tokens.clear();
+        }
         let payloads: Vec<Option<&[u8]>> = entries.iter().map(|e| e.message.as_deref()).collect();
         let tokens: Vec<&[u8]> = entries.iter().map(|e| e.id.as_bytes()).collect();
         let (decided, tally) = queue_batch::decide(
@@ -617,8 +645,8 @@ impl<S: IndexStore> Worker<'_, S> {
         let acked = self.acknowledge(&outcomes)?;
         self.summary.acked += acked;
         self.metrics.queue_acked.fetch_add(acked, Ordering::Relaxed);
-        let tokens: Vec<&[u8]> = entries.iter().map(|e| e.id.as_bytes()).collect();
-        self.store.forget(&tokens);
+        self.acked_on = self.link.connections();
+        self.acked_tokens = entries.into_iter().map(|e| e.id).collect();
         Ok(())
     }
 

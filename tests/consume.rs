@@ -771,3 +771,243 @@ fn a_worker_killed_mid_write_to_stdout_leaves_no_torn_line() {
     // Nothing was acknowledged: the batch in hand stays pending.
     assert!(pending(&mut con, "in", "g") > 0);
 }
+
+/// Issue 37: a worker queued its batch's tokens for forgetting as soon as
+/// the acknowledging script returned, and the forgets rode on its next
+/// append. When Redis then lost the acknowledgements (an `everysec` AOF
+/// losing its last second), the entries were pending again but their
+/// remembered verdicts were forgotten by the next batch: read again, they
+/// were decided again, as duplicates of themselves. Here Redis is killed
+/// just after a batch was acknowledged and its AOF cut as such a crash
+/// leaves it: before the acknowledging script's writes, or before the
+/// batch's log entry too. The entries, claimed again, must get their first
+/// verdicts, byte for byte, in an output stream and on stdout.
+#[test]
+fn entries_whose_acknowledgement_redis_lost_keep_their_first_verdicts() {
+    if !available("entries_whose_acknowledgement_redis_lost_keep_their_first_verdicts") {
+        return;
+    }
+    for output in ["out", "-"] {
+        for cut in [Cut::Acknowledgement, Cut::LogEntry] {
+            lose_the_last_writes(output, cut, None);
+        }
+    }
+    // The index on a Redis of its own, which loses nothing: only the
+    // streams' Redis restarts.
+    let index = RedisServer::start();
+    lose_the_last_writes("out", Cut::Acknowledgement, Some(&index.url()));
+}
+
+/// Where the AOF is cut.
+#[derive(Clone, Copy, Debug)]
+enum Cut {
+    /// Before the last transaction that acknowledges entries.
+    Acknowledgement,
+    /// Before the last one that appends to the index's log.
+    LogEntry,
+}
+
+fn lose_the_last_writes(output: &str, cut: Cut, index: Option<&str>) {
+    let mut redis = RedisServer::start_with_aof();
+    let mut con = redis.connection();
+    for id in 0..20u32 {
+        // Every other message is a copy of the one before: duplicates too.
+        let text = format!("Story {} {TEXT}", id / 2);
+        add(&mut con, "in", "json", &message(id, &text));
+    }
+    let extra: Vec<&str> = index.map(|url| vec!["--index", url]).unwrap_or_default();
+    let mut consuming = worker(&redis.url(), "a", output, &extra);
+    let mut stdout = consuming.stdout.take().unwrap();
+    let printed = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        text
+    });
+    wait_until("the batch acknowledged", Duration::from_secs(30), || {
+        pending(&mut con, "in", "g") == 0
+            && (output == "-" || xlen(&mut con, "out") == 20)
+            && xlen(&mut con, "in") == 20
+    });
+    let first = entries(&mut con, "out");
+    // Let the worker go idle with the batch's forgets queued, then crash.
+    std::thread::sleep(Duration::from_millis(300));
+    redis.kill();
+    let dir = redis.dir().join("appendonlydir");
+    let mut incr: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".incr.aof"))
+        .collect();
+    incr.sort();
+    let aof = incr.last().expect("an incremental AOF file").clone();
+    let bytes = std::fs::read(&aof).unwrap();
+    let multi = b"*1\r\n$5\r\nMULTI\r\n";
+    let exec = b"*1\r\n$4\r\nEXEC\r\n";
+    let find = |from: usize, what: &[u8]| {
+        bytes[from..]
+            .windows(what.len())
+            .position(|w| w == what)
+            .map(|i| from + i)
+    };
+    let sign: &[u8] = match cut {
+        Cut::Acknowledgement => b"XACK",
+        Cut::LogEntry => b"{dedup-stream}:log",
+    };
+    let mut at_cut = None;
+    let mut at = 0;
+    while let Some(start) = find(at, multi) {
+        let end = find(start, exec).expect("a whole transaction");
+        if bytes[start..end].windows(sign.len()).any(|w| w == sign) {
+            at_cut = Some(start);
+        }
+        at = end;
+    }
+    let at_cut = at_cut.unwrap_or_else(|| panic!("{cut:?}: no such transaction in the AOF"));
+    std::fs::write(&aof, &bytes[..at_cut]).unwrap();
+    redis.restart();
+    let mut con = redis.connection();
+    assert_eq!(
+        xlen(&mut con, "out"),
+        0,
+        "the output went with the acknowledgement"
+    );
+    assert_eq!(
+        pending(&mut con, "in", "g"),
+        20,
+        "the entries are pending again"
+    );
+    // A new entry, so that a new batch is appended (with the forgets, before).
+    add(
+        &mut con,
+        "in",
+        "json",
+        &message(99, "A new message about something else"),
+    );
+    wait_until("all acknowledged again", Duration::from_secs(30), || {
+        pending(&mut con, "in", "g") == 0 && (output == "-" || xlen(&mut con, "out") == 21)
+    });
+    let again = entries(&mut con, "out");
+    let (code, stderr) = terminate(consuming);
+    assert_eq!(code, Some(0), "{output} {cut:?}: {stderr}");
+    let printed = printed.join().unwrap();
+    let (first, again): (Vec<String>, Vec<String>) = if output == "-" {
+        // Each entry printed once before the crash and once after.
+        let lines: Vec<String> = printed.lines().map(str::to_string).collect();
+        assert_eq!(lines.len(), 41, "{cut:?}: {printed}");
+        (lines[..20].to_vec(), lines[20..].to_vec())
+    } else {
+        let values = |out: &[Vec<(String, String)>]| -> Vec<String> {
+            out.iter().map(|fields| fields[0].1.clone()).collect()
+        };
+        (values(&first), values(&again))
+    };
+    let mut first = first;
+    let mut again = again;
+    first.sort();
+    again.sort();
+    for line in &again {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_ne!(
+            v["dedup"]["duplicate_of"], v["id_str"],
+            "{output} {cut:?}: a duplicate of itself: {line}\n{stderr}"
+        );
+    }
+    let repeated: Vec<&String> = again.iter().filter(|l| !l.contains("\"99\"")).collect();
+    assert_eq!(repeated.len(), 20);
+    assert!(
+        repeated.iter().zip(&first).all(|(a, b)| *a == b),
+        "{output} {cut:?}: the entries read again got other verdicts:\nfirst: {first:#?}\n\
+         again: {repeated:#?}\n{stderr}"
+    );
+}
+
+/// An entry of the index's log as `XRANGE` gives it: id, fields.
+type LogEntry = (String, Vec<(String, Vec<u8>)>);
+
+/// The index's side of the same defect: a batch's forgets ride on the
+/// next append, and when that append finds its connection broken (Redis
+/// may have restarted and lost the acknowledgements they stand on), the
+/// batch is sent again without them and read back from the log. Here the
+/// index has a Redis of its own, whose connections are killed (`CLIENT
+/// KILL`) between two batches: the log entry after it must carry no
+/// forget, while the one before carried the batch before's.
+#[test]
+fn forgets_are_not_sent_over_a_connection_made_again() {
+    if !available("forgets_are_not_sent_over_a_connection_made_again") {
+        return;
+    }
+    let streams = RedisServer::start();
+    let index = RedisServer::start();
+    let mut con = streams.connection();
+    let mut icon = index.connection();
+    for id in 0..20u32 {
+        add(
+            &mut con,
+            "in",
+            "json",
+            &message(id, &format!("Story {id} {TEXT}")),
+        );
+    }
+    let consuming = worker(&streams.url(), "a", "out", &["--index", &index.url()]);
+    // The forget count of each log entry (the u32 after the version byte).
+    let forgets = |icon: &mut redis::Connection| -> Vec<u32> {
+        let log: Vec<LogEntry> = redis::cmd("XRANGE")
+            .arg("{dedup-stream}:log")
+            .arg("-")
+            .arg("+")
+            .query(icon)
+            .unwrap();
+        log.iter()
+            .map(|(_, fields)| {
+                let batch = &fields.iter().find(|(name, _)| name == "b").unwrap().1;
+                u32::from_le_bytes(batch[1..5].try_into().unwrap())
+            })
+            .collect()
+    };
+    let mut total = 20;
+    let mut step = |id: u32, con: &mut redis::Connection| {
+        add(
+            con,
+            "in",
+            "json",
+            &message(id, &format!("Another story {id}")),
+        );
+        total += 1;
+        wait_until("the entry out", Duration::from_secs(30), || {
+            xlen(con, "out") == total && pending(con, "in", "g") == 0
+        });
+    };
+    wait_until("the first batch out", Duration::from_secs(30), || {
+        xlen(&mut con, "out") == 20 && pending(&mut con, "in", "g") == 0
+    });
+    step(100, &mut con);
+    assert_eq!(
+        forgets(&mut icon),
+        [0, 20],
+        "the first batch's forgets ride on the next"
+    );
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(&mut icon)
+        .unwrap();
+    assert!(killed >= 1, "the worker's connection to the index");
+    step(101, &mut con);
+    assert_eq!(
+        forgets(&mut icon),
+        [0, 20, 0],
+        "sent again without its forget"
+    );
+    step(102, &mut con);
+    assert_eq!(
+        forgets(&mut icon),
+        [0, 20, 0, 1],
+        "and forgets ride again after"
+    );
+    let (code, stderr) = terminate(consuming);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("duplicate of itself"), "{stderr}");
+}

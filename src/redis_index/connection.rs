@@ -213,6 +213,9 @@ pub struct Link {
     wait: Option<Duration>,
     /// A cluster's seed nodes, checked once to be a cluster at all.
     seeds: Vec<String>,
+    /// Connections made so far: one more than before means the one before
+    /// broke (Redis may have restarted in between).
+    connections: u64,
 }
 
 impl fmt::Debug for Link {
@@ -264,6 +267,7 @@ impl Link {
                 IndexLocation::Cluster(urls) => urls.clone(),
                 _ => Vec::new(),
             },
+            connections: 0,
         })
     }
 
@@ -319,6 +323,12 @@ impl Link {
         &self.location
     }
 
+    /// How many connections the link has made: it changes when a
+    /// connection broke and was made again.
+    pub fn connections(&self) -> u64 {
+        self.connections
+    }
+
     /// Time Redis has to answer a call.
     pub fn timeout(&self) -> Duration {
         self.timeout
@@ -336,6 +346,7 @@ impl Link {
                 Client::Cluster(client) => Connection::Cluster(Box::new(client.get_connection()?)),
             };
             self.connection = Some(connection);
+            self.connections += 1;
         }
         Ok(self.connection.as_mut().expect("connected just above"))
     }

@@ -180,6 +180,14 @@ pub struct RedisIndex {
     token_scope: Vec<u8>,
     /// Scoped tokens whose verdicts may go, sent with the next batch.
     forget: Vec<Vec<u8>>,
+    /// The link's count of connections made when the oldest of `forget`
+    /// was queued: a connection made since may be to a Redis that lost the
+    /// acknowledgements those forgets stand on (see [`IndexStore::forget`]).
+    forget_on: u64,
+    /// The batch being appended was encoded again without its forgets
+    /// after a failed attempt: what Redis holds may be either encoding, so
+    /// the entry is read back from the log, not applied from `payload`.
+    payload_reencoded: bool,
     /// The batch being appended, encoded, and how many of its messages
     /// are checks (not queries).
     payload: Vec<u8>,
@@ -293,6 +301,8 @@ impl RedisIndex {
                 .token_scope
                 .map_or_else(|| b"tokens:".to_vec(), |s| format!("{s}:").into_bytes()),
             forget: Vec::new(),
+            forget_on: 0,
+            payload_reencoded: false,
             payload: Vec::new(),
             checks: 0,
             snapshot_every: options
@@ -511,7 +521,14 @@ impl RedisIndex {
     /// and the newest snapshot's entry. An index that vanished is created
     /// again, and one created again by another worker is followed: both
     /// start this replica again from the new index.
-    fn append(&mut self) -> Result<(u64, String, u64), StoreError> {
+    ///
+    /// The batch's forgets stand on acknowledgements this worker made on
+    /// the Redis it reached then. An attempt that fails for want of Redis
+    /// may mean Redis restarted and lost them (an `everysec` AOF loses its
+    /// last second): the batch is then sent again without its forgets, so
+    /// that an entry whose acknowledgement was lost, read again, still
+    /// finds its remembered verdict, never "a duplicate of itself".
+    fn append(&mut self, asks: &[Ask<'_>]) -> Result<(u64, String, u64), StoreError> {
         for _ in 0..5 {
             let checks = self.checks;
             let (script, keys, settings, epoch, worker, call, payload) = (
@@ -521,9 +538,19 @@ impl RedisIndex {
                 &self.epoch,
                 &self.worker,
                 self.call,
-                &self.payload,
+                &mut self.payload,
             );
-            let result = self.link.retry("appending to the index's log", |c, _| {
+            let (forget, scope, reencoded) = (
+                &mut self.forget,
+                &self.token_scope,
+                &mut self.payload_reencoded,
+            );
+            let result = self.link.retry("appending to the index's log", |c, retry| {
+                if retry && !forget.is_empty() {
+                    forget.clear();
+                    log::encode(asks, scope, forget, payload);
+                    *reencoded = true;
+                }
                 script
                     .key(&keys.cfg)
                     .key(&keys.log)
@@ -773,7 +800,19 @@ impl IndexStore for RedisIndex {
             // batch in the log.
             check_eviction_policy(&mut self.link)?;
         }
+        if !self.forget.is_empty() && self.link.connections() != self.forget_on {
+            tracing::warn!(
+                index = %self.name,
+                redis = %self.link.location(),
+                tokens = self.forget.len(),
+                "the connection to Redis was made again since entries were acknowledged (Redis \
+                 may have restarted and lost the acknowledgements): their remembered verdicts \
+                 are kept"
+            );
+            self.forget.clear();
+        }
         log::encode(asks, &self.token_scope, &self.forget, &mut self.payload);
+        self.payload_reencoded = false;
         self.checks = asks
             .iter()
             .filter(|a| a.op == crate::engine::Op::Check)
@@ -782,7 +821,7 @@ impl IndexStore for RedisIndex {
         let mut lost = 0;
         loop {
             self.call += 1;
-            let (number, id, snapshot) = self.append()?;
+            let (number, id, snapshot) = self.append(asks)?;
             if snapshot > self.snapshot_at {
                 // Another worker stored one.
                 self.snapshot_at = snapshot;
@@ -806,7 +845,7 @@ impl IndexStore for RedisIndex {
                     self.name
                 )));
             }
-            let found = if number == self.replica.applied + 1 {
+            let found = if number == self.replica.applied + 1 && !self.payload_reencoded {
                 // Nothing came between: the batch is applied as it was sent,
                 // read back from the very bytes the other replicas read (not
                 // from the asks), so no difference between the two can make
@@ -860,8 +899,13 @@ impl IndexStore for RedisIndex {
     }
 
     /// The tokens' verdicts are forgotten by every replica when they apply
-    /// this worker's next batch.
+    /// this worker's next batch, unless the connection to Redis is made
+    /// again first (Redis may have lost the acknowledgements): then they
+    /// are kept, and go only when the memo is full.
     fn forget(&mut self, tokens: &[&[u8]]) {
+        if self.forget.is_empty() {
+            self.forget_on = self.link.connections();
+        }
         for token in tokens {
             let mut scoped = self.token_scope.clone();
             scoped.extend_from_slice(token);

@@ -179,7 +179,7 @@ for k = 1, 3 do
     return redis.error_reply('NOTSTREAM ' .. k .. ' ' .. t)
   end
 end
-local acked = 0
+local acked = {}
 for i = 3, #ARGV, 4 do
   local id, kind = ARGV[i], ARGV[i + 1]
   if #redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1) == 1 then
@@ -189,10 +189,12 @@ for i = 3, #ARGV, 4 do
       redis.call('XADD', KEYS[3], '*', 'source', id, 'error', ARGV[i + 3], ARGV[2], ARGV[i + 2])
     end
     redis.call('XACK', KEYS[1], ARGV[1], id)
-    acked = acked + 1
+    acked[#acked + 1] = '1'
+  else
+    acked[#acked + 1] = '0'
   end
 end
-return acked
+return table.concat(acked)
 ";
 
 /// The worker's state between batches.
@@ -643,17 +645,26 @@ impl<S: IndexStore> Worker<'_, S> {
                 .map_err(Error::Write)?;
         }
         let acked = self.acknowledge(&outcomes)?;
-        self.summary.acked += acked;
-        self.metrics.queue_acked.fetch_add(acked, Ordering::Relaxed);
+        let count = acked.iter().filter(|&&a| a).count() as u64;
+        self.summary.acked += count;
+        self.metrics.queue_acked.fetch_add(count, Ordering::Relaxed);
+        // Only the entries this script acknowledged: one it found not
+        // pending was acknowledged by another worker (which forgets it),
+        // or its delivery was lost with Redis's last second, and it comes
+        // back as a new entry that must find its remembered verdict.
         self.acked_on = self.link.connections();
-        self.acked_tokens = entries.into_iter().map(|e| e.id).collect();
+        self.acked_tokens = entries
+            .into_iter()
+            .zip(acked)
+            .filter_map(|(entry, acked)| acked.then_some(entry.id))
+            .collect();
         Ok(())
     }
 
-    /// The acknowledgement script over a batch's outcomes; returns how many
-    /// entries it acknowledged (those not acknowledged by someone else
-    /// first).
-    fn acknowledge(&mut self, outcomes: &[(&str, Outcome)]) -> Result<u64, Error> {
+    /// The acknowledgement script over a batch's outcomes; returns, for
+    /// each, whether it acknowledged it (it acknowledges only entries still
+    /// pending: not those acknowledged by someone else first).
+    fn acknowledge(&mut self, outcomes: &[(&str, Outcome)]) -> Result<Vec<bool>, Error> {
         let config = self.config;
         let out_stream = match &config.output {
             Output::Stream(name) => name.as_str(),
@@ -680,17 +691,17 @@ impl<S: IndexStore> Worker<'_, S> {
                             .arg(reason.as_str()),
                     };
                 }
-                invocation.invoke::<u64>(c)
+                invocation.invoke::<Vec<u8>>(c)
             });
         match result {
-            Ok(acked) => Ok(acked),
+            Ok(acked) => Ok(acked.iter().map(|&flag| flag == b'1').collect()),
             // The group went with what it had pending: nothing of this
             // batch is written (the script stops at its first entry, before
             // any write), and the entries are read again from the new
             // group if they are still in the stream.
             Err(RetryError::Failed(e)) if e.to_string().contains("NOGROUP") => {
                 self.group_lost()?;
-                Ok(0)
+                Ok(vec![false; outcomes.len()])
             }
             Err(e) => Err(match e {
                 RetryError::Failed(e) if e.code() == Some("NOTSTREAM") => {

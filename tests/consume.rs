@@ -798,6 +798,53 @@ fn entries_whose_acknowledgement_redis_lost_keep_their_first_verdicts() {
     lose_the_last_writes("out", Cut::Acknowledgement, Some(&index.url()));
 }
 
+/// The incremental AOF file of a server started with the AOF on.
+fn aof_file(redis: &RedisServer) -> std::path::PathBuf {
+    let dir = redis.dir().join("appendonlydir");
+    let mut incr: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".incr.aof"))
+        .collect();
+    incr.sort();
+    incr.pop().expect("an incremental AOF file")
+}
+
+/// Cuts a stopped server's AOF, as a crash that lost its last writes
+/// leaves it: before the first (or the last, `last`) transaction past
+/// byte `from` that holds `sign`.
+fn cut_aof(redis: &RedisServer, from: usize, sign: &[u8], last: bool) {
+    let aof = aof_file(redis);
+    let bytes = std::fs::read(&aof).unwrap();
+    let multi = b"*1\r\n$5\r\nMULTI\r\n";
+    let exec = b"*1\r\n$4\r\nEXEC\r\n";
+    let find = |from: usize, what: &[u8]| {
+        bytes[from..]
+            .windows(what.len())
+            .position(|w| w == what)
+            .map(|i| from + i)
+    };
+    let mut at_cut = None;
+    let mut at = from;
+    while let Some(start) = find(at, multi) {
+        let end = find(start, exec).expect("a whole transaction");
+        if bytes[start..end].windows(sign.len()).any(|w| w == sign) {
+            at_cut = Some(start);
+            if !last {
+                break;
+            }
+        }
+        at = end;
+    }
+    let at_cut = at_cut.unwrap_or_else(|| {
+        panic!(
+            "no transaction holding {:?} in the AOF",
+            String::from_utf8_lossy(sign)
+        )
+    });
+    std::fs::write(&aof, &bytes[..at_cut]).unwrap();
+}
+
 /// Where the AOF is cut.
 #[derive(Clone, Copy, Debug)]
 enum Cut {
@@ -832,38 +879,11 @@ fn lose_the_last_writes(output: &str, cut: Cut, index: Option<&str>) {
     // Let the worker go idle with the batch's forgets queued, then crash.
     std::thread::sleep(Duration::from_millis(300));
     redis.kill();
-    let dir = redis.dir().join("appendonlydir");
-    let mut incr: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.to_string_lossy().ends_with(".incr.aof"))
-        .collect();
-    incr.sort();
-    let aof = incr.last().expect("an incremental AOF file").clone();
-    let bytes = std::fs::read(&aof).unwrap();
-    let multi = b"*1\r\n$5\r\nMULTI\r\n";
-    let exec = b"*1\r\n$4\r\nEXEC\r\n";
-    let find = |from: usize, what: &[u8]| {
-        bytes[from..]
-            .windows(what.len())
-            .position(|w| w == what)
-            .map(|i| from + i)
-    };
     let sign: &[u8] = match cut {
         Cut::Acknowledgement => b"XACK",
         Cut::LogEntry => b"{dedup-stream}:log",
     };
-    let mut at_cut = None;
-    let mut at = 0;
-    while let Some(start) = find(at, multi) {
-        let end = find(start, exec).expect("a whole transaction");
-        if bytes[start..end].windows(sign.len()).any(|w| w == sign) {
-            at_cut = Some(start);
-        }
-        at = end;
-    }
-    let at_cut = at_cut.unwrap_or_else(|| panic!("{cut:?}: no such transaction in the AOF"));
-    std::fs::write(&aof, &bytes[..at_cut]).unwrap();
+    cut_aof(&redis, 0, sign, true);
     redis.restart();
     let mut con = redis.connection();
     assert_eq!(
@@ -1010,4 +1030,88 @@ fn forgets_are_not_sent_over_a_connection_made_again() {
     let (code, stderr) = terminate(consuming);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(!stderr.contains("duplicate of itself"), "{stderr}");
+}
+
+/// A worker forgot the tokens of every entry of its batch, also those its
+/// acknowledging script found no longer pending. When Redis lost an
+/// entry's delivery (its last second) while the worker held it, the entry
+/// came back as a new one, but its remembered verdict had been forgotten
+/// by the worker's next batch: decided again, it was a duplicate of
+/// itself (the trial of issue 37 still found 178-238 such with the
+/// connection checks alone). Here the index's Redis is paused (`CLIENT
+/// PAUSE`) while the worker appends a batch it has read; meanwhile the
+/// streams' Redis is killed and restarted having lost that delivery.
+#[test]
+fn an_entry_whose_delivery_redis_lost_keeps_its_verdict() {
+    if !available("an_entry_whose_delivery_redis_lost_keeps_its_verdict") {
+        return;
+    }
+    let mut streams = RedisServer::start_with_aof();
+    let index = RedisServer::start();
+    let mut con = streams.connection();
+    let mut icon = index.connection();
+    add(
+        &mut con,
+        "in",
+        "json",
+        &message(0, "A warm-up message about the weather"),
+    );
+    let consuming = worker(&streams.url(), "a", "out", &["--index", &index.url()]);
+    wait_until("the warm-up out", Duration::from_secs(30), || {
+        xlen(&mut con, "out") == 1 && pending(&mut con, "in", "g") == 0
+    });
+    let before = std::fs::metadata(aof_file(&streams)).unwrap().len() as usize;
+    redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(5000)
+        .arg("WRITE")
+        .query::<()>(&mut icon)
+        .unwrap();
+    // In one transaction, so that the worker reads them as one batch.
+    let mut batch = redis::pipe();
+    batch.atomic();
+    for id in 1..=10u32 {
+        let text = format!("Story {} {TEXT}", id / 2);
+        batch
+            .cmd("XADD")
+            .arg("in")
+            .arg("*")
+            .arg("json")
+            .arg(message(id, &text))
+            .ignore();
+    }
+    batch.query::<()>(&mut con).unwrap();
+    wait_until("the batch delivered", Duration::from_secs(4), || {
+        pending(&mut con, "in", "g") == 10
+    });
+    streams.kill();
+    cut_aof(&streams, before, b"XCLAIM", false);
+    streams.restart();
+    let mut con = streams.connection();
+    assert_eq!(pending(&mut con, "in", "g"), 0, "the delivery was lost");
+    wait_until("the batch out", Duration::from_secs(30), || {
+        xlen(&mut con, "out") == 11 && pending(&mut con, "in", "g") == 0
+    });
+    let (code, stderr) = terminate(consuming);
+    assert_eq!(code, Some(0), "{stderr}");
+    let out: Vec<String> = entries(&mut con, "out")
+        .into_iter()
+        .map(|fields| fields[0].1.clone())
+        .collect();
+    for line in &out {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_ne!(
+            v["dedup"]["duplicate_of"], v["id_str"],
+            "a duplicate of itself: {line}\n{stderr}"
+        );
+    }
+    // What one process gives the same messages.
+    let mut input = message(0, "A warm-up message about the weather");
+    input.push(b'\n');
+    for id in 1..=10u32 {
+        input.extend(message(id, &format!("Story {} {TEXT}", id / 2)));
+        input.push(b'\n');
+    }
+    let expected = common::run(&["--quiet"], &input);
+    assert_eq!(out, common::stdout_lines(&expected), "{stderr}");
 }

@@ -26,6 +26,8 @@
 //! - With `--output -` the tagged lines go to a writer (stdout) and are
 //!   flushed before the entries are acknowledged: at least once, since a
 //!   line can be written and its worker die before the acknowledgement.
+//!   They are written in pieces of whole lines of at most `PIPE_BUF`
+//!   bytes, so a worker killed mid-batch leaves no torn line.
 //! - **Never acknowledged without its output.** Redis does not undo a
 //!   script that fails halfway, so the script checks that the keys it
 //!   writes are streams (or absent) before writing anything: an output key
@@ -177,7 +179,7 @@ for k = 1, 3 do
     return redis.error_reply('NOTSTREAM ' .. k .. ' ' .. t)
   end
 end
-local acked = 0
+local acked = {}
 for i = 3, #ARGV, 4 do
   local id, kind = ARGV[i], ARGV[i + 1]
   if #redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1) == 1 then
@@ -187,10 +189,12 @@ for i = 3, #ARGV, 4 do
       redis.call('XADD', KEYS[3], '*', 'source', id, 'error', ARGV[i + 3], ARGV[2], ARGV[i + 2])
     end
     redis.call('XACK', KEYS[1], ARGV[1], id)
-    acked = acked + 1
+    acked[#acked + 1] = '1'
+  else
+    acked[#acked + 1] = '0'
   end
 end
-return acked
+return table.concat(acked)
 ";
 
 /// The worker's state between batches.
@@ -205,11 +209,19 @@ struct Worker<'a, S> {
     ack: Script,
     summary: ConsumeSummary,
     stop: &'a AtomicBool,
+    /// The last batch's entry ids, acknowledged: their remembered verdicts
+    /// may go (see `process`).
+    acked_tokens: Vec<String>,
+    /// The link's count of connections when they were acknowledged.
+    acked_on: u64,
 }
 
 /// Runs the worker until `stop` is set (or a fatal error): reads its own
 /// pending entries first, then new ones, claiming entries idle on other
 /// consumers every `claim_idle / 2`.
+///
+/// `lines` (for [`Output::Lines`]) should be unbuffered, each write one
+/// `write(2)`: the lines are handed to it in pieces of whole lines.
 pub fn run<S: IndexStore>(
     config: &ConsumeConfig,
     preparer: &Preparer,
@@ -230,8 +242,10 @@ pub fn run<S: IndexStore>(
         ack: Script::new(ACK_SCRIPT),
         summary: ConsumeSummary::default(),
         stop,
+        acked_tokens: Vec::new(),
+        acked_on: 0,
     };
-    worker.create_group()?;
+    worker.create_group(false)?;
     // An empty acknowledgement only checks the keys' types: a key that
     // cannot take the output stops the worker before it decides anything.
     worker.acknowledge(&[])?;
@@ -297,9 +311,12 @@ fn store_error(e: RetryError) -> Error {
 }
 
 impl<S: IndexStore> Worker<'_, S> {
-    fn create_group(&mut self) -> Result<(), Error> {
+    /// Creates the consumer group at the start of the stream (and the
+    /// stream with `--create`), first waiting for the stream without it.
+    /// `gone`: the stream existed and was deleted under the worker.
+    fn create_group(&mut self, gone: bool) -> Result<(), Error> {
         if !self.config.create {
-            self.wait_for_stream()?;
+            self.wait_for_stream(gone)?;
         }
         let (stream, group, create) = (&self.config.stream, &self.config.group, self.config.create);
         self.link
@@ -318,31 +335,46 @@ impl<S: IndexStore> Worker<'_, S> {
             .map_err(store_error)
     }
 
+    /// Whether the input stream exists.
+    fn stream_exists(&mut self) -> Result<bool, Error> {
+        let stream = &self.config.stream;
+        self.link
+            .retry("looking for the stream", |c, _| {
+                redis::cmd("EXISTS").arg(stream).query(c)
+            })
+            .map_err(store_error)
+    }
+
     /// Waits, saying so, until the input stream exists (or the worker is
     /// told to stop): a worker started before its producer, or on a
-    /// misspelt name, must not create and consume an empty stream.
-    fn wait_for_stream(&mut self) -> Result<(), Error> {
+    /// misspelt name, must not create and consume an empty stream; and one
+    /// whose stream was deleted (`DEL`, `FLUSHALL`) waits for it to come
+    /// back, as for a missing one.
+    fn wait_for_stream(&mut self, gone: bool) -> Result<(), Error> {
         let mut said = false;
         loop {
-            let stream = &self.config.stream;
-            let exists: bool = self
-                .link
-                .retry("looking for the stream", |c, _| {
-                    redis::cmd("EXISTS").arg(stream).query(c)
-                })
-                .map_err(store_error)?;
-            if exists {
+            if self.stream_exists()? {
                 if said {
                     tracing::info!(stream = %self.config.stream, "the stream exists now");
                 }
                 return Ok(());
             }
             if !said {
-                tracing::warn!(
-                    stream = %self.config.stream,
-                    "the stream does not exist: waiting for it to appear (pass --create to \
-                     create it empty instead)"
-                );
+                if gone {
+                    tracing::warn!(
+                        stream = %self.config.stream,
+                        group = %self.config.group,
+                        "the stream is gone from Redis (deleted, or flushed), and its consumer \
+                         group with it: waiting for it to come back, then creating the group \
+                         again at its start"
+                    );
+                } else {
+                    tracing::warn!(
+                        stream = %self.config.stream,
+                        "the stream does not exist: waiting for it to appear (pass --create to \
+                         create it empty instead)"
+                    );
+                }
                 said = true;
             }
             if self.stop.load(Ordering::Relaxed) {
@@ -405,14 +437,29 @@ impl<S: IndexStore> Worker<'_, S> {
     /// the group was destroyed): says so and makes it again, at the start
     /// of the stream as at the first start. What it had pending went with
     /// it.
+    ///
+    /// The stream itself may be what went (`DEL`, `FLUSHALL`; a read
+    /// blocked on it ends with `UNBLOCKED`): it is then waited for, as a
+    /// missing stream is at start, and read from its start when it comes
+    /// back; with `--create` it is made again, empty.
     fn group_lost(&mut self) -> Result<(), Error> {
-        tracing::warn!(
-            stream = %self.config.stream,
-            group = %self.config.group,
-            "the consumer group is gone from Redis (restarted without persistence, or \
-             destroyed): creating it again at the start of the stream"
-        );
-        self.create_group()
+        let exists = self.stream_exists()?;
+        if exists {
+            tracing::warn!(
+                stream = %self.config.stream,
+                group = %self.config.group,
+                "the consumer group is gone from Redis (restarted without persistence, or \
+                 destroyed): creating it again at the start of the stream"
+            );
+        } else if self.config.create {
+            tracing::warn!(
+                stream = %self.config.stream,
+                group = %self.config.group,
+                "the stream is gone from Redis (deleted, or flushed), and its consumer group \
+                 with it: creating both again, empty (--create)"
+            );
+        }
+        self.create_group(!exists)
     }
 
     /// Reads a batch: `0` for this consumer's own pending entries, `>` for
@@ -433,7 +480,9 @@ impl<S: IndexStore> Worker<'_, S> {
             }
             cmd.arg("STREAMS").arg(&config.stream).arg(from).query(c)
         }) {
-            Err(RetryError::Failed(e)) if e.code() == Some("NOGROUP") => {
+            // NOGROUP: the group (or the stream) is gone. UNBLOCKED: the
+            // stream was deleted while this read waited on it.
+            Err(RetryError::Failed(e)) if matches!(e.code(), Some("NOGROUP" | "UNBLOCKED")) => {
                 self.group_lost()?;
                 return Ok(Vec::new());
             }
@@ -504,6 +553,27 @@ impl<S: IndexStore> Worker<'_, S> {
 
     /// Decides a batch, writes its output and acknowledges it.
     fn process(&mut self, entries: Vec<Entry>, deleted: Vec<String>) -> Result<(), Error> {
+        // The last batch's tokens are forgotten (with this batch's append)
+        // only if the connection its acknowledgement went over still
+        // stands: one made again since may reach a Redis that restarted
+        // and lost the acknowledgement (an `everysec` AOF loses its last
+        // second), and an entry read again must find its remembered
+        // verdict. (The index in Redis checks its own connection too.)
+        if !self.acked_tokens.is_empty() {
+            if self.link.connections() == self.acked_on {
+                let tokens: Vec<&[u8]> = self.acked_tokens.iter().map(|t| t.as_bytes()).collect();
+                self.store.forget(&tokens);
+            } else {
+                tracing::warn!(
+                    stream = %self.config.stream,
+                    entries = self.acked_tokens.len(),
+                    "the connection to Redis was made again since entries were acknowledged \
+                     (Redis may have restarted and lost the acknowledgements): their remembered \
+                     verdicts are kept"
+                );
+            }
+            self.acked_tokens.clear();
+        }
         let payloads: Vec<Option<&[u8]>> = entries.iter().map(|e| e.message.as_deref()).collect();
         let tokens: Vec<&[u8]> = entries.iter().map(|e| e.id.as_bytes()).collect();
         let (decided, tally) = queue_batch::decide(
@@ -570,23 +640,31 @@ impl<S: IndexStore> Worker<'_, S> {
         if let Some(lines) = self.lines.as_mut()
             && !text.is_empty()
         {
-            lines
-                .write_all(&text)
+            write_whole_lines(lines, &text)
                 .and_then(|()| lines.flush())
                 .map_err(Error::Write)?;
         }
         let acked = self.acknowledge(&outcomes)?;
-        self.summary.acked += acked;
-        self.metrics.queue_acked.fetch_add(acked, Ordering::Relaxed);
-        let tokens: Vec<&[u8]> = entries.iter().map(|e| e.id.as_bytes()).collect();
-        self.store.forget(&tokens);
+        let count = acked.iter().filter(|&&a| a).count() as u64;
+        self.summary.acked += count;
+        self.metrics.queue_acked.fetch_add(count, Ordering::Relaxed);
+        // Only the entries this script acknowledged: one it found not
+        // pending was acknowledged by another worker (which forgets it),
+        // or its delivery was lost with Redis's last second, and it comes
+        // back as a new entry that must find its remembered verdict.
+        self.acked_on = self.link.connections();
+        self.acked_tokens = entries
+            .into_iter()
+            .zip(acked)
+            .filter_map(|(entry, acked)| acked.then_some(entry.id))
+            .collect();
         Ok(())
     }
 
-    /// The acknowledgement script over a batch's outcomes; returns how many
-    /// entries it acknowledged (those not acknowledged by someone else
-    /// first).
-    fn acknowledge(&mut self, outcomes: &[(&str, Outcome)]) -> Result<u64, Error> {
+    /// The acknowledgement script over a batch's outcomes; returns, for
+    /// each, whether it acknowledged it (it acknowledges only entries still
+    /// pending: not those acknowledged by someone else first).
+    fn acknowledge(&mut self, outcomes: &[(&str, Outcome)]) -> Result<Vec<bool>, Error> {
         let config = self.config;
         let out_stream = match &config.output {
             Output::Stream(name) => name.as_str(),
@@ -613,17 +691,17 @@ impl<S: IndexStore> Worker<'_, S> {
                             .arg(reason.as_str()),
                     };
                 }
-                invocation.invoke::<u64>(c)
+                invocation.invoke::<Vec<u8>>(c)
             });
         match result {
-            Ok(acked) => Ok(acked),
+            Ok(acked) => Ok(acked.iter().map(|&flag| flag == b'1').collect()),
             // The group went with what it had pending: nothing of this
             // batch is written (the script stops at its first entry, before
             // any write), and the entries are read again from the new
             // group if they are still in the stream.
             Err(RetryError::Failed(e)) if e.to_string().contains("NOGROUP") => {
                 self.group_lost()?;
-                Ok(0)
+                Ok(vec![false; outcomes.len()])
             }
             Err(e) => Err(match e {
                 RetryError::Failed(e) if e.code() == Some("NOTSTREAM") => {
@@ -646,6 +724,43 @@ impl<S: IndexStore> Worker<'_, S> {
             }),
         }
     }
+}
+
+/// Most bytes of whole lines given to one write: `PIPE_BUF` on Linux, the
+/// most a pipe takes in one piece (a write of up to this many bytes is
+/// never split, whatever the reader and whenever the writer dies).
+const WHOLE_WRITE: usize = 4096;
+
+/// Writes `text` (whole lines, each ending in `\n`) in writes of whole
+/// lines only, each of at most [`WHOLE_WRITE`] bytes (a longer line alone),
+/// so that a worker killed mid-batch leaves no torn line: one write of the
+/// whole batch (hundreds of KB) is copied into a pipe as the reader makes
+/// room, and a kill in the middle left a line cut short (1 in 200,258 in
+/// the trial of issue 37). `out` should be unbuffered, so that each write
+/// here is one `write(2)`; only an interrupted write of a line longer than
+/// `PIPE_BUF` can still be split.
+fn write_whole_lines(out: &mut dyn Write, text: &[u8]) -> std::io::Result<()> {
+    let mut start = 0;
+    while start < text.len() {
+        let mut end = start;
+        // Take lines while they fit; at least one.
+        for newline in memchr::memchr_iter(b'\n', &text[start..]).map(|i| start + i + 1) {
+            if newline - start > WHOLE_WRITE && end > start {
+                break;
+            }
+            end = newline;
+            if end - start >= WHOLE_WRITE {
+                break;
+            }
+        }
+        if end == start {
+            // No line end left (the caller ends every line; kept whole).
+            end = text.len();
+        }
+        out.write_all(&text[start..end])?;
+        start = end;
+    }
+    Ok(())
 }
 
 /// Text of a reply element.
@@ -692,6 +807,49 @@ mod tests {
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    /// Records each write it is given.
+    #[derive(Default)]
+    struct Writes(Vec<Vec<u8>>);
+
+    impl Write for Writes {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.push(buf.to_vec());
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn lines_are_written_whole_in_writes_of_at_most_pipe_buf() {
+        let mut text = Vec::new();
+        for (i, len) in [10, 3000, 1500, 5000, 20, 4095, 1, 4096, 700]
+            .iter()
+            .enumerate()
+        {
+            text.extend(std::iter::repeat_n(b'a' + i as u8, *len));
+            text.push(b'\n');
+        }
+        let mut writes = Writes::default();
+        write_whole_lines(&mut writes, &text).unwrap();
+        assert_eq!(writes.0.concat(), text);
+        for write in &writes.0 {
+            assert!(write.ends_with(b"\n"), "a write ends mid-line");
+            let lines = write.iter().filter(|&&b| b == b'\n').count();
+            assert!(
+                write.len() <= WHOLE_WRITE || lines == 1,
+                "{} bytes in {lines} lines",
+                write.len()
+            );
+        }
+        // Lines are grouped, not written one by one.
+        assert!(writes.0.len() < 9, "{}", writes.0.len());
+        let mut none = Writes::default();
+        write_whole_lines(&mut none, b"").unwrap();
+        assert!(none.0.is_empty());
     }
 
     #[test]

@@ -165,7 +165,7 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
         Err(e) => return usage(e),
     };
     let lines: Option<Box<dyn io::Write>> = match config.output {
-        consume::Output::Lines => Some(Box::new(io::stdout())),
+        consume::Output::Lines => Some(unbuffered_stdout()),
         consume::Output::Stream(_) => None,
     };
     tracing::info!(
@@ -231,6 +231,21 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
             Exit::Failure
         }
     }
+}
+
+/// Stdout with no buffer of ours between the worker's writes and the
+/// descriptor, so that each write of whole lines is one `write(2)` (see
+/// `consume::run`): a copy of the descriptor. Where it cannot be copied,
+/// the standard handle (line-buffered, which writes whole lines too).
+fn unbuffered_stdout() -> Box<dyn io::Write> {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsFd;
+        if let Ok(fd) = io::stdout().as_fd().try_clone_to_owned() {
+            return Box::new(std::fs::File::from(fd));
+        }
+    }
+    Box::new(io::stdout())
 }
 
 /// Serves `--admin` (health and metrics) on the runtime until `stop`.

@@ -637,3 +637,481 @@ fn deletion_notices_in_the_stream_are_honoured_and_passed_on() {
         "1 was forgotten: {out:?}"
     );
 }
+
+/// Issue 37: deleting the input stream (`DEL`, or `FLUSHALL`) under an idle
+/// worker stopped it with exit 1 (`UNBLOCKED: the stream key no longer
+/// exists`). The stream is waited for, with a warning, as a missing one is
+/// at start, and consumed from its start when it comes back (its group
+/// made again).
+#[test]
+fn a_deleted_stream_is_waited_for_and_consumed_again_when_it_comes_back() {
+    if !available("a_deleted_stream_is_waited_for_and_consumed_again_when_it_comes_back") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let mut con = redis.connection();
+    add(&mut con, "in", "json", &message(1, TEXT));
+    let mut consuming = worker(&redis.url(), "a", "out", &[]);
+    wait_until("the first entry out", Duration::from_secs(20), || {
+        xlen(&mut con, "out") == 1
+    });
+    for (round, wipe) in ["DEL", "FLUSHALL"].into_iter().enumerate() {
+        // Let the worker block on the stream again, idle, then wipe it.
+        std::thread::sleep(Duration::from_millis(1500));
+        let mut command = redis::cmd(wipe);
+        if wipe == "DEL" {
+            command.arg("in");
+        }
+        command.query::<()>(&mut con).unwrap();
+        std::thread::sleep(Duration::from_millis(2500));
+        assert!(
+            consuming.try_wait().unwrap().is_none(),
+            "the worker stopped when the stream was wiped with {wipe}"
+        );
+        let exists: bool = redis::cmd("EXISTS").arg("in").query(&mut con).unwrap();
+        assert!(!exists, "the worker made the stream again ({wipe})");
+        // The stream comes back: its entries are read from its start.
+        let id = 10 + round as u32;
+        add(
+            &mut con,
+            "in",
+            "json",
+            &message(id, &format!("Entry {id}, after {wipe}: {TEXT} again")),
+        );
+        let expected = if wipe == "DEL" { 2 } else { 1 };
+        wait_until(
+            &format!("the entry after {wipe} out"),
+            Duration::from_secs(30),
+            || xlen(&mut con, "out") == expected && pending(&mut con, "in", "g") == 0,
+        );
+        let out = entries(&mut con, "out");
+        let last = &out[expected - 1][0].1;
+        assert!(
+            last.starts_with(&format!("{{\"id_str\":\"{id}\"")),
+            "{wipe}: {out:?}"
+        );
+    }
+    let (code, stderr) = terminate(consuming);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(
+        stderr
+            .matches("the stream is gone from Redis (deleted, or flushed)")
+            .count(),
+        2,
+        "{stderr}"
+    );
+    assert!(!stderr.contains("UNBLOCKED"), "{stderr}");
+}
+
+/// Issue 37: with `--output -`, a worker killed mid-write left a last line
+/// with no newline: a batch went out in one write, which a pipe takes as
+/// its reader makes room. Here the reader makes none: the worker fills the
+/// pipe, blocks in the middle of a batch, and is killed with SIGKILL; what
+/// the pipe holds must be whole lines, each one a tagged message. (A batch
+/// in one write fills a 64 KiB pipe to its last byte, mid-line.)
+#[cfg(target_os = "linux")]
+#[test]
+fn a_worker_killed_mid_write_to_stdout_leaves_no_torn_line() {
+    if !available("a_worker_killed_mid_write_to_stdout_leaves_no_torn_line") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let mut con = redis.connection();
+    // 400 distinct messages of about 700 bytes: about 290 KB of lines,
+    // more than a pipe holds, in batches of 256 (about 190 KB).
+    for id in 0..400u32 {
+        let words: Vec<String> = (0..90)
+            .map(|w| format!("w{}x{}", id, w * 7 + id % 5))
+            .collect();
+        add(&mut con, "in", "json", &message(id, &words.join(" ")));
+    }
+    let mut child = worker(&redis.url(), "a", "-", &[]);
+    let stdout = child.stdout.take().unwrap();
+    // Never read until the worker is dead: wait for the pipe to fill.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = 0;
+    let mut steady_since = Instant::now();
+    loop {
+        let held = rustix::io::ioctl_fionread(&stdout).unwrap();
+        if held != last {
+            last = held;
+            steady_since = Instant::now();
+        }
+        // Full enough, and no longer moving: the worker is blocked on it.
+        if held > 32 * 1024 && steady_since.elapsed() > Duration::from_millis(500) {
+            break;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the worker exited before it filled the pipe"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the pipe never filled ({held} bytes)"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let mut held = Vec::new();
+    let mut stdout = stdout;
+    stdout.read_to_end(&mut held).unwrap();
+    assert!(held.len() > 32 * 1024, "{} bytes", held.len());
+    assert!(
+        held.ends_with(b"\n"),
+        "a torn last line: {:?}",
+        String::from_utf8_lossy(&held[held.len().saturating_sub(80)..])
+    );
+    for line in held.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        let value: serde_json::Value = serde_json::from_slice(line).unwrap_or_else(|e| {
+            panic!("not a whole line ({e}): {}", String::from_utf8_lossy(line))
+        });
+        assert_eq!(value["dedup"]["status"], "new", "{value}");
+    }
+    // Nothing was acknowledged: the batch in hand stays pending.
+    assert!(pending(&mut con, "in", "g") > 0);
+}
+
+/// Issue 37: a worker queued its batch's tokens for forgetting as soon as
+/// the acknowledging script returned, and the forgets rode on its next
+/// append. When Redis then lost the acknowledgements (an `everysec` AOF
+/// losing its last second), the entries were pending again but their
+/// remembered verdicts were forgotten by the next batch: read again, they
+/// were decided again, as duplicates of themselves. Here Redis is killed
+/// just after a batch was acknowledged and its AOF cut as such a crash
+/// leaves it: before the acknowledging script's writes, or before the
+/// batch's log entry too. The entries, claimed again, must get their first
+/// verdicts, byte for byte, in an output stream and on stdout.
+#[test]
+fn entries_whose_acknowledgement_redis_lost_keep_their_first_verdicts() {
+    if !available("entries_whose_acknowledgement_redis_lost_keep_their_first_verdicts") {
+        return;
+    }
+    for output in ["out", "-"] {
+        for cut in [Cut::Acknowledgement, Cut::LogEntry] {
+            lose_the_last_writes(output, cut, None);
+        }
+    }
+    // The index on a Redis of its own, which loses nothing: only the
+    // streams' Redis restarts.
+    let index = RedisServer::start();
+    lose_the_last_writes("out", Cut::Acknowledgement, Some(&index.url()));
+}
+
+/// The incremental AOF file of a server started with the AOF on.
+fn aof_file(redis: &RedisServer) -> std::path::PathBuf {
+    let dir = redis.dir().join("appendonlydir");
+    let mut incr: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".incr.aof"))
+        .collect();
+    incr.sort();
+    incr.pop().expect("an incremental AOF file")
+}
+
+/// Cuts a stopped server's AOF, as a crash that lost its last writes
+/// leaves it: before the first (or the last, `last`) transaction past
+/// byte `from` that holds `sign`.
+fn cut_aof(redis: &RedisServer, from: usize, sign: &[u8], last: bool) {
+    let aof = aof_file(redis);
+    let bytes = std::fs::read(&aof).unwrap();
+    let multi = b"*1\r\n$5\r\nMULTI\r\n";
+    let exec = b"*1\r\n$4\r\nEXEC\r\n";
+    let find = |from: usize, what: &[u8]| {
+        bytes[from..]
+            .windows(what.len())
+            .position(|w| w == what)
+            .map(|i| from + i)
+    };
+    let mut at_cut = None;
+    let mut at = from;
+    while let Some(start) = find(at, multi) {
+        let end = find(start, exec).expect("a whole transaction");
+        if bytes[start..end].windows(sign.len()).any(|w| w == sign) {
+            at_cut = Some(start);
+            if !last {
+                break;
+            }
+        }
+        at = end;
+    }
+    let at_cut = at_cut.unwrap_or_else(|| {
+        panic!(
+            "no transaction holding {:?} in the AOF",
+            String::from_utf8_lossy(sign)
+        )
+    });
+    std::fs::write(&aof, &bytes[..at_cut]).unwrap();
+}
+
+/// Where the AOF is cut.
+#[derive(Clone, Copy, Debug)]
+enum Cut {
+    /// Before the last transaction that acknowledges entries.
+    Acknowledgement,
+    /// Before the last one that appends to the index's log.
+    LogEntry,
+}
+
+fn lose_the_last_writes(output: &str, cut: Cut, index: Option<&str>) {
+    let mut redis = RedisServer::start_with_aof();
+    let mut con = redis.connection();
+    for id in 0..20u32 {
+        // Every other message is a copy of the one before: duplicates too.
+        let text = format!("Story {} {TEXT}", id / 2);
+        add(&mut con, "in", "json", &message(id, &text));
+    }
+    let extra: Vec<&str> = index.map(|url| vec!["--index", url]).unwrap_or_default();
+    let mut consuming = worker(&redis.url(), "a", output, &extra);
+    let mut stdout = consuming.stdout.take().unwrap();
+    let printed = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        text
+    });
+    wait_until("the batch acknowledged", Duration::from_secs(30), || {
+        pending(&mut con, "in", "g") == 0
+            && (output == "-" || xlen(&mut con, "out") == 20)
+            && xlen(&mut con, "in") == 20
+    });
+    let first = entries(&mut con, "out");
+    // Let the worker go idle with the batch's forgets queued, then crash.
+    std::thread::sleep(Duration::from_millis(300));
+    redis.kill();
+    let sign: &[u8] = match cut {
+        Cut::Acknowledgement => b"XACK",
+        Cut::LogEntry => b"{dedup-stream}:log",
+    };
+    cut_aof(&redis, 0, sign, true);
+    redis.restart();
+    let mut con = redis.connection();
+    assert_eq!(
+        xlen(&mut con, "out"),
+        0,
+        "the output went with the acknowledgement"
+    );
+    assert_eq!(
+        pending(&mut con, "in", "g"),
+        20,
+        "the entries are pending again"
+    );
+    // A new entry, so that a new batch is appended (with the forgets, before).
+    add(
+        &mut con,
+        "in",
+        "json",
+        &message(99, "A new message about something else"),
+    );
+    wait_until("all acknowledged again", Duration::from_secs(30), || {
+        pending(&mut con, "in", "g") == 0 && (output == "-" || xlen(&mut con, "out") == 21)
+    });
+    let again = entries(&mut con, "out");
+    let (code, stderr) = terminate(consuming);
+    assert_eq!(code, Some(0), "{output} {cut:?}: {stderr}");
+    let printed = printed.join().unwrap();
+    let (first, again): (Vec<String>, Vec<String>) = if output == "-" {
+        // Each entry printed once before the crash and once after.
+        let lines: Vec<String> = printed.lines().map(str::to_string).collect();
+        assert_eq!(lines.len(), 41, "{cut:?}: {printed}");
+        (lines[..20].to_vec(), lines[20..].to_vec())
+    } else {
+        let values = |out: &[Vec<(String, String)>]| -> Vec<String> {
+            out.iter().map(|fields| fields[0].1.clone()).collect()
+        };
+        (values(&first), values(&again))
+    };
+    let mut first = first;
+    let mut again = again;
+    first.sort();
+    again.sort();
+    for line in &again {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_ne!(
+            v["dedup"]["duplicate_of"], v["id_str"],
+            "{output} {cut:?}: a duplicate of itself: {line}\n{stderr}"
+        );
+    }
+    let repeated: Vec<&String> = again.iter().filter(|l| !l.contains("\"99\"")).collect();
+    assert_eq!(repeated.len(), 20);
+    assert!(
+        repeated.iter().zip(&first).all(|(a, b)| *a == b),
+        "{output} {cut:?}: the entries read again got other verdicts:\nfirst: {first:#?}\n\
+         again: {repeated:#?}\n{stderr}"
+    );
+}
+
+/// An entry of the index's log as `XRANGE` gives it: id, fields.
+type LogEntry = (String, Vec<(String, Vec<u8>)>);
+
+/// The index's side of the same defect: a batch's forgets ride on the
+/// next append, and when that append finds its connection broken (Redis
+/// may have restarted and lost the acknowledgements they stand on), the
+/// batch is sent again without them and read back from the log. Here the
+/// index has a Redis of its own, whose connections are killed (`CLIENT
+/// KILL`) between two batches: the log entry after it must carry no
+/// forget, while the one before carried the batch before's.
+#[test]
+fn forgets_are_not_sent_over_a_connection_made_again() {
+    if !available("forgets_are_not_sent_over_a_connection_made_again") {
+        return;
+    }
+    let streams = RedisServer::start();
+    let index = RedisServer::start();
+    let mut con = streams.connection();
+    let mut icon = index.connection();
+    for id in 0..20u32 {
+        add(
+            &mut con,
+            "in",
+            "json",
+            &message(id, &format!("Story {id} {TEXT}")),
+        );
+    }
+    let consuming = worker(&streams.url(), "a", "out", &["--index", &index.url()]);
+    // The forget count of each log entry (the u32 after the version byte).
+    let forgets = |icon: &mut redis::Connection| -> Vec<u32> {
+        let log: Vec<LogEntry> = redis::cmd("XRANGE")
+            .arg("{dedup-stream}:log")
+            .arg("-")
+            .arg("+")
+            .query(icon)
+            .unwrap();
+        log.iter()
+            .map(|(_, fields)| {
+                let batch = &fields.iter().find(|(name, _)| name == "b").unwrap().1;
+                u32::from_le_bytes(batch[1..5].try_into().unwrap())
+            })
+            .collect()
+    };
+    let mut total = 20;
+    let mut step = |id: u32, con: &mut redis::Connection| {
+        add(
+            con,
+            "in",
+            "json",
+            &message(id, &format!("Another story {id}")),
+        );
+        total += 1;
+        wait_until("the entry out", Duration::from_secs(30), || {
+            xlen(con, "out") == total && pending(con, "in", "g") == 0
+        });
+    };
+    wait_until("the first batch out", Duration::from_secs(30), || {
+        xlen(&mut con, "out") == 20 && pending(&mut con, "in", "g") == 0
+    });
+    step(100, &mut con);
+    assert_eq!(
+        forgets(&mut icon),
+        [0, 20],
+        "the first batch's forgets ride on the next"
+    );
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(&mut icon)
+        .unwrap();
+    assert!(killed >= 1, "the worker's connection to the index");
+    step(101, &mut con);
+    assert_eq!(
+        forgets(&mut icon),
+        [0, 20, 0],
+        "sent again without its forget"
+    );
+    step(102, &mut con);
+    assert_eq!(
+        forgets(&mut icon),
+        [0, 20, 0, 1],
+        "and forgets ride again after"
+    );
+    let (code, stderr) = terminate(consuming);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("duplicate of itself"), "{stderr}");
+}
+
+/// A worker forgot the tokens of every entry of its batch, also those its
+/// acknowledging script found no longer pending. When Redis lost an
+/// entry's delivery (its last second) while the worker held it, the entry
+/// came back as a new one, but its remembered verdict had been forgotten
+/// by the worker's next batch: decided again, it was a duplicate of
+/// itself (the trial of issue 37 still found 178-238 such with the
+/// connection checks alone). Here the index's Redis is paused (`CLIENT
+/// PAUSE`) while the worker appends a batch it has read; meanwhile the
+/// streams' Redis is killed and restarted having lost that delivery.
+#[test]
+fn an_entry_whose_delivery_redis_lost_keeps_its_verdict() {
+    if !available("an_entry_whose_delivery_redis_lost_keeps_its_verdict") {
+        return;
+    }
+    let mut streams = RedisServer::start_with_aof();
+    let index = RedisServer::start();
+    let mut con = streams.connection();
+    let mut icon = index.connection();
+    add(
+        &mut con,
+        "in",
+        "json",
+        &message(0, "A warm-up message about the weather"),
+    );
+    let consuming = worker(&streams.url(), "a", "out", &["--index", &index.url()]);
+    wait_until("the warm-up out", Duration::from_secs(30), || {
+        xlen(&mut con, "out") == 1 && pending(&mut con, "in", "g") == 0
+    });
+    let before = std::fs::metadata(aof_file(&streams)).unwrap().len() as usize;
+    redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(5000)
+        .arg("WRITE")
+        .query::<()>(&mut icon)
+        .unwrap();
+    // In one transaction, so that the worker reads them as one batch.
+    let mut batch = redis::pipe();
+    batch.atomic();
+    for id in 1..=10u32 {
+        let text = format!("Story {} {TEXT}", id / 2);
+        batch
+            .cmd("XADD")
+            .arg("in")
+            .arg("*")
+            .arg("json")
+            .arg(message(id, &text))
+            .ignore();
+    }
+    batch.query::<()>(&mut con).unwrap();
+    wait_until("the batch delivered", Duration::from_secs(4), || {
+        pending(&mut con, "in", "g") == 10
+    });
+    streams.kill();
+    cut_aof(&streams, before, b"XCLAIM", false);
+    streams.restart();
+    let mut con = streams.connection();
+    assert_eq!(pending(&mut con, "in", "g"), 0, "the delivery was lost");
+    wait_until("the batch out", Duration::from_secs(30), || {
+        xlen(&mut con, "out") == 11 && pending(&mut con, "in", "g") == 0
+    });
+    let (code, stderr) = terminate(consuming);
+    assert_eq!(code, Some(0), "{stderr}");
+    let out: Vec<String> = entries(&mut con, "out")
+        .into_iter()
+        .map(|fields| fields[0].1.clone())
+        .collect();
+    for line in &out {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_ne!(
+            v["dedup"]["duplicate_of"], v["id_str"],
+            "a duplicate of itself: {line}\n{stderr}"
+        );
+    }
+    // What one process gives the same messages.
+    let mut input = message(0, "A warm-up message about the weather");
+    input.push(b'\n');
+    for id in 1..=10u32 {
+        input.extend(message(id, &format!("Story {} {TEXT}", id / 2)));
+        input.push(b'\n');
+    }
+    let expected = common::run(&["--quiet"], &input);
+    assert_eq!(out, common::stdout_lines(&expected), "{stderr}");
+}

@@ -226,6 +226,73 @@ fn a_redis_that_evicts_any_key_is_refused() {
     assert!(redis.keys_with_prefix("{dedup-stream}:").is_empty());
 }
 
+/// Issue 37: an eviction policy set while the fleet ran (`CONFIG SET
+/// maxmemory-policy allkeys-lru`) went unnoticed: the index's keys were
+/// evicted, the worker made it again, empty, and went on with exit 0 and
+/// wrong verdicts. The policy is read again at every snapshot and whenever
+/// the index is found gone: the worker stops with exit 1, naming it.
+#[test]
+fn an_eviction_policy_set_while_running_stops_the_worker() {
+    if !available("an_eviction_policy_set_while_running_stops_the_worker") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let mut con = redis.connection();
+    let url = redis.url();
+    let input = synthetic(60);
+    let set_policy = |con: &mut redis::Connection, policy: &str| {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory-policy")
+            .arg(policy)
+            .query::<()>(con)
+            .unwrap();
+    };
+    // At the next snapshot (every 10 messages here).
+    let mut args = FIELDS.to_vec();
+    args.extend([
+        "--index",
+        &url,
+        "--index-name",
+        "snap",
+        "--log-snapshot-every",
+        "10",
+    ]);
+    let mut worker = Worker::start(&args);
+    let got = worker.feed(&input[..20]);
+    assert_eq!(got.len(), 20);
+    set_policy(&mut con, "allkeys-lru");
+    let stdin = worker.stdin.as_mut().unwrap();
+    stdin.write_all(&input[20..40].concat()).unwrap();
+    let (status, stderr) = worker.finish();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("maxmemory-policy allkeys-lru"), "{stderr}");
+
+    // When the index is found gone (evicted, here flushed), before it
+    // would be made again, empty.
+    set_policy(&mut con, "noeviction");
+    let mut args = FIELDS.to_vec();
+    args.extend(["--index", &url, "--index-name", "gone"]);
+    let mut worker = Worker::start(&args);
+    let got = worker.feed(&input[..20]);
+    assert_eq!(got.len(), 20);
+    set_policy(&mut con, "allkeys-random");
+    redis::cmd("FLUSHALL").query::<()>(&mut con).unwrap();
+    let stdin = worker.stdin.as_mut().unwrap();
+    stdin.write_all(&input[20..40].concat()).unwrap();
+    let (status, stderr) = worker.finish();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("maxmemory-policy allkeys-random"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("creating it again"), "{stderr}");
+    assert!(
+        redis.keys_with_prefix("{gone}:").is_empty(),
+        "the index was made again in a Redis that evicts it"
+    );
+}
+
 /// An index made by another build of the decision (another rule in its
 /// settings) is refused, never applied with this build's rule.
 #[test]
@@ -461,4 +528,165 @@ fn errors_waiting_cannot_cure_fail_fast_and_the_wait_is_bounded() {
     assert!(stderr.contains("gave up waiting"), "{stderr}");
     assert!(took < Duration::from_secs(15), "{took:?}");
     assert!(out.stdout.is_empty());
+}
+
+/// Runs the binary on `input`, killing it if it is still running after
+/// `limit` (the defect this guards against is a hang): its output and how
+/// long it ran.
+fn run_within(args: &[&str], input: &[u8], limit: Duration) -> (std::process::Output, Duration) {
+    let started = std::time::Instant::now();
+    let mut child = Command::new(bin())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _ = child.stdin.take().unwrap().write_all(input);
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "{args:?} still ran after {limit:?}; stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = started.elapsed();
+    (child.wait_with_output().unwrap(), took)
+}
+
+/// Issue 37: `rediss://` to a port that does not speak TLS hung for ever
+/// with nothing on stderr, and a port that accepts and never answers took
+/// 12 s (`redis://`) or for ever (`rediss://`) with `--redis-wait 2s
+/// --redis-timeout 3s`. Now each gives up within the waits, naming why:
+/// a plain `redis-server` spoken to with `rediss://`, and a listener of the
+/// test's own that accepts and never answers, through the filter and
+/// `consume`; and a real TLS `redis-server` (when `openssl` can make it a
+/// certificate) still works through the same path.
+#[test]
+fn a_tls_handshake_or_a_silent_server_is_bounded_by_the_waits_and_named() {
+    if !available("a_tls_handshake_or_a_silent_server_is_bounded_by_the_waits_and_named") {
+        return;
+    }
+    let plain = RedisServer::start();
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    // Accepts, holds every connection open, and never writes a byte.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in silent.incoming() {
+            held.push(stream);
+        }
+    });
+    let waits = ["--redis-wait", "2s", "--redis-timeout", "1s"];
+    let bound = Duration::from_secs(6); // three times the wait
+    let input = b"{\"id\":1,\"text\":\"one two three four\"}\n";
+    let handshake = "did not answer the TLS handshake";
+    for (url, expected) in [
+        (format!("rediss://127.0.0.1:{}", plain.port), handshake),
+        (format!("rediss://127.0.0.1:{silent_port}"), handshake),
+        (
+            format!("redis://127.0.0.1:{silent_port}"),
+            "accepted the connection but did not answer within 1s",
+        ),
+    ] {
+        let mut args = vec!["--quiet", "--index", &url];
+        args.extend(waits);
+        let (out, took) = run_within(&args, input, bound * 2);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{url}: {stderr}");
+        assert!(stderr.contains(expected), "{url}: {stderr}");
+        assert!(stderr.contains("gave up waiting"), "{url}: {stderr}");
+        if expected == handshake {
+            assert!(stderr.contains("is it a TLS port?"), "{url}: {stderr}");
+        }
+        assert!(took < bound, "{url}: gave up after {took:?}");
+        assert!(out.stdout.is_empty());
+    }
+
+    // consume: the streams' Redis spoken to with rediss://.
+    let url = format!("rediss://127.0.0.1:{}", plain.port);
+    let mut args = vec![
+        "consume", "--redis", &url, "--stream", "in", "--group", "g", "--output", "out",
+    ];
+    args.extend(waits);
+    let (out, took) = run_within(&args, b"", bound * 2);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(handshake), "{stderr}");
+    assert!(took < bound, "consume gave up after {took:?}");
+
+    // A server that does speak TLS is reached through the same probe.
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args(["-subj", "/CN=localhost", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !made {
+        eprintln!("openssl cannot make a certificate: the TLS server part is skipped");
+        return;
+    }
+    let port = common::redis::free_port(false);
+    let mut tls = Command::new("redis-server")
+        .args([
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .arg("--tls-cert-file")
+        .arg(&cert)
+        .arg("--tls-key-file")
+        .arg(&key)
+        .args([
+            "--tls-auth-clients",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the TLS redis-server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A self-signed certificate: `#insecure` skips its verification.
+    let url = format!("rediss://127.0.0.1:{port}/#insecure");
+    let (out, _) = run_within(
+        &["--quiet", "--index", &url, "--redis-wait", "5s"],
+        input,
+        Duration::from_secs(60),
+    );
+    let _ = tls.kill();
+    let _ = tls.wait();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("\"status\":\"new\""),
+        "{stderr}"
+    );
 }

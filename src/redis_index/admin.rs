@@ -105,7 +105,7 @@ fn owner(location: &IndexLocation, name: &str) -> Result<Box<dyn ConnectionLike>
     let failed = |e: redis::RedisError| super::connection::refused(&e);
     let connect = |url: &str| -> Result<redis::Connection, StoreError> {
         redis::Client::open(url)
-            .and_then(|c| c.get_connection_with_timeout(std::time::Duration::from_secs(5)))
+            .and_then(|c| super::connection::connect_single(&c, std::time::Duration::from_secs(5)))
             .map_err(failed)
     };
     match location {

@@ -3,12 +3,14 @@
 //! metrics, and never turns an error into an answer.
 
 use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use redis::{ConnectionLike, ErrorKind, RedisError, RedisResult, ServerErrorKind};
+use redis::{ConnectionAddr, ConnectionLike, ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
 use crate::error::StoreError;
 use crate::server::metrics::Metrics;
@@ -211,6 +213,9 @@ pub struct Link {
     wait: Option<Duration>,
     /// A cluster's seed nodes, checked once to be a cluster at all.
     seeds: Vec<String>,
+    /// Connections made so far: one more than before means the one before
+    /// broke (Redis may have restarted in between).
+    connections: u64,
 }
 
 impl fmt::Debug for Link {
@@ -262,6 +267,7 @@ impl Link {
                 IndexLocation::Cluster(urls) => urls.clone(),
                 _ => Vec::new(),
             },
+            connections: 0,
         })
     }
 
@@ -317,6 +323,12 @@ impl Link {
         &self.location
     }
 
+    /// How many connections the link has made: it changes when a
+    /// connection broke and was made again.
+    pub fn connections(&self) -> u64 {
+        self.connections
+    }
+
     /// Time Redis has to answer a call.
     pub fn timeout(&self) -> Duration {
         self.timeout
@@ -326,8 +338,7 @@ impl Link {
         if self.connection.is_none() {
             let connection = match &self.client {
                 Client::Single(client) => {
-                    let c =
-                        client.get_connection_with_timeout(self.timeout.min(CONNECT_TIMEOUT))?;
+                    let c = connect_single(client, self.timeout)?;
                     c.set_read_timeout(Some(self.timeout))?;
                     c.set_write_timeout(Some(self.timeout))?;
                     Connection::Single(c)
@@ -335,6 +346,7 @@ impl Link {
                 Client::Cluster(client) => Connection::Cluster(Box::new(client.get_connection()?)),
             };
             self.connection = Some(connection);
+            self.connections += 1;
         }
         Ok(self.connection.as_mut().expect("connected just above"))
     }
@@ -375,6 +387,11 @@ impl Link {
         loop {
             let retry = attempts > 0;
             attempts += 1;
+            // An outage is timed from the start of the first call that
+            // failed, not its end: a server that accepts and never answers
+            // takes a whole timeout to fail, and that counts towards the
+            // wait.
+            let attempt_started = Instant::now();
             match self.once(|c| call(c, retry)) {
                 Ok(value) => {
                     self.recovered(down_since, what);
@@ -398,7 +415,7 @@ impl Link {
                     }
                     match down_since {
                         None => {
-                            down_since = Some(Instant::now());
+                            down_since = Some(attempt_started);
                             last_report = Instant::now();
                             self.set_unreachable(true);
                             tracing::warn!(
@@ -467,6 +484,135 @@ impl Link {
                 .store_unreachable
                 .store(u64::from(unreachable), Ordering::Relaxed);
         }
+    }
+}
+
+/// A connection to one Redis server, made within `timeout` (at most
+/// [`CONNECT_TIMEOUT`]) whatever the peer does.
+///
+/// The `redis` client bounds only the TCP connect and its own set-up
+/// commands, not a TLS handshake: `rediss://` to a port that does not
+/// speak TLS (a plain Redis waits for a line end that never comes) or that
+/// accepts and never answers would hang for ever. So a TCP location is
+/// first probed on a connection of its own, every step under the deadline:
+/// the TLS handshake for `rediss://`, then one `PING`, whose answer (any
+/// answer, `-NOAUTH` included) shows the server speaks. What fails is
+/// named ("did not answer the TLS handshake … is it a TLS port?"), as an
+/// I/O error, so that it is waited out for `--redis-wait` like any outage.
+/// Only then does the client connect, to a server that just answered.
+pub(crate) fn connect_single(
+    client: &redis::Client,
+    timeout: Duration,
+) -> RedisResult<redis::Connection> {
+    let budget = timeout.min(CONNECT_TIMEOUT);
+    match client.get_connection_info().addr() {
+        ConnectionAddr::Tcp(host, port) => probe(host, *port, false, budget)?,
+        ConnectionAddr::TcpTls { host, port, .. } => probe(host, *port, true, budget)?,
+        _ => {}
+    }
+    client.get_connection_with_timeout(budget)
+}
+
+/// Whether the server at `host:port` answers within `budget`: see
+/// [`connect_single`]. The probe checks no certificate (the client that
+/// connects next does) and sends no credentials.
+fn probe(host: &str, port: u16, tls: bool, budget: Duration) -> RedisResult<()> {
+    let deadline = Instant::now() + budget;
+    // A zero timeout means "none" to the socket calls: keep it above zero.
+    let left = || {
+        deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1))
+    };
+    let mut tcp = None;
+    let mut last_error = None;
+    for addr in (host, port).to_socket_addrs()? {
+        match TcpStream::connect_timeout(&addr, left()) {
+            Ok(stream) => {
+                tcp = Some(stream);
+                break;
+            }
+            Err(e) => last_error = Some(e),
+        }
+    }
+    let tcp = match (tcp, last_error) {
+        (Some(tcp), _) => tcp,
+        (None, Some(e)) => return Err(e.into()),
+        (None, None) => {
+            return Err(RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "could not resolve to any addresses",
+            )));
+        }
+    };
+    tcp.set_read_timeout(Some(left()))?;
+    tcp.set_write_timeout(Some(left()))?;
+    let server = format!("{host}:{port}");
+    if !tls {
+        return answers(tcp, &server, budget);
+    }
+    let connector = native_tls::TlsConnector::builder()
+        .danger_accept_invalid_certs(true)
+        .danger_accept_invalid_hostnames(true)
+        .build()
+        .map_err(|e| io::Error::other(format!("TLS cannot be set up: {e}")))?;
+    match connector.connect(host, tcp) {
+        Ok(stream) => {
+            stream.get_ref().set_read_timeout(Some(left()))?;
+            stream.get_ref().set_write_timeout(Some(left()))?;
+            answers(stream, &server, budget)
+        }
+        // A blocking socket whose timeout ran out mid-handshake.
+        Err(native_tls::HandshakeError::WouldBlock(_)) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "the server at {server} did not answer the TLS handshake within {budget:?}: \
+                 is it a TLS port?"
+            ),
+        )
+        .into()),
+        Err(native_tls::HandshakeError::Failure(e)) => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "the server at {server} did not answer the TLS handshake ({e}): is it a TLS \
+                 port?"
+            ),
+        )
+        .into()),
+    }
+}
+
+/// Sends `PING` and waits for the first byte of an answer.
+fn answers(mut stream: impl Read + Write, server: &str, budget: Duration) -> RedisResult<()> {
+    let silent = || {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "the server at {server} accepted the connection but did not answer within {budget:?}"
+            ),
+        )
+    };
+    let mut byte = [0u8; 1];
+    let result = stream
+        .write_all(b"PING\r\n")
+        .and_then(|()| stream.flush())
+        .and_then(|()| stream.read(&mut byte));
+    match result {
+        Ok(0) => Err(io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            format!("the server at {server} closed the connection without an answer"),
+        )
+        .into()),
+        Ok(_) => Ok(()),
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            Err(silent().into())
+        }
+        Err(e) => Err(e.into()),
     }
 }
 

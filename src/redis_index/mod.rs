@@ -33,7 +33,8 @@
 //!   [`RULE`]) are stored with the index, and a worker of other settings or
 //!   of another build of the decision is refused;
 //! - a Redis that may evict any key when full (`maxmemory-policy allkeys-*`)
-//!   is refused.
+//!   is refused: at start, and again whenever keys are found missing and
+//!   at every snapshot, since the policy can be changed while workers run.
 //!
 //! The keys of one index all carry the hash tag `{NAME}`, so they share one
 //! hash slot and a Redis Cluster keeps each index on one node.
@@ -179,6 +180,14 @@ pub struct RedisIndex {
     token_scope: Vec<u8>,
     /// Scoped tokens whose verdicts may go, sent with the next batch.
     forget: Vec<Vec<u8>>,
+    /// The link's count of connections made when the oldest of `forget`
+    /// was queued: a connection made since may be to a Redis that lost the
+    /// acknowledgements those forgets stand on (see [`IndexStore::forget`]).
+    forget_on: u64,
+    /// The batch being appended was encoded again without its forgets
+    /// after a failed attempt: what Redis holds may be either encoding, so
+    /// the entry is read back from the log, not applied from `payload`.
+    payload_reencoded: bool,
     /// The batch being appended, encoded, and how many of its messages
     /// are checks (not queries).
     payload: Vec<u8>,
@@ -292,6 +301,8 @@ impl RedisIndex {
                 .token_scope
                 .map_or_else(|| b"tokens:".to_vec(), |s| format!("{s}:").into_bytes()),
             forget: Vec::new(),
+            forget_on: 0,
+            payload_reencoded: false,
             payload: Vec::new(),
             checks: 0,
             snapshot_every: options
@@ -358,7 +369,12 @@ impl RedisIndex {
 
     /// Starts the replica again from the newest snapshot of the index (or
     /// empty when there is none), at the entry it was taken at.
+    ///
+    /// Keys found missing may have been evicted: Redis's eviction policy
+    /// is read again first, and one that may evict any key stops the
+    /// worker rather than start it again from what is left.
     fn resync(&mut self) -> Result<(), StoreError> {
+        check_eviction_policy(&mut self.link)?;
         for _ in 0..5 {
             let keys = &self.keys;
             let fields: Vec<Option<String>> = self.link.retry("reading the snapshot", |c, _| {
@@ -505,7 +521,14 @@ impl RedisIndex {
     /// and the newest snapshot's entry. An index that vanished is created
     /// again, and one created again by another worker is followed: both
     /// start this replica again from the new index.
-    fn append(&mut self) -> Result<(u64, String, u64), StoreError> {
+    ///
+    /// The batch's forgets stand on acknowledgements this worker made on
+    /// the Redis it reached then. An attempt that fails for want of Redis
+    /// may mean Redis restarted and lost them (an `everysec` AOF loses its
+    /// last second): the batch is then sent again without its forgets, so
+    /// that an entry whose acknowledgement was lost, read again, still
+    /// finds its remembered verdict, never "a duplicate of itself".
+    fn append(&mut self, asks: &[Ask<'_>]) -> Result<(u64, String, u64), StoreError> {
         for _ in 0..5 {
             let checks = self.checks;
             let (script, keys, settings, epoch, worker, call, payload) = (
@@ -515,9 +538,19 @@ impl RedisIndex {
                 &self.epoch,
                 &self.worker,
                 self.call,
-                &self.payload,
+                &mut self.payload,
             );
-            let result = self.link.retry("appending to the index's log", |c, _| {
+            let (forget, scope, reencoded) = (
+                &mut self.forget,
+                &self.token_scope,
+                &mut self.payload_reencoded,
+            );
+            let result = self.link.retry("appending to the index's log", |c, retry| {
+                if retry && !forget.is_empty() {
+                    forget.clear();
+                    log::encode(asks, scope, forget, payload);
+                    *reencoded = true;
+                }
                 script
                     .key(&keys.cfg)
                     .key(&keys.log)
@@ -533,6 +566,9 @@ impl RedisIndex {
             match result {
                 Ok(appended) => return Ok(appended),
                 Err(RetryError::Failed(e)) if e.code() == Some("DEDUP_NOINDEX") => {
+                    // Evicted? Then making it again, empty, would be a
+                    // silent restart from nothing.
+                    check_eviction_policy(&mut self.link)?;
                     tracing::warn!(
                         index = %self.name,
                         redis = %self.link.location(),
@@ -571,11 +607,16 @@ impl RedisIndex {
     /// messages came since the last one and no other worker is writing
     /// one. A failure is reported and tried again later: the log is only
     /// trimmed less.
-    fn maybe_publish(&mut self) {
+    ///
+    /// Each time a snapshot is due, Redis's eviction policy is read again
+    /// (it can be changed while the fleet runs, `CONFIG SET`): one that may
+    /// evict any key is an error, which stops the worker.
+    fn maybe_publish(&mut self) -> Result<(), StoreError> {
         let applied = self.replica.applied;
         if self.since_snapshot < self.snapshot_every || applied < self.snapshot_not_before {
-            return;
+            return Ok(());
         }
+        check_eviction_policy(&mut self.link)?;
         if let Err(e) = self.publish() {
             tracing::warn!(
                 index = %self.name,
@@ -584,6 +625,7 @@ impl RedisIndex {
             );
             self.snapshot_not_before = applied + 64;
         }
+        Ok(())
     }
 
     fn publish(&mut self) -> Result<(), StoreError> {
@@ -751,7 +793,26 @@ impl IndexStore for RedisIndex {
         if asks.is_empty() {
             return Ok(());
         }
+        if self.since_snapshot + asks.len() as u64 >= self.snapshot_every {
+            // A snapshot is due after this batch, and with it a look at the
+            // eviction policy (see `maybe_publish`): look before appending,
+            // so that a worker refusing the policy leaves no entry of its
+            // batch in the log.
+            check_eviction_policy(&mut self.link)?;
+        }
+        if !self.forget.is_empty() && self.link.connections() != self.forget_on {
+            tracing::warn!(
+                index = %self.name,
+                redis = %self.link.location(),
+                tokens = self.forget.len(),
+                "the connection to Redis was made again since entries were acknowledged (Redis \
+                 may have restarted and lost the acknowledgements): their remembered verdicts \
+                 are kept"
+            );
+            self.forget.clear();
+        }
         log::encode(asks, &self.token_scope, &self.forget, &mut self.payload);
+        self.payload_reencoded = false;
         self.checks = asks
             .iter()
             .filter(|a| a.op == crate::engine::Op::Check)
@@ -760,7 +821,7 @@ impl IndexStore for RedisIndex {
         let mut lost = 0;
         loop {
             self.call += 1;
-            let (number, id, snapshot) = self.append()?;
+            let (number, id, snapshot) = self.append(asks)?;
             if snapshot > self.snapshot_at {
                 // Another worker stored one.
                 self.snapshot_at = snapshot;
@@ -784,7 +845,7 @@ impl IndexStore for RedisIndex {
                     self.name
                 )));
             }
-            let found = if number == self.replica.applied + 1 {
+            let found = if number == self.replica.applied + 1 && !self.payload_reencoded {
                 // Nothing came between: the batch is applied as it was sent,
                 // read back from the very bytes the other replicas read (not
                 // from the asks), so no difference between the two can make
@@ -828,7 +889,7 @@ impl IndexStore for RedisIndex {
         }
         self.forget.clear();
         self.count(|m| &m.log_appended, asks.len() as u64);
-        self.maybe_publish();
+        self.maybe_publish()?;
         self.record_metrics();
         Ok(())
     }
@@ -838,8 +899,13 @@ impl IndexStore for RedisIndex {
     }
 
     /// The tokens' verdicts are forgotten by every replica when they apply
-    /// this worker's next batch.
+    /// this worker's next batch, unless the connection to Redis is made
+    /// again first (Redis may have lost the acknowledgements): then they
+    /// are kept, and go only when the memo is full.
     fn forget(&mut self, tokens: &[&[u8]]) {
+        if self.forget.is_empty() {
+            self.forget_on = self.link.connections();
+        }
         for token in tokens {
             let mut scoped = self.token_scope.clone();
             scoped.extend_from_slice(token);

@@ -313,6 +313,21 @@ impl Run<'_> {
                 if !args.quiet {
                     eprintln!("dedup-stream: {}", finished.summary);
                 }
+                // `--state F f | head -n 2`: the messages decided past what
+                // the output took are kept all the same; say so, since a
+                // later run meets them again.
+                if let Some(written) = finished.output_closed_after
+                    && (args.state.state.is_some() || args.index.index != IndexLocation::Memory)
+                {
+                    let decided = finished.summary.messages + finished.summary.deletions;
+                    eprintln!(
+                        "dedup-stream: the output closed after {written} lines; up to {} more \
+                         decided messages are kept in the index without having been written: \
+                         sent again, each gets its first verdict, marked \"repeat\":true \
+                         (--repeats drop leaves them out)",
+                        decided.saturating_sub(written)
+                    );
+                }
                 if let Some(path) = &args.stats
                     && let Err(e) = write_stats(path, &finished)
                 {

@@ -171,6 +171,11 @@ pub struct Finished<S = Deduper> {
     /// The journal of `--state`, if the run kept one: cut down once the
     /// state file is saved.
     pub journal: Option<Journal>,
+    /// When the output closed before the run ended (`| head`): how many
+    /// lines it took for sure. Every message decided is indexed all the
+    /// same, so the lines past these are in the index (and its state)
+    /// without having been written out.
+    pub output_closed_after: Option<u64>,
 }
 
 /// Runs the filter from `input` to `output` until the input ends or
@@ -320,7 +325,7 @@ where
         .join()
         .map_err(|_| Error::Internal("the writer thread panicked".into()));
     let (store, mut summary, journal) = decided??;
-    written??;
+    let output_closed_after = written??;
     // A reader that ended the stream has returned (perhaps with a read error
     // to report). Otherwise it may be blocked on an idle input: it is joined
     // only if it is done, or ends with the process.
@@ -335,6 +340,7 @@ where
         summary,
         store,
         journal,
+        output_closed_after,
     })
 }
 
@@ -554,28 +560,35 @@ fn decide_batches<S: IndexStore>(
 
 /// The writer thread: owns the output, flushes when idle, treats a closed
 /// pipe as a quiet end.
+///
+/// Returns, when the output closed before the end (a broken pipe), how many
+/// lines it took for sure: those flushed before it closed.
 fn write_batches<W: Write>(
     output: W,
     mut chunks: mpsc::Receiver<Vec<u8>>,
     spare: &std::sync::mpsc::Sender<Vec<u8>>,
-) -> Result<(), Error> {
+) -> Result<Option<u64>, Error> {
     let mut output = io::BufWriter::with_capacity(1 << 16, output);
+    // Lines flushed, and lines handed to the buffer since.
+    let (mut flushed, mut buffered) = (0u64, 0u64);
     let result = (|| {
         while let Some(chunk) = chunks.blocking_recv() {
             output.write_all(&chunk)?;
+            buffered += memchr::memchr_iter(b'\n', &chunk).count() as u64;
             give_back(spare, chunk);
             if chunks.is_empty() {
                 output.flush()?;
+                flushed += std::mem::take(&mut buffered);
             }
         }
         output.flush()
     })();
     match result {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
-            tracing::debug!("output closed: stopping");
-            Ok(())
+            tracing::debug!(lines = flushed, "output closed: stopping");
+            Ok(Some(flushed))
         }
-        other => other.map_err(Error::Write),
+        other => other.map(|()| None).map_err(Error::Write),
     }
 }
 

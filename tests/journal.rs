@@ -471,3 +471,60 @@ fn the_filter_run_again_on_what_it_did_not_write_gives_one_runs_lines() {
     assert_eq!(kept, exact_copies);
     assert!(!kept.is_empty());
 }
+
+/// `dedup-stream --state F input | head -n 2` (issue 38): the messages
+/// decided past what the output took are kept in the state; the run says
+/// so, and a run again on the input gives each its first verdict, marked.
+#[test]
+fn a_closed_output_with_state_says_what_was_kept_unwritten() {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("index.state");
+    let input = retry_input(3000).concat();
+    let mut child = Command::new(common::bin())
+        .args(["--quiet", "--state"])
+        .arg(&state)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        let _ = stdin.write_all(input.as_bytes());
+    });
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    for _ in 0..2 {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+    }
+    drop(out); // `head -n 2` exits
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "{stderr}");
+    let _ = feeder.join();
+    assert!(
+        stderr.contains("the output closed after") && stderr.contains("\"repeat\":true"),
+        "{stderr}"
+    );
+    let again = common::run(
+        &["--quiet", "--state", state.to_str().unwrap()],
+        retry_input(3000).concat().as_bytes(),
+    );
+    let text = String::from_utf8(again.stdout).unwrap();
+    let repeats = text
+        .lines()
+        .filter(|l| l.contains("\"repeat\":true"))
+        .count();
+    assert!(repeats > 2, "{repeats} repeats: decided messages were kept");
+    assert!(!text.lines().any(|l| {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        v["dedup"]["duplicate_of"] == v["id"]
+    }));
+}

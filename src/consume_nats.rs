@@ -639,6 +639,9 @@ struct Reader {
     incarnation: String,
     /// The input stream's creation time, in nanoseconds since 1970.
     created: i128,
+    /// The consumer's creation time: a consumer made again (with its
+    /// stream, or alone) has another.
+    consumer_created: i128,
 }
 
 /// Makes the streams and the consumer this worker needs, or checks the
@@ -757,16 +760,43 @@ async fn setup(
             Err(_) => looked_again = true,
         }
     }
-    let consumer = retry
+    let consumer: jetstream::consumer::PullConsumer = retry
         .run("opening the consumer", || {
             stream.get_consumer::<pull::Config>(&config.durable)
         })
         .await?;
+    // The consumer lives on the stream read above only if that stream is
+    // still the one there now (a consumer dies with its stream).
+    let again = retry
+        .run("opening the input stream", || js.get_stream(&config.stream))
+        .await?;
+    if again.cached_info().created.unix_timestamp_nanos() != created {
+        return Err(NatsError::Unavailable(
+            "the input stream was made again while setting up".into(),
+        ));
+    }
     Ok(Reader {
+        consumer_created: consumer.cached_info().created.unix_timestamp_nanos(),
         consumer,
         incarnation: format!("{}.{}.{created}", config.stream, config.durable),
         created,
     })
+}
+
+/// [`setup`], again while the input stream is made again under it.
+async fn set_up(
+    js: &jetstream::Context,
+    config: &NatsConfig,
+    retry: &Retry<'_>,
+) -> Result<Reader, NatsError> {
+    loop {
+        match setup(js, config, retry).await {
+            Err(NatsError::Unavailable(why)) if !retry.stop.load(Ordering::Relaxed) => {
+                tracing::info!("{why}: setting up again");
+            }
+            other => return other,
+        }
+    }
 }
 
 /// The settings of the durable consumer `name`; `None` if missing.
@@ -931,7 +961,7 @@ pub async fn run<S: IndexStore>(
         stop,
         metrics: metrics.as_ref(),
     };
-    let reader = match setup(&js, config, &retry).await {
+    let reader = match set_up(&js, config, &retry).await {
         // Stopped while waiting for the durable consumer: nothing read.
         Err(NatsError::Unavailable(_)) if stop.load(Ordering::Relaxed) => {
             return Ok(NatsSummary::default());
@@ -993,7 +1023,7 @@ pub async fn run<S: IndexStore>(
                 // The consumer or its stream may be gone (deleted, or made
                 // again with sequences from 1): set up again, which reads
                 // the stream's incarnation anew.
-                worker.reader = match setup(&worker.js, config, &worker.retry).await {
+                worker.reader = match set_up(&worker.js, config, &worker.retry).await {
                     Err(NatsError::Unavailable(_)) if stop.load(Ordering::Relaxed) => break,
                     other => other?,
                 };
@@ -1001,6 +1031,32 @@ pub async fn run<S: IndexStore>(
             }
         };
         if messages.is_empty() {
+            continue;
+        }
+        // One look a batch: were these fetched from the consumer (and so the
+        // stream incarnation) this worker set up with? A consumer deleted
+        // and made again between two fetches (another worker's --create)
+        // would otherwise have its messages published under ids of the
+        // stream that was, which the output stream may drop as seen.
+        let current = worker.reader.consumer.get_info().await;
+        if current
+            .as_ref()
+            .map(|info| info.created.unix_timestamp_nanos())
+            .ok()
+            != Some(worker.reader.consumer_created)
+        {
+            // Not acknowledged: the consumer that holds them delivers them
+            // again after the ack wait.
+            tracing::warn!(
+                durable = %config.durable,
+                messages = messages.len(),
+                "the durable consumer was deleted or made again: setting up again, leaving \
+                 the batch fetched to be delivered again"
+            );
+            worker.reader = match set_up(&worker.js, config, &worker.retry).await {
+                Err(NatsError::Unavailable(_)) if stop.load(Ordering::Relaxed) => break,
+                other => other?,
+            };
             continue;
         }
         worker.process(messages, max_payload).await?;

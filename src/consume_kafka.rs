@@ -273,16 +273,25 @@ fn log_line(level: RDKafkaLogLevel, facility: &str, line: &str) {
 /// answers none (hung, or stopped with SIGSTOP) raises no error for a
 /// minute (`socket.timeout.ms`), and a consumer's poll just comes back
 /// empty, as on a quiet topic.
+///
+/// Reports come only while the worker polls the client (a consumer while
+/// it gathers, a producer while it awaits deliveries): a client not polled
+/// for a while (an idle producer, a consumer during a batch) is not judged.
 #[derive(Debug)]
 struct Progress {
-    /// (answers received so far, when they last grew or nothing waited).
-    state: Mutex<(u64, Instant)>,
+    /// (answers received so far, when they last grew or nothing waited,
+    /// when the last report came).
+    state: Mutex<(u64, Instant, Instant)>,
 }
+
+/// A client whose last statistics report is older than this is not being
+/// polled, and so not judged.
+const UNPOLLED_AFTER: Duration = Duration::from_secs(3);
 
 impl Progress {
     fn new() -> Progress {
         Progress {
-            state: Mutex::new((0, Instant::now())),
+            state: Mutex::new((0, Instant::now(), Instant::now())),
         }
     }
 
@@ -296,19 +305,24 @@ impl Progress {
             .map(|b| b.waitresp_cnt + b.outbuf_cnt)
             .sum();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if received != state.0 || waiting == 0 {
-            state.1 = Instant::now();
+        let now = Instant::now();
+        if received != state.0 || waiting == 0 || state.2.elapsed() >= UNPOLLED_AFTER {
+            // Answered, idle, or just polled again after a pause: the
+            // wait counts from here.
+            state.1 = now;
         }
         state.0 = received;
+        state.2 = now;
     }
 
-    /// How long the client has waited without an answer.
+    /// How long the client, polled all along, has waited without an
+    /// answer (zero when it is not being polled).
     fn stalled_for(&self) -> Duration {
-        self.state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .1
-            .elapsed()
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.2.elapsed() >= UNPOLLED_AFTER {
+            return Duration::ZERO;
+        }
+        state.1.elapsed()
     }
 }
 
@@ -1081,9 +1095,10 @@ impl<'a, S: IndexStore> Worker<'a, S> {
                     Ok(()) => {}
                     Err((e, true)) if alone.contains(&i) => oversized.push((i, e)),
                     Err((e, true)) => {
+                        // Not an outage: produced again, by itself, at once.
+                        tracing::debug!("a record was refused for its size in a batch: {e}");
                         alone.insert(i);
                         failed.push(i);
-                        last_error = e;
                     }
                     Err((e, false)) => {
                         failed.push(i);

@@ -982,3 +982,63 @@ fn a_missing_durable_is_waited_for_unless_create_is_given() {
     assert!(!stderr.contains("created the durable consumer"), "{stderr}");
     assert_eq!(by_sequence(&outputs(&client)).len(), 50);
 }
+
+#[test]
+fn an_output_over_its_streams_max_msg_size_is_dead_lettered_without_its_bytes() {
+    let test = "an_output_over_its_streams_max_msg_size_is_dead_lettered_without_its_bytes";
+    if !available(test) {
+        return;
+    }
+    let server = NatsServer::start();
+    let client = Client::connect(&server.url());
+    client.create_stream(IN_STREAM, &[IN_SUBJECT]);
+    // The output stream takes messages of 1,000 bytes at most: the server
+    // refuses a longer one with error 10054, every time it is sent.
+    client
+        .runtime
+        .block_on(
+            client
+                .js
+                .create_stream(async_nats::jetstream::stream::Config {
+                    name: OUT_STREAM.into(),
+                    subjects: vec![OUT_SUBJECT.into(), DEAD_SUBJECT.into()],
+                    max_message_size: 1000,
+                    ..Default::default()
+                }),
+        )
+        .expect("the output stream");
+    let long = format!(
+        r#"{{"id_str":"2","text":"Long report {}"}}"#,
+        "word ".repeat(190)
+    );
+    assert!(long.len() > 980 && long.len() < 1000, "{}", long.len());
+    let small = tweets(2);
+    let inputs = vec![small[0].clone(), long.into_bytes(), small[1].clone()];
+    client.publish(IN_SUBJECT, &inputs);
+    let temp = tempfile::tempdir().unwrap();
+    let log = temp.path().join("worker.log");
+    let mut child = worker(&server, &[], &log);
+    wait_for(
+        Duration::from_secs(20),
+        "every message handled",
+        &log,
+        || client.read(OUT_STREAM).len() >= 3,
+    );
+    let status = terminate(&mut child);
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("1 outputs too large to store"), "{stderr}");
+    let all = client.read(OUT_STREAM);
+    assert_eq!(all.len(), 3, "{all:?}");
+    let dead: Vec<&Stored> = all.iter().filter(|m| m.subject == DEAD_SUBJECT).collect();
+    assert_eq!(dead.len(), 1);
+    assert!(dead[0].payload.is_empty());
+    assert_eq!(dead[0].header("Dedup-Source"), Some("tweets.2"));
+    let reason = dead[0].header("Dedup-Error").unwrap_or_default();
+    assert!(
+        reason.contains("refused") && reason.contains("size"),
+        "{reason}"
+    );
+    assert_eq!(outputs(&client).len(), 2);
+    assert_eq!(client.consumer_backlog(IN_STREAM, "dedup"), (0, 0));
+}

@@ -174,7 +174,7 @@ def run(args, port, nats_pid, lines, workers, redis_url, round_no):
     cmd = [
         args.binary, "consume", "--quiet",
         "--nats", f"nats://127.0.0.1:{port}",
-        "--stream", stream, "--subject", f"{stream}.tweets", "--durable", "dedup",
+        "--stream", stream, "--subject", f"{stream}.tweets", "--durable", "dedup", "--create",
         "--output-subject", f"{out_stream}.tagged", "--output-stream", out_stream,
         "--id-field", "id_str", "--text-field", "text",
     ]

@@ -238,8 +238,8 @@ pub struct ConsumeArgs {
     )]
     pub subject: Option<String>,
 
-    /// With --nats: the durable pull consumer (created if missing; workers
-    /// of one name share the messages).
+    /// With --nats: the durable pull consumer (created if missing only with
+    /// --create, else waited for; workers of one name share the messages).
     #[arg(
         long,
         value_name = "NAME",
@@ -249,7 +249,7 @@ pub struct ConsumeArgs {
     pub durable: Option<String>,
 
     /// With --nats: the subject tagged messages are published to (each with
-    /// Nats-Msg-Id dedup-STREAM-SEQUENCE).
+    /// Nats-Msg-Id dedup.STREAM.DURABLE.CREATED.SEQUENCE).
     #[arg(
         long,
         value_name = "SUBJECT",
@@ -312,9 +312,10 @@ pub struct ConsumeArgs {
 
     /// Create the input stream if it does not exist (empty), instead of
     /// waiting for it to appear (a misspelt name otherwise waits, saying
-    /// so, rather than consuming a new, empty stream forever). Redis
-    /// Streams only (a NATS stream is created when missing).
-    #[arg(long, conflicts_with_all = ["nats", "kafka"])]
+    /// so, rather than consuming a new, empty stream forever). With
+    /// --nats: create the durable consumer if it does not exist (a NATS
+    /// stream is created when missing).
+    #[arg(long, conflicts_with = "kafka")]
     pub create: bool,
 
     /// Consumers of the group that hold no pending entry and have been idle
@@ -505,9 +506,11 @@ pub struct MessageArgs {
     pub text_field: Vec<String>,
 
     /// Longest input line in bytes; longer lines are skipped as invalid
-    /// without being read into memory.
-    #[arg(long, default_value_t = pipeline::DEFAULT_MAX_LINE_BYTES, value_name = "BYTES", value_parser = at_least_one)]
-    pub max_line_bytes: usize,
+    /// without being read into memory [default: 1048576; with --nats or
+    /// --kafka, the broker's message size limit less 4096 bytes, so that a
+    /// message still fits once tagged].
+    #[arg(long = "max-line-bytes", value_name = "BYTES", value_parser = at_least_one)]
+    pub max_line_bytes_given: Option<usize>,
 
     /// Most indexed messages one LSH bucket holds.
     #[arg(long, default_value_t = DEFAULT_MAX_BUCKET, value_name = "N", hide_short_help = true, value_parser = at_least_one)]
@@ -1041,6 +1044,12 @@ impl EngineArgs {
 }
 
 impl MessageArgs {
+    /// `--max-line-bytes`, or its default outside the brokers' workers.
+    pub fn max_line_bytes(&self) -> usize {
+        self.max_line_bytes_given
+            .unwrap_or(pipeline::DEFAULT_MAX_LINE_BYTES)
+    }
+
     /// The engine config, with `engine`'s comparison settings.
     pub fn engine_config(&self, engine: &EngineArgs) -> Result<EngineConfig, ConfigError> {
         engine.engine_config(self.capacity, self.max_bucket)
@@ -1067,7 +1076,7 @@ impl FilterArgs {
         let defaults = PipelineConfig::default();
         Ok(PipelineConfig {
             fields: self.message.fields()?,
-            max_line_bytes: self.message.max_line_bytes,
+            max_line_bytes: self.message.max_line_bytes(),
             threads: self.threads.unwrap_or(defaults.threads),
             emit: self.emit.emit(),
             repeats: match self.repeats {
@@ -1135,7 +1144,7 @@ impl ConsumeArgs {
             create: self.create,
             forget_idle_consumers: self.forget_idle_consumers,
             batch: self.batch.max(1),
-            max_line_bytes: self.message.max_line_bytes.max(1),
+            max_line_bytes: self.message.max_line_bytes(),
         })
     }
 
@@ -1164,6 +1173,7 @@ impl ConsumeArgs {
             stream: self.stream.clone().unwrap_or_default(),
             subject,
             durable,
+            create: self.create,
             output_subject,
             output_stream: self.output_stream.clone(),
             dead_letter_subject,
@@ -1172,7 +1182,7 @@ impl ConsumeArgs {
             // A batch's publishes are all in flight before their acks are
             // awaited: the client allows 5,000.
             batch: self.batch.clamp(1, 4096),
-            max_line_bytes: self.message.max_line_bytes.max(1),
+            max_line_bytes: self.message.max_line_bytes_given,
             ack_wait: self.ack_wait.max(Duration::from_secs(1)),
         };
         Ok((server, config))
@@ -1210,7 +1220,7 @@ impl ConsumeArgs {
             emit: self.emit.emit(),
             fields: self.message.fields().map_err(|e| e.to_string())?,
             batch: self.batch.max(1),
-            max_line_bytes: self.message.max_line_bytes.max(1),
+            max_line_bytes: self.message.max_line_bytes_given,
         };
         Ok((brokers, config))
     }
@@ -1240,7 +1250,7 @@ impl ServeArgs {
     pub fn server_config(&self) -> Result<ServerConfig, ConfigError> {
         Ok(ServerConfig {
             fields: self.message.fields()?,
-            max_line_bytes: self.message.max_line_bytes.max(1),
+            max_line_bytes: self.message.max_line_bytes(),
             reply: match self.reply {
                 ReplyArg::Tagged => Reply::Tagged,
                 ReplyArg::Verdict => Reply::Verdict,

@@ -34,6 +34,13 @@
 //!   header `Dedup-Error`, their input in `Dedup-Source`
 //!   (`TOPIC/PARTITION/OFFSET`) and the original bytes as the value, then
 //!   committed with the rest: never retried forever.
+//! - An output or dead letter refused for its size (over the producer's
+//!   `message.max.bytes` or the topic's `max.message.bytes`, read from the
+//!   brokers at the start) is dead-lettered without its bytes, with the
+//!   reason, and committed. A record refused inside a batch is produced
+//!   again by itself first, so that only a record too large alone is.
+//!   `--max-line-bytes` defaults to the smaller limit less
+//!   [`broker::TAG_ROOM`].
 //! - The output and dead-letter topics must exist (their partitions and
 //!   replication are the operator's choice), and the input topics too:
 //!   missing ones are refused with [`KafkaError::Conflict`] before
@@ -41,24 +48,32 @@
 //! - Kafka unreachable: the clients reconnect by themselves; undelivered
 //!   outputs are produced again with backoff, reported on stderr every ten
 //!   seconds and in the metrics (`/healthz` answers 503). Nothing is
-//!   committed that was not stored.
+//!   committed that was not stored. A broker that takes requests and
+//!   answers none (hung, stopped) is found from librdkafka's statistics:
+//!   requests waiting and no answer for [`STALL_AFTER`] is reported the
+//!   same way, by a thread of its own (the worker may be blocked in the
+//!   client meanwhile).
 //! - A stop request (SIGTERM) finishes the batch in hand, commits it, and
 //!   leaves the group.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientContext;
+use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+use rdkafka::client::DefaultClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError as RdError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::statistics::Statistics;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
+use crate::broker::{self, Outage};
 use crate::engine::{IndexStore, Preparer};
 use crate::error::{InvalidReason, StoreError};
 use crate::pipeline::Emit;
@@ -77,8 +92,16 @@ pub const SOURCE_HEADER: &str = "Dedup-Source";
 const IDLE_WAIT: Duration = Duration::from_secs(1);
 /// How often progress is logged.
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
-/// How often a continuing outage is reported.
-const REPORT_EVERY: Duration = Duration::from_secs(10);
+/// How long the brokers may leave requests unanswered before the worker
+/// reports a stall (`/healthz` 503): far above a healthy fetch's long
+/// poll (0.5 s) and the group's heartbeats (3 s).
+pub const STALL_AFTER: Duration = Duration::from_secs(10);
+/// How often librdkafka reports its statistics (what the stall watch
+/// reads).
+const STATISTICS_EVERY_MS: &str = "1000";
+/// librdkafka's default `message.max.bytes`: the largest record the
+/// producer sends (and, with `batch.size`, the largest batch).
+const PRODUCER_LIMIT: usize = 1_000_000;
 /// First and longest wait between two attempts.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
 /// Attempts at a commit before its records are left to be read again.
@@ -152,8 +175,9 @@ pub struct KafkaConfig {
     pub fields: FieldSpec,
     /// Records gathered at a time.
     pub batch: usize,
-    /// Longest message, in bytes (`--max-line-bytes`).
-    pub max_line_bytes: usize,
+    /// Longest message, in bytes (`--max-line-bytes`); `None`: the
+    /// brokers' size limit less [`broker::TAG_ROOM`].
+    pub max_line_bytes: Option<usize>,
 }
 
 /// What a run did.
@@ -169,6 +193,8 @@ pub struct KafkaSummary {
     pub deletions: u64,
     /// Records sent to the dead-letter topic.
     pub invalid: u64,
+    /// Of those, records whose output was refused for its size.
+    pub too_large: u64,
     /// Records gathered, then abandoned at a rebalance (read again by
     /// their next owner).
     pub abandoned: u64,
@@ -192,6 +218,9 @@ impl fmt::Display for KafkaSummary {
             self.uncommitted,
             self.abandoned
         )?;
+        if self.too_large > 0 {
+            write!(f, "; {} outputs too large to store", self.too_large)?;
+        }
         if self.deletions > 0 {
             write!(f, "; {} deletion notices", self.deletions)?;
         }
@@ -239,15 +268,102 @@ fn log_line(level: RDKafkaLogLevel, facility: &str, line: &str) {
     }
 }
 
+/// Whether a client's brokers answer it, from librdkafka's statistics
+/// (every [`STATISTICS_EVERY_MS`]): a broker that accepts requests and
+/// answers none (hung, or stopped with SIGSTOP) raises no error for a
+/// minute (`socket.timeout.ms`), and a consumer's poll just comes back
+/// empty, as on a quiet topic.
+///
+/// Reports come only while the worker polls the client (a consumer while
+/// it gathers, a producer while it awaits deliveries): a client not polled
+/// for a while (an idle producer, a consumer during a batch) is not judged.
+#[derive(Debug)]
+struct Progress {
+    /// (answers received so far, when they last grew or nothing waited,
+    /// when the last report came).
+    state: Mutex<(u64, Instant, Instant)>,
+}
+
+/// A client whose last statistics report is older than this is not being
+/// polled, and so not judged.
+const UNPOLLED_AFTER: Duration = Duration::from_secs(3);
+
+impl Progress {
+    fn new() -> Progress {
+        Progress {
+            state: Mutex::new((0, Instant::now(), Instant::now())),
+        }
+    }
+
+    /// Takes a statistics report: progress if a broker answered since the
+    /// last, or if no request waits for an answer.
+    fn update(&self, statistics: &Statistics) {
+        let received: u64 = statistics.brokers.values().map(|b| b.rx).sum();
+        let waiting: i64 = statistics
+            .brokers
+            .values()
+            .map(|b| b.waitresp_cnt + b.outbuf_cnt)
+            .sum();
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if received != state.0 || waiting == 0 || state.2.elapsed() >= UNPOLLED_AFTER {
+            // Answered, idle, or just polled again after a pause: the
+            // wait counts from here.
+            state.1 = now;
+        }
+        state.0 = received;
+        state.2 = now;
+    }
+
+    /// How long the client, polled all along, has waited without an
+    /// answer (zero when it is not being polled).
+    fn stalled_for(&self) -> Duration {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.2.elapsed() >= UNPOLLED_AFTER {
+            return Duration::ZERO;
+        }
+        state.1.elapsed()
+    }
+}
+
+/// Reports, every [`broker::REPORT_EVERY`], a client whose brokers have
+/// answered nothing for [`STALL_AFTER`] (`/healthz` 503), until `done`.
+/// A thread of its own: the worker may be blocked in a flush or a commit.
+fn watch_stalls(clients: [(&str, &Progress); 2], metrics: &Metrics, done: &AtomicBool) {
+    let mut outage = Outage::new("Kafka", metrics);
+    while !done.load(Ordering::Relaxed) {
+        let stalled = clients
+            .iter()
+            .map(|(what, progress)| (*what, progress.stalled_for()))
+            .find(|(_, waited)| *waited >= STALL_AFTER);
+        match stalled {
+            Some((what, waited)) => outage.stalled(
+                what,
+                &format_args!(
+                    "requests unanswered by the brokers for {} s (hung or stopped?)",
+                    waited.as_secs()
+                ),
+            ),
+            None => outage.over("the brokers answer again"),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// The consumer's callbacks: notes revoked partitions for the worker.
 struct ConsumerHooks {
     /// Partitions revoked since the worker last looked.
     revoked: Mutex<Vec<(String, i32)>>,
+    progress: Arc<Progress>,
 }
 
 impl ClientContext for ConsumerHooks {
     fn log(&self, level: RDKafkaLogLevel, facility: &str, line: &str) {
         log_line(level, facility, line);
+    }
+
+    fn stats(&self, statistics: Statistics) {
+        self.progress.update(&statistics);
     }
 
     fn error(&self, error: RdError, reason: &str) {
@@ -273,14 +389,23 @@ impl ConsumerContext for ConsumerHooks {
     }
 }
 
+/// A delivery report: `Err` with the error and whether it refused the
+/// record (or its batch) for its size.
+type Delivery = Result<(), (String, bool)>;
+
 /// The producer's callbacks: collects delivery reports by output index.
 struct ProducerHooks {
-    delivered: Mutex<Vec<(usize, Result<(), String>)>>,
+    delivered: Mutex<Vec<(usize, Delivery)>>,
+    progress: Arc<Progress>,
 }
 
 impl ClientContext for ProducerHooks {
     fn log(&self, level: RDKafkaLogLevel, facility: &str, line: &str) {
         log_line(level, facility, line);
+    }
+
+    fn stats(&self, statistics: Statistics) {
+        self.progress.update(&statistics);
     }
 
     fn error(&self, error: RdError, reason: &str) {
@@ -294,7 +419,7 @@ impl ProducerContext for ProducerHooks {
     fn delivery(&self, result: &DeliveryResult<'_>, index: usize) {
         let result = match result {
             Ok(_) => Ok(()),
-            Err((e, _)) => Err(e.to_string()),
+            Err((e, _)) => Err((e.to_string(), refused_for_size(e))),
         };
         self.delivered
             .lock()
@@ -303,12 +428,18 @@ impl ProducerContext for ProducerHooks {
     }
 }
 
+/// Whether `error` refused a record (or its batch) for its size.
+fn refused_for_size(error: &RdError) -> bool {
+    error.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge)
+}
+
 /// The settings both clients share.
 fn client_config(brokers: &KafkaBrokers) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", &brokers.servers)
         .set("client.id", "dedup-stream")
+        .set("statistics.interval.ms", STATISTICS_EVERY_MS)
         .set_log_level(RDKafkaLogLevel::Warning);
     for (key, value) in &brokers.options {
         config.set(key, value);
@@ -365,47 +496,18 @@ struct Produce<'a> {
     value: Vec<u8>,
     /// For a dead letter: the reason and the input's token.
     dead: Option<(String, String)>,
+    /// The record it answers: its place in the batch.
+    input: usize,
 }
 
-/// Reports an outage at most every [`REPORT_EVERY`], in the log and the
-/// metrics.
-struct Outage<'a> {
-    metrics: &'a Metrics,
-    since: Option<Instant>,
-    reported: Option<Instant>,
-}
-
-impl<'a> Outage<'a> {
-    fn new(metrics: &'a Metrics) -> Outage<'a> {
-        Outage {
-            metrics,
-            since: None,
-            reported: None,
-        }
-    }
-
-    fn failed(&mut self, what: &str, error: &str) {
-        self.metrics.store_errors.fetch_add(1, Ordering::Relaxed);
-        self.metrics.store_unreachable.store(1, Ordering::Relaxed);
-        let since = *self.since.get_or_insert_with(Instant::now);
-        if self.reported.is_none_or(|at| at.elapsed() >= REPORT_EVERY) {
-            self.reported = Some(Instant::now());
-            tracing::warn!(
-                for_seconds = since.elapsed().as_secs(),
-                "Kafka failed while {what}: {error}; retrying"
-            );
-        }
-    }
-
-    fn over(&mut self, what: &str) {
-        if let Some(since) = self.since.take() {
-            self.reported = None;
-            self.metrics.store_unreachable.store(0, Ordering::Relaxed);
-            tracing::info!(
-                after_seconds = since.elapsed().as_secs(),
-                "Kafka reachable again ({what})"
-            );
-        }
+impl Produce<'_> {
+    /// Its bytes as the producer counts them against `message.max.bytes`
+    /// (key, value and headers; the batch's framing is not counted).
+    fn size(&self) -> usize {
+        let headers = self.dead.as_ref().map_or(0, |(reason, source)| {
+            ERROR_HEADER.len() + reason.len() + SOURCE_HEADER.len() + source.len()
+        });
+        self.key.len() + self.value.len() + headers
     }
 }
 
@@ -420,12 +522,24 @@ struct Worker<'a, S> {
     stop: &'a AtomicBool,
     metrics: &'a Metrics,
     summary: KafkaSummary,
+    /// The largest record the producer and the output topics take.
+    limit: Limit,
+    /// Longest message decided (`--max-line-bytes`, or its default).
+    max_line_bytes: usize,
+}
+
+/// The largest record the worker can store, and who says so.
+#[derive(Clone, Debug)]
+struct Limit {
+    bytes: usize,
+    /// "the producer's message.max.bytes", "topic T's max.message.bytes".
+    source: String,
 }
 
 /// Runs the worker until `stop` is set (or a fatal error): checks the
 /// topics, joins the group, then gathers, decides, produces and commits
 /// batch after batch. Synchronous: librdkafka's clients run their own
-/// threads.
+/// threads, and a thread of this one watches them for stalls.
 pub fn run<S: IndexStore>(
     brokers: &KafkaBrokers,
     config: &KafkaConfig,
@@ -435,6 +549,7 @@ pub fn run<S: IndexStore>(
     metrics: &Metrics,
 ) -> Result<KafkaSummary, KafkaError> {
     let settings = |e: RdError| KafkaError::Settings(settings_error(&e));
+    let reading = Arc::new(Progress::new());
     let consumer: BaseConsumer<ConsumerHooks> = client_config(brokers)
         .set("group.id", &config.group)
         // Offsets are committed by the worker, after the outputs are stored.
@@ -443,19 +558,28 @@ pub fn run<S: IndexStore>(
         .set("auto.offset.reset", "earliest")
         .create_with_context(ConsumerHooks {
             revoked: Mutex::new(Vec::new()),
+            progress: Arc::clone(&reading),
         })
         .map_err(settings)?;
+    check_topics(&consumer, config, stop, metrics)?;
+    let limit = size_limit(brokers, config)?;
+    let writing = Arc::new(Progress::new());
     let producer: BaseProducer<ProducerHooks> = client_config(brokers)
         .set("enable.idempotence", "true")
         .set("acks", "all")
         // A delivery that takes longer is produced again (same bytes, same
         // key); a stop request waits for it at most this long.
         .set("message.timeout.ms", "60000")
+        // Batches no larger than the topics take: a record refused for
+        // its size is then refused alone, not with its neighbours.
+        .set("message.max.bytes", limit.bytes.to_string())
+        .set("batch.size", limit.bytes.min(PRODUCER_LIMIT).to_string())
         .create_with_context(ProducerHooks {
             delivered: Mutex::new(Vec::new()),
+            progress: Arc::clone(&writing),
         })
         .map_err(settings)?;
-    check_topics(&producer, config, stop, metrics)?;
+    let max_line_bytes = line_limit(config.max_line_bytes, &limit);
     let topics: Vec<&str> = config.topics.iter().map(String::as_str).collect();
     consumer.subscribe(&topics).map_err(settings)?;
     let mut worker = Worker {
@@ -468,39 +592,119 @@ pub fn run<S: IndexStore>(
         stop,
         metrics,
         summary: KafkaSummary::default(),
+        limit,
+        max_line_bytes,
     };
-    let started = Instant::now();
-    let mut last_report = Instant::now();
-    let mut outage = Outage::new(metrics);
-    while !stop.load(Ordering::Relaxed) {
-        if last_report.elapsed() >= PROGRESS_EVERY {
-            last_report = Instant::now();
-            let s = worker.summary;
-            tracing::info!(
-                read = s.read,
-                per_second = (s.read as f64 / started.elapsed().as_secs_f64()).round(),
-                duplicates = s.duplicates,
-                invalid = s.invalid,
-                committed = s.committed,
-                abandoned = s.abandoned,
-                "consuming"
-            );
-        }
-        let records = worker.gather(&mut outage);
-        if records.is_empty() {
-            continue;
-        }
-        worker.process(records)?;
-    }
+    let done = AtomicBool::new(false);
+    let result = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            watch_stalls(
+                [
+                    ("reading records", &reading),
+                    ("producing outputs", &writing),
+                ],
+                metrics,
+                &done,
+            )
+        });
+        let result = worker.consume();
+        done.store(true, Ordering::Relaxed);
+        result
+    });
+    result?;
     // Dropping the consumer closes it: it leaves the group, and its
     // partitions go to the others at once.
     Ok(worker.summary)
 }
 
+/// The largest record the worker may produce: the producer's
+/// `message.max.bytes` (a `--kafka-option`, else librdkafka's default)
+/// and each output topic's `max.message.bytes`, as the brokers describe
+/// it. A broker that describes no configuration leaves the producer's.
+fn size_limit(brokers: &KafkaBrokers, config: &KafkaConfig) -> Result<Limit, KafkaError> {
+    let given = brokers
+        .options
+        .iter()
+        .rev()
+        .find(|(key, _)| key == "message.max.bytes")
+        .and_then(|(_, value)| value.parse::<usize>().ok());
+    let mut limit = Limit {
+        bytes: given.unwrap_or(PRODUCER_LIMIT),
+        source: "the producer's message.max.bytes".into(),
+    };
+    let admin: AdminClient<DefaultClientContext> = client_config(brokers)
+        .create()
+        .map_err(|e| KafkaError::Settings(settings_error(&e)))?;
+    let topics = [
+        ResourceSpecifier::Topic(&config.output_topic),
+        ResourceSpecifier::Topic(&config.dead_letter_topic),
+    ];
+    let options = AdminOptions::new().request_timeout(Some(METADATA_TIMEOUT));
+    match futures::executor::block_on(admin.describe_configs(&topics, &options)) {
+        Ok(results) => {
+            for (topic, result) in [&config.output_topic, &config.dead_letter_topic]
+                .into_iter()
+                .zip(results)
+            {
+                let topic_limit = result.ok().and_then(|resource| {
+                    resource
+                        .get("max.message.bytes")
+                        .and_then(|entry| entry.value.as_deref()?.parse::<usize>().ok())
+                });
+                match topic_limit {
+                    Some(bytes) if bytes < limit.bytes => {
+                        limit = Limit {
+                            bytes,
+                            source: format!("topic {topic:?}'s max.message.bytes"),
+                        };
+                    }
+                    Some(_) => {}
+                    None => tracing::debug!(topic, "the brokers did not say max.message.bytes"),
+                }
+            }
+        }
+        Err(e) => tracing::info!(
+            "the brokers did not describe the output topics ({e}): records over the topic's \
+             max.message.bytes are found when refused"
+        ),
+    }
+    Ok(limit)
+}
+
+/// The longest message the worker decides: `--max-line-bytes`, or by
+/// default the size limit less room for the tag, key and headers.
+fn line_limit(given: Option<usize>, limit: &Limit) -> usize {
+    let fits = broker::default_max_line_bytes(limit.bytes);
+    match given {
+        None => {
+            tracing::info!(
+                limit = limit.bytes,
+                max_line_bytes = fits,
+                "records longer than {} less room for the tag are dead-lettered \
+                 (--max-line-bytes)",
+                limit.source
+            );
+            fits
+        }
+        Some(given) => {
+            if given > fits {
+                tracing::warn!(
+                    limit = limit.bytes,
+                    max_line_bytes = given,
+                    "--max-line-bytes is close to or over {}: outputs refused for their size \
+                     are dead-lettered without their bytes",
+                    limit.source
+                );
+            }
+            given
+        }
+    }
+}
+
 /// Checks that the topics exist and that no input is an output, waiting
 /// for the brokers while they cannot be reached.
 fn check_topics(
-    producer: &BaseProducer<ProducerHooks>,
+    consumer: &BaseConsumer<ConsumerHooks>,
     config: &KafkaConfig,
     stop: &AtomicBool,
     metrics: &Metrics,
@@ -512,10 +716,10 @@ fn check_topics(
             )));
         }
     }
-    let mut outage = Outage::new(metrics);
+    let mut outage = Outage::new("Kafka", metrics);
     let mut wait = BACKOFF.0;
     let metadata = loop {
-        match producer.client().fetch_metadata(None, METADATA_TIMEOUT) {
+        match consumer.fetch_metadata(None, METADATA_TIMEOUT) {
             Ok(metadata) => break metadata,
             Err(e) => {
                 outage.failed("reading the topics", &e.to_string());
@@ -552,7 +756,36 @@ fn check_topics(
     Ok(())
 }
 
-impl<S: IndexStore> Worker<'_, S> {
+impl<'a, S: IndexStore> Worker<'a, S> {
+    /// Gathers, decides, produces and commits batch after batch until
+    /// `stop` is set (or a fatal error).
+    fn consume(&mut self) -> Result<(), KafkaError> {
+        let started = Instant::now();
+        let mut last_report = Instant::now();
+        let mut outage = Outage::new("Kafka", self.metrics);
+        while !self.stop.load(Ordering::Relaxed) {
+            if last_report.elapsed() >= PROGRESS_EVERY {
+                last_report = Instant::now();
+                let s = self.summary;
+                tracing::info!(
+                    read = s.read,
+                    per_second = (s.read as f64 / started.elapsed().as_secs_f64()).round(),
+                    duplicates = s.duplicates,
+                    invalid = s.invalid,
+                    committed = s.committed,
+                    abandoned = s.abandoned,
+                    "consuming"
+                );
+            }
+            let records = self.gather(&mut outage);
+            if records.is_empty() {
+                continue;
+            }
+            self.process(records)?;
+        }
+        Ok(())
+    }
+
     /// Gathers a batch: what is ready now, else waits up to [`IDLE_WAIT`]
     /// for one record and takes what is ready with it. Records of a
     /// partition revoked meanwhile are dropped (see the module
@@ -636,7 +869,7 @@ impl<S: IndexStore> Worker<'_, S> {
             &mut *self.store,
             &payloads,
             &tokens,
-            self.config.max_line_bytes,
+            self.max_line_bytes,
             self.metrics,
         )?;
         self.summary.new += tally.new;
@@ -679,37 +912,39 @@ impl<S: IndexStore> Worker<'_, S> {
         self.metrics.queue_read.fetch_add(n, Ordering::Relaxed);
         let tokens: Vec<String> = records.iter().map(Record::token).collect();
         let outcomes = self.decide(&records, &tokens)?;
+        let config = self.config;
         let mut produces = Vec::new();
-        for (outcome, token) in outcomes.into_iter().zip(&tokens) {
+        for (input, (outcome, token)) in outcomes.into_iter().zip(&tokens).enumerate() {
             match outcome {
                 Outcome::Output { key, value } => produces.push(Produce {
-                    topic: &self.config.output_topic,
+                    topic: &config.output_topic,
                     key,
                     value,
                     dead: None,
+                    input,
                 }),
                 Outcome::Dead { reason, value } => {
-                    self.summary.invalid += 1;
-                    self.metrics.invalid_lines.fetch_add(1, Ordering::Relaxed);
-                    self.metrics
-                        .queue_dead_lettered
-                        .fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(
-                        record = %token,
-                        "{reason}: sent to {}",
-                        self.config.dead_letter_topic
-                    );
+                    self.dead_lettered(token, &reason);
                     produces.push(Produce {
-                        topic: &self.config.dead_letter_topic,
+                        topic: &config.dead_letter_topic,
                         key: token.as_bytes().to_vec(),
                         value,
                         dead: Some((reason, token.clone())),
+                        input,
                     });
                 }
                 Outcome::Skip => {}
             }
         }
-        self.produce(&produces)?;
+        for (was_dead, input, reason) in self.produce(produces, &tokens)? {
+            self.summary.too_large += 1;
+            if was_dead {
+                // A dead letter already (and counted): sent without its bytes.
+                tracing::warn!(record = %tokens[input], "{reason}");
+            } else {
+                self.dead_lettered(&tokens[input], &reason);
+            }
+        }
 
         // The outputs are stored: now the offsets may go. The next offset
         // of each partition is committed.
@@ -765,16 +1000,46 @@ impl<S: IndexStore> Worker<'_, S> {
         }
     }
 
+    /// Counts and reports a dead letter.
+    fn dead_lettered(&mut self, token: &str, reason: &str) {
+        self.summary.invalid += 1;
+        self.metrics.invalid_lines.fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .queue_dead_lettered
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            record = %token,
+            "{reason}: sent to {}",
+            self.config.dead_letter_topic
+        );
+    }
+
     /// Produces `produces` until the broker has acknowledged each one;
-    /// gives up only when told to stop (or on a fatal producer error).
-    fn produce(&mut self, produces: &[Produce<'_>]) -> Result<(), KafkaError> {
+    /// gives up only when told to stop (or on a fatal producer error). A
+    /// record refused for its size is produced again by itself (its batch
+    /// may have been what was too large); refused alone, it is replaced by
+    /// a dead letter without its bytes. Returns those: (whether it was a
+    /// dead letter already, its input, the reason).
+    fn produce(
+        &mut self,
+        mut produces: Vec<Produce<'a>>,
+        tokens: &[String],
+    ) -> Result<Vec<(bool, usize, String)>, KafkaError> {
+        let mut refused = Vec::new();
         let mut left: Vec<usize> = (0..produces.len()).collect();
-        let mut outage = Outage::new(self.metrics);
+        // Refused for size in a batch: produced next by themselves.
+        let mut alone: HashSet<usize> = HashSet::new();
+        let mut outage = Outage::new("Kafka", self.metrics);
         let mut wait = BACKOFF.0;
         while !left.is_empty() {
             let mut failed: Vec<usize> = Vec::new();
+            let mut oversized: Vec<(usize, String)> = Vec::new();
             let mut last_error = String::new();
             for &i in &left {
+                if alone.contains(&i) {
+                    // Nothing else in its batch.
+                    self.await_deliveries();
+                }
                 let produce = &produces[i];
                 let mut record = BaseRecord::with_opaque_to(produce.topic, i)
                     .key(&produce.key)
@@ -800,6 +1065,11 @@ impl<S: IndexStore> Worker<'_, S> {
                             record = back;
                             self.producer.poll(Duration::from_millis(100));
                         }
+                        // Over message.max.bytes: refused before sending.
+                        Err((e, _)) if refused_for_size(&e) => {
+                            oversized.push((i, e.to_string()));
+                            break;
+                        }
                         Err((e, _)) => {
                             failed.push(i);
                             last_error = e.to_string();
@@ -807,11 +1077,11 @@ impl<S: IndexStore> Worker<'_, S> {
                         }
                     }
                 }
+                if alone.contains(&i) {
+                    self.await_deliveries();
+                }
             }
-            // Every delivery is reported (within message.timeout.ms).
-            while self.producer.in_flight_count() > 0 {
-                let _ = self.producer.flush(Duration::from_secs(1));
-            }
+            self.await_deliveries();
             let delivered = std::mem::take(
                 &mut *self
                     .producer
@@ -821,32 +1091,87 @@ impl<S: IndexStore> Worker<'_, S> {
                     .unwrap_or_else(|e| e.into_inner()),
             );
             for (i, result) in delivered {
-                if let Err(e) = result {
-                    failed.push(i);
-                    last_error = e;
+                match result {
+                    Ok(()) => {}
+                    Err((e, true)) if alone.contains(&i) => oversized.push((i, e)),
+                    Err((e, true)) => {
+                        // Not an outage: produced again, by itself, at once.
+                        tracing::debug!("a record was refused for its size in a batch: {e}");
+                        alone.insert(i);
+                        failed.push(i);
+                    }
+                    Err((e, false)) => {
+                        failed.push(i);
+                        last_error = e;
+                    }
                 }
+            }
+            for (i, error) in oversized {
+                let produce = &produces[i];
+                if produce.dead.is_some() && produce.value.is_empty() {
+                    // Not even its reason fits: nothing to do but stop.
+                    return Err(KafkaError::Fatal(format!(
+                        "a dead letter for {} was refused for its size: {error}",
+                        produce.key.escape_ascii()
+                    )));
+                }
+                let what = match produce.dead {
+                    Some(_) => "dead letter",
+                    None => "tagged output",
+                };
+                let size = produce.size();
+                let reason = if size > self.limit.bytes {
+                    broker::too_large(what, size, Some((self.limit.bytes, &self.limit.source)))
+                } else {
+                    format!("{} ({error})", broker::too_large(what, size, None))
+                };
+                let was_dead = produce.dead.is_some();
+                let input = produce.input;
+                let token = tokens[input].clone();
+                refused.push((was_dead, input, reason.clone()));
+                let config: &'a KafkaConfig = self.config;
+                produces[i] = Produce {
+                    topic: &config.dead_letter_topic,
+                    key: token.as_bytes().to_vec(),
+                    value: Vec::new(),
+                    dead: Some((reason, token)),
+                    input,
+                };
+                alone.remove(&i);
+                failed.push(i);
             }
             if failed.is_empty() {
                 outage.over("producing outputs");
-                return Ok(());
+                return Ok(refused);
             }
             if let Some((code, reason)) = self.producer.client().fatal_error() {
                 return Err(KafkaError::Fatal(format!("{code}: {reason}")));
             }
-            outage.failed(
-                "producing outputs",
-                &format!("{} not delivered: {last_error}", failed.len()),
-            );
-            if self.stop.load(Ordering::Relaxed) {
-                return Err(KafkaError::Unavailable("producing outputs".into()));
+            if !last_error.is_empty() {
+                outage.failed(
+                    "producing outputs",
+                    &format!("{} not delivered: {last_error}", failed.len()),
+                );
+                if self.stop.load(Ordering::Relaxed) {
+                    return Err(KafkaError::Unavailable("producing outputs".into()));
+                }
+                std::thread::sleep(wait);
+                wait = (wait * 2).min(BACKOFF.1);
             }
-            std::thread::sleep(wait);
-            wait = (wait * 2).min(BACKOFF.1);
             failed.sort_unstable();
             failed.dedup();
             left = failed;
         }
-        Ok(())
+        Ok(refused)
+    }
+
+    /// Waits until every delivery is reported (within
+    /// `message.timeout.ms`); the stall watch reports a broker that does
+    /// not answer meanwhile.
+    fn await_deliveries(&self) {
+        while self.producer.in_flight_count() > 0 {
+            let _ = self.producer.flush(Duration::from_secs(1));
+        }
     }
 }
 

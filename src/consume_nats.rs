@@ -12,8 +12,10 @@
 //!   newline). A leading UTF-8 byte-order mark is skipped; a payload longer
 //!   than `--max-line-bytes` is refused, as the filter refuses such a line.
 //! - **Exactly once in the output stream.** Each output is published with
-//!   the header `Nats-Msg-Id: dedup-<STREAM>-<SEQUENCE>` (the input's stream
-//!   sequence), every publish acknowledgement is awaited (the output is
+//!   the header `Nats-Msg-Id: dedup.STREAM.DURABLE.CREATED.SEQUENCE` (the
+//!   input stream's creation time in nanoseconds and the input's stream
+//!   sequence: unique across durables and across a stream deleted and made
+//!   again), every publish acknowledgement is awaited (the output is
 //!   stored), and only then is the input acknowledged with a double ack
 //!   (`AckSync`: the server confirms it). A worker that dies between the
 //!   two leaves the input pending; it is delivered again after `ack_wait`,
@@ -26,8 +28,15 @@
 //!   are published to the dead-letter subject with the reason in the
 //!   header `Dedup-Error` and the original bytes, then terminated
 //!   (`AckTerm`): never retried forever.
-//! - The input stream, the durable consumer and (with `--output-stream`)
-//!   the output stream are created when missing, and said so; existing ones
+//! - An output or dead letter the server refuses for its size (over its
+//!   `max_payload`, or its stream's `max_msg_size`) is dead-lettered
+//!   without its bytes, the reason and the input named in its headers, and
+//!   its input terminated. `--max-line-bytes` defaults to `max_payload`
+//!   less [`broker::TAG_ROOM`], so that this is rare.
+//! - The input stream and (with `--output-stream`) the output stream are
+//!   created when missing, and said so; the durable consumer only with
+//!   `--create` (a misspelt `--durable` would otherwise read the whole
+//!   stream again): without it the worker waits for it, saying so. Existing ones
 //!   whose settings conflict with this worker's are refused with
 //!   [`NatsError::Conflict`] before anything is read.
 //!   Workers that start together may all find them missing: the server
@@ -53,6 +62,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, AckKind, consumer::pull, message::PublishMessage, stream};
 use futures::StreamExt;
 
+use crate::broker::{self, Outage};
 use crate::engine::{Ask, IndexStats, IndexStore, Preparer, Verdict};
 use crate::error::{InvalidReason, StoreError};
 use crate::pipeline::Emit;
@@ -77,8 +87,6 @@ const IDLE_WAIT: Duration = Duration::from_secs(1);
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often progress is logged.
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
-/// How often a continuing outage is reported.
-const REPORT_EVERY: Duration = Duration::from_secs(10);
 /// First and longest wait between two attempts.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
 /// Verdicts the in-memory memo keeps at most (see [`Memo`]): far more
@@ -175,9 +183,12 @@ pub struct NatsConfig {
     pub stream: String,
     /// The subject read (the consumer's filter).
     pub subject: String,
-    /// The durable pull consumer's name (created if missing): workers of
-    /// one name share its messages.
+    /// The durable pull consumer's name: workers of one name share its
+    /// messages.
     pub durable: String,
+    /// Create the durable consumer when it is missing (`--create`);
+    /// otherwise wait for it to appear.
+    pub create: bool,
     /// The subject tagged messages are published to.
     pub output_subject: String,
     /// The stream that stores them: created on the output and dead-letter
@@ -192,8 +203,9 @@ pub struct NatsConfig {
     /// Messages fetched at a time (at most 4,096: a batch's publishes are
     /// all in flight at once, and the client allows 5,000).
     pub batch: usize,
-    /// Longest message, in bytes (`--max-line-bytes`).
-    pub max_line_bytes: usize,
+    /// Longest message, in bytes (`--max-line-bytes`); `None`: the
+    /// server's `max_payload` less [`broker::TAG_ROOM`].
+    pub max_line_bytes: Option<usize>,
     /// Time the server waits for an acknowledgement before delivering a
     /// message again (the consumer's `ack_wait`).
     pub ack_wait: Duration,
@@ -214,6 +226,8 @@ pub struct NatsSummary {
     pub deletions: u64,
     /// Messages sent to the dead-letter subject.
     pub invalid: u64,
+    /// Of those, messages whose output the server refused for its size.
+    pub too_large: u64,
     /// Outputs the output stream already held (a republish after a
     /// redelivery), dropped by its duplicate window.
     pub republished: u64,
@@ -235,6 +249,9 @@ impl fmt::Display for NatsSummary {
             self.republished,
             self.acked
         )?;
+        if self.too_large > 0 {
+            write!(f, "; {} outputs too large to store", self.too_large)?;
+        }
         if self.deletions > 0 {
             write!(f, "; {} deletion notices", self.deletions)?;
         }
@@ -425,31 +442,15 @@ impl Retry<'_> {
         Fut: std::future::Future<Output = Result<T, E>>,
     {
         let mut wait = BACKOFF.0;
-        let mut since: Option<Instant> = None;
-        let mut reported: Option<Instant> = None;
+        let mut outage = Outage::new("NATS", self.metrics);
         loop {
             match attempt().await {
                 Ok(value) => {
-                    if let Some(since) = since {
-                        self.metrics.store_unreachable.store(0, Ordering::Relaxed);
-                        tracing::info!(
-                            after_seconds = since.elapsed().as_secs(),
-                            "NATS reachable again ({what})"
-                        );
-                    }
+                    outage.over(what);
                     return Ok(value);
                 }
                 Err(e) => {
-                    self.metrics.store_errors.fetch_add(1, Ordering::Relaxed);
-                    let first = *since.get_or_insert_with(Instant::now);
-                    self.metrics.store_unreachable.store(1, Ordering::Relaxed);
-                    if reported.is_none_or(|at| at.elapsed() >= REPORT_EVERY) {
-                        reported = Some(Instant::now());
-                        tracing::warn!(
-                            for_seconds = first.elapsed().as_secs(),
-                            "NATS failed while {what}: {e}; retrying"
-                        );
-                    }
+                    outage.failed(what, &e);
                     if self.stop.load(Ordering::Relaxed) {
                         return Err(NatsError::Unavailable(what.to_string()));
                     }
@@ -469,6 +470,46 @@ struct Publish<'a> {
     payload: Vec<u8>,
     /// For a dead letter: the reason and the input (`STREAM.SEQUENCE`).
     dead: Option<(String, String)>,
+    /// The input it answers: its place in the batch.
+    input: usize,
+}
+
+impl Publish<'_> {
+    /// Its size as the server counts it against `max_payload`: the
+    /// payload and the headers block (`NATS/1.0`, one `Name: value` line
+    /// per header, a blank line).
+    fn wire_size(&self) -> usize {
+        let header = |name: &str, value: &str| name.len() + value.len() + 4;
+        let mut headers = "NATS/1.0\r\n\r\n".len() + header("Nats-Msg-Id", &self.id);
+        if let Some((reason, source)) = &self.dead {
+            headers += header(ERROR_HEADER, reason) + header(SOURCE_HEADER, source);
+        }
+        self.payload.len() + headers
+    }
+
+    /// The message as the client sends it.
+    fn message(&self) -> PublishMessage {
+        let mut message = PublishMessage::build()
+            .payload(self.payload.clone().into())
+            .message_id(&self.id);
+        if let Some((reason, source)) = &self.dead {
+            message = message
+                .header(ERROR_HEADER, reason.as_str())
+                .header(SOURCE_HEADER, source.as_str());
+        }
+        message
+    }
+}
+
+/// Whether the server (or the client, before sending) refused a publish
+/// for its size: over `max_payload`, or over its stream's `max_msg_size`.
+/// Sending it again would be refused again.
+fn refused_for_size(error: &jetstream::context::PublishError) -> bool {
+    use jetstream::context::PublishErrorKind as Kind;
+    error.kind() == Kind::MaxPayloadExceeded
+        || std::error::Error::source(error)
+            .and_then(|source| source.downcast_ref::<jetstream::Error>())
+            .is_some_and(|e| e.error_code() == jetstream::ErrorCode::STREAM_MESSAGE_EXCEEDS_MAXIMUM)
 }
 
 /// What becomes of a message once decided.
@@ -588,13 +629,28 @@ async fn create_stream(
         .await
 }
 
+/// The consumer a worker reads and the input stream's incarnation.
+struct Reader {
+    consumer: jetstream::consumer::PullConsumer,
+    /// `STREAM.DURABLE.CREATED`: what an output's `Nats-Msg-Id` starts
+    /// with (and its memo token, without the names), so that neither two
+    /// durables on one stream nor a stream made again (its sequences
+    /// starting at 1 again) reuse an id the output stream has seen.
+    incarnation: String,
+    /// The input stream's creation time, in nanoseconds since 1970.
+    created: i128,
+    /// The consumer's creation time: a consumer made again (with its
+    /// stream, or alone) has another.
+    consumer_created: i128,
+}
+
 /// Makes the streams and the consumer this worker needs, or checks the
 /// existing ones (see the module documentation); returns the consumer.
 async fn setup(
     js: &jetstream::Context,
     config: &NatsConfig,
     retry: &Retry<'_>,
-) -> Result<jetstream::consumer::PullConsumer, NatsError> {
+) -> Result<Reader, NatsError> {
     for subject in [&config.output_subject, &config.dead_letter_subject] {
         if subject_matches(&config.subject, subject) {
             return Err(NatsError::Conflict(format!(
@@ -654,13 +710,41 @@ async fn setup(
     let stream = retry
         .run("opening the input stream", || js.get_stream(&config.stream))
         .await?;
+    let created = stream.cached_info().created.unix_timestamp_nanos();
     // As with streams, workers starting together may each find the
     // consumer missing: one whose creation is refused looks again.
     let mut looked_again = false;
+    let mut waiting = false;
     loop {
         if let Some(found) = consumer_config(&stream, retry, &config.durable).await? {
             check_consumer(&found, config)?;
+            if waiting {
+                tracing::info!(durable = %config.durable, "the durable consumer exists now");
+            }
             break;
+        }
+        if !config.create {
+            // A misspelt --durable must not read the whole stream again
+            // under a new name: wait, as for a missing Redis stream.
+            if !waiting {
+                waiting = true;
+                tracing::warn!(
+                    stream = %config.stream,
+                    durable = %config.durable,
+                    "the durable consumer {:?} does not exist on stream {:?}: waiting for it to \
+                     appear (pass --create to create it)",
+                    config.durable,
+                    config.stream
+                );
+            }
+            if retry.stop.load(Ordering::Relaxed) {
+                return Err(NatsError::Unavailable(format!(
+                    "waiting for the durable consumer {:?} to exist",
+                    config.durable
+                )));
+            }
+            tokio::time::sleep(IDLE_WAIT).await;
+            continue;
         }
         match create_consumer(&stream, retry, config).await? {
             Ok(()) => {
@@ -676,11 +760,43 @@ async fn setup(
             Err(_) => looked_again = true,
         }
     }
-    retry
+    let consumer: jetstream::consumer::PullConsumer = retry
         .run("opening the consumer", || {
             stream.get_consumer::<pull::Config>(&config.durable)
         })
-        .await
+        .await?;
+    // The consumer lives on the stream read above only if that stream is
+    // still the one there now (a consumer dies with its stream).
+    let again = retry
+        .run("opening the input stream", || js.get_stream(&config.stream))
+        .await?;
+    if again.cached_info().created.unix_timestamp_nanos() != created {
+        return Err(NatsError::Unavailable(
+            "the input stream was made again while setting up".into(),
+        ));
+    }
+    Ok(Reader {
+        consumer_created: consumer.cached_info().created.unix_timestamp_nanos(),
+        consumer,
+        incarnation: format!("{}.{}.{created}", config.stream, config.durable),
+        created,
+    })
+}
+
+/// [`setup`], again while the input stream is made again under it.
+async fn set_up(
+    js: &jetstream::Context,
+    config: &NatsConfig,
+    retry: &Retry<'_>,
+) -> Result<Reader, NatsError> {
+    loop {
+        match setup(js, config, retry).await {
+            Err(NatsError::Unavailable(why)) if !retry.stop.load(Ordering::Relaxed) => {
+                tracing::info!("{why}: setting up again");
+            }
+            other => return other,
+        }
+    }
 }
 
 /// The settings of the durable consumer `name`; `None` if missing.
@@ -822,6 +938,9 @@ struct Worker<'a, S> {
     retry: Retry<'a>,
     metrics: &'a Metrics,
     summary: NatsSummary,
+    reader: Reader,
+    /// Longest message decided (`--max-line-bytes`, or its default).
+    max_line_bytes: usize,
 }
 
 /// Runs the worker on `client`'s server until `stop` is set (or a fatal
@@ -837,12 +956,21 @@ pub async fn run<S: IndexStore>(
     stop: &AtomicBool,
     metrics: &Arc<Metrics>,
 ) -> Result<NatsSummary, NatsError> {
-    let js = jetstream::new(client);
+    let js = jetstream::new(client.clone());
     let retry = Retry {
         stop,
         metrics: metrics.as_ref(),
     };
-    let consumer = setup(&js, config, &retry).await?;
+    let reader = match set_up(&js, config, &retry).await {
+        // Stopped while waiting for the durable consumer: nothing read.
+        Err(NatsError::Unavailable(_)) if stop.load(Ordering::Relaxed) => {
+            return Ok(NatsSummary::default());
+        }
+        other => other?,
+    };
+    // Setting up talked to the server: its INFO (and limit) is known.
+    let max_payload = client.server_info().max_payload;
+    let max_line_bytes = line_limit(config.max_line_bytes, max_payload);
     let mut worker = Worker {
         config,
         preparer,
@@ -852,9 +980,13 @@ pub async fn run<S: IndexStore>(
         retry,
         metrics: metrics.as_ref(),
         summary: NatsSummary::default(),
+        reader,
+        max_line_bytes,
     };
     let started = Instant::now();
     let mut last_report = Instant::now();
+    let mut outage = Outage::new("NATS", metrics.as_ref());
+    let mut wait = BACKOFF.0;
     while !stop.load(Ordering::Relaxed) {
         if last_report.elapsed() >= PROGRESS_EVERY {
             last_report = Instant::now();
@@ -869,26 +1001,95 @@ pub async fn run<S: IndexStore>(
                 "consuming"
             );
         }
-        let messages = match worker
-            .retry
-            .run("fetching messages", || async {
-                // A pull whose server went away may never end by itself.
-                tokio::time::timeout(FETCH_TIMEOUT, fetch(&consumer, config.batch))
-                    .await
-                    .unwrap_or_else(|_| Err("no answer to a fetch within 10 s".into()))
-            })
-            .await
-        {
-            // Stopped while NATS was away: nothing is in hand.
-            Err(NatsError::Unavailable(_)) => break,
-            fetched => fetched?,
+        // A pull whose server went away may never end by itself.
+        let fetched =
+            tokio::time::timeout(FETCH_TIMEOUT, fetch(&worker.reader.consumer, config.batch))
+                .await
+                .unwrap_or_else(|_| Err("no answer to a fetch within 10 s".into()));
+        let messages = match fetched {
+            Ok(messages) => {
+                outage.over("fetching messages");
+                wait = BACKOFF.0;
+                messages
+            }
+            Err(e) => {
+                outage.failed("fetching messages", &e);
+                if stop.load(Ordering::Relaxed) {
+                    // Stopped while NATS was away: nothing is in hand.
+                    break;
+                }
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(BACKOFF.1);
+                // The consumer or its stream may be gone (deleted, or made
+                // again with sequences from 1): set up again, which reads
+                // the stream's incarnation anew.
+                worker.reader = match set_up(&worker.js, config, &worker.retry).await {
+                    Err(NatsError::Unavailable(_)) if stop.load(Ordering::Relaxed) => break,
+                    other => other?,
+                };
+                continue;
+            }
         };
         if messages.is_empty() {
             continue;
         }
-        worker.process(messages).await?;
+        // One look a batch: were these fetched from the consumer (and so the
+        // stream incarnation) this worker set up with? A consumer deleted
+        // and made again between two fetches (another worker's --create)
+        // would otherwise have its messages published under ids of the
+        // stream that was, which the output stream may drop as seen.
+        let current = worker.reader.consumer.get_info().await;
+        if current
+            .as_ref()
+            .map(|info| info.created.unix_timestamp_nanos())
+            .ok()
+            != Some(worker.reader.consumer_created)
+        {
+            // Not acknowledged: the consumer that holds them delivers them
+            // again after the ack wait.
+            tracing::warn!(
+                durable = %config.durable,
+                messages = messages.len(),
+                "the durable consumer was deleted or made again: setting up again, leaving \
+                 the batch fetched to be delivered again"
+            );
+            worker.reader = match set_up(&worker.js, config, &worker.retry).await {
+                Err(NatsError::Unavailable(_)) if stop.load(Ordering::Relaxed) => break,
+                other => other?,
+            };
+            continue;
+        }
+        worker.process(messages, max_payload).await?;
     }
     Ok(worker.summary)
+}
+
+/// The longest message the worker decides: `--max-line-bytes`, or by
+/// default the server's `max_payload` less room for the tag and headers.
+fn line_limit(given: Option<usize>, max_payload: usize) -> usize {
+    let fits = broker::default_max_line_bytes(max_payload);
+    match given {
+        None => {
+            tracing::info!(
+                max_payload,
+                max_line_bytes = fits,
+                "messages longer than the server's max_payload less room for the tag are \
+                 dead-lettered (--max-line-bytes)"
+            );
+            fits
+        }
+        Some(given) => {
+            if given > fits {
+                tracing::warn!(
+                    max_payload,
+                    max_line_bytes = given,
+                    "--max-line-bytes is close to or over the server's max_payload: outputs \
+                     it refuses are dead-lettered without their bytes"
+                );
+            }
+            given
+        }
+    }
 }
 
 impl<S: IndexStore> Worker<'_, S> {
@@ -901,7 +1102,7 @@ impl<S: IndexStore> Worker<'_, S> {
             &mut *self.store,
             &payloads,
             &tokens,
-            self.config.max_line_bytes,
+            self.max_line_bytes,
             self.metrics,
         )?;
         self.summary.new += tally.new;
@@ -930,9 +1131,28 @@ impl<S: IndexStore> Worker<'_, S> {
         Ok(outcomes)
     }
 
+    /// Counts and reports a dead letter.
+    fn dead_lettered(&mut self, sequence: u64, reason: &str) {
+        self.summary.invalid += 1;
+        self.metrics.invalid_lines.fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .queue_dead_lettered
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            stream = %self.config.stream,
+            sequence,
+            "{reason}: sent to {}",
+            self.config.dead_letter_subject
+        );
+    }
+
     /// Decides a batch, publishes its outputs and dead letters (every
     /// publish acknowledged by its stream), then acknowledges its messages.
-    async fn process(&mut self, messages: Vec<jetstream::Message>) -> Result<(), NatsError> {
+    async fn process(
+        &mut self,
+        messages: Vec<jetstream::Message>,
+        max_payload: usize,
+    ) -> Result<(), NatsError> {
         let n = messages.len() as u64;
         self.summary.read += n;
         self.metrics.queue_read.fetch_add(n, Ordering::Relaxed);
@@ -948,72 +1168,57 @@ impl<S: IndexStore> Worker<'_, S> {
             }
             sequences.push(info.stream_sequence);
         }
-        let tokens: Vec<String> = sequences.iter().map(u64::to_string).collect();
+        // The memo's tokens carry the incarnation: a stream made again
+        // reuses sequences, not verdicts.
+        let created = self.reader.created;
+        let tokens: Vec<String> = sequences.iter().map(|s| format!("{created}.{s}")).collect();
         let payloads: Vec<&[u8]> = messages.iter().map(|m| m.payload.as_ref()).collect();
         let outcomes = tokio::task::block_in_place(|| self.decide(&payloads, &tokens))?;
 
         // Everything this batch publishes, in input order.
         let stream = &self.config.stream;
+        let mut terminate = vec![false; messages.len()];
         let mut publishes: Vec<Publish<'_>> = Vec::new();
-        for (outcome, sequence) in outcomes.iter().zip(&sequences) {
-            let id = format!("dedup-{stream}-{sequence}");
+        let mut dead = Vec::new();
+        for (input, (outcome, sequence)) in outcomes.into_iter().zip(&sequences).enumerate() {
+            let id = format!("dedup.{}.{sequence}", self.reader.incarnation);
             match outcome {
                 Outcome::Output(bytes) => publishes.push(Publish {
                     subject: &self.config.output_subject,
                     id,
-                    payload: bytes.clone(),
+                    payload: bytes,
                     dead: None,
+                    input,
                 }),
                 Outcome::Dead { reason, message } => {
-                    self.summary.invalid += 1;
-                    self.metrics.invalid_lines.fetch_add(1, Ordering::Relaxed);
-                    self.metrics
-                        .queue_dead_lettered
-                        .fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(
-                        stream = %stream,
-                        sequence,
-                        "{reason}: sent to {}",
-                        self.config.dead_letter_subject
-                    );
+                    dead.push((*sequence, reason.clone()));
+                    terminate[input] = true;
                     // A header value is one line.
                     let reason = reason.replace(['\r', '\n'], " ");
                     publishes.push(Publish {
                         subject: &self.config.dead_letter_subject,
                         id,
-                        payload: message.clone(),
+                        payload: message,
                         dead: Some((reason, format!("{stream}.{sequence}"))),
+                        input,
                     });
                 }
                 Outcome::Ack => {}
             }
         }
-        let js = &self.js;
-        let publishes = &publishes;
-        let acks = self
-            .retry
-            .run("publishing outputs", || async move {
-                let mut pending = Vec::with_capacity(publishes.len());
-                for publish in publishes {
-                    let mut message = PublishMessage::build()
-                        .payload(publish.payload.clone().into())
-                        .message_id(&publish.id);
-                    if let Some((reason, source)) = &publish.dead {
-                        message = message
-                            .header(ERROR_HEADER, reason.as_str())
-                            .header(SOURCE_HEADER, source.as_str());
-                    }
-                    pending.push(
-                        js.send_publish(publish.subject.to_string(), message)
-                            .await?,
-                    );
-                }
-                futures::future::try_join_all(pending.into_iter().map(|p| p.into_future()))
-                    .await
-                    .map_err(async_nats::Error::from)
-            })
-            .await?;
-        self.summary.republished += acks.iter().filter(|a| a.duplicate).count() as u64;
+        for (sequence, reason) in dead {
+            self.dead_lettered(sequence, &reason);
+        }
+        let refused = self.publish(publishes, max_payload, &sequences).await?;
+        for (input, reason) in refused {
+            self.summary.too_large += 1;
+            if std::mem::replace(&mut terminate[input], true) {
+                // A dead letter already (and counted): sent without its bytes.
+                tracing::warn!(stream = %stream, sequence = sequences[input], "{reason}");
+            } else {
+                self.dead_lettered(sequences[input], &reason);
+            }
+        }
 
         // The outputs are stored: now the inputs may go.
         let mut left: Vec<usize> = (0..messages.len()).collect();
@@ -1021,9 +1226,10 @@ impl<S: IndexStore> Worker<'_, S> {
         while !left.is_empty() {
             tries += 1;
             let results = futures::future::join_all(left.iter().map(|&i| {
-                let kind = match outcomes[i] {
-                    Outcome::Dead { .. } => AckKind::Term,
-                    _ => AckKind::Ack,
+                let kind = if terminate[i] {
+                    AckKind::Term
+                } else {
+                    AckKind::Ack
                 };
                 messages[i].double_ack_with(kind)
             }))
@@ -1061,6 +1267,97 @@ impl<S: IndexStore> Worker<'_, S> {
             }
         }
         Ok(())
+    }
+
+    /// Publishes `publishes` until each is stored, retrying with backoff
+    /// what fails for now. One the server refuses for its size is replaced
+    /// by a dead letter without its bytes (sending it again would be
+    /// refused again): returns those inputs with the reason.
+    async fn publish(
+        &mut self,
+        mut left: Vec<Publish<'_>>,
+        max_payload: usize,
+        sequences: &[u64],
+    ) -> Result<Vec<(usize, String)>, NatsError> {
+        let mut refused = Vec::new();
+        let mut outage = Outage::new("NATS", self.metrics);
+        let mut wait = BACKOFF.0;
+        while !left.is_empty() {
+            let js = &self.js;
+            let mut pending = Vec::with_capacity(left.len());
+            for publish in &left {
+                pending.push(
+                    match js
+                        .send_publish(publish.subject.to_string(), publish.message())
+                        .await
+                    {
+                        Ok(ack) => futures::future::Either::Left(ack.into_future()),
+                        Err(e) => futures::future::Either::Right(std::future::ready(Err(e))),
+                    },
+                );
+            }
+            let results = futures::future::join_all(pending).await;
+            let mut again = Vec::new();
+            let mut error = None;
+            for (publish, result) in left.into_iter().zip(results) {
+                match result {
+                    Ok(ack) => self.summary.republished += u64::from(ack.duplicate),
+                    Err(e) if refused_for_size(&e) => {
+                        let what = match publish.dead {
+                            Some(_) => "dead letter",
+                            None => "tagged output",
+                        };
+                        if publish.dead.is_some() && publish.payload.is_empty() {
+                            // Not even its reason fits: a limit this small
+                            // leaves nothing to do but stop, loudly.
+                            return Err(NatsError::Refused {
+                                what: format!(
+                                    "a dead letter for {}.{}",
+                                    self.config.stream, sequences[publish.input]
+                                ),
+                                reason: e.to_string(),
+                            });
+                        }
+                        let size = publish.wire_size();
+                        let reason = if size > max_payload {
+                            broker::too_large(
+                                what,
+                                size,
+                                Some((max_payload, "the server's max_payload")),
+                            )
+                        } else {
+                            format!("{} ({e})", broker::too_large(what, size, None))
+                        };
+                        let source = format!("{}.{}", self.config.stream, sequences[publish.input]);
+                        refused.push((publish.input, reason.clone()));
+                        again.push(Publish {
+                            subject: &self.config.dead_letter_subject,
+                            id: publish.id,
+                            payload: Vec::new(),
+                            dead: Some((reason, source)),
+                            input: publish.input,
+                        });
+                    }
+                    Err(e) => {
+                        error = Some(e);
+                        again.push(publish);
+                    }
+                }
+            }
+            left = again;
+            match error {
+                None => outage.over("publishing outputs"),
+                Some(e) => {
+                    outage.failed("publishing outputs", &e);
+                    if self.retry.stop.load(Ordering::Relaxed) {
+                        return Err(NatsError::Unavailable("publishing outputs".into()));
+                    }
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(BACKOFF.1);
+                }
+            }
+        }
+        Ok(refused)
     }
 }
 

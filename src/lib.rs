@@ -53,7 +53,9 @@
 //!   workers, behind the same [`engine::IndexStore`] trait as the in-memory
 //!   one; [`consume`]: a worker that reads a Redis Streams consumer group;
 //!   [`consume_nats`]: one that reads a NATS JetStream durable consumer;
-//!   [`consume_kafka`]: one that reads a Kafka consumer group.
+//!   [`consume_kafka`]: one that reads a Kafka consumer group; [`broker`]:
+//!   what the last two share at the broker's door (size limits, outage
+//!   reports).
 //!
 //! The binary (`src/main.rs`) parses the command line, sets up logging and
 //! signals, and calls into this library.
@@ -61,6 +63,7 @@
 #![deny(missing_docs)]
 
 pub mod batch;
+pub mod broker;
 pub mod config;
 pub mod consume;
 pub mod consume_kafka;

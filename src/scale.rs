@@ -550,7 +550,7 @@ fn forget(args: &ForgetArgs) -> Exit {
     let report = |invalid: dedup_stream::error::InvalidLine| {
         eprintln!("dedup-stream: skipped {invalid}");
     };
-    let max_line = args.message.max_line_bytes;
+    let max_line = args.message.max_line_bytes();
     let done = match &args.index.index {
         IndexLocation::Memory => {
             let Some(path) = &args.state.state else {

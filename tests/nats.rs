@@ -52,9 +52,20 @@ fn tweets(n: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// A worker on `server`'s streams (ack wait 2 s) with these extra options;
-/// its stderr goes to `log`.
+/// A worker on `server`'s streams (ack wait 2 s, durable `dedup` created
+/// if missing) with these extra options; its stderr goes to `log`.
 fn worker(server: &NatsServer, extra: &[&str], log: &Path) -> Child {
+    worker_of(server, "dedup", &["--create"], extra, log)
+}
+
+/// A worker of the durable `durable` with these options.
+fn worker_of(
+    server: &NatsServer,
+    durable: &str,
+    options: &[&str],
+    extra: &[&str],
+    log: &Path,
+) -> Child {
     let url = server.url();
     Command::new(bin())
         .args([
@@ -66,7 +77,7 @@ fn worker(server: &NatsServer, extra: &[&str], log: &Path) -> Child {
             "--subject",
             IN_SUBJECT,
             "--durable",
-            "dedup",
+            durable,
             "--output-subject",
             OUT_SUBJECT,
             "--output-stream",
@@ -74,6 +85,7 @@ fn worker(server: &NatsServer, extra: &[&str], log: &Path) -> Child {
             "--ack-wait",
             "2s",
         ])
+        .args(options)
         .args(extra)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).expect("a log file"))
@@ -103,18 +115,24 @@ fn outputs(client: &Client) -> Vec<Stored> {
         .collect()
 }
 
+/// The input stream sequence an output answers, from its `Nats-Msg-Id`
+/// (`dedup.STREAM.DURABLE.CREATED.SEQUENCE`), and the rest of the id.
+fn source_of(output: &Stored) -> (String, u64) {
+    let id = output
+        .header("Nats-Msg-Id")
+        .expect("every output has Nats-Msg-Id");
+    id.rsplit_once('.')
+        .filter(|(base, _)| base.starts_with(&format!("dedup.{IN_STREAM}.")))
+        .and_then(|(base, sequence)| Some((base.to_string(), sequence.parse().ok()?)))
+        .unwrap_or_else(|| panic!("Nats-Msg-Id {id:?} names its input"))
+}
+
 /// The outputs by their input's stream sequence (from `Nats-Msg-Id`),
 /// failing on two outputs of one input.
 fn by_sequence(outputs: &[Stored]) -> BTreeMap<u64, Vec<u8>> {
     let mut seen = BTreeMap::new();
     for output in outputs {
-        let id = output
-            .header("Nats-Msg-Id")
-            .expect("every output has Nats-Msg-Id");
-        let sequence: u64 = id
-            .strip_prefix(&format!("dedup-{IN_STREAM}-"))
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("Nats-Msg-Id {id:?} names its input"));
+        let (_, sequence) = source_of(output);
         assert!(
             seen.insert(sequence, output.payload.clone()).is_none(),
             "input {sequence} has two outputs"
@@ -184,9 +202,11 @@ fn one_worker_publishes_what_the_filter_writes_and_stops_on_sigterm() {
             String::from_utf8_lossy(line),
             "output {i}"
         );
-        assert_eq!(
-            output.header("Nats-Msg-Id"),
-            Some(format!("dedup-{IN_STREAM}-{}", i + 1).as_str())
+        let (base, sequence) = source_of(output);
+        assert_eq!(sequence, i as u64 + 1);
+        assert!(
+            base.starts_with(&format!("dedup.{IN_STREAM}.dedup.")),
+            "{base}"
         );
     }
     assert!(
@@ -551,13 +571,14 @@ fn workers_started_together_all_set_up_the_streams_and_consumer_they_share() {
             stream: input.clone(),
             subject: format!("{input}.x"),
             durable: "dedup".into(),
+            create: true,
             output_subject: format!("{output}.x"),
             output_stream: Some(output.clone()),
             dead_letter_subject: format!("{output}.x.invalid"),
             emit: Default::default(),
             fields: Default::default(),
             batch: 4,
-            max_line_bytes: 1 << 20,
+            max_line_bytes: Some(1 << 20),
             ack_wait: Duration::from_secs(2),
         };
         let results = runtime.block_on(async {
@@ -693,6 +714,7 @@ fn health_follows_the_server_and_a_password_in_the_url_logs_in() {
             OUT_SUBJECT,
             "--output-stream",
             OUT_STREAM,
+            "--create",
             "--admin",
             &format!("127.0.0.1:{admin}"),
         ])
@@ -741,6 +763,7 @@ fn a_token_in_the_url_logs_in() {
             OUT_SUBJECT,
             "--output-stream",
             OUT_STREAM,
+            "--create",
         ])
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
@@ -751,4 +774,271 @@ fn a_token_in_the_url_logs_in() {
     stops_cleanly(&mut child, &log);
     let stderr = std::fs::read_to_string(&log).unwrap();
     assert!(!stderr.contains("t0ken"), "{stderr}");
+}
+
+#[test]
+fn an_output_over_max_payload_is_dead_lettered_without_its_bytes() {
+    let test = "an_output_over_max_payload_is_dead_lettered_without_its_bytes";
+    if !available(test) {
+        return;
+    }
+    // A server that takes 8 KiB at most (nats-server's own setting, read by
+    // the worker from the server's INFO).
+    let conf = tempfile::tempdir().unwrap();
+    let path = conf.path().join("nats.conf");
+    std::fs::write(&path, "max_payload: 8192\n").unwrap();
+    let server = NatsServer::start_with(&["-c", path.to_str().unwrap()]);
+    let client = Client::connect(&server.url());
+    client.create_stream(IN_STREAM, &[IN_SUBJECT]);
+    let long = format!(
+        r#"{{"id_str":"2","text":"Long report {}"}}"#,
+        "word ".repeat(1620)
+    );
+    assert!(long.len() > 8100 && long.len() < 8192, "{}", long.len());
+    let small = tweets(2);
+    let inputs = vec![small[0].clone(), long.into_bytes(), small[1].clone()];
+    client.publish(IN_SUBJECT, &inputs);
+
+    // --max-line-bytes at the server's limit: the long message is decided,
+    // and its tagged output no longer fits.
+    let temp = tempfile::tempdir().unwrap();
+    let log = temp.path().join("worker.log");
+    let mut child = worker(&server, &["--max-line-bytes", "8192"], &log);
+    wait_for(
+        Duration::from_secs(20),
+        "every message handled",
+        &log,
+        || client.read(OUT_STREAM).len() >= 3,
+    );
+    let status = terminate(&mut child);
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("1 outputs too large to store"), "{stderr}");
+    assert!(
+        stderr.contains("close to or over the server's max_payload"),
+        "{stderr}"
+    );
+    let all = client.read(OUT_STREAM);
+    assert_eq!(all.len(), 3, "{all:?}");
+    let tagged = outputs(&client);
+    assert_eq!(tagged.len(), 2);
+    is_tagged(&inputs[0], &tagged[0].payload);
+    is_tagged(&inputs[2], &tagged[1].payload);
+    let dead: Vec<&Stored> = all.iter().filter(|m| m.subject == DEAD_SUBJECT).collect();
+    assert_eq!(dead.len(), 1);
+    assert!(dead[0].payload.is_empty());
+    assert_eq!(dead[0].header("Dedup-Source"), Some("tweets.2"));
+    let reason = dead[0].header("Dedup-Error").unwrap_or_default();
+    assert!(
+        reason.contains("max_payload") && reason.contains("8192"),
+        "{reason}"
+    );
+    // Terminated: nothing waits, nothing comes back.
+    assert_eq!(client.consumer_backlog(IN_STREAM, "dedup"), (0, 0));
+
+    // By default the worker decides messages of at most max_payload less
+    // 4,096 bytes: the long one is refused as too long, unread.
+    client.publish(IN_SUBJECT, &[inputs[1].clone()]);
+    let log = temp.path().join("default.log");
+    let mut child = worker(&server, &[], &log);
+    wait_for(
+        Duration::from_secs(20),
+        "the long message handled",
+        &log,
+        || client.read(OUT_STREAM).len() >= 4,
+    );
+    stops_cleanly(&mut child, &log);
+    let all = client.read(OUT_STREAM);
+    let last = all.last().unwrap();
+    assert_eq!(last.subject, DEAD_SUBJECT);
+    assert_eq!(last.header("Dedup-Source"), Some("tweets.4"));
+    let reason = last.header("Dedup-Error").unwrap_or_default();
+    assert!(reason.contains("4096"), "{reason}");
+}
+
+#[test]
+fn two_durables_on_one_input_stream_both_store_all_their_outputs() {
+    let test = "two_durables_on_one_input_stream_both_store_all_their_outputs";
+    if !available(test) {
+        return;
+    }
+    let server = NatsServer::start();
+    let client = Client::connect(&server.url());
+    client.create_stream(IN_STREAM, &[IN_SUBJECT]);
+    let lines = tweets(300);
+    client.publish(IN_SUBJECT, &lines);
+    let temp = tempfile::tempdir().unwrap();
+    let (log_a, log_b) = (temp.path().join("a.log"), temp.path().join("b.log"));
+    let mut a = worker_of(&server, "first", &["--create"], &[], &log_a);
+    let mut b = worker_of(&server, "second", &["--create"], &[], &log_b);
+    wait_for(
+        Duration::from_secs(30),
+        "both durables' outputs",
+        &log_b,
+        || client.count(OUT_STREAM) >= 600,
+    );
+    stops_cleanly(&mut a, &log_a);
+    stops_cleanly(&mut b, &log_b);
+    let outputs = outputs(&client);
+    assert_eq!(outputs.len(), 600);
+    for durable in ["first", "second"] {
+        let prefix = format!("dedup.{IN_STREAM}.{durable}.");
+        let mine: Vec<Stored> = outputs
+            .iter()
+            .filter(|o| o.header("Nats-Msg-Id").unwrap().starts_with(&prefix))
+            .cloned()
+            .collect();
+        let by_sequence = by_sequence(&mine);
+        assert_eq!(
+            by_sequence.keys().copied().collect::<Vec<_>>(),
+            (1..=300).collect::<Vec<u64>>(),
+            "{durable}"
+        );
+    }
+    assert_eq!(client.consumer_backlog(IN_STREAM, "first"), (0, 0));
+    assert_eq!(client.consumer_backlog(IN_STREAM, "second"), (0, 0));
+}
+
+#[test]
+fn an_input_stream_made_again_stores_the_outputs_of_its_new_messages() {
+    let test = "an_input_stream_made_again_stores_the_outputs_of_its_new_messages";
+    if !available(test) {
+        return;
+    }
+    let server = NatsServer::start();
+    let client = Client::connect(&server.url());
+    client.create_stream(IN_STREAM, &[IN_SUBJECT]);
+    let lines = tweets(200);
+    client.publish(IN_SUBJECT, &lines[..100]);
+    let temp = tempfile::tempdir().unwrap();
+    let log = temp.path().join("worker.log");
+    let mut child = worker(&server, &[], &log);
+    wait_for(Duration::from_secs(20), "the first outputs", &log, || {
+        client.count(OUT_STREAM) >= 100
+    });
+    // Deleted and made again under the running worker: sequences start at
+    // 1 again, and the worker's outputs must not be taken for the old ones.
+    client.delete_stream(IN_STREAM);
+    client.create_stream(IN_STREAM, &[IN_SUBJECT]);
+    client.publish(IN_SUBJECT, &lines[100..]);
+    wait_for(Duration::from_secs(30), "the new outputs", &log, || {
+        client.count(OUT_STREAM) >= 200
+    });
+    stops_cleanly(&mut child, &log);
+    let outputs = outputs(&client);
+    assert_eq!(outputs.len(), 200);
+    let (first, _) = source_of(&outputs[0]);
+    let (again, _) = source_of(&outputs[100]);
+    assert_ne!(first, again, "the ids name the stream's incarnation");
+    assert_eq!(by_sequence(&outputs[100..]).len(), 100);
+    for (output, line) in outputs[100..].iter().zip(&lines[100..]) {
+        is_tagged(line, &output.payload);
+    }
+    assert_eq!(client.consumer_backlog(IN_STREAM, "dedup"), (0, 0));
+}
+
+#[test]
+fn a_missing_durable_is_waited_for_unless_create_is_given() {
+    let test = "a_missing_durable_is_waited_for_unless_create_is_given";
+    if !available(test) {
+        return;
+    }
+    let server = NatsServer::start();
+    let client = Client::connect(&server.url());
+    client.create_stream(IN_STREAM, &[IN_SUBJECT]);
+    let lines = tweets(50);
+    client.publish(IN_SUBJECT, &lines);
+    let temp = tempfile::tempdir().unwrap();
+    let log = temp.path().join("worker.log");
+    let mut child = worker_of(&server, "dedpu", &[], &[], &log);
+    wait_for(Duration::from_secs(20), "the warning", &log, || {
+        std::fs::read_to_string(&log).is_ok_and(|l| {
+            l.contains(r#"the durable consumer "dedpu" does not exist on stream "tweets""#)
+                && l.contains("--create")
+        })
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!client.has_consumer(IN_STREAM, "dedpu"), "not created");
+    assert_eq!(client.count(OUT_STREAM), 0, "nothing read");
+    // Stopped while waiting: a clean exit, nothing read.
+    stops_cleanly(&mut child, &log);
+
+    // Made by its operator, the durable is found and read.
+    let log = temp.path().join("again.log");
+    let mut child = worker_of(&server, "dedup", &[], &[], &log);
+    wait_for(Duration::from_secs(20), "the warning", &log, || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("does not exist"))
+    });
+    client.create_consumer(IN_STREAM, "dedup", IN_SUBJECT, Duration::from_secs(2));
+    wait_for(Duration::from_secs(20), "every output", &log, || {
+        client.count(OUT_STREAM) >= 50
+    });
+    stops_cleanly(&mut child, &log);
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        stderr.contains("the durable consumer exists now"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("created the durable consumer"), "{stderr}");
+    assert_eq!(by_sequence(&outputs(&client)).len(), 50);
+}
+
+#[test]
+fn an_output_over_its_streams_max_msg_size_is_dead_lettered_without_its_bytes() {
+    let test = "an_output_over_its_streams_max_msg_size_is_dead_lettered_without_its_bytes";
+    if !available(test) {
+        return;
+    }
+    let server = NatsServer::start();
+    let client = Client::connect(&server.url());
+    client.create_stream(IN_STREAM, &[IN_SUBJECT]);
+    // The output stream takes messages of 1,000 bytes at most: the server
+    // refuses a longer one with error 10054, every time it is sent.
+    client
+        .runtime
+        .block_on(
+            client
+                .js
+                .create_stream(async_nats::jetstream::stream::Config {
+                    name: OUT_STREAM.into(),
+                    subjects: vec![OUT_SUBJECT.into(), DEAD_SUBJECT.into()],
+                    max_message_size: 1000,
+                    ..Default::default()
+                }),
+        )
+        .expect("the output stream");
+    let long = format!(
+        r#"{{"id_str":"2","text":"Long report {}"}}"#,
+        "word ".repeat(190)
+    );
+    assert!(long.len() > 980 && long.len() < 1000, "{}", long.len());
+    let small = tweets(2);
+    let inputs = vec![small[0].clone(), long.into_bytes(), small[1].clone()];
+    client.publish(IN_SUBJECT, &inputs);
+    let temp = tempfile::tempdir().unwrap();
+    let log = temp.path().join("worker.log");
+    let mut child = worker(&server, &[], &log);
+    wait_for(
+        Duration::from_secs(20),
+        "every message handled",
+        &log,
+        || client.read(OUT_STREAM).len() >= 3,
+    );
+    let status = terminate(&mut child);
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("1 outputs too large to store"), "{stderr}");
+    let all = client.read(OUT_STREAM);
+    assert_eq!(all.len(), 3, "{all:?}");
+    let dead: Vec<&Stored> = all.iter().filter(|m| m.subject == DEAD_SUBJECT).collect();
+    assert_eq!(dead.len(), 1);
+    assert!(dead[0].payload.is_empty());
+    assert_eq!(dead[0].header("Dedup-Source"), Some("tweets.2"));
+    let reason = dead[0].header("Dedup-Error").unwrap_or_default();
+    assert!(
+        reason.contains("refused") && reason.contains("size"),
+        "{reason}"
+    );
+    assert_eq!(outputs(&client).len(), 2);
+    assert_eq!(client.consumer_backlog(IN_STREAM, "dedup"), (0, 0));
 }

@@ -230,6 +230,26 @@ impl Broker {
             .collect()
     }
 
+    /// Freezes the broker (SIGSTOP): its port still takes connections and
+    /// requests, and nothing is answered, as with a hung broker.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Lets a paused broker go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let child = self.child.as_ref().expect("the broker runs");
+        let status = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {signal}");
+    }
+
     /// The broker's log (for a failing test's message).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.temp.path().join("tansu.log")).unwrap_or_default()
@@ -239,6 +259,10 @@ impl Broker {
 impl Drop for Broker {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
+            // A paused broker is killed all the same.
+            let _ = Command::new("kill")
+                .args(["-CONT", &child.id().to_string()])
+                .status();
             let _ = child.kill();
             let _ = child.wait();
         }

@@ -163,6 +163,40 @@ impl Client {
             .expect("create the stream");
     }
 
+    /// Deletes a stream (and its consumers).
+    pub fn delete_stream(&self, name: &str) {
+        self.runtime
+            .block_on(self.js.delete_stream(name))
+            .expect("delete the stream");
+    }
+
+    /// Creates the durable pull consumer `durable` on `stream`, filtering
+    /// `subject`, with explicit acks and this ack wait.
+    pub fn create_consumer(&self, stream: &str, durable: &str, subject: &str, ack_wait: Duration) {
+        self.runtime.block_on(async {
+            let s = self.js.get_stream(stream).await.expect("the stream");
+            s.create_consumer(jetstream::consumer::pull::Config {
+                durable_name: Some(durable.into()),
+                filter_subject: subject.into(),
+                ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                ack_wait,
+                ..Default::default()
+            })
+            .await
+            .expect("create the consumer");
+        })
+    }
+
+    /// Whether `stream` has the consumer `durable`.
+    pub fn has_consumer(&self, stream: &str, durable: &str) -> bool {
+        self.runtime.block_on(async {
+            match self.js.get_stream(stream).await {
+                Ok(s) => s.consumer_info(durable).await.is_ok(),
+                Err(_) => false,
+            }
+        })
+    }
+
     /// Publishes each payload to `subject`, each stored before the next;
     /// retries while the server is away.
     pub fn publish(&self, subject: &str, payloads: &[Vec<u8>]) {

@@ -206,6 +206,17 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
                 Ok(store) => store,
                 Err(exit) => return exit,
             };
+            // Lines on stdout cannot be taken back: after a crash of a
+            // Redis that lost its last second, an entry printed from a lost
+            // log entry is decided again, perhaps otherwise.
+            if lines.is_some() && store.writes_are_durable() == Some(false) {
+                tracing::warn!(
+                    "--output -: the index's Redis does not make each write durable before it \
+                     answers (appendfsync always): if it crashes, lines printed in its last \
+                     second may be printed again with another verdict; set appendfsync always, \
+                     or write to an output stream (docs/scaling.md)"
+                );
+            }
             consume::run(
                 &config, &preparer, &mut store, &mut link, lines, &stop, &metrics,
             )

@@ -702,6 +702,32 @@ impl RedisIndex {
     }
 }
 
+impl RedisIndex {
+    /// Whether Redis makes each write durable before it answers
+    /// (`appendonly yes` with `appendfsync always`): where it does not, a
+    /// crash of Redis may lose the last second of the index's log, and
+    /// the messages decided in it are decided again, perhaps otherwise.
+    /// `None` when Redis does not say (`CONFIG` renamed away).
+    pub fn writes_are_durable(&mut self) -> Option<bool> {
+        let get = |c: &mut dyn redis::ConnectionLike, name: &str| -> Option<String> {
+            redis::cmd("CONFIG")
+                .arg("GET")
+                .arg(name)
+                .query::<Vec<String>>(c)
+                .ok()
+                .and_then(|pair| pair.get(1).cloned())
+        };
+        self.link
+            .retry("reading Redis's persistence settings", |c, _| {
+                Ok(get(c, "appendonly")
+                    .zip(get(c, "appendfsync"))
+                    .map(|(on, fsync)| on == "yes" && fsync == "always"))
+            })
+            .ok()
+            .flatten()
+    }
+}
+
 /// Refuses a Redis that may evict any key when its memory is full: the
 /// index would lose keys without a word. (`volatile-*` policies evict only
 /// keys with a time to live, and the index sets none but its lock.)

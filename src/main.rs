@@ -132,6 +132,11 @@ fn filter(args: &FilterArgs) -> Exit {
     if let Err(e) = output::check(&outputs, &sources, args.force) {
         return usage(e);
     }
+    if args.output_file().is_none()
+        && let Err(e) = output::check_stdout(&sources)
+    {
+        return usage(e);
+    }
     if sources.is_empty() && io::stdin().is_terminal() && !args.quiet {
         eprintln!(
             "dedup-stream: reading JSON lines from stdin (end with Ctrl-D), or pass files: \

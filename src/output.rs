@@ -18,6 +18,12 @@
 //! - for a state file, anything but a regular file (`/dev/null` would be
 //!   replaced by the rename that makes saves atomic).
 //!
+//! Without `-o`, [`check_stdout`] refuses a standard output that is one of
+//! the input files (`dedup-stream f >> f` would read its own output for
+//! ever, `dedup-stream f > f` finds `f` already emptied by the shell), by
+//! device and inode as GNU cat does; a pipe, a terminal or `/dev/null` is
+//! never an input.
+//!
 //! An empty file is taken: there is nothing in it to lose (`mktemp` makes
 //! them). Stats and tagged output to something other than a regular file
 //! (`/dev/stdout`, a pipe) are written into it as it is.
@@ -73,6 +79,15 @@ pub enum OutputRefused {
         /// The option.
         option: &'static str,
         /// The path as given.
+        path: String,
+    },
+    /// Standard output is one of the input files (`dedup-stream f >> f`).
+    #[error(
+        "standard output is the input {path}: the run would read what it writes (`> {path}` \
+         has already emptied it; `>> {path}` never ends); write to another file, or use -o FILE"
+    )]
+    StdoutIsInput {
+        /// The input as given (`<stdin>` for standard input).
         path: String,
     },
     /// Two output options name one file.
@@ -209,6 +224,60 @@ pub fn check(
         }
     }
     Ok(())
+}
+
+/// Refuses a run whose standard output is a regular file that is also one
+/// of `inputs` (standard input included: `dedup-stream < f >> f`), by
+/// device and inode, as GNU cat does. Anything else on standard output (a
+/// pipe, a terminal, `/dev/null`, another file) passes.
+pub fn check_stdout(inputs: &[Source]) -> Result<(), OutputRefused> {
+    let Some(stdout) = std_metadata(StdStream::Out).filter(fs::Metadata::is_file) else {
+        return Ok(());
+    };
+    // No file at all reads standard input.
+    let stdin_only = [Source::Stdin];
+    let inputs = if inputs.is_empty() {
+        &stdin_only[..]
+    } else {
+        inputs
+    };
+    for input in inputs {
+        let meta = match input {
+            Source::Stdin => std_metadata(StdStream::In),
+            Source::File(path) => fs::metadata(path).ok(),
+        };
+        if meta.is_some_and(|meta| meta.is_file() && same_inode(&meta, &stdout)) {
+            return Err(OutputRefused::StdoutIsInput {
+                path: input.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Which standard stream [`std_metadata`] looks at.
+#[derive(Clone, Copy)]
+enum StdStream {
+    In,
+    Out,
+}
+
+/// What a standard stream is open on (`fstat`), if it is open.
+#[cfg(unix)]
+fn std_metadata(stream: StdStream) -> Option<fs::Metadata> {
+    use std::os::fd::AsFd;
+    // A duplicate of the descriptor, so that the `File` closing it on drop
+    // leaves the stream itself open.
+    let fd = match stream {
+        StdStream::In => io::stdin().as_fd().try_clone_to_owned(),
+        StdStream::Out => io::stdout().as_fd().try_clone_to_owned(),
+    };
+    File::from(fd.ok()?).metadata().ok()
+}
+
+#[cfg(not(unix))]
+fn std_metadata(_: StdStream) -> Option<fs::Metadata> {
+    None
 }
 
 /// Whether two paths name one existing file.

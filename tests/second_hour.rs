@@ -1,0 +1,137 @@
+//! A newcomer's second hour (issue 38), through the real binary: nothing
+//! clobbered, nothing silently wrong. Standard output that is an input,
+//! `index forget` on a missing or mismatched state file, `--window` and
+//! lines without a time, and the conventions of options and messages.
+
+mod common;
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{bin, run};
+
+fn tweet(id: &str, text: &str) -> String {
+    format!(
+        "{{\"id_str\":\"{id}\",\"text\":{}}}\n",
+        serde_json::to_string(text).unwrap()
+    )
+}
+
+const STORY: &str = "Flooding has closed the coastal highway north of the city tonight, police say";
+const OTHER: &str = "The bakery on 5th street reopens on Monday with a new menu and longer hours";
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn write(dir: &Path, name: &str, content: &[u8]) -> PathBuf {
+    let path = dir.join(name);
+    fs::write(&path, content).unwrap();
+    path
+}
+
+/// Runs the binary with `args`, stdin empty, stdout into `stdout`; kills
+/// it after 20 s (a run that reads its own output never ends by itself).
+fn run_into(args: &[&str], stdout: Stdio) -> Output {
+    let mut child = Command::new(bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn stdout_that_is_an_input_file_is_refused_before_anything_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let content = format!("{}{}", tweet("1", STORY), tweet("2", OTHER));
+    let f = write(dir.path(), "f.jsonl", content.as_bytes());
+    let spelt = dir.path().join(".").join("f.jsonl");
+    // `dedup-stream f >> f`: it would read its own output for ever.
+    let append = File::options().append(true).open(&f).unwrap();
+    let output = run_into(&[spelt.to_str().unwrap()], append.into());
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(
+        err.contains("standard output is the input") && err.contains("f.jsonl"),
+        "{err}"
+    );
+    assert_eq!(fs::read_to_string(&f).unwrap(), content, "f untouched");
+    // `dedup-stream - < f >> f`, and no file at all: stdin is f.
+    for args in [&["-"][..], &[][..]] {
+        let mut child = Command::new(bin())
+            .args(args)
+            .stdin(File::open(&f).unwrap())
+            .stdout(File::options().append(true).open(&f).unwrap())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while child.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let output = child.wait_with_output().unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+        assert!(
+            stderr(&output).contains("the input <stdin>"),
+            "{}",
+            stderr(&output)
+        );
+    }
+    // `dedup-stream f > f`: the shell emptied f; no "0 messages", exit 0.
+    let truncated = File::create(&f).unwrap();
+    let output = run_into(&[f.to_str().unwrap()], truncated.into());
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        !stderr(&output).contains("0 messages"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn stdout_to_another_file_a_pipe_or_dev_null_is_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = write(dir.path(), "f.jsonl", tweet("1", STORY).as_bytes());
+    let out = dir.path().join("out.jsonl");
+    let output = run_into(
+        &["--quiet", f.to_str().unwrap()],
+        File::create(&out).unwrap().into(),
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(fs::read_to_string(&out).unwrap().contains("\"dedup\""));
+    let output = run_into(&["--quiet", f.to_str().unwrap()], Stdio::null());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let output = run(&["--quiet", f.to_str().unwrap()], b"");
+    assert!(output.status.success(), "{}", stderr(&output));
+    // With -o, stdout is not where the lines go.
+    let tagged = dir.path().join("tagged.jsonl");
+    let output = run_into(
+        &[
+            "--quiet",
+            "-o",
+            tagged.to_str().unwrap(),
+            f.to_str().unwrap(),
+        ],
+        File::options().append(true).open(&f).unwrap().into(),
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+}

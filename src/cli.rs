@@ -411,7 +411,37 @@ pub struct ForgetArgs {
     pub index: IndexArgs,
 
     #[command(flatten)]
-    pub state: StateArgs,
+    pub state: ForgetStateArgs,
+}
+
+/// `index forget`'s state file: one that exists, and never
+/// `--fresh-state` (forgetting from an index started empty would throw
+/// the file's messages away and say it succeeded).
+#[derive(Debug, Args)]
+pub struct ForgetStateArgs {
+    /// The state file to forget the ids from (with its journal), saved
+    /// back atomically. It must exist, and the engine options must be
+    /// those it was made with.
+    #[arg(long, value_name = "FILE")]
+    pub state: Option<PathBuf>,
+
+    /// When the journal is forced to the disk: always, everysec or never
+    /// (see the filter's --fsync).
+    #[arg(long, default_value = "everysec", value_name = "POLICY", value_parser = parse_fsync)]
+    pub fsync: Fsync,
+}
+
+impl ForgetStateArgs {
+    /// As the filter's state options, without `--fresh-state` and
+    /// without ever suggesting it.
+    pub fn state_args(&self) -> StateArgs {
+        StateArgs {
+            state: self.state.clone(),
+            fresh_state: false,
+            fsync: self.fsync,
+            offer_fresh_state: false,
+        }
+    }
 }
 
 impl ForgetArgs {
@@ -538,6 +568,11 @@ pub struct StateArgs {
     /// them.
     #[arg(long, default_value = "everysec", value_name = "POLICY", value_parser = parse_fsync)]
     pub fsync: Fsync,
+
+    /// Whether a state file that cannot be loaded suggests --fresh-state
+    /// (not for `index forget`, which does not take it).
+    #[arg(skip = true)]
+    pub offer_fresh_state: bool,
 }
 
 /// The filter's options.

@@ -453,6 +453,11 @@ fn runtime() -> Result<tokio::runtime::Runtime, Exit> {
         })
 }
 
+/// What `index forget` says of a state file it cannot load: it never
+/// starts empty, which would forget every message the file holds.
+const NOT_FRESH: &str = "index forget changes a state file only when it loads: give it the \
+                         engine options (--shingle, --sample, ...) the file was made with";
+
 /// Loads `--state` into a new engine (see [`load_state_checked`]).
 fn load_state(args: &StateArgs, deduper: Deduper) -> Result<Deduper, Exit> {
     load_state_checked(args, deduper).map(|(deduper, _)| deduper)
@@ -481,10 +486,14 @@ fn load_state_checked(args: &StateArgs, mut deduper: Deduper) -> Result<(Deduper
         }
         Err(e) => {
             eprintln!("dedup-stream: {e}");
-            eprintln!(
-                "dedup-stream: the file was left as it is; pass --fresh-state to start \
-                 with an empty index instead (it replaces the file at the next save)"
-            );
+            if args.offer_fresh_state {
+                eprintln!(
+                    "dedup-stream: the file was left as it is; pass --fresh-state to start \
+                     with an empty index instead (it replaces the file at the next save)"
+                );
+            } else {
+                eprintln!("dedup-stream: the file was left as it is; {NOT_FRESH}");
+            }
             return Err(Exit::Failure);
         }
     }
@@ -600,10 +609,14 @@ fn open_journal(
     if let Err(e @ (JournalError::NotAJournal { .. } | JournalError::Settings { .. })) = &opened {
         if !args.fresh_state {
             eprintln!("dedup-stream: {e}");
-            eprintln!(
-                "dedup-stream: the file was left as it is; pass --fresh-state to start without \
-                 it (it is replaced)"
-            );
+            if args.offer_fresh_state {
+                eprintln!(
+                    "dedup-stream: the file was left as it is; pass --fresh-state to start \
+                     without it (it is replaced)"
+                );
+            } else {
+                eprintln!("dedup-stream: the file was left as it is; {NOT_FRESH}");
+            }
             return Err(Exit::Failure);
         }
         tracing::warn!("{e}; replaced (--fresh-state)");

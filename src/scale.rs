@@ -517,7 +517,8 @@ fn forget(args: &ForgetArgs) -> Exit {
         (Ok(engine), Ok(fields)) => (engine, fields),
         (Err(e), _) | (_, Err(e)) => return usage(e),
     };
-    if let Err(e) = refuse_memory_only(&args.index, &args.state) {
+    let state = args.state.state_args();
+    if let Err(e) = refuse_memory_only(&args.index, &state) {
         return usage(e);
     }
     let decoder = dedup_stream::Decoder::new(fields.clone());
@@ -538,7 +539,7 @@ fn forget(args: &ForgetArgs) -> Exit {
     let max_line = args.message.max_line_bytes;
     let done = match &args.index.index {
         IndexLocation::Memory => {
-            let Some(path) = &args.state.state else {
+            let Some(path) = &state.state else {
                 return usage(
                     "index forget needs the index: --state FILE, or --index redis://… for one in Redis",
                 );
@@ -546,9 +547,19 @@ fn forget(args: &ForgetArgs) -> Exit {
             if let Err(e) = output::check(&[(output::OutputKind::State, path)], &[], false) {
                 return usage(e);
             }
+            // A missing file is a mistyped name, not an empty index: the
+            // real one would keep the deleted tweets. (A journal alone is
+            // an index: a run stopped before its first save.)
+            if !path.exists() && !dedup_stream::journal::path_for(path).exists() {
+                return usage(format!(
+                    "--state {}: no such state file (nor its journal); name the file the \
+                     filter or serve saves",
+                    path.display()
+                ));
+            }
             let preparer = Preparer::new(&engine);
             let (mut deduper, mut journal) =
-                match crate::load_with_journal(&args.state, engine, &preparer, &fields) {
+                match crate::load_with_journal(&state, engine, &preparer, &fields) {
                     Ok(loaded) => loaded,
                     Err(exit) => return exit,
                 };

@@ -135,3 +135,78 @@ fn stdout_to_another_file_a_pipe_or_dev_null_is_taken() {
     );
     assert!(output.status.success(), "{}", stderr(&output));
 }
+
+/// A state file holding `1` (STORY) and `2` (OTHER), saved by the filter.
+fn saved_state(dir: &Path) -> PathBuf {
+    let state = dir.join("s.state");
+    let input = [tweet("1", STORY), tweet("2", OTHER)].concat();
+    let output = run(
+        &["--quiet", "--state", state.to_str().unwrap()],
+        input.as_bytes(),
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    state
+}
+
+#[test]
+fn index_forget_on_a_missing_state_file_is_a_usage_error_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nosuch.state");
+    let output = run(
+        &["index", "forget", "--state", missing.to_str().unwrap()],
+        b"1\n",
+    );
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("no such state file"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(output.stdout.is_empty());
+    assert_eq!(
+        fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "neither a state file nor a journal made"
+    );
+}
+
+#[test]
+fn index_forget_never_suggests_nor_takes_fresh_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = saved_state(dir.path());
+    let before = fs::read(&state).unwrap();
+    let s = state.to_str().unwrap();
+    // Settings that do not match the file's: refused, the file kept, and
+    // no advice that would empty it.
+    let output = run(
+        &["index", "forget", "--state", s, "--shingle", "chars:5"],
+        b"1\n",
+    );
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(!err.contains("--fresh-state"), "{err}");
+    assert!(err.contains("the engine options"), "{err}");
+    assert_eq!(fs::read(&state).unwrap(), before);
+    // Following the old advice is a usage error now.
+    let output = run(
+        &[
+            "index",
+            "forget",
+            "--state",
+            s,
+            "--shingle",
+            "chars:5",
+            "--fresh-state",
+        ],
+        b"1\n",
+    );
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert_eq!(fs::read(&state).unwrap(), before);
+    // With the right settings it forgets.
+    let output = run(&["index", "forget", "--state", s], b"1\n");
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "1 ids read: 1 held and forgotten, 0 not held; 0 invalid lines\n"
+    );
+}

@@ -298,6 +298,17 @@ impl Run<'_> {
                 )
             );
         }
+        let missing = report.missing_times();
+        if missing > 0 {
+            eprintln!(
+                "dedup-stream: {} took the arrival time of the line (--window)",
+                dedup_stream::stats::counted(
+                    missing,
+                    "message without a created_at",
+                    "messages without a created_at"
+                )
+            );
+        }
         let hidden = report.hidden();
         if hidden > 0 {
             eprintln!(

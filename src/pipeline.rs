@@ -502,6 +502,9 @@ fn decide_batches<S: IndexStore>(
                     if message.unreadable_time {
                         report.unreadable_time(message.number);
                     }
+                    if message.missing_time {
+                        report.missing_time(message.number);
+                    }
                     match verdict {
                         Verdict::Deleted { .. } => summary.deletions += 1,
                         Verdict::Duplicate(_) => {

@@ -210,3 +210,41 @@ fn index_forget_never_suggests_nor_takes_fresh_state() {
         "1 ids read: 1 held and forgotten, 0 not held; 0 invalid lines\n"
     );
 }
+
+#[test]
+fn window_warns_once_about_a_line_without_created_at_and_counts_them_at_the_end() {
+    let timed = |id: &str, text: &str| {
+        format!(
+            "{{\"id_str\":\"{id}\",\"created_at\":\"Wed Oct 10 20:19:24 +0000 2018\",\"text\":{}}}\n",
+            serde_json::to_string(text).unwrap()
+        )
+    };
+    let input = [
+        timed("1", STORY),
+        tweet("2", OTHER),
+        tweet(
+            "3",
+            "A third story about the harbour festival and its fireworks tonight",
+        ),
+        timed("4", STORY),
+    ]
+    .concat();
+    let output = run(&["--window", "1h"], input.as_bytes());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert_eq!(err.matches("no created_at").count(), 1, "{err}");
+    assert!(err.contains("line 2: no created_at"), "{err}");
+    assert!(
+        err.contains(
+            "2 messages without a created_at took the arrival time of the line (--window)"
+        ),
+        "{err}"
+    );
+    // Without --window a message's time does not matter: nothing said.
+    let output = run(&[], input.as_bytes());
+    assert!(
+        !stderr(&output).contains("created_at"),
+        "{}",
+        stderr(&output)
+    );
+}

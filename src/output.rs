@@ -69,6 +69,29 @@ impl OutputKind {
     }
 }
 
+/// How a front end spells the options in [`OutputRefused`]'s messages:
+/// the CLI's flags ([`Spelling::CLI`]), or another's arguments (the Python
+/// package's `dst`, `state`, `force=True`), so that the same checks speak
+/// the caller's language.
+#[derive(Clone, Copy, Debug)]
+pub struct Spelling {
+    /// The name of each kind's option.
+    pub option: fn(OutputKind) -> &'static str,
+    /// How to ask for a tagged output to replace any file.
+    pub force: &'static str,
+    /// Whether there is a `--fresh-state` to mention.
+    pub fresh_state: bool,
+}
+
+impl Spelling {
+    /// The command line's: `--output`, `--force`, `--fresh-state`.
+    pub const CLI: Spelling = Spelling {
+        option: OutputKind::option,
+        force: "--force",
+        fresh_state: true,
+    };
+}
+
 /// Why an output path is refused.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -110,7 +133,7 @@ pub enum OutputRefused {
         /// What the option's files are.
         kind: &'static str,
         /// What to do instead.
-        hint: &'static str,
+        hint: String,
     },
     /// The path cannot be written (no such directory, a directory, …).
     #[error("{option} {path}: cannot write there: {source}")]
@@ -136,8 +159,18 @@ pub fn check(
     inputs: &[Source],
     force: bool,
 ) -> Result<(), OutputRefused> {
+    check_spelt(outputs, inputs, force, Spelling::CLI)
+}
+
+/// [`check`], its messages naming the options as `spelling` does.
+pub fn check_spelt(
+    outputs: &[(OutputKind, &Path)],
+    inputs: &[Source],
+    force: bool,
+    spelling: Spelling,
+) -> Result<(), OutputRefused> {
     for (i, &(kind, path)) in outputs.iter().enumerate() {
-        let option = kind.option();
+        let option = (spelling.option)(kind);
         let shown = || path.display().to_string();
         crate::input::check_writable(path).map_err(|source| OutputRefused::Unwritable {
             option,
@@ -161,17 +194,17 @@ pub fn check(
             return Err(OutputRefused::SameAsOther {
                 option,
                 path: shown(),
-                other: other.option(),
+                other: (spelling.option)(other),
             });
         }
         let Ok(meta) = fs::metadata(path) else {
             continue; // Not there yet: nothing to lose.
         };
-        let not_ours = |kind_name, hint| OutputRefused::NotOurs {
+        let not_ours = |kind_name, hint: &str| OutputRefused::NotOurs {
             option,
             path: shown(),
             kind: kind_name,
-            hint,
+            hint: hint.to_string(),
         };
         if !meta.is_file() {
             if kind == OutputKind::State {
@@ -200,14 +233,17 @@ pub fn check(
                     "a stats file (a JSON object of counts)",
                     "name a new file, or remove it first",
                 ),
-                OutputKind::State => not_ours(
+                OutputKind::State if spelling.fresh_state => not_ours(
                     "a state file",
                     "name a new file, or remove it first; --fresh-state replaces only a state \
                      file that cannot be loaded",
                 ),
+                OutputKind::State => {
+                    not_ours("a state file", "name a new file, or remove it first")
+                }
                 OutputKind::Tagged => not_ours(
                     "tagged output (its first line has no \"dedup\" member)",
-                    "name a new file, or pass --force to replace it",
+                    &format!("name a new file, or pass {} to replace it", spelling.force),
                 ),
                 OutputKind::Rejects => not_ours(
                     "a rejects file (its first line has no \"reason\" member)",

@@ -21,7 +21,8 @@ use dedup_stream::pipeline::{self, Emit, OnInvalid, PipelineConfig};
 use dedup_stream::redis_index::{DEFAULT_INDEX_NAME, IndexLocation};
 use dedup_stream::server::{self, ListenAddr, Reply, ServerConfig};
 use dedup_stream::values::{
-    at_least_one, parse_capacity, parse_duration, parse_size, parse_threshold,
+    at_least_one, parse_capacity, parse_duration, parse_recent, parse_size, parse_threads,
+    parse_threshold,
 };
 use dedup_stream::{ConfigError, FieldSpec, StoreError};
 
@@ -510,7 +511,7 @@ pub struct EngineArgs {
     /// of another cluster is within the threshold minus 0.3) and both texts
     /// have 6 to 20 words: edits of short texts. Under words:1-2 shingling
     /// only. 0: every match must reach the threshold.
-    #[arg(long, default_value_t = DEFAULT_RECENT, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_RECENT, value_name = "N", value_parser = parse_recent, allow_negative_numbers = true)]
     pub recent: u64,
 }
 
@@ -640,10 +641,10 @@ pub struct FilterArgs {
     pub on_invalid: OnInvalidArg,
 
     /// Threads that parse and sketch while the index decides on one more;
-    /// with 1, a single thread does both (one core). Default: the number of
-    /// CPUs. The output does not depend on it.
-    #[arg(long, value_name = "N")]
-    pub threads: Option<NonZeroUsize>,
+    /// with 1, a single thread does both (one core). Default (and 0): the
+    /// number of CPUs. The output does not depend on it.
+    #[arg(long, value_name = "N", value_parser = parse_threads_arg)]
+    pub threads: Option<Threads>,
 
     /// No summary and no progress line (invalid lines are still reported).
     #[arg(short, long)]
@@ -798,9 +799,9 @@ pub struct TuneArgs {
     #[arg(long, value_name = "KIND:N,…", value_delimiter = ',', value_parser = parse_shingling)]
     pub shingles: Vec<Shingling>,
 
-    /// Runs at once (default: the number of CPUs).
-    #[arg(long, value_name = "N")]
-    pub threads: Option<NonZeroUsize>,
+    /// Runs at once (default, and 0: the number of CPUs).
+    #[arg(long, value_name = "N", value_parser = parse_threads_arg)]
+    pub threads: Option<Threads>,
 
     /// Write every run's figures to FILE as CSV.
     #[arg(long, value_name = "FILE")]
@@ -986,6 +987,14 @@ fn parse_empty_text(s: &str) -> Result<EmptyText, ConfigError> {
     s.parse()
 }
 
+/// A `--threads` count; `None`: one a CPU (`0`, or no option).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Threads(pub Option<NonZeroUsize>);
+
+fn parse_threads_arg(s: &str) -> Result<Threads, String> {
+    parse_threads(s).map(Threads)
+}
+
 /// How long an outage of Redis is waited out (`--redis-wait`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Wait(pub Option<Duration>);
@@ -1091,7 +1100,7 @@ impl FilterArgs {
         Ok(PipelineConfig {
             fields: self.message.fields()?,
             max_line_bytes: self.message.max_line_bytes,
-            threads: self.threads.unwrap_or(defaults.threads),
+            threads: self.threads.and_then(|t| t.0).unwrap_or(defaults.threads),
             emit: self.emit.emit(),
             on_invalid: match self.on_invalid {
                 OnInvalidArg::Skip => OnInvalid::Skip,

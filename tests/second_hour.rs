@@ -248,3 +248,31 @@ fn window_warns_once_about_a_line_without_created_at_and_counts_them_at_the_end(
         stderr(&output)
     );
 }
+
+#[test]
+fn threads_0_is_automatic_and_numbers_say_what_is_allowed() {
+    let input = std::fs::read(common::fixture("retweet_storm.jsonl")).unwrap();
+    let one = run(&["--quiet", "--threads", "1"], &input);
+    let auto = run(&["--quiet", "--threads", "0"], &input);
+    assert!(auto.status.success(), "{}", stderr(&auto));
+    assert_eq!(auto.stdout, one.stdout);
+    let tune = run(
+        &["tune", "--threads", "0", "--label-field", "x", "/dev/null"],
+        b"",
+    );
+    assert!(!stderr(&tune).contains("--threads"), "{}", stderr(&tune));
+    let recent = run(&["--recent", "-1"], b"");
+    assert_eq!(recent.status.code(), Some(2));
+    assert!(
+        stderr(&recent).contains("for '--recent <N>': must be a whole number from 0 to"),
+        "{}",
+        stderr(&recent)
+    );
+    let shingle = run(&["--shingle", "word3"], b"");
+    assert_eq!(shingle.status.code(), Some(2));
+    assert!(
+        stderr(&shingle).contains("words:N, words:1-N, chars:N or spots:N"),
+        "{}",
+        stderr(&shingle)
+    );
+}

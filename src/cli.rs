@@ -35,7 +35,11 @@ use dedup_stream::{ConfigError, FieldSpec, StoreError};
     dedup-stream tweets.jsonl > tagged.jsonl\n  \
     zcat day1.jsonl.gz | dedup-stream --emit new - day2.jsonl\n  \
     dedup-stream compare 'first text' 'second text'\n  \
-    dedup-stream serve --listen localhost:7878")]
+    dedup-stream serve --listen localhost:7878\n\n\
+    Environment: the filter's options can also be set by DEDUP_STREAM_ and the option's long \
+    name in capitals (--threshold: DEDUP_STREAM_THRESHOLD; a flag's: 1 or 0, yes or no, true \
+    or false, on or off, or nothing), the command line winning; each one taken from the \
+    environment is said on stderr.")]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct Cli {
     #[command(subcommand)]
@@ -655,6 +659,12 @@ pub struct FilterArgs {
     /// set, chooses the log filter instead.
     #[arg(short, long, action = clap::ArgAction::Count, conflicts_with = "quiet")]
     pub verbose: u8,
+
+    /// The options set by an environment variable rather than the command
+    /// line, said on stderr at the start: a sidecar's `DEDUP_STREAM_STATE`
+    /// must not make a filter run load and replace a state file unseen.
+    #[arg(skip)]
+    pub from_env: Vec<String>,
 }
 
 /// `serve`'s options.
@@ -882,7 +892,8 @@ pub fn command() -> clap::Command {
     let mut command = Cli::command().mut_args(from_env);
     for name in ENV_SUBCOMMANDS {
         if command.find_subcommand(name).is_some() {
-            command = command.mut_subcommand(name, |sub| sub.mut_args(from_env));
+            command =
+                command.mut_subcommand(name, |sub| sub.mut_args(from_env).after_help(ENV_HELP));
         }
     }
     command
@@ -904,8 +915,74 @@ fn from_env(arg: clap::Arg) -> clap::Arg {
     }
     let var = env_var(long);
     // A URL's value may hold a password: --help must not show it.
-    let secret = matches!(long, "redis" | "index" | "nats" | "kafka-option");
-    arg.env(var).hide_env_values(secret)
+    let secret = is_secret(long);
+    let arg = arg.env(var).hide_env_values(secret);
+    // A flag's variable takes what people write in a container's
+    // environment (1, yes, on, empty…), not only clap's true/false.
+    if matches!(arg.get_action(), clap::ArgAction::SetTrue) {
+        arg.value_parser(EnvFlag)
+    } else {
+        arg
+    }
+}
+
+/// What a flag's environment variable takes.
+const FLAG_VALUES: &str = "a flag's variable takes 1 or 0, yes or no, true or false, on or off \
+                           (any case), or nothing (off)";
+
+/// What `--help` says of the environment, for the commands that read it.
+const ENV_HELP: &str = "Environment: every option can also be set by DEDUP_STREAM_ and its \
+    long name in capitals, dashes as underscores (--idle-timeout: DEDUP_STREAM_IDLE_TIMEOUT); \
+    the command line wins. A flag's variable takes 1 or 0, yes or no, true or false, on or off, \
+    or nothing (off).";
+
+/// Whether the value of `--long` may hold a password.
+fn is_secret(long: &str) -> bool {
+    matches!(long, "redis" | "index" | "nats" | "kafka-option")
+}
+
+/// A flag's value from its environment variable: `1`/`0`, `yes`/`no`,
+/// `y`/`n`, `true`/`false`, `t`/`f`, `on`/`off` (any case, as clap's
+/// `BoolishValueParser`), and empty for off.
+#[derive(Clone, Copy)]
+struct EnvFlag;
+
+impl clap::builder::TypedValueParser for EnvFlag {
+    type Value = bool;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<bool, clap::Error> {
+        if value.is_empty() {
+            return Ok(false);
+        }
+        clap::builder::BoolishValueParser::new()
+            .parse_ref(cmd, arg, value)
+            .map_err(|_| {
+                // A flag typed on the command line takes no value: this one
+                // came from its variable.
+                let long = arg.and_then(clap::Arg::get_long).unwrap_or_default();
+                clap::Error::raw(
+                    clap::error::ErrorKind::ValueValidation,
+                    format!(
+                        "the environment variable {}: invalid value '{}' for '--{long}': \
+                         {FLAG_VALUES}\n",
+                        env_var(long),
+                        value.to_string_lossy()
+                    ),
+                )
+                .with_cmd(cmd)
+            })
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        None
+    }
 }
 
 /// The environment variable of the option `--long`.
@@ -923,7 +1000,35 @@ pub fn parse() -> Cli {
     let matches = command()
         .try_get_matches()
         .unwrap_or_else(|e| blame_the_environment(e).exit());
-    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.format(&mut command()).exit())
+    let mut cli =
+        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.format(&mut command()).exit());
+    if cli.command.is_none() {
+        cli.filter.from_env = taken_from_env(&command(), &matches);
+    }
+    cli
+}
+
+/// The options of `matches` whose value came from their environment
+/// variable, each said as `DEDUP_STREAM_STATE=idx.state sets --state`
+/// (a value that may hold a password is not shown).
+fn taken_from_env(command: &clap::Command, matches: &clap::ArgMatches) -> Vec<String> {
+    command
+        .get_arguments()
+        .filter_map(|arg| {
+            let long = arg.get_long()?;
+            let id = arg.get_id().as_str();
+            if matches.value_source(id) != Some(clap::parser::ValueSource::EnvVariable) {
+                return None;
+            }
+            let var = env_var(long);
+            Some(if is_secret(long) {
+                format!("{var} sets --{long}")
+            } else {
+                let value = std::env::var_os(&var).unwrap_or_default();
+                format!("{var}={} sets --{long}", value.to_string_lossy())
+            })
+        })
+        .collect()
 }
 
 /// A bad value that came from a `DEDUP_STREAM_*` variable rather than the

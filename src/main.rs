@@ -108,6 +108,11 @@ fn init_logging(level: LevelFilter) {
 }
 
 fn filter(args: &FilterArgs) -> Exit {
+    // Said even with --quiet: a variable meant for a sidecar (a state file,
+    // a Redis) changes what a plain run reads and writes.
+    for taken in &args.from_env {
+        eprintln!("dedup-stream: {taken} (from the environment)");
+    }
     let mut pipeline_config = match args.pipeline_config() {
         Ok(config) => config,
         Err(e) => return usage(e),

@@ -276,3 +276,96 @@ fn threads_0_is_automatic_and_numbers_say_what_is_allowed() {
         stderr(&shingle)
     );
 }
+
+/// Runs the binary with `args` and `env` on `input`.
+fn run_env(args: &[&str], env: &[(&str, &str)], input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut command = Command::new(bin());
+    command
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let mut child = command.spawn().unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_flags_variable_takes_the_usual_words_for_yes_and_no() {
+    let input = tweet("1", STORY);
+    for on in ["1", "yes", "true", "on", "TRUE", "y"] {
+        let output = run_env(&[], &[("DEDUP_STREAM_QUIET", on)], input.as_bytes());
+        assert!(output.status.success(), "{on}: {}", stderr(&output));
+        assert!(!stderr(&output).contains("1 message:"), "{on}: quiet");
+    }
+    for off in ["0", "no", "false", "off", ""] {
+        let output = run_env(&[], &[("DEDUP_STREAM_QUIET", off)], input.as_bytes());
+        assert!(output.status.success(), "{off:?}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains("dedup-stream: 1 message:"),
+            "{off:?}: not quiet: {}",
+            stderr(&output)
+        );
+    }
+    let output = run_env(&[], &[("DEDUP_STREAM_QUIET", "maybe")], input.as_bytes());
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("DEDUP_STREAM_QUIET: invalid value 'maybe'")
+            && stderr(&output).contains("1 or 0, yes or no, true or false, on or off"),
+        "{}",
+        stderr(&output)
+    );
+    // serve's flags too, and --help says what they take.
+    let output = run_env(
+        &["serve", "--listen", "256.0.0.1:1"],
+        &[("DEDUP_STREAM_EXPLAIN", "yes")],
+        b"",
+    );
+    assert!(
+        !stderr(&output).contains("DEDUP_STREAM_EXPLAIN"),
+        "{}",
+        stderr(&output)
+    );
+    let help = run_env(&["serve", "--help"], &[], b"");
+    assert!(
+        String::from_utf8_lossy(&help.stdout)
+            .contains("1 or 0, yes or no, true or false, on or off"),
+        "{}",
+        String::from_utf8_lossy(&help.stdout)
+    );
+}
+
+#[test]
+fn a_filter_run_says_which_options_came_from_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("sidecar.state");
+    let output = run_env(
+        &["--quiet"],
+        &[
+            ("DEDUP_STREAM_STATE", state.to_str().unwrap()),
+            ("DEDUP_STREAM_INDEX", "memory"),
+        ],
+        tweet("1", STORY).as_bytes(),
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    let err = stderr(&output);
+    assert!(
+        err.contains(&format!(
+            "DEDUP_STREAM_STATE={} sets --state (from the environment)",
+            state.display()
+        )),
+        "said even with --quiet: {err}"
+    );
+    // A location may hold a password: named, not shown.
+    assert!(
+        err.contains("DEDUP_STREAM_INDEX sets --index") && !err.contains("=memory"),
+        "{err}"
+    );
+    // Nothing said when nothing came from there.
+    let plain = run_env(&["--quiet"], &[], tweet("1", STORY).as_bytes());
+    assert!(plain.stderr.is_empty(), "{}", stderr(&plain));
+}

@@ -1018,7 +1018,7 @@ fn a_worker_cut_from_redis_by_the_network_holds_its_input_and_resumes() {
     let hosts = match Hosts::create("cut") {
         Ok(hosts) => hosts,
         Err(why) => {
-            eprintln!("SKIPPED {test}: no network namespaces ({why})");
+            common::skipped(test, &format!("no network namespaces ({why})"));
             return;
         }
     };

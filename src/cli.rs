@@ -769,6 +769,7 @@ pub struct CompareArgs {
 
 /// `tune`'s arguments.
 #[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("labels").required(true).multiple(false))]
 #[command(
     after_help = "Labels: --truth FILE, a TSV with a header row and one row per line of \
     DATA (its `cluster` column; rows whose `kind` is `invalid` are not scored), as the \
@@ -782,17 +783,12 @@ pub struct TuneArgs {
     pub data: PathBuf,
 
     /// Each line's cluster, from a truth TSV of one row per line.
-    #[arg(
-        long,
-        value_name = "FILE",
-        required_unless_present = "label_field",
-        conflicts_with = "label_field"
-    )]
+    #[arg(long, value_name = "FILE", group = "labels")]
     pub truth: Option<PathBuf>,
 
     /// Each line's cluster, from a field of the line (a dotted path; a
     /// string or a number).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", group = "labels")]
     pub label_field: Option<String>,
 
     /// Thresholds to try, separated by commas (default: 0.5 to 0.95 by
@@ -1005,6 +1001,13 @@ pub fn parse() -> Cli {
     if cli.command.is_none() {
         cli.filter.from_env = taken_from_env(&command(), &matches);
     }
+    let mut running = Vec::new();
+    let mut at = &matches;
+    while let Some((name, sub)) = at.subcommand() {
+        running.push(name.to_string());
+        at = sub;
+    }
+    let _ = RUNNING.set(running);
     cli
 }
 
@@ -1068,10 +1071,25 @@ fn blame_the_environment(e: clap::Error) -> clap::Error {
     )
 }
 
-/// Prints a usage error in clap's style (`error: ...`, the usage line, a
-/// pointer to --help) and returns exit status 2.
+/// The subcommand being run (`["index", "forget"]`), for its usage line
+/// in [`usage_error`]; empty for the filter.
+static RUNNING: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
+/// Prints a usage error in clap's style (`error: ...`, the usage line of
+/// the subcommand being run, a pointer to --help) and returns exit status
+/// 2.
 pub fn usage_error(message: impl std::fmt::Display) -> u8 {
-    let error = command().error(clap::error::ErrorKind::ValueValidation, message);
+    let mut command = command();
+    // Built, so that a subcommand's usage names the program too
+    // (`dedup-stream serve [OPTIONS]`).
+    command.build();
+    for name in RUNNING.get().into_iter().flatten() {
+        match command.find_subcommand(name).cloned() {
+            Some(sub) => command = sub,
+            None => break,
+        }
+    }
+    let error = command.error(clap::error::ErrorKind::ValueValidation, message);
     let _ = error.print();
     2
 }

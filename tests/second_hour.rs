@@ -369,3 +369,59 @@ fn a_filter_run_says_which_options_came_from_the_environment() {
     let plain = run_env(&["--quiet"], &[], tweet("1", STORY).as_bytes());
     assert!(plain.stderr.is_empty(), "{}", stderr(&plain));
 }
+
+#[test]
+fn a_subcommands_usage_error_shows_the_subcommands_usage() {
+    let dir = tempfile::tempdir().unwrap();
+    let tagged = write(
+        dir.path(),
+        "tagged.jsonl",
+        b"{\"id\":1,\"dedup\":{\"status\":\"new\"}}\n",
+    );
+    let tagged = tagged.to_str().unwrap();
+    let output = run(&["serve", "--state", tagged], b"");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("not a state file")
+            && stderr(&output).contains("Usage: dedup-stream serve [OPTIONS]"),
+        "{}",
+        stderr(&output)
+    );
+    let data = common::fixture("tour.jsonl");
+    let data = data.to_str().unwrap();
+    let output = run(
+        &["tune", "--csv", tagged, "--label-field", "id_str", data],
+        b"",
+    );
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("--csv") && stderr(&output).contains("Usage: dedup-stream tune"),
+        "{}",
+        stderr(&output)
+    );
+    let missing = dir.path().join("nosuch.state");
+    let output = run(
+        &["index", "forget", "--state", missing.to_str().unwrap()],
+        b"",
+    );
+    assert!(
+        stderr(&output).contains("Usage: dedup-stream index forget"),
+        "{}",
+        stderr(&output)
+    );
+    // tune needs one of two: it names both.
+    let output = run(&["tune", data], b"");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("--truth <FILE>|--label-field <PATH>"),
+        "{}",
+        stderr(&output)
+    );
+    // The filter's stays the filter's.
+    let output = run(&["--stats", data], b"");
+    assert!(
+        stderr(&output).contains("Usage: dedup-stream [OPTIONS] [FILE]..."),
+        "{}",
+        stderr(&output)
+    );
+}

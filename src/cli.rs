@@ -388,8 +388,9 @@ pub struct IndexAdminArgs {
 pub enum IndexAction {
     /// Print an index's settings, size, evictions and Redis memory.
     Info(IndexTarget),
-    /// Remove every key of an index.
-    Drop(IndexTarget),
+    /// Remove every key of an index. Asks first on a terminal; --yes in
+    /// scripts (without a terminal and without --yes, nothing is removed).
+    Drop(DropArgs),
     /// Forget ids (deleted tweets: a compliance batch) from a state file
     /// (--state FILE) or an index in Redis (--index redis://…): one id a
     /// line from FILE or stdin, bare (1234) or in a JSON object (a
@@ -458,6 +459,18 @@ impl ForgetArgs {
             ..config
         })
     }
+}
+
+/// `index drop`'s options.
+#[derive(Debug, Args)]
+pub struct DropArgs {
+    #[command(flatten)]
+    pub target: IndexTarget,
+
+    /// Remove it without asking (for scripts: without a terminal to ask
+    /// on, `index drop` removes nothing unless given --yes).
+    #[arg(short, long)]
+    pub yes: bool,
 }
 
 /// Which index in Redis.

@@ -491,12 +491,25 @@ pub fn index(args: &IndexAdminArgs) -> Exit {
         IndexAction::Info(target) => {
             admin::info(&target.index, &target.index_name).map(|info| print!("{info}"))
         }
-        IndexAction::Drop(target) => admin::drop(&target.index, &target.index_name).map(|keys| {
-            println!(
-                "dropped index {:?} at {}: {keys} keys removed",
-                target.index_name, target.index
-            )
-        }),
+        IndexAction::Drop(args) => {
+            let target = &args.target;
+            if !args.yes {
+                match confirm_drop(target) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        eprintln!("dedup-stream: nothing dropped");
+                        return Exit::Failure;
+                    }
+                    Err(e) => return usage(e),
+                }
+            }
+            admin::drop(&target.index, &target.index_name).map(|keys| {
+                println!(
+                    "dropped index {:?} at {}: {keys} keys removed",
+                    target.index_name, target.index
+                )
+            })
+        }
         IndexAction::Forget(args) => return forget(args),
     };
     match result {
@@ -507,6 +520,34 @@ pub fn index(args: &IndexAdminArgs) -> Exit {
             Exit::Failure
         }
     }
+}
+
+/// Asks on the terminal whether to drop `target`: whether the answer was
+/// yes. Without a terminal on stdin and stderr there is no one to ask: an
+/// error that says to pass --yes.
+fn confirm_drop(target: &crate::cli::IndexTarget) -> Result<bool, String> {
+    use std::io::{BufRead, IsTerminal, Write};
+    if !(io::stdin().is_terminal() && io::stderr().is_terminal()) {
+        return Err(format!(
+            "index drop removes every key of index {:?} at {}: pass --yes to do it without \
+             a terminal to ask on",
+            target.index_name, target.index
+        ));
+    }
+    eprint!(
+        "Remove every key of index {:?} at {}? [y/N] ",
+        target.index_name, target.index
+    );
+    let _ = io::stderr().flush();
+    let mut answer = String::new();
+    io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|e| format!("reading the answer: {e}"))?;
+    Ok(matches!(
+        answer.trim().to_ascii_lowercase().as_str(),
+        "y" | "yes"
+    ))
 }
 
 /// `dedup-stream index forget`: reads ids, has the index forget them, and

@@ -306,7 +306,7 @@ fn a_password_in_a_redis_url_is_never_printed() {
     );
     check(
         "index drop",
-        run_to_end(&["index", "drop", "--index", &url], b""),
+        run_to_end(&["index", "drop", "--yes", "--index", &url], b""),
         0,
     );
     // A wrong password, and a URL refused, are reported without it.

@@ -425,3 +425,65 @@ fn a_subcommands_usage_error_shows_the_subcommands_usage() {
         stderr(&output)
     );
 }
+
+/// Runs `command` in a shell under a pseudo-terminal (`script`, from
+/// util-linux), typing `input`; what the terminal showed.
+fn on_terminal(command: &str, input: &[u8]) -> String {
+    use std::io::Write;
+    let mut child = Command::new("script")
+        .args(["-qec", command, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script (util-linux) is installed");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input).unwrap();
+    let output = child.wait_with_output().unwrap();
+    drop(stdin);
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn index_drop_asks_on_a_terminal_and_needs_yes_without_one() {
+    let test = "index_drop_asks_on_a_terminal_and_needs_yes_without_one";
+    if !common::redis::available(test) {
+        return;
+    }
+    let redis = common::redis::RedisServer::start();
+    let url = redis.url();
+    let made = run(&["--quiet", "--index", &url], tweet("1", STORY).as_bytes());
+    assert!(made.status.success(), "{}", stderr(&made));
+    let held = || !redis.keys_with_prefix("").is_empty();
+    assert!(held());
+    // A script without --yes: refused before anything is removed.
+    let output = run(&["index", "drop", "--index", &url], b"y\n");
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("pass --yes"),
+        "{}",
+        stderr(&output)
+    );
+    assert!(held());
+    // On a terminal it asks; anything but y keeps the index.
+    let drop = format!("{} index drop --index {url}", bin());
+    let shown = on_terminal(&drop, b"n\n");
+    assert!(
+        shown.contains("Remove every key of index \"dedup-stream\""),
+        "{shown}"
+    );
+    assert!(shown.contains("nothing dropped"), "{shown}");
+    assert!(held());
+    let shown = on_terminal(&drop, b"y\n");
+    assert!(shown.contains("keys removed"), "{shown}");
+    assert!(!held());
+    // --yes does it without asking.
+    assert!(
+        run(&["--quiet", "--index", &url], tweet("1", STORY).as_bytes())
+            .status
+            .success()
+    );
+    let output = run(&["index", "drop", "--yes", "--index", &url], b"");
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(!held());
+}

@@ -386,8 +386,9 @@ pub struct IndexAdminArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum IndexAction {
-    /// Print an index's settings, size, evictions and Redis memory.
-    Info(IndexTarget),
+    /// Print an index's settings, size, evictions and Redis memory (--index
+    /// URL), or a state file's settings, size and entries (--state FILE).
+    Info(InfoArgs),
     /// Remove every key of an index. Asks first on a terminal; --yes in
     /// scripts (without a terminal and without --yes, nothing is removed).
     Drop(DropArgs),
@@ -459,6 +460,25 @@ impl ForgetArgs {
             ..config
         })
     }
+}
+
+/// `index info`'s options: an index in Redis, or a state file.
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("where").required(true).multiple(false))]
+pub struct InfoArgs {
+    /// An index in Redis: redis://HOST:PORT[/DB], rediss://…,
+    /// redis+unix:///PATH or redis+cluster://HOST:PORT[,HOST:PORT…].
+    #[arg(long, value_name = "URL", value_parser = LocationParser, group = "where")]
+    pub index: Option<IndexLocation>,
+
+    /// Its name.
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_INDEX_NAME)]
+    pub index_name: String,
+
+    /// A state file (--state of the filter, serve, index forget): its
+    /// settings, size, entries and journal, read without loading it.
+    #[arg(long, value_name = "FILE", group = "where")]
+    pub state: Option<PathBuf>,
 }
 
 /// `index drop`'s options.

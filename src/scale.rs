@@ -488,9 +488,11 @@ fn consume_kafka(args: &ConsumeArgs) -> Exit {
 /// `dedup-stream index info|drop`.
 pub fn index(args: &IndexAdminArgs) -> Exit {
     let result = match &args.action {
-        IndexAction::Info(target) => {
-            admin::info(&target.index, &target.index_name).map(|info| print!("{info}"))
-        }
+        IndexAction::Info(args) => match (&args.index, &args.state) {
+            (Some(index), _) => admin::info(index, &args.index_name).map(|info| print!("{info}")),
+            (None, Some(state)) => return state_info(state),
+            (None, None) => return usage("index info needs --index URL or --state FILE"),
+        },
         IndexAction::Drop(args) => {
             let target = &args.target;
             if !args.yes {
@@ -520,6 +522,53 @@ pub fn index(args: &IndexAdminArgs) -> Exit {
             Exit::Failure
         }
     }
+}
+
+/// `index info --state FILE`: a state file's header and its journal,
+/// read without loading the index (so without its engine options).
+fn state_info(path: &std::path::Path) -> Exit {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return usage(format!("--state {}: no such state file", path.display()));
+        }
+        Err(e) => {
+            eprintln!("dedup-stream: {}: {e}", path.display());
+            return Exit::Failure;
+        }
+    };
+    let summary = match snapshot::describe(&bytes) {
+        Ok(summary) => summary,
+        Err(kind) => {
+            eprintln!("dedup-stream: state file {}: {kind}", path.display());
+            return Exit::Failure;
+        }
+    };
+    println!("state file: {}", path.display());
+    println!(
+        "format:     version {}, {} bytes",
+        summary.version,
+        bytes.len()
+    );
+    println!(
+        "settings:   {} (give the same --shingle and --sample to load it)",
+        summary.shingling
+    );
+    println!("messages:   {} indexed", summary.entries);
+    match summary.newest {
+        Some(ms) => println!("newest:     {ms} ms since the epoch (the --window clock)"),
+        None => println!("newest:     no message time"),
+    }
+    let journal = dedup_stream::journal::path_for(path);
+    match std::fs::metadata(&journal) {
+        Ok(meta) => println!(
+            "journal:    {}, {} bytes (replayed over the file at the next load)",
+            journal.display(),
+            meta.len()
+        ),
+        Err(_) => println!("journal:    none"),
+    }
+    Exit::Success
 }
 
 /// Asks on the terminal whether to drop `target`: whether the answer was

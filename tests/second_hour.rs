@@ -487,3 +487,48 @@ fn index_drop_asks_on_a_terminal_and_needs_yes_without_one() {
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(!held());
 }
+
+#[test]
+fn index_info_reads_a_state_file_without_loading_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("chars.state");
+    let s = state.to_str().unwrap();
+    let input = [tweet("1", STORY), tweet("2", OTHER)].concat();
+    let made = run(
+        &["--quiet", "--shingle", "chars:5", "--state", s],
+        input.as_bytes(),
+    );
+    assert!(made.status.success(), "{}", stderr(&made));
+    // No engine options needed: the settings are read from the file.
+    let output = run(&["index", "info", "--state", s], b"");
+    assert!(output.status.success(), "{}", stderr(&output));
+    let shown = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(shown.contains("settings:   chars:5"), "{shown}");
+    assert!(shown.contains("messages:   2 indexed"), "{shown}");
+    assert!(
+        shown.contains(&format!("{} bytes", fs::metadata(&state).unwrap().len())),
+        "{shown}"
+    );
+    assert!(shown.contains("journal:"), "{shown}");
+    let forgot = run(
+        &["index", "forget", "--shingle", "chars:5", "--state", s],
+        b"1\n",
+    );
+    assert!(forgot.status.success(), "{}", stderr(&forgot));
+    let shown = run(&["index", "info", "--state", s], b"");
+    assert!(
+        String::from_utf8_lossy(&shown.stdout).contains("messages:   1 indexed"),
+        "{shown:?}"
+    );
+    // A missing file is a usage error; a file of another kind, an error.
+    let output = run(&["index", "info", "--state", "nosuch.state"], b"");
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let notes = write(dir.path(), "notes.txt", b"my notes\n");
+    let output = run(&["index", "info", "--state", notes.to_str().unwrap()], b"");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stderr(&output).contains("not a dedup-stream state file"),
+        "{}",
+        stderr(&output)
+    );
+}

@@ -532,3 +532,29 @@ fn index_info_reads_a_state_file_without_loading_it() {
         stderr(&output)
     );
 }
+
+#[test]
+fn compressed_input_on_stdin_is_recognised_by_its_magic_number() {
+    use std::io::Write;
+    let plain = fs::read(common::fixture("tour.jsonl")).unwrap();
+    let expected = run(&["--quiet"], &plain);
+    assert!(expected.status.success());
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&plain).unwrap();
+    let gz = gz.finish().unwrap();
+    let zst = zstd::encode_all(&plain[..], 3).unwrap();
+    for (kind, bytes) in [("gzip", &gz), ("zstd", &zst)] {
+        let output = run(&["--quiet"], bytes);
+        assert!(output.status.success(), "{kind}: {}", stderr(&output));
+        assert_eq!(output.stdout, expected.stdout, "{kind} on stdin");
+        // A file whose name does not say so, too.
+        let dir = tempfile::tempdir().unwrap();
+        let file = write(dir.path(), "day.jsonl", bytes);
+        let output = run(&["--quiet", file.to_str().unwrap()], b"");
+        assert_eq!(output.stdout, expected.stdout, "{kind} in day.jsonl");
+    }
+    // bzip2 is named, with what to do.
+    let output = run(&["--quiet"], b"BZh91AY&SY\x00\x00");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr(&output).contains("bzcat"), "{}", stderr(&output));
+}

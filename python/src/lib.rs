@@ -31,6 +31,7 @@ use dedup_stream::engine::{
     share_anchor, similarity,
 };
 use dedup_stream::input::{Inputs, Source};
+use dedup_stream::output::{self, OutputKind, Spelling};
 use dedup_stream::pipeline::{self, Emit, OnInvalid, PipelineConfig};
 use dedup_stream::redis_index::{IndexLocation, RedisIndex, RedisOptions};
 use dedup_stream::report::Report;
@@ -40,6 +41,82 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple, PyType};
 
 use options::{Options, Raw};
+
+/// The CLI's output checks in the words of `dedupe_jsonl`: `dst`,
+/// `state`, `force=True`.
+const RUN_SPELLING: Spelling = Spelling {
+    option: run_argument,
+    force: "force=True",
+    fresh_state: false,
+};
+
+/// `dedupe_jsonl`'s argument for an output.
+fn run_argument(kind: OutputKind) -> &'static str {
+    match kind {
+        OutputKind::Tagged => "dst",
+        OutputKind::State => "state",
+        other => other.option(),
+    }
+}
+
+/// The CLI's `--state` check in the words of `save`.
+const SAVE_SPELLING: Spelling = Spelling {
+    option: save_argument,
+    force: "force=True",
+    fresh_state: false,
+};
+
+/// `save`'s name for its file.
+fn save_argument(kind: OutputKind) -> &'static str {
+    match kind {
+        OutputKind::State => "save",
+        other => other.option(),
+    }
+}
+
+/// The paths of `src`: one path, or a list or tuple of them.
+fn source_paths(src: &Bound<'_, PyAny>) -> PyResult<Vec<PathBuf>> {
+    if src.is_instance_of::<PyList>() || src.is_instance_of::<PyTuple>() {
+        src.extract()
+    } else {
+        Ok(vec![src.extract()?])
+    }
+}
+
+/// Refuses `dst` and `state` as the CLI refuses `-o` and `--state`,
+/// before anything is opened for writing: an input file however spelt
+/// (`./`, a symbolic or hard link: the same device and inode), one file
+/// for both, or an existing file of another kind (`dst` that is not
+/// tagged output, unless `force`; `state` that is not a state file).
+fn check_outputs(
+    py: Python<'_>,
+    sources: &[PathBuf],
+    dst: Option<&std::path::Path>,
+    state: Option<&std::path::Path>,
+    force: bool,
+) -> PyResult<()> {
+    let inputs: Vec<Source> = sources.iter().cloned().map(Source::File).collect();
+    let outputs: Vec<(OutputKind, &std::path::Path)> =
+        [(OutputKind::Tagged, dst), (OutputKind::State, state)]
+            .into_iter()
+            .filter_map(|(kind, path)| Some((kind, path?)))
+            .collect();
+    output::check_spelt(&outputs, &inputs, force, RUN_SPELLING).map_err(|e| errors::refused(py, e))
+}
+
+/// `dedupe_jsonl`'s checks of its paths, for the module-level function to
+/// make before it loads `state` (see [`check_outputs`]).
+#[pyfunction]
+#[pyo3(signature = (src, dst, state=None, force=false))]
+fn _check_outputs(
+    py: Python<'_>,
+    src: &Bound<'_, PyAny>,
+    dst: PathBuf,
+    state: Option<PathBuf>,
+    force: bool,
+) -> PyResult<()> {
+    check_outputs(py, &source_paths(src)?, Some(&dst), state.as_deref(), force)
+}
 
 /// Where a `Deduper`'s index lives.
 enum Store {
@@ -827,7 +904,11 @@ impl Deduper {
     /// with this `Deduper`'s index: each line written as it came with its
     /// verdict spliced in, byte for byte as `dedup-stream` writes it.
     /// Returns the run's summary (what `--stats` writes).
-    #[pyo3(signature = (src, dst, *, emit="all", on_invalid="skip", threads=None, max_line_bytes=None))]
+    ///
+    /// `dst` is checked first as the CLI checks `-o`: never an input file
+    /// (however spelt), and an existing file only if it is tagged output
+    /// or with `force=True`; `ConfigError` (a `ValueError`) otherwise.
+    #[pyo3(signature = (src, dst, *, emit="all", on_invalid="skip", threads=None, max_line_bytes=None, force=false))]
     #[allow(clippy::too_many_arguments)]
     fn dedupe_jsonl<'py>(
         &self,
@@ -838,13 +919,9 @@ impl Deduper {
         on_invalid: &str,
         threads: Option<&Bound<'py, PyAny>>,
         max_line_bytes: Option<&Bound<'py, PyAny>>,
+        force: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let sources: Vec<PathBuf> =
-            if src.is_instance_of::<PyList>() || src.is_instance_of::<PyTuple>() {
-                src.extract()?
-            } else {
-                vec![src.extract()?]
-            };
+        let sources = source_paths(src)?;
         let emit = match emit {
             "all" => Emit::All,
             "new" => Emit::New,
@@ -878,9 +955,12 @@ impl Deduper {
         };
         if let Some(v) = threads.filter(|v| !v.is_none()) {
             let text = options::as_cli_text("threads", v)?;
-            let n = options::at_least_one(&text)
-                .map_err(|e| options::bad_value(py, "threads", &text, e))?;
-            config.threads = std::num::NonZeroUsize::new(n).expect("at least one");
+            // 0 is the default, one a CPU, as the CLI's `--threads 0`.
+            if let Some(n) = dedup_stream::values::parse_threads(&text)
+                .map_err(|e| options::bad_value(py, "threads", &text, e))?
+            {
+                config.threads = n;
+            }
         }
         if let Some(v) = max_line_bytes.filter(|v| !v.is_none()) {
             let text = options::as_cli_text("max_line_bytes", v)?;
@@ -904,6 +984,7 @@ impl Deduper {
                 std::fs::File::open(path).map_err(|e| errors::io(&e, path))?;
             }
         }
+        check_outputs(py, &sources, Some(&dst), None, force)?;
         let sources: Vec<Source> = sources.into_iter().map(Source::File).collect();
         let output = std::fs::File::create(&dst).map_err(|e| errors::io(&e, &dst))?;
         let inputs = Inputs::new(sources);
@@ -987,8 +1068,12 @@ impl Deduper {
     }
 
     /// Saves the index to a state file in the CLI's format (`--state`),
-    /// atomically.
+    /// atomically. As the CLI's `--state`, an existing file is replaced
+    /// only if it is a state file (or empty): anything else, or a device
+    /// such as `/dev/null`, is refused with `ConfigError`.
     fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        output::check_spelt(&[(OutputKind::State, &path)], &[], false, SAVE_SPELLING)
+            .map_err(|e| errors::refused(py, e))?;
         let bytes = py.detach(|| match &self.shared.lock().store {
             Store::Memory(engine) => Some(snapshot::encode(engine)),
             Store::Redis(_) => None,
@@ -1413,6 +1498,7 @@ fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compare, m)?)?;
     m.add_function(wrap_pyfunction!(_unpickle, m)?)?;
     m.add_function(wrap_pyfunction!(_verdict, m)?)?;
+    m.add_function(wrap_pyfunction!(_check_outputs, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

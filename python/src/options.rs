@@ -20,7 +20,7 @@ use dedup_stream::config::{
 };
 use dedup_stream::redis_index::{DEFAULT_INDEX_NAME, IndexLocation};
 pub use dedup_stream::values::{
-    at_least_one, parse_capacity, parse_duration, parse_size, parse_threshold,
+    at_least_one, parse_capacity, parse_duration, parse_recent, parse_size, parse_threshold,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
@@ -182,10 +182,7 @@ impl Raw<'_> {
             config.window = Some(parsed::<Window>(py, "window", v)?);
         }
         if let Some(v) = &self.recent {
-            // clap's own parser for a u64 (`--recent` has no custom one).
-            config.recent = parse_with(py, "recent", v, |s| {
-                s.parse::<u64>().map_err(|e| e.to_string())
-            })?;
+            config.recent = parse_with(py, "recent", v, parse_recent)?;
         }
         if let Some(v) = &self.empty_text {
             config.empty_text = parsed::<EmptyText>(py, "empty_text", v)?;

@@ -113,3 +113,26 @@ def test_wrong_types_are_type_errors():
 def test_max_index_bytes_is_refused_with_redis():
     with pytest.raises(ConfigError, match="max_index_bytes bounds an index in memory"):
         Deduper(index="redis://127.0.0.1:1", max_index_bytes="64M")
+
+
+def test_numbers_say_what_is_allowed_and_zero_threads_is_automatic(tmp_path):
+    """Issue 38: `recent=-1` said "invalid digit found in string"."""
+    with pytest.raises(ConfigError, match=r"recent: must be a whole number from 0 to \d+; 0: every match"):
+        Deduper(recent=-1)
+    with pytest.raises(ConfigError, match=r"words:1-N"):
+        Deduper(shingle="words:x")
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"id":1,"text":"Flooding has closed the coastal highway"}\n')
+    assert Deduper().dedupe_jsonl(src, tmp_path / "out.jsonl", threads=0)["messages"] == 1
+    with pytest.raises(ConfigError, match="0: one a CPU"):
+        Deduper().dedupe_jsonl(src, tmp_path / "out.jsonl", threads=-1)
+
+
+@pytest.mark.parametrize("spelling", ["word:3", "w:3", "wrds:3", "words:1-1", "chars:1-3"])
+def test_a_shingle_spelling_is_taken_or_refused_as_the_cli_does(spelling, cli):
+    done = cli([f"--shingle={spelling}", "--quiet", "/dev/null"], check=False)
+    if done.returncode == 0:
+        assert Deduper(shingle=spelling).options["shingle"]
+    else:
+        with pytest.raises(ConfigError):
+            Deduper(shingle=spelling)

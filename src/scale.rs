@@ -147,6 +147,7 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
     let index_location = args.index.clone().unwrap_or_else(|| streams.clone());
     let preparer = Preparer::new(&engine);
     let metrics = Arc::new(Metrics::default());
+    metrics.queue_worker.store(true, Ordering::Relaxed);
     let stop = Arc::new(AtomicBool::new(false));
     let runtime = match runtime() {
         Ok(runtime) => runtime,
@@ -292,6 +293,7 @@ fn consume_nats(args: &ConsumeArgs) -> Exit {
     }
     let preparer = Preparer::new(&engine);
     let metrics = Arc::new(Metrics::default());
+    metrics.queue_worker.store(true, Ordering::Relaxed);
     let stop = Arc::new(AtomicBool::new(false));
     let runtime = match runtime() {
         Ok(runtime) => runtime,
@@ -406,6 +408,7 @@ fn consume_kafka(args: &ConsumeArgs) -> Exit {
     }
     let preparer = Preparer::new(&engine);
     let metrics = Arc::new(Metrics::default());
+    metrics.queue_worker.store(true, Ordering::Relaxed);
     let stop = Arc::new(AtomicBool::new(false));
     let runtime = match runtime() {
         Ok(runtime) => runtime,

@@ -88,9 +88,16 @@ pub enum Command {
 /// `man`'s argument.
 #[derive(Debug, Args)]
 pub struct ManArgs {
-    /// The subcommand whose page to print; none: the main page.
-    #[arg(value_parser = clap::builder::PossibleValuesParser::new(["compare", "serve", "consume", "index", "tune", "completions", "man"]))]
+    /// The subcommand whose page to print (index-forget: `index
+    /// forget`'s); none: the main page.
+    #[arg(value_parser = clap::builder::PossibleValuesParser::new(crate::manual::PAGES))]
     pub page: Option<String>,
+
+    /// Write every page into DIR instead (dedup-stream.1,
+    /// dedup-stream-serve.1, dedup-stream-index-forget.1, …), for a
+    /// man1 directory.
+    #[arg(long, value_name = "DIR", conflicts_with = "page")]
+    pub all: Option<PathBuf>,
 }
 
 /// `completions`' argument.
@@ -616,9 +623,10 @@ pub struct StateArgs {
 /// The filter's options.
 #[derive(Debug, Args)]
 pub struct FilterArgs {
-    /// JSON-lines files to read in order, as one stream (`-`: stdin; a
-    /// name ending in .gz or .zst is read decompressed).
-    /// Default: stdin. A file named like a subcommand needs a path: ./serve.
+    /// JSON-lines files to read in order, as one stream (`-`: stdin; gzip
+    /// and zstd, by a name ending in .gz or .zst or by their first bytes,
+    /// are read decompressed). Default: stdin. A file named like a
+    /// subcommand is read when given as a path: ./serve.
     #[arg(value_name = "FILE")]
     pub files: Vec<PathBuf>,
 
@@ -1156,10 +1164,7 @@ fn parse_threads_arg(s: &str) -> Result<Threads, String> {
 pub struct Wait(pub Option<Duration>);
 
 fn parse_wait(s: &str) -> Result<Wait, String> {
-    if s == "forever" {
-        return Ok(Wait(None));
-    }
-    parse_duration(s).map(|d| Wait(Some(d)))
+    dedup_stream::values::parse_wait(s).map(Wait)
 }
 
 fn parse_fsync(s: &str) -> Result<Fsync, String> {

@@ -79,7 +79,10 @@ fn main() -> ExitCode {
         Some(Command::Index(args)) => scale::index(&args),
         Some(Command::Tune(args)) => tune_cmd::tune(&args),
         Some(Command::Completions(args)) => completions(&args),
-        Some(Command::Man(args)) => man(args.page.as_deref()),
+        Some(Command::Man(args)) => match &args.all {
+            Some(dir) => man_all(dir),
+            None => man(args.page.as_deref()),
+        },
         None => filter(&cli.filter),
     };
     ExitCode::from(exit)
@@ -440,6 +443,28 @@ fn man(page: Option<&str>) -> Exit {
         Ok(()) => write_stdout(&out),
         Err(e) => {
             eprintln!("dedup-stream: cannot render the manual page: {e}");
+            Exit::Failure
+        }
+    }
+}
+
+/// `dedup-stream man --all DIR`: every page into DIR, each file named.
+fn man_all(dir: &Path) -> Exit {
+    if !dir.is_dir() {
+        return usage(format!("--all {}: not a directory", dir.display()));
+    }
+    match manual::render_all(dir) {
+        Ok(written) => {
+            for path in written {
+                println!("{}", path.display());
+            }
+            Exit::Success
+        }
+        Err(e) => {
+            eprintln!(
+                "dedup-stream: writing the manual pages into {}: {e}",
+                dir.display()
+            );
             Exit::Failure
         }
     }

@@ -75,6 +75,17 @@ pub fn at_least_one(s: &str) -> Result<usize, String> {
     }
 }
 
+/// How long an outage of Redis is waited out: a duration as
+/// [`parse_duration`] reads it, or `forever` (`None`).
+pub fn parse_wait(s: &str) -> Result<Option<Duration>, String> {
+    if s == "forever" {
+        return Ok(None);
+    }
+    parse_duration(s)
+        .map(Some)
+        .map_err(|e| format!("{e}, or forever"))
+}
+
 /// A thread count: a whole number, `0` for one a CPU (the default), as
 /// ripgrep's `-j 0`. `None` for that automatic choice.
 pub fn parse_threads(s: &str) -> Result<Option<NonZeroUsize>, String> {

@@ -104,6 +104,7 @@ class Deduper:
         index: str = "memory",
         index_name: Optional[str] = "dedup-stream",
         redis_timeout: Union[str, int, float] = "30s",
+        redis_wait: Union[str, int, float, None] = "forever",
         id_field: Optional[str] = None,
         text_field: Union[str, Sequence[str], None] = None,
     ) -> None: ...

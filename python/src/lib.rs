@@ -6,6 +6,7 @@
 //! - [`options`]: the constructor's options, parsed by the CLI's rules.
 //! - [`errors`]: the engine's errors as Python exceptions.
 //! - [`ids`]: message ids between Python values and [`MessageId`].
+//! - [`logs`]: the engine's warnings as records of Python's `logging`.
 //! - this file: `Deduper` (one engine behind a mutex), `Verdict`,
 //!   `compare`.
 //!
@@ -17,6 +18,7 @@
 
 mod errors;
 mod ids;
+mod logs;
 mod options;
 
 use std::borrow::Cow;
@@ -374,6 +376,20 @@ fn interruptible<T: Send>(
     stop: &AtomicBool,
     work: impl FnOnce() -> T + Send,
 ) -> PyResult<T> {
+    match interruptible_keeping(py, stop, work)? {
+        (_, Some(signal)) => Err(signal),
+        (value, None) => Ok(value),
+    }
+}
+
+/// [`interruptible`], handing back what `work` returned beside the signal
+/// that stopped it (if one did), for a call that returns what it decided
+/// before the stop.
+fn interruptible_keeping<T: Send>(
+    py: Python<'_>,
+    stop: &AtomicBool,
+    work: impl FnOnce() -> T + Send,
+) -> PyResult<(T, Option<PyErr>)> {
     let done = (Mutex::new(false), Condvar::new());
     let mut signal = None;
     let result = std::thread::scope(|scope| {
@@ -395,6 +411,7 @@ fn interruptible<T: Send>(
             if finished {
                 break;
             }
+            logs::flush(py);
             if signal.is_none()
                 && let Err(e) = py.check_signals()
             {
@@ -404,14 +421,20 @@ fn interruptible<T: Send>(
         }
         py.detach(|| handle.join())
     });
+    logs::flush(py);
     stop.store(false, Ordering::Relaxed);
     let value = result.map_err(|_| {
         pyo3::panic::PanicException::new_err("dedup-stream: a worker thread panicked")
     })?;
-    match signal {
-        Some(e) => Err(e),
-        None => Ok(value),
-    }
+    Ok((value, signal))
+}
+
+/// A `KeyboardInterrupt` (or other signal's error) that stopped a batch
+/// call, with the call's list as it stood attached as `verdicts`: those
+/// decided (and indexed), then `None` for those that were not.
+fn stopped_with(py: Python<'_>, signal: PyErr, verdicts: Vec<Option<Verdict>>) -> PyErr {
+    let _ = signal.value(py).setattr("verdicts", verdicts);
+    signal
 }
 
 /// A message's URL entities: short link to expanded link, as the CLI
@@ -455,6 +478,7 @@ impl Deduper {
                 let name = options.index_name.clone();
                 let redis_options = RedisOptions {
                     timeout: Some(options.redis_timeout),
+                    wait: options.redis_wait,
                     stop: Some(Arc::clone(&stop)),
                     ..RedisOptions::default()
                 };
@@ -545,16 +569,25 @@ impl Deduper {
         }
     }
 
-    /// Decides prepared messages (in order), a chunk at a time.
-    fn decide_batches(&self, batches: &[Batch]) -> Result<Vec<V>, StoreError> {
+    /// Decides prepared messages (in order), a chunk at a time, and stops
+    /// at a chunk's end once `stop` is set (Ctrl-C): the verdicts of the
+    /// chunks decided, and the store's error if one failed.
+    fn decide_batches(&self, batches: &[Batch]) -> (Vec<V>, Option<StoreError>) {
         let mut out = Vec::new();
         for batch in batches {
+            if self.shared.stop.load(Ordering::Relaxed) {
+                break;
+            }
             let mut inner = self.shared.lock();
             let start = out.len();
-            inner.store.decide(&batch.asks(Op::Check), &mut out)?;
+            if let Err(e) = inner.store.decide(&batch.asks(Op::Check), &mut out) {
+                // A chunk is decided whole or not at all.
+                out.truncate(start);
+                return (out, Some(e));
+            }
             inner.counts.add(&out[start..]);
         }
-        Ok(out)
+        (out, None)
     }
 
     /// The error of a state-file operation on an index in Redis.
@@ -577,12 +610,12 @@ impl Deduper {
         text_signature = "(threshold=0.8, *, measure='containment', shingle='words:1-2', \
         sample='all', capacity=1000000, window=None, recent=3000, empty_text='new', max_bucket=32, \
         max_index_bytes=None, index='memory', index_name='dedup-stream', redis_timeout='30s', \
-        id_field=None, text_field=None)"
+        redis_wait='forever', id_field=None, text_field=None)"
     )]
     #[pyo3(signature = (
         threshold=None, *, measure=None, shingle=None, sample=None, capacity=None, window=None,
         recent=None, empty_text=None, max_bucket=None, max_index_bytes=None, index=None,
-        index_name=None, redis_timeout=None, id_field=None, text_field=None
+        index_name=None, redis_timeout=None, redis_wait=None, id_field=None, text_field=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new<'py>(
@@ -600,6 +633,7 @@ impl Deduper {
         index: Option<Bound<'py, PyAny>>,
         index_name: Option<Bound<'py, PyAny>>,
         redis_timeout: Option<Bound<'py, PyAny>>,
+        redis_wait: Option<Bound<'py, PyAny>>,
         id_field: Option<Bound<'py, PyAny>>,
         text_field: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Deduper> {
@@ -617,6 +651,7 @@ impl Deduper {
             index,
             index_name,
             redis_timeout,
+            redis_wait,
             id_field,
             text_field,
         };
@@ -744,7 +779,7 @@ impl Deduper {
         };
         let shared = &*self.shared;
         let this = self;
-        let result = shared.run(py, move || {
+        let (result, signal) = interruptible_keeping(py, &shared.stop, move || {
             // Auto ids are taken for the whole call at once.
             let first_auto = {
                 let mut inner = shared.lock();
@@ -761,6 +796,9 @@ impl Deduper {
             let mut batch = Batch::default();
             let mut given = given.map(Vec::into_iter);
             for (n, text) in owned.iter().enumerate() {
+                if n % CHUNK == 0 && shared.stop.load(Ordering::Relaxed) {
+                    break; // Ctrl-C: nothing more is prepared or decided.
+                }
                 let id = match &mut given {
                     Some(ids) => ids.next().expect("as many ids as texts"),
                     None => MessageId::Integer(first_auto + n as u64),
@@ -778,10 +816,18 @@ impl Deduper {
             if !refused.is_empty() {
                 shared.lock().counts.invalid += refused.len() as u64;
             }
-            let verdicts = this.decide_batches(&batches)?;
-            Ok::<_, StoreError>(place(owned.len(), verdicts, &refused))
+            let (verdicts, failed) = this.decide_batches(&batches);
+            let placed = place(owned.len(), verdicts, &refused);
+            match failed {
+                Some(e) => Err((e, placed)),
+                None => Ok(placed),
+            }
         })?;
-        result.map_err(|e| errors::store(py, &e))
+        match (result, signal) {
+            (Ok(placed) | Err((_, placed)), Some(signal)) => Err(stopped_with(py, signal, placed)),
+            (Ok(placed), None) => Ok(placed),
+            (Err((e, _)), None) => Err(errors::store(py, &e)),
+        }
     }
 
     /// Checks tweets given as dicts (or JSON text), finding the id and the
@@ -829,23 +875,35 @@ impl Deduper {
         kwargs.set_item("ensure_ascii", false)?;
         kwargs.set_item("separators", PyTuple::new(py, [",", ":"])?)?;
         let mut lines: Vec<Vec<u8>> = Vec::new();
-        for record in records.try_iter()? {
-            let record = record?;
-            let line: Vec<u8> = if let Ok(text) = record.cast::<PyString>() {
-                text.to_cow()?.as_bytes().to_vec()
-            } else if let Ok(bytes) = record.cast::<PyBytes>() {
-                bytes.as_bytes().to_vec()
-            } else {
-                dumps
-                    .call((&record,), Some(&kwargs))?
-                    .extract::<String>()?
-                    .into_bytes()
-            };
-            lines.push(line);
+        let read = (|| {
+            for record in records.try_iter()? {
+                let record = record?;
+                let line: Vec<u8> = if let Ok(text) = record.cast::<PyString>() {
+                    text.to_cow()?.as_bytes().to_vec()
+                } else if let Ok(bytes) = record.cast::<PyBytes>() {
+                    bytes.as_bytes().to_vec()
+                } else {
+                    dumps
+                        .call((&record,), Some(&kwargs))?
+                        .extract::<String>()?
+                        .into_bytes()
+                };
+                lines.push(line);
+            }
+            Ok::<(), PyErr>(())
+        })();
+        if let Err(e) = read {
+            // Ctrl-C while the records were read (json.dumps runs Python
+            // code, which hears it): nothing was decided.
+            if e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) {
+                let total = records.len().unwrap_or(lines.len());
+                return Err(stopped_with(py, e, (0..total).map(|_| None).collect()));
+            }
+            return Err(e);
         }
         let shared = &*self.shared;
         let this = self;
-        let result = shared.run(py, move || {
+        let (result, signal) = interruptible_keeping(py, &shared.stop, move || {
             let decoder = custom.as_ref().unwrap_or(&shared.decoder);
             let now = dedup_stream::timestamp::now_millis();
             let mut scratch = Scratch::default();
@@ -853,6 +911,9 @@ impl Deduper {
             let mut refused = Vec::new();
             let mut batch = Batch::default();
             for (n, line) in lines.iter().enumerate() {
+                if n % CHUNK == 0 && shared.stop.load(Ordering::Relaxed) {
+                    break; // Ctrl-C: nothing more is prepared or decided.
+                }
                 let line = line.strip_suffix(b"\n").unwrap_or(line);
                 match decoder.decode(line) {
                     Ok(record) if record.deletion => batch.push_removal(record.id),
@@ -890,13 +951,20 @@ impl Deduper {
             if !refused.is_empty() {
                 shared.lock().counts.invalid += refused.len() as u64;
             }
-            let verdicts = this.decide_batches(&batches).map_err(Ok)?;
-            Ok(place(lines.len(), verdicts, &refused))
+            let (verdicts, failed) = this.decide_batches(&batches);
+            let placed = place(lines.len(), verdicts, &refused);
+            match failed {
+                Some(e) => Err(Ok((e, placed))),
+                None => Ok(placed),
+            }
         })?;
-        match result {
-            Ok(v) => Ok(v),
-            Err(Ok(e)) => Err(errors::store(py, &e)),
-            Err(Err(message)) => Err(errors::invalid(py, message)),
+        match (result, signal) {
+            (Ok(placed) | Err(Ok((_, placed))), Some(signal)) => {
+                Err(stopped_with(py, signal, placed))
+            }
+            (Ok(placed), None) => Ok(placed),
+            (Err(Ok((e, _))), None) => Err(errors::store(py, &e)),
+            (Err(Err(message)), _) => Err(errors::invalid(py, message)),
         }
     }
 
@@ -1493,6 +1561,7 @@ fn compare<'py>(
 /// The extension module.
 #[pymodule]
 fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    logs::install();
     m.add_class::<Deduper>()?;
     m.add_class::<Verdict>()?;
     m.add_function(wrap_pyfunction!(compare, m)?)?;

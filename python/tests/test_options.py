@@ -19,6 +19,7 @@ CLI_DEFAULTS = {
     "index": "memory",
     "index_name": "dedup-stream",
     "redis_timeout": "30s",
+    "redis_wait": "forever",
     "id_field": None,
     "text_field": None,
 }
@@ -26,10 +27,8 @@ CLI_DEFAULTS = {
 
 def test_defaults_are_the_clis():
     assert Deduper.defaults() == CLI_DEFAULTS
-    options = Deduper().options
-    assert {k: v for k, v in options.items() if k != "redis_timeout"} == {
-        k: v for k, v in CLI_DEFAULTS.items() if k != "redis_timeout"
-    }
+    # Issue 38: options said redis_timeout "30000ms" where defaults() said "30s".
+    assert Deduper().options == CLI_DEFAULTS
 
 
 def test_the_cli_help_names_every_option(cli):
@@ -59,6 +58,7 @@ BAD = [
     ("id_field", "a..b", "--id-field"),
     ("text_field", "", "--text-field"),
     ("redis_timeout", "5 minutes", "--redis-timeout"),
+    ("redis_wait", "soon", "--redis-wait"),
 ]
 
 
@@ -96,7 +96,7 @@ def test_good_values_of_every_kind_are_taken():
     )
     o = d.options
     assert o["threshold"] == 0.7 and o["capacity"] == 500 and o["window"] == "10m"
-    assert o["max_index_bytes"] == 64 << 20 and o["redis_timeout"] == "5000ms"
+    assert o["max_index_bytes"] == 64 << 20 and o["redis_timeout"] == "5s"
     assert o["text_field"] == ["title", "body"]
     assert Deduper(**o).options == o
 

@@ -558,3 +558,23 @@ fn compressed_input_on_stdin_is_recognised_by_its_magic_number() {
     assert_eq!(output.status.code(), Some(1));
     assert!(stderr(&output).contains("bzcat"), "{}", stderr(&output));
 }
+
+#[test]
+fn a_file_named_like_a_subcommand_is_read_as_a_path_and_help_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "serve", tweet("1", STORY).as_bytes());
+    let output = Command::new(bin())
+        .args(["--quiet", "./serve"])
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("\"dedup\""));
+    let help = run(&["--help"], b"");
+    assert!(
+        String::from_utf8_lossy(&help.stdout).contains("./serve"),
+        "{}",
+        String::from_utf8_lossy(&help.stdout)
+    );
+}

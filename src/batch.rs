@@ -104,6 +104,10 @@ pub struct PreparedMessage {
     /// its arrival time (reported under `--window`, see
     /// [`crate::report::Report::unreadable_time`]).
     pub unreadable_time: bool,
+    /// It has no `created_at` (none that is a string), so `time` is its
+    /// arrival time (reported under `--window`, see
+    /// [`crate::report::Report::missing_time`]).
+    pub missing_time: bool,
     shingles: Range<usize>,
     band_keys: Range<usize>,
     set_fingerprint: u64,
@@ -122,6 +126,7 @@ impl PreparedMessage {
             op: Op::Remove,
             time: 0,
             unreadable_time: false,
+            missing_time: false,
             shingles: 0..0,
             band_keys: 0..0,
             set_fingerprint: 0,
@@ -229,6 +234,7 @@ pub fn prepare(
                             op: read_op.map_or(Op::Check, |read| read(bytes)),
                             time,
                             unreadable_time,
+                            missing_time: record.created_at.is_none(),
                             shingles: shingle_start..batch.shingles.len(),
                             band_keys: band_start..batch.band_keys.len(),
                             set_fingerprint,

@@ -21,7 +21,8 @@ use dedup_stream::pipeline::{self, Emit, OnInvalid, PipelineConfig, Repeats};
 use dedup_stream::redis_index::{DEFAULT_INDEX_NAME, IndexLocation};
 use dedup_stream::server::{self, ListenAddr, Reply, ServerConfig};
 use dedup_stream::values::{
-    at_least_one, parse_capacity, parse_duration, parse_size, parse_threshold,
+    at_least_one, parse_capacity, parse_duration, parse_recent, parse_size, parse_threads,
+    parse_threshold,
 };
 use dedup_stream::{ConfigError, FieldSpec, StoreError};
 
@@ -34,7 +35,11 @@ use dedup_stream::{ConfigError, FieldSpec, StoreError};
     dedup-stream tweets.jsonl > tagged.jsonl\n  \
     zcat day1.jsonl.gz | dedup-stream --emit new - day2.jsonl\n  \
     dedup-stream compare 'first text' 'second text'\n  \
-    dedup-stream serve --listen localhost:7878")]
+    dedup-stream serve --listen localhost:7878\n\n\
+    Environment: the filter's options can also be set by DEDUP_STREAM_ and the option's long \
+    name in capitals (--threshold: DEDUP_STREAM_THRESHOLD; a flag's: 1 or 0, yes or no, true \
+    or false, on or off, or nothing), the command line winning; each one taken from the \
+    environment is said on stderr.")]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct Cli {
     #[command(subcommand)]
@@ -83,9 +88,16 @@ pub enum Command {
 /// `man`'s argument.
 #[derive(Debug, Args)]
 pub struct ManArgs {
-    /// The subcommand whose page to print; none: the main page.
-    #[arg(value_parser = clap::builder::PossibleValuesParser::new(["compare", "serve", "consume", "index", "tune", "completions", "man"]))]
+    /// The subcommand whose page to print (index-forget: `index
+    /// forget`'s); none: the main page.
+    #[arg(value_parser = clap::builder::PossibleValuesParser::new(crate::manual::PAGES))]
     pub page: Option<String>,
+
+    /// Write every page into DIR instead (dedup-stream.1,
+    /// dedup-stream-serve.1, dedup-stream-index-forget.1, …), for a
+    /// man1 directory.
+    #[arg(long, value_name = "DIR", conflicts_with = "page")]
+    pub all: Option<PathBuf>,
 }
 
 /// `completions`' argument.
@@ -382,10 +394,12 @@ pub struct IndexAdminArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum IndexAction {
-    /// Print an index's settings, size, evictions and Redis memory.
-    Info(IndexTarget),
-    /// Remove every key of an index.
-    Drop(IndexTarget),
+    /// Print an index's settings, size, evictions and Redis memory (--index
+    /// URL), or a state file's settings, size and entries (--state FILE).
+    Info(InfoArgs),
+    /// Remove every key of an index. Asks first on a terminal; --yes in
+    /// scripts (without a terminal and without --yes, nothing is removed).
+    Drop(DropArgs),
     /// Forget ids (deleted tweets: a compliance batch) from a state file
     /// (--state FILE) or an index in Redis (--index redis://…): one id a
     /// line from FILE or stdin, bare (1234) or in a JSON object (a
@@ -412,7 +426,37 @@ pub struct ForgetArgs {
     pub index: IndexArgs,
 
     #[command(flatten)]
-    pub state: StateArgs,
+    pub state: ForgetStateArgs,
+}
+
+/// `index forget`'s state file: one that exists, and never
+/// `--fresh-state` (forgetting from an index started empty would throw
+/// the file's messages away and say it succeeded).
+#[derive(Debug, Args)]
+pub struct ForgetStateArgs {
+    /// The state file to forget the ids from (with its journal), saved
+    /// back atomically. It must exist, and the engine options must be
+    /// those it was made with.
+    #[arg(long, value_name = "FILE")]
+    pub state: Option<PathBuf>,
+
+    /// When the journal is forced to the disk: always, everysec or never
+    /// (see the filter's --fsync).
+    #[arg(long, default_value = "everysec", value_name = "POLICY", value_parser = parse_fsync)]
+    pub fsync: Fsync,
+}
+
+impl ForgetStateArgs {
+    /// As the filter's state options, without `--fresh-state` and
+    /// without ever suggesting it.
+    pub fn state_args(&self) -> StateArgs {
+        StateArgs {
+            state: self.state.clone(),
+            fresh_state: false,
+            fsync: self.fsync,
+            offer_fresh_state: false,
+        }
+    }
 }
 
 impl ForgetArgs {
@@ -424,6 +468,37 @@ impl ForgetArgs {
             ..config
         })
     }
+}
+
+/// `index info`'s options: an index in Redis, or a state file.
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("where").required(true).multiple(false))]
+pub struct InfoArgs {
+    /// An index in Redis: redis://HOST:PORT[/DB], rediss://…,
+    /// redis+unix:///PATH or redis+cluster://HOST:PORT[,HOST:PORT…].
+    #[arg(long, value_name = "URL", value_parser = LocationParser, group = "where")]
+    pub index: Option<IndexLocation>,
+
+    /// Its name.
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_INDEX_NAME)]
+    pub index_name: String,
+
+    /// A state file (--state of the filter, serve, index forget): its
+    /// settings, size, entries and journal, read without loading it.
+    #[arg(long, value_name = "FILE", group = "where")]
+    pub state: Option<PathBuf>,
+}
+
+/// `index drop`'s options.
+#[derive(Debug, Args)]
+pub struct DropArgs {
+    #[command(flatten)]
+    pub target: IndexTarget,
+
+    /// Remove it without asking (for scripts: without a terminal to ask
+    /// on, `index drop` removes nothing unless given --yes).
+    #[arg(short, long)]
+    pub yes: bool,
 }
 
 /// Which index in Redis.
@@ -481,7 +556,7 @@ pub struct EngineArgs {
     /// of another cluster is within the threshold minus 0.3) and both texts
     /// have 6 to 20 words: edits of short texts. Under words:1-2 shingling
     /// only. 0: every match must reach the threshold.
-    #[arg(long, default_value_t = DEFAULT_RECENT, value_name = "N")]
+    #[arg(long, default_value_t = DEFAULT_RECENT, value_name = "N", value_parser = parse_recent, allow_negative_numbers = true)]
     pub recent: u64,
 }
 
@@ -541,14 +616,20 @@ pub struct StateArgs {
     /// them.
     #[arg(long, default_value = "everysec", value_name = "POLICY", value_parser = parse_fsync)]
     pub fsync: Fsync,
+
+    /// Whether a state file that cannot be loaded suggests --fresh-state
+    /// (not for `index forget`, which does not take it).
+    #[arg(skip = true)]
+    pub offer_fresh_state: bool,
 }
 
 /// The filter's options.
 #[derive(Debug, Args)]
 pub struct FilterArgs {
-    /// JSON-lines files to read in order, as one stream (`-`: stdin; a
-    /// name ending in .gz or .zst is read decompressed).
-    /// Default: stdin. A file named like a subcommand needs a path: ./serve.
+    /// JSON-lines files to read in order, as one stream (`-`: stdin; gzip
+    /// and zstd, by a name ending in .gz or .zst or by their first bytes,
+    /// are read decompressed). Default: stdin. A file named like a
+    /// subcommand is read when given as a path: ./serve.
     #[arg(value_name = "FILE")]
     pub files: Vec<PathBuf>,
 
@@ -614,10 +695,10 @@ pub struct FilterArgs {
     pub on_invalid: OnInvalidArg,
 
     /// Threads that parse and sketch while the index decides on one more;
-    /// with 1, a single thread does both (one core). Default: the number of
-    /// CPUs. The output does not depend on it.
-    #[arg(long, value_name = "N")]
-    pub threads: Option<NonZeroUsize>,
+    /// with 1, a single thread does both (one core). Default (and 0): the
+    /// number of CPUs. The output does not depend on it.
+    #[arg(long, value_name = "N", value_parser = parse_threads_arg)]
+    pub threads: Option<Threads>,
 
     /// No summary and no progress line (invalid lines are still reported).
     #[arg(short, long)]
@@ -628,6 +709,12 @@ pub struct FilterArgs {
     /// set, chooses the log filter instead.
     #[arg(short, long, action = clap::ArgAction::Count, conflicts_with = "quiet")]
     pub verbose: u8,
+
+    /// The options set by an environment variable rather than the command
+    /// line, said on stderr at the start: a sidecar's `DEDUP_STREAM_STATE`
+    /// must not make a filter run load and replace a state file unseen.
+    #[arg(skip)]
+    pub from_env: Vec<String>,
 }
 
 /// `serve`'s options.
@@ -732,6 +819,7 @@ pub struct CompareArgs {
 
 /// `tune`'s arguments.
 #[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("labels").required(true).multiple(false))]
 #[command(
     after_help = "Labels: --truth FILE, a TSV with a header row and one row per line of \
     DATA (its `cluster` column; rows whose `kind` is `invalid` are not scored), as the \
@@ -745,17 +833,12 @@ pub struct TuneArgs {
     pub data: PathBuf,
 
     /// Each line's cluster, from a truth TSV of one row per line.
-    #[arg(
-        long,
-        value_name = "FILE",
-        required_unless_present = "label_field",
-        conflicts_with = "label_field"
-    )]
+    #[arg(long, value_name = "FILE", group = "labels")]
     pub truth: Option<PathBuf>,
 
     /// Each line's cluster, from a field of the line (a dotted path; a
     /// string or a number).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", group = "labels")]
     pub label_field: Option<String>,
 
     /// Thresholds to try, separated by commas (default: 0.5 to 0.95 by
@@ -772,9 +855,9 @@ pub struct TuneArgs {
     #[arg(long, value_name = "KIND:N,…", value_delimiter = ',', value_parser = parse_shingling)]
     pub shingles: Vec<Shingling>,
 
-    /// Runs at once (default: the number of CPUs).
-    #[arg(long, value_name = "N")]
-    pub threads: Option<NonZeroUsize>,
+    /// Runs at once (default, and 0: the number of CPUs).
+    #[arg(long, value_name = "N", value_parser = parse_threads_arg)]
+    pub threads: Option<Threads>,
 
     /// Write every run's figures to FILE as CSV.
     #[arg(long, value_name = "FILE")]
@@ -861,7 +944,8 @@ pub fn command() -> clap::Command {
     let mut command = Cli::command().mut_args(from_env);
     for name in ENV_SUBCOMMANDS {
         if command.find_subcommand(name).is_some() {
-            command = command.mut_subcommand(name, |sub| sub.mut_args(from_env));
+            command =
+                command.mut_subcommand(name, |sub| sub.mut_args(from_env).after_help(ENV_HELP));
         }
     }
     command
@@ -883,8 +967,74 @@ fn from_env(arg: clap::Arg) -> clap::Arg {
     }
     let var = env_var(long);
     // A URL's value may hold a password: --help must not show it.
-    let secret = matches!(long, "redis" | "index" | "nats" | "kafka-option");
-    arg.env(var).hide_env_values(secret)
+    let secret = is_secret(long);
+    let arg = arg.env(var).hide_env_values(secret);
+    // A flag's variable takes what people write in a container's
+    // environment (1, yes, on, empty…), not only clap's true/false.
+    if matches!(arg.get_action(), clap::ArgAction::SetTrue) {
+        arg.value_parser(EnvFlag)
+    } else {
+        arg
+    }
+}
+
+/// What a flag's environment variable takes.
+const FLAG_VALUES: &str = "a flag's variable takes 1 or 0, yes or no, true or false, on or off \
+                           (any case), or nothing (off)";
+
+/// What `--help` says of the environment, for the commands that read it.
+const ENV_HELP: &str = "Environment: every option can also be set by DEDUP_STREAM_ and its \
+    long name in capitals, dashes as underscores (--idle-timeout: DEDUP_STREAM_IDLE_TIMEOUT); \
+    the command line wins. A flag's variable takes 1 or 0, yes or no, true or false, on or off, \
+    or nothing (off).";
+
+/// Whether the value of `--long` may hold a password.
+fn is_secret(long: &str) -> bool {
+    matches!(long, "redis" | "index" | "nats" | "kafka-option")
+}
+
+/// A flag's value from its environment variable: `1`/`0`, `yes`/`no`,
+/// `y`/`n`, `true`/`false`, `t`/`f`, `on`/`off` (any case, as clap's
+/// `BoolishValueParser`), and empty for off.
+#[derive(Clone, Copy)]
+struct EnvFlag;
+
+impl clap::builder::TypedValueParser for EnvFlag {
+    type Value = bool;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<bool, clap::Error> {
+        if value.is_empty() {
+            return Ok(false);
+        }
+        clap::builder::BoolishValueParser::new()
+            .parse_ref(cmd, arg, value)
+            .map_err(|_| {
+                // A flag typed on the command line takes no value: this one
+                // came from its variable.
+                let long = arg.and_then(clap::Arg::get_long).unwrap_or_default();
+                clap::Error::raw(
+                    clap::error::ErrorKind::ValueValidation,
+                    format!(
+                        "the environment variable {}: invalid value '{}' for '--{long}': \
+                         {FLAG_VALUES}\n",
+                        env_var(long),
+                        value.to_string_lossy()
+                    ),
+                )
+                .with_cmd(cmd)
+            })
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        None
+    }
 }
 
 /// The environment variable of the option `--long`.
@@ -902,7 +1052,42 @@ pub fn parse() -> Cli {
     let matches = command()
         .try_get_matches()
         .unwrap_or_else(|e| blame_the_environment(e).exit());
-    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.format(&mut command()).exit())
+    let mut cli =
+        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.format(&mut command()).exit());
+    if cli.command.is_none() {
+        cli.filter.from_env = taken_from_env(&command(), &matches);
+    }
+    let mut running = Vec::new();
+    let mut at = &matches;
+    while let Some((name, sub)) = at.subcommand() {
+        running.push(name.to_string());
+        at = sub;
+    }
+    let _ = RUNNING.set(running);
+    cli
+}
+
+/// The options of `matches` whose value came from their environment
+/// variable, each said as `DEDUP_STREAM_STATE=idx.state sets --state`
+/// (a value that may hold a password is not shown).
+fn taken_from_env(command: &clap::Command, matches: &clap::ArgMatches) -> Vec<String> {
+    command
+        .get_arguments()
+        .filter_map(|arg| {
+            let long = arg.get_long()?;
+            let id = arg.get_id().as_str();
+            if matches.value_source(id) != Some(clap::parser::ValueSource::EnvVariable) {
+                return None;
+            }
+            let var = env_var(long);
+            Some(if is_secret(long) {
+                format!("{var} sets --{long}")
+            } else {
+                let value = std::env::var_os(&var).unwrap_or_default();
+                format!("{var}={} sets --{long}", value.to_string_lossy())
+            })
+        })
+        .collect()
 }
 
 /// A bad value that came from a `DEDUP_STREAM_*` variable rather than the
@@ -942,10 +1127,25 @@ fn blame_the_environment(e: clap::Error) -> clap::Error {
     )
 }
 
-/// Prints a usage error in clap's style (`error: ...`, the usage line, a
-/// pointer to --help) and returns exit status 2.
+/// The subcommand being run (`["index", "forget"]`), for its usage line
+/// in [`usage_error`]; empty for the filter.
+static RUNNING: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
+/// Prints a usage error in clap's style (`error: ...`, the usage line of
+/// the subcommand being run, a pointer to --help) and returns exit status
+/// 2.
 pub fn usage_error(message: impl std::fmt::Display) -> u8 {
-    let error = command().error(clap::error::ErrorKind::ValueValidation, message);
+    let mut command = command();
+    // Built, so that a subcommand's usage names the program too
+    // (`dedup-stream serve [OPTIONS]`).
+    command.build();
+    for name in RUNNING.get().into_iter().flatten() {
+        match command.find_subcommand(name).cloned() {
+            Some(sub) => command = sub,
+            None => break,
+        }
+    }
+    let error = command.error(clap::error::ErrorKind::ValueValidation, message);
     let _ = error.print();
     2
 }
@@ -966,15 +1166,20 @@ fn parse_empty_text(s: &str) -> Result<EmptyText, ConfigError> {
     s.parse()
 }
 
+/// A `--threads` count; `None`: one a CPU (`0`, or no option).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Threads(pub Option<NonZeroUsize>);
+
+fn parse_threads_arg(s: &str) -> Result<Threads, String> {
+    parse_threads(s).map(Threads)
+}
+
 /// How long an outage of Redis is waited out (`--redis-wait`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Wait(pub Option<Duration>);
 
 fn parse_wait(s: &str) -> Result<Wait, String> {
-    if s == "forever" {
-        return Ok(Wait(None));
-    }
-    parse_duration(s).map(|d| Wait(Some(d)))
+    dedup_stream::values::parse_wait(s).map(Wait)
 }
 
 fn parse_fsync(s: &str) -> Result<Fsync, String> {
@@ -1077,7 +1282,7 @@ impl FilterArgs {
         Ok(PipelineConfig {
             fields: self.message.fields()?,
             max_line_bytes: self.message.max_line_bytes(),
-            threads: self.threads.unwrap_or(defaults.threads),
+            threads: self.threads.and_then(|t| t.0).unwrap_or(defaults.threads),
             emit: self.emit.emit(),
             repeats: match self.repeats {
                 RepeatsArg::Tag => Repeats::Tag,

@@ -161,6 +161,10 @@ enum Outcome {
     Ack,
     /// Acknowledge it and send it to the dead-letter stream.
     Dead { reason: String, message: Vec<u8> },
+    /// Acknowledge it and send it to the dead-letter stream with every
+    /// field it has (it has no `--field`: its other fields are all there is
+    /// to see what it was).
+    DeadWithFields { reason: String },
 }
 
 /// Writes a batch's output and acknowledges it, entry by entry, only for
@@ -187,6 +191,13 @@ for i = 3, #ARGV, 4 do
       redis.call('XADD', KEYS[2], '*', ARGV[2], ARGV[i + 2])
     elseif kind == 'd' then
       redis.call('XADD', KEYS[3], '*', 'source', id, 'error', ARGV[i + 3], ARGV[2], ARGV[i + 2])
+    elseif kind == 'm' then
+      local dead = {'source', id, 'error', ARGV[i + 3]}
+      local entry = redis.call('XRANGE', KEYS[1], id, id)
+      if #entry == 1 then
+        for _, v in ipairs(entry[1][2]) do dead[#dead + 1] = v end
+      end
+      redis.call('XADD', KEYS[3], '*', unpack(dead))
     end
     redis.call('XACK', KEYS[1], ARGV[1], id)
     acked[#acked + 1] = '1'
@@ -593,9 +604,8 @@ impl<S: IndexStore> Worker<'_, S> {
         for (at, entry) in entries.iter().enumerate() {
             let outcome = match decided.payload(at) {
                 Payload::Missing if entry.deleted => Outcome::Ack,
-                Payload::Missing => Outcome::Dead {
+                Payload::Missing => Outcome::DeadWithFields {
                     reason: format!("no field {:?}", self.config.field),
-                    message: Vec::new(),
                 },
                 // A message over the limit is not copied: the dead letter
                 // names its entry (`source`), which is still in the stream.
@@ -619,7 +629,7 @@ impl<S: IndexStore> Worker<'_, S> {
                     }
                 }
             };
-            if let Outcome::Dead { reason, .. } = &outcome {
+            if let Outcome::Dead { reason, .. } | Outcome::DeadWithFields { reason } = &outcome {
                 self.summary.invalid += 1;
                 self.metrics.invalid_lines.fetch_add(1, Ordering::Relaxed);
                 self.metrics
@@ -689,6 +699,9 @@ impl<S: IndexStore> Worker<'_, S> {
                             .arg("d")
                             .arg(message.as_slice())
                             .arg(reason.as_str()),
+                        Outcome::DeadWithFields { reason } => {
+                            invocation.arg("m").arg("").arg(reason.as_str())
+                        }
                     };
                 }
                 invocation.invoke::<Vec<u8>>(c)

@@ -13,9 +13,11 @@ pub enum ConfigError {
     /// The capacity does not fit the index's 32-bit slots.
     #[error("capacity must be between 1 and 4294967295, got {0}")]
     Capacity(usize),
-    /// The shingle specification is not `words:N`, `chars:N` or `spots:N`
-    /// with N in 1..=32.
-    #[error("shingling must be words:N, chars:N or spots:N with N from 1 to 32, got {0:?}")]
+    /// The shingle specification is not `words:N`, `words:1-N`, `chars:N`
+    /// or `spots:N` with N in 1..=32.
+    #[error(
+        "shingling must be words:N, words:1-N, chars:N or spots:N with N from 1 to 32, got {0:?}"
+    )]
     Shingle(String),
     /// The sampling is not `all` or `mod:M` with M in 2..=64.
     #[error("sampling must be all or mod:M with M from 2 to 64, got {0:?}")]

@@ -220,7 +220,9 @@ impl Inputs {
         let index = self.next;
         self.next += 1;
         let mut reader: Box<dyn Read + Send> = match &source {
-            Source::Stdin => Box::new(io::stdin()),
+            Source::Stdin => {
+                sniff_compression(Box::new(io::stdin())).map_err(|e| in_source(&source, e))?
+            }
             Source::File(path) => {
                 let file = File::open(path).map_err(|e| named(path, e))?;
                 if is_gzip(path) {
@@ -231,7 +233,7 @@ impl Inputs {
                     // Several frames, likewise (zstd's decoder reads them all).
                     Box::new(zstd::stream::read::Decoder::new(file).map_err(|e| named(path, e))?)
                 } else {
-                    Box::new(file)
+                    sniff_compression(Box::new(file)).map_err(|e| named(path, e))?
                 }
             }
         };
@@ -334,6 +336,57 @@ impl Read for Inputs {
                 return Ok(1);
             }
         }
+    }
+}
+
+/// `reader` decompressed when its first bytes are gzip's or zstd's magic
+/// number (stdin, or a file not named `.gz`/`.zst`: `cat day.jsonl.gz |
+/// dedup-stream`), as it is otherwise; bzip2's is refused with what to do.
+/// More than one byte is read only after a byte that starts a magic
+/// number, which no JSON line starts with, so a terminal is never waited
+/// on for more than a line gives.
+fn sniff_compression(mut reader: Box<dyn Read + Send>) -> io::Result<Box<dyn Read + Send>> {
+    const GZIP: &[u8] = &[0x1f, 0x8b];
+    const ZSTD: &[u8] = &[0x28, 0xb5, 0x2f, 0xfd];
+    let mut head = Vec::with_capacity(4);
+    let mut ended = false;
+    while head.len() < 4 {
+        let mut byte = [0u8; 1];
+        match reader.read(&mut byte) {
+            Ok(0) => {
+                ended = true;
+                break;
+            }
+            Ok(_) => head.push(byte[0]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+        let could_be = |magic: &[u8]| magic.starts_with(&head) || head.starts_with(magic);
+        if !(could_be(GZIP) || could_be(ZSTD) || could_be(b"BZh")) || head.starts_with(GZIP) {
+            break;
+        }
+    }
+    // A source that has ended is not read again: a terminal's Ctrl-D is
+    // not repeated.
+    let whole: Box<dyn Read + Send> = if ended {
+        Box::new(io::Cursor::new(head.clone()))
+    } else {
+        Box::new(io::Cursor::new(head.clone()).chain(reader))
+    };
+    if head.starts_with(GZIP) {
+        Ok(Box::new(flate2::read::MultiGzDecoder::new(
+            io::BufReader::new(whole),
+        )))
+    } else if head == ZSTD {
+        Ok(Box::new(zstd::stream::read::Decoder::new(whole)?))
+    } else if head.starts_with(b"BZh") && head.get(3).is_some_and(|b| (b'1'..=b'9').contains(b)) {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "bzip2-compressed input, which this build does not read: decompress it first \
+             (bzcat FILE | dedup-stream)",
+        ))
+    } else {
+        Ok(whole)
     }
 }
 

@@ -79,7 +79,10 @@ fn main() -> ExitCode {
         Some(Command::Index(args)) => scale::index(&args),
         Some(Command::Tune(args)) => tune_cmd::tune(&args),
         Some(Command::Completions(args)) => completions(&args),
-        Some(Command::Man(args)) => man(args.page.as_deref()),
+        Some(Command::Man(args)) => match &args.all {
+            Some(dir) => man_all(dir),
+            None => man(args.page.as_deref()),
+        },
         None => filter(&cli.filter),
     };
     ExitCode::from(exit)
@@ -108,6 +111,11 @@ fn init_logging(level: LevelFilter) {
 }
 
 fn filter(args: &FilterArgs) -> Exit {
+    // Said even with --quiet: a variable meant for a sidecar (a state file,
+    // a Redis) changes what a plain run reads and writes.
+    for taken in &args.from_env {
+        eprintln!("dedup-stream: {taken} (from the environment)");
+    }
     let mut pipeline_config = match args.pipeline_config() {
         Ok(config) => config,
         Err(e) => return usage(e),
@@ -130,6 +138,11 @@ fn filter(args: &FilterArgs) -> Exit {
     .filter_map(|(kind, path)| Some((kind, path?)))
     .collect();
     if let Err(e) = output::check(&outputs, &sources, args.force) {
+        return usage(e);
+    }
+    if args.output_file().is_none()
+        && let Err(e) = output::check_stdout(&sources)
+    {
         return usage(e);
     }
     if sources.is_empty() && io::stdin().is_terminal() && !args.quiet {
@@ -293,6 +306,17 @@ impl Run<'_> {
                 )
             );
         }
+        let missing = report.missing_times();
+        if missing > 0 {
+            eprintln!(
+                "dedup-stream: {} took the arrival time of the line (--window)",
+                dedup_stream::stats::counted(
+                    missing,
+                    "message without a created_at",
+                    "messages without a created_at"
+                )
+            );
+        }
         let hidden = report.hidden();
         if hidden > 0 {
             eprintln!(
@@ -439,6 +463,28 @@ fn man(page: Option<&str>) -> Exit {
     }
 }
 
+/// `dedup-stream man --all DIR`: every page into DIR, each file named.
+fn man_all(dir: &Path) -> Exit {
+    if !dir.is_dir() {
+        return usage(format!("--all {}: not a directory", dir.display()));
+    }
+    match manual::render_all(dir) {
+        Ok(written) => {
+            for path in written {
+                println!("{}", path.display());
+            }
+            Exit::Success
+        }
+        Err(e) => {
+            eprintln!(
+                "dedup-stream: writing the manual pages into {}: {e}",
+                dir.display()
+            );
+            Exit::Failure
+        }
+    }
+}
+
 /// Writes all of `bytes` to stdout; a closed pipe is a quiet success.
 fn write_stdout(bytes: &[u8]) -> Exit {
     let mut out = io::stdout().lock();
@@ -462,6 +508,11 @@ fn runtime() -> Result<tokio::runtime::Runtime, Exit> {
             Exit::Failure
         })
 }
+
+/// What `index forget` says of a state file it cannot load: it never
+/// starts empty, which would forget every message the file holds.
+const NOT_FRESH: &str = "index forget changes a state file only when it loads: give it the \
+                         engine options (--shingle, --sample, ...) the file was made with";
 
 /// Loads `--state` into a new engine (see [`load_state_checked`]).
 fn load_state(args: &StateArgs, deduper: Deduper) -> Result<Deduper, Exit> {
@@ -491,10 +542,14 @@ fn load_state_checked(args: &StateArgs, mut deduper: Deduper) -> Result<(Deduper
         }
         Err(e) => {
             eprintln!("dedup-stream: {e}");
-            eprintln!(
-                "dedup-stream: the file was left as it is; pass --fresh-state to start \
-                 with an empty index instead (it replaces the file at the next save)"
-            );
+            if args.offer_fresh_state {
+                eprintln!(
+                    "dedup-stream: the file was left as it is; pass --fresh-state to start \
+                     with an empty index instead (it replaces the file at the next save)"
+                );
+            } else {
+                eprintln!("dedup-stream: the file was left as it is; {NOT_FRESH}");
+            }
             return Err(Exit::Failure);
         }
     }
@@ -610,10 +665,14 @@ fn open_journal(
     if let Err(e @ (JournalError::NotAJournal { .. } | JournalError::Settings { .. })) = &opened {
         if !args.fresh_state {
             eprintln!("dedup-stream: {e}");
-            eprintln!(
-                "dedup-stream: the file was left as it is; pass --fresh-state to start without \
-                 it (it is replaced)"
-            );
+            if args.offer_fresh_state {
+                eprintln!(
+                    "dedup-stream: the file was left as it is; pass --fresh-state to start \
+                     without it (it is replaced)"
+                );
+            } else {
+                eprintln!("dedup-stream: the file was left as it is; {NOT_FRESH}");
+            }
             return Err(Exit::Failure);
         }
         tracing::warn!("{e}; replaced (--fresh-state)");

@@ -162,16 +162,93 @@ const OTHER: Extra = Extra {
     examples: &[],
 };
 
-/// The subcommands that have a page of their own.
+/// The subcommands that have a page of their own (`index-forget`: the
+/// page of `index forget`).
 pub const PAGES: &[&str] = &[
     "compare",
     "serve",
     "consume",
     "index",
+    "index-info",
+    "index-drop",
+    "index-forget",
     "tune",
     "completions",
     "man",
 ];
+
+/// Writes every page into `dir` (`dedup-stream.1`,
+/// `dedup-stream-serve.1`, …): the names of the files written.
+pub fn render_all(dir: &std::path::Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let mut written = Vec::new();
+    for page in std::iter::once(None).chain(PAGES.iter().map(|p| Some(*p))) {
+        let name = match page {
+            None => "dedup-stream.1".to_string(),
+            Some(page) => format!("dedup-stream-{page}.1"),
+        };
+        let mut out = Vec::new();
+        render(page, &mut out)?;
+        let path = dir.join(name);
+        std::fs::write(&path, out)?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+/// A synopsis with each option's value name (`[--state FILE]`), which
+/// clap_mangen's leaves out.
+fn synopsis(command: &clap::Command, out: &mut dyn Write) -> std::io::Result<()> {
+    let name = command
+        .get_bin_name()
+        .unwrap_or_else(|| command.get_name())
+        .to_string();
+    let mut parts = vec![format!("\\fB{}\\fR", escape(&name))];
+    for arg in command.get_arguments().filter(|a| !a.is_hide_set()) {
+        let values = arg
+            .get_value_names()
+            .map(|names| {
+                names
+                    .iter()
+                    .map(|n| format!(" \\fI{}\\fR", escape(n)))
+                    .collect::<String>()
+            })
+            .unwrap_or_default();
+        let takes_value = arg.get_action().takes_values();
+        let part = match (arg.get_short(), arg.get_long()) {
+            (_, None) => format!("\\fI{}\\fR", escape(&values_or_id(arg))),
+            (Some(short), Some(long)) => {
+                format!("\\fB\\-{short}\\fR|\\fB\\-\\-{}\\fR", escape(long))
+            }
+            (None, Some(long)) => format!("\\fB\\-\\-{}\\fR", escape(long)),
+        };
+        let part = if takes_value && arg.get_long().is_some() {
+            format!("{part}{values}")
+        } else {
+            part
+        };
+        let repeated = matches!(
+            arg.get_action(),
+            clap::ArgAction::Append | clap::ArgAction::Count
+        );
+        let dots = if repeated { "..." } else { "" };
+        parts.push(if arg.is_required_set() {
+            format!("{part}{dots}")
+        } else {
+            format!("[{part}]{dots}")
+        });
+    }
+    if command.get_subcommands().any(|s| !s.is_hide_set()) {
+        parts.push("<\\fIsubcommand\\fR>".to_string());
+    }
+    writeln!(out, ".SH SYNOPSIS\n{}", parts.join(" "))
+}
+
+/// A positional argument's value name (`FILE`), else its id.
+fn values_or_id(arg: &clap::Arg) -> String {
+    arg.get_value_names()
+        .and_then(|names| names.first())
+        .map_or_else(|| arg.get_id().to_string(), ToString::to_string)
+}
 
 /// Writes the page of `page` (a subcommand), or the main one.
 pub fn render(page: Option<&str>, out: &mut dyn Write) -> std::io::Result<()> {
@@ -180,7 +257,12 @@ pub fn render(page: Option<&str>, out: &mut dyn Write) -> std::io::Result<()> {
     let (command, extra) = match page {
         None => (root, &FILTER),
         Some(name) => {
-            let Some(command) = root.find_subcommand(name).cloned() else {
+            // `index-forget`: the page of `index forget`.
+            let mut found = Some(&root);
+            for part in name.split('-') {
+                found = found.and_then(|c| c.find_subcommand(part));
+            }
+            let Some(command) = found.cloned() else {
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::NotFound,
                     format!("no page {name:?}"),
@@ -190,7 +272,7 @@ pub fn render(page: Option<&str>, out: &mut dyn Write) -> std::io::Result<()> {
                 "serve" => &SERVE,
                 "consume" => &CONSUME,
                 "compare" => &COMPARE,
-                "index" => &INDEX,
+                "index" | "index-info" | "index-drop" | "index-forget" => &INDEX,
                 "tune" => &TUNE,
                 _ => &OTHER,
             };
@@ -200,7 +282,7 @@ pub fn render(page: Option<&str>, out: &mut dyn Write) -> std::io::Result<()> {
     let man = clap_mangen::Man::new(command.clone());
     man.render_title(out)?;
     man.render_name_section(out)?;
-    man.render_synopsis_section(out)?;
+    synopsis(&command, out)?;
     man.render_description_section(out)?;
     if command.get_arguments().any(|a| !a.is_hide_set()) {
         man.render_options_section(out)?;
@@ -275,5 +357,31 @@ mod tests {
         assert!(serve.contains("dedup\\-stream\\-serve") || serve.contains("dedup-stream-serve"));
         assert!(serve.contains("listen"));
         assert!(render(Some("nope"), &mut Vec::new()).is_err());
+    }
+
+    #[test]
+    fn all_pages_are_written_with_value_names_in_their_synopses() {
+        let dir = tempfile::tempdir().unwrap();
+        let written = render_all(dir.path()).unwrap();
+        assert_eq!(written.len(), PAGES.len() + 1);
+        let forget =
+            std::fs::read_to_string(dir.path().join("dedup-stream-index-forget.1")).unwrap();
+        assert!(
+            forget.contains("\\fBdedup\\-stream index forget\\fR"),
+            "{forget}"
+        );
+        assert!(
+            forget.contains("[\\fB\\-\\-state\\fR \\fIFILE\\fR]"),
+            "{forget}"
+        );
+        let main = std::fs::read_to_string(dir.path().join("dedup-stream.1")).unwrap();
+        assert!(
+            main.contains("[\\fB\\-\\-threshold\\fR \\fIF\\fR]"),
+            "{main}"
+        );
+        assert!(
+            main.contains("dedup-stream-index-forget\\fR(1)"),
+            "SEE ALSO: {main}"
+        );
     }
 }

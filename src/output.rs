@@ -18,6 +18,12 @@
 //! - for a state file, anything but a regular file (`/dev/null` would be
 //!   replaced by the rename that makes saves atomic).
 //!
+//! Without `-o`, [`check_stdout`] refuses a standard output that is one of
+//! the input files (`dedup-stream f >> f` would read its own output for
+//! ever, `dedup-stream f > f` finds `f` already emptied by the shell), by
+//! device and inode as GNU cat does; a pipe, a terminal or `/dev/null` is
+//! never an input.
+//!
 //! An empty file is taken: there is nothing in it to lose (`mktemp` makes
 //! them). Stats and tagged output to something other than a regular file
 //! (`/dev/stdout`, a pipe) are written into it as it is.
@@ -63,6 +69,29 @@ impl OutputKind {
     }
 }
 
+/// How a front end spells the options in [`OutputRefused`]'s messages:
+/// the CLI's flags ([`Spelling::CLI`]), or another's arguments (the Python
+/// package's `dst`, `state`, `force=True`), so that the same checks speak
+/// the caller's language.
+#[derive(Clone, Copy, Debug)]
+pub struct Spelling {
+    /// The name of each kind's option.
+    pub option: fn(OutputKind) -> &'static str,
+    /// How to ask for a tagged output to replace any file.
+    pub force: &'static str,
+    /// Whether there is a `--fresh-state` to mention.
+    pub fresh_state: bool,
+}
+
+impl Spelling {
+    /// The command line's: `--output`, `--force`, `--fresh-state`.
+    pub const CLI: Spelling = Spelling {
+        option: OutputKind::option,
+        force: "--force",
+        fresh_state: true,
+    };
+}
+
 /// Why an output path is refused.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -73,6 +102,15 @@ pub enum OutputRefused {
         /// The option.
         option: &'static str,
         /// The path as given.
+        path: String,
+    },
+    /// Standard output is one of the input files (`dedup-stream f >> f`).
+    #[error(
+        "standard output is the input {path}: the run would read what it writes (`> {path}` \
+         has already emptied it; `>> {path}` never ends); write to another file, or use -o FILE"
+    )]
+    StdoutIsInput {
+        /// The input as given (`<stdin>` for standard input).
         path: String,
     },
     /// Two output options name one file.
@@ -95,7 +133,7 @@ pub enum OutputRefused {
         /// What the option's files are.
         kind: &'static str,
         /// What to do instead.
-        hint: &'static str,
+        hint: String,
     },
     /// The path cannot be written (no such directory, a directory, …).
     #[error("{option} {path}: cannot write there: {source}")]
@@ -121,8 +159,18 @@ pub fn check(
     inputs: &[Source],
     force: bool,
 ) -> Result<(), OutputRefused> {
+    check_spelt(outputs, inputs, force, Spelling::CLI)
+}
+
+/// [`check`], its messages naming the options as `spelling` does.
+pub fn check_spelt(
+    outputs: &[(OutputKind, &Path)],
+    inputs: &[Source],
+    force: bool,
+    spelling: Spelling,
+) -> Result<(), OutputRefused> {
     for (i, &(kind, path)) in outputs.iter().enumerate() {
-        let option = kind.option();
+        let option = (spelling.option)(kind);
         let shown = || path.display().to_string();
         crate::input::check_writable(path).map_err(|source| OutputRefused::Unwritable {
             option,
@@ -146,17 +194,17 @@ pub fn check(
             return Err(OutputRefused::SameAsOther {
                 option,
                 path: shown(),
-                other: other.option(),
+                other: (spelling.option)(other),
             });
         }
         let Ok(meta) = fs::metadata(path) else {
             continue; // Not there yet: nothing to lose.
         };
-        let not_ours = |kind_name, hint| OutputRefused::NotOurs {
+        let not_ours = |kind_name, hint: &str| OutputRefused::NotOurs {
             option,
             path: shown(),
             kind: kind_name,
-            hint,
+            hint: hint.to_string(),
         };
         if !meta.is_file() {
             if kind == OutputKind::State {
@@ -185,14 +233,17 @@ pub fn check(
                     "a stats file (a JSON object of counts)",
                     "name a new file, or remove it first",
                 ),
-                OutputKind::State => not_ours(
+                OutputKind::State if spelling.fresh_state => not_ours(
                     "a state file",
                     "name a new file, or remove it first; --fresh-state replaces only a state \
                      file that cannot be loaded",
                 ),
+                OutputKind::State => {
+                    not_ours("a state file", "name a new file, or remove it first")
+                }
                 OutputKind::Tagged => not_ours(
                     "tagged output (its first line has no \"dedup\" member)",
-                    "name a new file, or pass --force to replace it",
+                    &format!("name a new file, or pass {} to replace it", spelling.force),
                 ),
                 OutputKind::Rejects => not_ours(
                     "a rejects file (its first line has no \"reason\" member)",
@@ -209,6 +260,60 @@ pub fn check(
         }
     }
     Ok(())
+}
+
+/// Refuses a run whose standard output is a regular file that is also one
+/// of `inputs` (standard input included: `dedup-stream < f >> f`), by
+/// device and inode, as GNU cat does. Anything else on standard output (a
+/// pipe, a terminal, `/dev/null`, another file) passes.
+pub fn check_stdout(inputs: &[Source]) -> Result<(), OutputRefused> {
+    let Some(stdout) = std_metadata(StdStream::Out).filter(fs::Metadata::is_file) else {
+        return Ok(());
+    };
+    // No file at all reads standard input.
+    let stdin_only = [Source::Stdin];
+    let inputs = if inputs.is_empty() {
+        &stdin_only[..]
+    } else {
+        inputs
+    };
+    for input in inputs {
+        let meta = match input {
+            Source::Stdin => std_metadata(StdStream::In),
+            Source::File(path) => fs::metadata(path).ok(),
+        };
+        if meta.is_some_and(|meta| meta.is_file() && same_inode(&meta, &stdout)) {
+            return Err(OutputRefused::StdoutIsInput {
+                path: input.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Which standard stream [`std_metadata`] looks at.
+#[derive(Clone, Copy)]
+enum StdStream {
+    In,
+    Out,
+}
+
+/// What a standard stream is open on (`fstat`), if it is open.
+#[cfg(unix)]
+fn std_metadata(stream: StdStream) -> Option<fs::Metadata> {
+    use std::os::fd::AsFd;
+    // A duplicate of the descriptor, so that the `File` closing it on drop
+    // leaves the stream itself open.
+    let fd = match stream {
+        StdStream::In => io::stdin().as_fd().try_clone_to_owned(),
+        StdStream::Out => io::stdout().as_fd().try_clone_to_owned(),
+    };
+    File::from(fd.ok()?).metadata().ok()
+}
+
+#[cfg(not(unix))]
+fn std_metadata(_: StdStream) -> Option<fs::Metadata> {
+    None
 }
 
 /// Whether two paths name one existing file.

@@ -531,6 +531,9 @@ fn decide_batches<S: IndexStore>(
                     if message.unreadable_time {
                         report.unreadable_time(message.number);
                     }
+                    if message.missing_time {
+                        report.missing_time(message.number);
+                    }
                     if verdict.is_deletion() {
                         summary.deletions += 1;
                     } else {

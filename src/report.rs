@@ -85,6 +85,9 @@ pub struct Report {
     times: bool,
     /// Messages whose `created_at` could not be read: (seen, warned about).
     unreadable_times: Mutex<(u64, u64)>,
+    /// Messages without a `created_at` (under `--window`): the first is
+    /// warned about, the rest counted.
+    missing_times: AtomicU64,
     /// Where every skipped line goes (`--rejects`), whatever the limit of
     /// warnings: nothing is dropped unseen.
     rejects: Mutex<Option<Rejects>>,
@@ -133,6 +136,7 @@ impl Report {
             invalid: Mutex::default(),
             times: false,
             unreadable_times: Mutex::default(),
+            missing_times: AtomicU64::new(0),
             rejects: Mutex::default(),
         }
     }
@@ -207,6 +211,30 @@ impl Report {
                 self.lines.locate(line)
             );
         }
+    }
+
+    /// Notes a message without a `created_at` (none, or not a string) that
+    /// took its arrival time: the first is warned about by `file:line`,
+    /// the rest only counted ([`Report::missing_times`]), since a stream
+    /// of items without times is a choice, not a slip. In a replay of old
+    /// tweets, one such line moves the window's clock to now and expires
+    /// everything before it.
+    pub fn missing_time(&self, line: u64) {
+        if !self.times {
+            return;
+        }
+        if self.missing_times.fetch_add(1, Ordering::Relaxed) == 0 {
+            tracing::warn!(
+                "{}: no created_at: the line's arrival time is used (with --window, it moves \
+                 the clock to now; further lines without one are counted at the end)",
+                self.lines.locate(line)
+            );
+        }
+    }
+
+    /// Messages without a `created_at` (under `--window`).
+    pub fn missing_times(&self) -> u64 {
+        self.missing_times.load(Ordering::Relaxed)
     }
 
     /// Messages whose `created_at` could not be read (under `--window`).

@@ -147,6 +147,7 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
     let index_location = args.index.clone().unwrap_or_else(|| streams.clone());
     let preparer = Preparer::new(&engine);
     let metrics = Arc::new(Metrics::default());
+    metrics.queue_worker.store(true, Ordering::Relaxed);
     let stop = Arc::new(AtomicBool::new(false));
     let runtime = match runtime() {
         Ok(runtime) => runtime,
@@ -318,6 +319,7 @@ fn consume_nats(args: &ConsumeArgs) -> Exit {
     }
     let preparer = Preparer::new(&engine);
     let metrics = Arc::new(Metrics::default());
+    metrics.queue_worker.store(true, Ordering::Relaxed);
     let stop = Arc::new(AtomicBool::new(false));
     let runtime = match runtime() {
         Ok(runtime) => runtime,
@@ -432,6 +434,7 @@ fn consume_kafka(args: &ConsumeArgs) -> Exit {
     }
     let preparer = Preparer::new(&engine);
     let metrics = Arc::new(Metrics::default());
+    metrics.queue_worker.store(true, Ordering::Relaxed);
     let stop = Arc::new(AtomicBool::new(false));
     let runtime = match runtime() {
         Ok(runtime) => runtime,
@@ -514,15 +517,30 @@ fn consume_kafka(args: &ConsumeArgs) -> Exit {
 /// `dedup-stream index info|drop`.
 pub fn index(args: &IndexAdminArgs) -> Exit {
     let result = match &args.action {
-        IndexAction::Info(target) => {
-            admin::info(&target.index, &target.index_name).map(|info| print!("{info}"))
+        IndexAction::Info(args) => match (&args.index, &args.state) {
+            (Some(index), _) => admin::info(index, &args.index_name).map(|info| print!("{info}")),
+            (None, Some(state)) => return state_info(state),
+            (None, None) => return usage("index info needs --index URL or --state FILE"),
+        },
+        IndexAction::Drop(args) => {
+            let target = &args.target;
+            if !args.yes {
+                match confirm_drop(target) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        eprintln!("dedup-stream: nothing dropped");
+                        return Exit::Failure;
+                    }
+                    Err(e) => return usage(e),
+                }
+            }
+            admin::drop(&target.index, &target.index_name).map(|keys| {
+                println!(
+                    "dropped index {:?} at {}: {keys} keys removed",
+                    target.index_name, target.index
+                )
+            })
         }
-        IndexAction::Drop(target) => admin::drop(&target.index, &target.index_name).map(|keys| {
-            println!(
-                "dropped index {:?} at {}: {keys} keys removed",
-                target.index_name, target.index
-            )
-        }),
         IndexAction::Forget(args) => return forget(args),
     };
     match result {
@@ -535,6 +553,81 @@ pub fn index(args: &IndexAdminArgs) -> Exit {
     }
 }
 
+/// `index info --state FILE`: a state file's header and its journal,
+/// read without loading the index (so without its engine options).
+fn state_info(path: &std::path::Path) -> Exit {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return usage(format!("--state {}: no such state file", path.display()));
+        }
+        Err(e) => {
+            eprintln!("dedup-stream: {}: {e}", path.display());
+            return Exit::Failure;
+        }
+    };
+    let summary = match snapshot::describe(&bytes) {
+        Ok(summary) => summary,
+        Err(kind) => {
+            eprintln!("dedup-stream: state file {}: {kind}", path.display());
+            return Exit::Failure;
+        }
+    };
+    println!("state file: {}", path.display());
+    println!(
+        "format:     version {}, {} bytes",
+        summary.version,
+        bytes.len()
+    );
+    println!(
+        "settings:   {} (give the same --shingle and --sample to load it)",
+        summary.shingling
+    );
+    println!("messages:   {} indexed", summary.entries);
+    match summary.newest {
+        Some(ms) => println!("newest:     {ms} ms since the epoch (the --window clock)"),
+        None => println!("newest:     no message time"),
+    }
+    let journal = dedup_stream::journal::path_for(path);
+    match std::fs::metadata(&journal) {
+        Ok(meta) => println!(
+            "journal:    {}, {} bytes (replayed over the file at the next load)",
+            journal.display(),
+            meta.len()
+        ),
+        Err(_) => println!("journal:    none"),
+    }
+    Exit::Success
+}
+
+/// Asks on the terminal whether to drop `target`: whether the answer was
+/// yes. Without a terminal on stdin and stderr there is no one to ask: an
+/// error that says to pass --yes.
+fn confirm_drop(target: &crate::cli::IndexTarget) -> Result<bool, String> {
+    use std::io::{BufRead, IsTerminal, Write};
+    if !(io::stdin().is_terminal() && io::stderr().is_terminal()) {
+        return Err(format!(
+            "index drop removes every key of index {:?} at {}: pass --yes to do it without \
+             a terminal to ask on",
+            target.index_name, target.index
+        ));
+    }
+    eprint!(
+        "Remove every key of index {:?} at {}? [y/N] ",
+        target.index_name, target.index
+    );
+    let _ = io::stderr().flush();
+    let mut answer = String::new();
+    io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|e| format!("reading the answer: {e}"))?;
+    Ok(matches!(
+        answer.trim().to_ascii_lowercase().as_str(),
+        "y" | "yes"
+    ))
+}
+
 /// `dedup-stream index forget`: reads ids, has the index forget them, and
 /// with a state file saves it (its journal cut down, as at the end of a
 /// run).
@@ -543,7 +636,8 @@ fn forget(args: &ForgetArgs) -> Exit {
         (Ok(engine), Ok(fields)) => (engine, fields),
         (Err(e), _) | (_, Err(e)) => return usage(e),
     };
-    if let Err(e) = refuse_memory_only(&args.index, &args.state) {
+    let state = args.state.state_args();
+    if let Err(e) = refuse_memory_only(&args.index, &state) {
         return usage(e);
     }
     let decoder = dedup_stream::Decoder::new(fields.clone());
@@ -564,7 +658,7 @@ fn forget(args: &ForgetArgs) -> Exit {
     let max_line = args.message.max_line_bytes();
     let done = match &args.index.index {
         IndexLocation::Memory => {
-            let Some(path) = &args.state.state else {
+            let Some(path) = &state.state else {
                 return usage(
                     "index forget needs the index: --state FILE, or --index redis://… for one in Redis",
                 );
@@ -572,9 +666,19 @@ fn forget(args: &ForgetArgs) -> Exit {
             if let Err(e) = output::check(&[(output::OutputKind::State, path)], &[], false) {
                 return usage(e);
             }
+            // A missing file is a mistyped name, not an empty index: the
+            // real one would keep the deleted tweets. (A journal alone is
+            // an index: a run stopped before its first save.)
+            if !path.exists() && !dedup_stream::journal::path_for(path).exists() {
+                return usage(format!(
+                    "--state {}: no such state file (nor its journal); name the file the \
+                     filter or serve saves",
+                    path.display()
+                ));
+            }
             let preparer = Preparer::new(&engine);
             let (mut deduper, mut journal) =
-                match crate::load_with_journal(&args.state, engine, &preparer, &fields) {
+                match crate::load_with_journal(&state, engine, &preparer, &fields) {
                     Ok(loaded) => loaded,
                     Err(exit) => return exit,
                 };

@@ -580,6 +580,66 @@ fn arrival(seq: u64) -> Result<u64, ErrorKind> {
     Ok(seq)
 }
 
+/// What a state file's header says, read without an engine
+/// ([`describe`], for `index info --state`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateSummary {
+    /// The format version.
+    pub version: u32,
+    /// The shingle settings it was written with (`words:1-2`,
+    /// `chars:5+mod:4`).
+    pub shingling: String,
+    /// The newest message time seen, in milliseconds since the epoch.
+    pub newest: Option<i64>,
+    /// The messages it holds.
+    pub entries: u64,
+}
+
+/// Reads a state file's header (after checking its magic, version and
+/// checksum), without restoring any entry: what it was made with and how
+/// much it holds.
+pub fn describe(bytes: &[u8]) -> Result<StateSummary, ErrorKind> {
+    if bytes.len() < MAGIC.len() || bytes[..MAGIC.len()] != MAGIC {
+        return Err(ErrorKind::NotAStateFile);
+    }
+    let version = Reader::new(&bytes[MAGIC.len()..]).u32()?;
+    if !(PREVIOUS_VERSION..=FORMAT_VERSION).contains(&version) {
+        return Err(ErrorKind::Version { found: version });
+    }
+    let body_len = bytes
+        .len()
+        .checked_sub(4)
+        .filter(|&n| n >= MAGIC.len() + 4)
+        .ok_or(ErrorKind::Truncated)?;
+    let (body, stored) = bytes.split_at(body_len);
+    let mut stored_bytes = [0; 4];
+    stored_bytes.copy_from_slice(stored);
+    if crc32fast::hash(body) != u32::from_le_bytes(stored_bytes) {
+        return Err(ErrorKind::Checksum);
+    }
+    // The header as decode_into reads it.
+    let mut r = Reader::new(&body[MAGIC.len() + 4..]);
+    let _fingerprint = r.u64()?;
+    let shingling_len = usize::from(r.u8()?);
+    let shingling = String::from_utf8_lossy(r.take(shingling_len)?).into_owned();
+    let newest = if version == PREVIOUS_VERSION {
+        None
+    } else {
+        Some(r.u64()? as i64).filter(|&t| t >= 0)
+    };
+    if version == FORMAT_VERSION {
+        let _next_seq = r.u64()?;
+        let _bands = r.u8()?;
+    }
+    let entries = r.u64()?;
+    Ok(StateSummary {
+        version,
+        shingling,
+        newest,
+        entries,
+    })
+}
+
 /// Loads a state file into `deduper` (normally a new, empty one). A missing
 /// file is not an error: it is the first run. The file is only read.
 ///

@@ -1,5 +1,6 @@
-//! The live status line on a terminal: messages, messages per second,
-//! duplicates and index fill, redrawn at most four times a second while the
+//! The live status line on a terminal: messages, messages per second
+//! (over the last [`RATE_WINDOW`], so a stall or a burst shows at once,
+//! not diluted by the run's average), duplicates and index fill, redrawn at most four times a second while the
 //! filter runs, and cleared at the end.
 //!
 //! It appears only when stderr is a terminal, without `--quiet`, and only
@@ -12,6 +13,7 @@
 //! `DEDUP_STREAM_PROGRESS_AFTER_MS` changes the one-second delay (tests set
 //! it to 0, to see the line without waiting).
 
+use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -24,6 +26,39 @@ use dedup_stream::report::{Report, Snapshot};
 const DELAY: Duration = Duration::from_secs(1);
 /// Time between two redraws (at most four a second).
 const TICK: Duration = Duration::from_millis(250);
+/// The span the rate shown is measured over.
+const RATE_WINDOW: Duration = Duration::from_secs(5);
+
+/// Messages per second over the last [`RATE_WINDOW`], from the counts seen
+/// at each redraw.
+#[derive(Debug, Default)]
+struct Rate {
+    /// (time since the start, messages then), oldest first, spanning at
+    /// most the window (and one sample before it, its start).
+    samples: VecDeque<(Duration, u64)>,
+}
+
+impl Rate {
+    /// Records `messages` at `at` and returns the rate since the window's
+    /// start (since the run's start while it is shorter than the window).
+    fn observe(&mut self, at: Duration, messages: u64) -> f64 {
+        while self
+            .samples
+            .get(1)
+            .is_some_and(|&(then, _)| at.saturating_sub(then) >= RATE_WINDOW)
+        {
+            self.samples.pop_front();
+        }
+        let (since, before) = match self.samples.front() {
+            Some(&(then, count)) if at.saturating_sub(then) >= RATE_WINDOW / 2 => (then, count),
+            _ => (Duration::ZERO, 0),
+        };
+        self.samples.push_back((at, messages));
+        let secs = (at - since.min(at)).as_secs_f64().max(1e-9);
+        messages.saturating_sub(before) as f64 / secs
+    }
+}
+
 /// Erases the terminal's current line and returns to its start.
 const CLEAR: &[u8] = b"\r\x1b[2K";
 
@@ -78,6 +113,7 @@ fn draw_until_stopped(
     let started = Instant::now();
     let (stopped, wake) = stop;
     let mut wait = delay;
+    let mut rate = Rate::default();
     loop {
         let guard = stopped.lock().unwrap_or_else(PoisonError::into_inner);
         let (guard, _) = wake
@@ -87,7 +123,9 @@ fn draw_until_stopped(
             break;
         }
         drop(guard);
-        let line = status(&report.progress.snapshot(), capacity, started.elapsed());
+        let now = report.progress.snapshot();
+        let per_second = rate.observe(started.elapsed(), now.messages);
+        let line = status(&now, capacity, per_second);
         let mut err = io::stderr().lock();
         let _ = err
             .write_all(CLEAR)
@@ -102,9 +140,8 @@ fn draw_until_stopped(
     }
 }
 
-/// The status line's text.
-fn status(now: &Snapshot, capacity: usize, elapsed: Duration) -> String {
-    let secs = elapsed.as_secs_f64().max(1e-9);
+/// The status line's text, at `per_second` messages a second.
+fn status(now: &Snapshot, capacity: usize, per_second: f64) -> String {
     let percent = |part: u64, whole: u64| {
         if whole == 0 {
             0.0
@@ -115,7 +152,7 @@ fn status(now: &Snapshot, capacity: usize, elapsed: Duration) -> String {
     format!(
         "{} messages, {:.0}/s, {} duplicates ({:.1}%), {} invalid, index {}/{} ({:.0}%)",
         now.messages,
-        now.messages as f64 / secs,
+        per_second,
         now.duplicates,
         percent(now.duplicates, now.messages),
         now.invalid,
@@ -169,8 +206,33 @@ mod tests {
             indexed: 1500,
         };
         assert_eq!(
-            status(&now, 3000, Duration::from_secs(2)),
+            status(&now, 3000, 1000.0),
             "2000 messages, 1000/s, 500 duplicates (25.0%), 3 invalid, index 1500/3000 (50%)"
         );
+    }
+
+    #[test]
+    fn the_rate_is_the_last_seconds_not_the_runs_average() {
+        let mut rate = Rate::default();
+        let at = |ms| Duration::from_millis(ms);
+        // 1,000 a second for ten seconds, drawn four times a second.
+        let mut shown = 0.0;
+        for tick in 1..=40u64 {
+            shown = rate.observe(at(tick * 250), tick * 250);
+        }
+        assert!((shown - 1000.0).abs() < 1.0, "{shown}");
+        // Then a stall: within the window the rate falls to 0, where the
+        // run's average would still say 1,000 * 10 / 16 = 625.
+        for tick in 41..=64u64 {
+            shown = rate.observe(at(tick * 250), 10_000);
+        }
+        assert_eq!(shown, 0.0);
+        // And a burst shows as one.
+        for tick in 65..=88u64 {
+            shown = rate.observe(at(tick * 250), 10_000 + (tick - 64) * 1250);
+        }
+        assert!((shown - 5000.0).abs() < 1.0, "{shown}");
+        // At the first draw, the rate since the start.
+        assert_eq!(Rate::default().observe(at(1000), 300), 300.0);
     }
 }

@@ -85,6 +85,7 @@ pub fn tune(args: &TuneArgs) -> Exit {
     }
     let threads = args
         .threads
+        .and_then(|t| t.0)
         .or_else(|| std::thread::available_parallelism().ok())
         .map_or(1, |n| n.get());
     let (points, took) = tune::timed(|| tune::run(&sample, &base, &grid, threads));

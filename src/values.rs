@@ -75,6 +75,38 @@ pub fn at_least_one(s: &str) -> Result<usize, String> {
     }
 }
 
+/// How long an outage of Redis is waited out: a duration as
+/// [`parse_duration`] reads it, or `forever` (`None`).
+pub fn parse_wait(s: &str) -> Result<Option<Duration>, String> {
+    if s == "forever" {
+        return Ok(None);
+    }
+    parse_duration(s)
+        .map(Some)
+        .map_err(|e| format!("{e}, or forever"))
+}
+
+/// A thread count: a whole number, `0` for one a CPU (the default), as
+/// ripgrep's `-j 0`. `None` for that automatic choice.
+pub fn parse_threads(s: &str) -> Result<Option<NonZeroUsize>, String> {
+    s.parse::<usize>().map(NonZeroUsize::new).map_err(|_| {
+        format!(
+            "must be a whole number from 0 to {}; 0: one a CPU (the default)",
+            usize::MAX
+        )
+    })
+}
+
+/// `--recent`'s reach in messages: a whole number, 0 or more.
+pub fn parse_recent(s: &str) -> Result<u64, String> {
+    s.parse::<u64>().map_err(|_| {
+        format!(
+            "must be a whole number from 0 to {}; 0: every match must reach the threshold",
+            u64::MAX
+        )
+    })
+}
+
 /// A duration: a number with an optional unit (ms, s, m, h; seconds when
 /// none).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {

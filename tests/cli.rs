@@ -864,7 +864,7 @@ fn completion_works_for_subcommands() {
     assert!(consume.contains("--claim-idle"), "{consume}");
     match complete_in("fish", "dedup-stream serve --li") {
         Some(fish) => assert!(fish.contains("--listen"), "{fish}"),
-        None => eprintln!("SKIPPED the fish part: fish is not installed"),
+        None => common::skipped("the fish part", "fish is not installed"),
     }
     // zsh's script names every subcommand's options.
     let zsh = Command::new(bin())
@@ -1001,7 +1001,10 @@ fn a_v2_response_page_gets_a_hint_to_unpack_it() {
 #[test]
 fn the_status_line_never_runs_into_output_on_the_terminal() {
     if Command::new("script").arg("--version").output().is_err() {
-        eprintln!("SKIPPED: no script(1) to give the run a terminal");
+        common::skipped(
+            "the_status_line_never_runs_into_output_on_the_terminal",
+            "no script(1) to give the run a terminal",
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();

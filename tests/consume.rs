@@ -306,7 +306,7 @@ fn a_password_in_a_redis_url_is_never_printed() {
     );
     check(
         "index drop",
-        run_to_end(&["index", "drop", "--index", &url], b""),
+        run_to_end(&["index", "drop", "--yes", "--index", &url], b""),
         0,
     );
     // A wrong password, and a URL refused, are reported without it.
@@ -424,6 +424,47 @@ fn entries_are_read_as_the_filter_reads_lines() {
     );
     assert_eq!(field("json").as_deref(), Some(""), "not copied");
     assert!(stderr.contains("longer than the limit"), "{stderr}");
+}
+
+/// Issue 38: an entry without the message field was dead-lettered with
+/// an empty field and nothing else: what it held is copied now.
+#[test]
+fn an_entry_without_the_message_field_is_dead_lettered_with_its_fields() {
+    if !available("an_entry_without_the_message_field_is_dead_lettered_with_its_fields") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let mut con = redis.connection();
+    let id: String = redis::cmd("XADD")
+        .arg("in")
+        .arg("*")
+        .arg("payload")
+        .arg(message(1, TEXT))
+        .arg("origin")
+        .arg("crawler-7")
+        .query(&mut con)
+        .unwrap();
+    add(&mut con, "in", "json", &message(2, TEXT));
+    let consuming = worker(&redis.url(), "a", "out", &[]);
+    wait_until("every entry acknowledged", Duration::from_secs(20), || {
+        xlen(&mut con, "out") == 1 && xlen(&mut con, "out:invalid") == 1
+    });
+    let (code, stderr) = terminate(consuming);
+    assert_eq!(code, Some(0), "{stderr}");
+    let dead = entries(&mut con, "out:invalid");
+    assert_eq!(
+        dead[0],
+        [
+            ("source".to_string(), id),
+            ("error".to_string(), "no field \"json\"".to_string()),
+            (
+                "payload".to_string(),
+                String::from_utf8(message(1, TEXT)).unwrap()
+            ),
+            ("origin".to_string(), "crawler-7".to_string()),
+        ],
+        "{dead:?}"
+    );
 }
 
 #[test]

@@ -177,7 +177,15 @@ fn a_worker_follows_an_index_dropped_under_it() {
     let mut worker = Worker::start(&args);
     worker.feed(before);
     let dropped = Command::new(bin())
-        .args(["index", "drop", "--index", &url, "--index-name", "dropped"])
+        .args([
+            "index",
+            "drop",
+            "--yes",
+            "--index",
+            &url,
+            "--index-name",
+            "dropped",
+        ])
         .output()
         .unwrap();
     assert!(dropped.status.success());

@@ -554,7 +554,7 @@ fn full_disk_at_save_time_keeps_the_previous_state_file() {
     let disk = match SmallDisk::mount("1m") {
         Ok(disk) => disk,
         Err(why) => {
-            eprintln!("SKIPPED {test}: cannot mount a small tmpfs ({why})");
+            common::skipped(test, &format!("cannot mount a small tmpfs ({why})"));
             return;
         }
     };

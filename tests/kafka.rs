@@ -147,6 +147,33 @@ fn committed(broker: &Broker) -> i64 {
     broker.committed(GROUP, IN).values().sum()
 }
 
+/// Without tansu, a Kafka test says SKIPPED in `cargo test`'s normal
+/// output (issue 38: it said so only to the harness, which keeps a
+/// passing test's stderr to itself). Runs one test of this binary again,
+/// as cargo does, with a PATH that holds no tansu.
+#[test]
+fn a_kafka_test_without_tansu_says_skipped_in_the_normal_output() {
+    let empty = tempfile::tempdir().unwrap();
+    let test = "one_worker_produces_what_the_filter_writes_and_stops_on_sigterm";
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--test-threads", "1"])
+        .env("PATH", empty.path())
+        .env_remove("DEDUP_REQUIRE_KAFKA")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let shown = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        shown.contains(&format!("SKIPPED {test}: tansu is not on the PATH")),
+        "{shown}"
+    );
+    assert!(shown.contains("1 passed"), "{shown}");
+}
+
 #[test]
 fn one_worker_produces_what_the_filter_writes_and_stops_on_sigterm() {
     if !available("one_worker_produces_what_the_filter_writes_and_stops_on_sigterm") {

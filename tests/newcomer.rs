@@ -279,7 +279,10 @@ fn usage_errors_are_in_clap_style_with_the_valid_range_and_exit_2() {
         (&["--capacity", "0"], "from 1 to 4294967295"),
         (&["--max-line-bytes", "0"], "from 1 to"),
         (&["--max-bucket", "0"], "from 1 to"),
-        (&["--shingle", "bytes:3"], "words:N, chars:N or spots:N"),
+        (
+            &["--shingle", "bytes:3"],
+            "words:N, words:1-N, chars:N or spots:N",
+        ),
         (&["--sample", "mod:1"], "mod:M with M from 2 to 64"),
         (&["--measure", "cosine"], "jaccard or containment"),
         (&["--text-field", "a..b"], "dotted names"),

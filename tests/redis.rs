@@ -289,8 +289,15 @@ fn long_texts() -> Vec<u8> {
 
 /// `dedup-stream index ACTION --index URL --index-name NAME`.
 fn index_command(action: &str, url: &str, name: &str) -> std::process::Output {
+    // A drop without a terminal to ask on needs --yes.
+    let yes = if action == "drop" {
+        &["--yes"][..]
+    } else {
+        &[]
+    };
     Command::new(bin())
         .args(["index", action, "--index", url, "--index-name", name])
+        .args(yes)
         .output()
         .unwrap()
 }
@@ -1018,7 +1025,7 @@ fn a_worker_cut_from_redis_by_the_network_holds_its_input_and_resumes() {
     let hosts = match Hosts::create("cut") {
         Ok(hosts) => hosts,
         Err(why) => {
-            eprintln!("SKIPPED {test}: no network namespaces ({why})");
+            common::skipped(test, &format!("no network namespaces ({why})"));
             return;
         }
     };

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
-from ._engine import Deduper, Verdict, __version__, compare
+from ._engine import Deduper, Verdict, __version__, _check_outputs, compare
 from ._errors import ConfigError, DedupError, InvalidInput, StateFileError, StoreError
 
 if TYPE_CHECKING:  # typed dicts of the stubs (python/dedup_stream/_engine.pyi)
@@ -52,6 +52,7 @@ def dedupe_jsonl(
     dst: PathLike,
     *,
     state: Optional[PathLike] = None,
+    force: bool = False,
     **options: Any,
 ) -> "Summary":
     """Tags every JSON line of ``src`` (a path, or a list read in order as
@@ -63,13 +64,21 @@ def dedupe_jsonl(
     "duplicates"), ``on_invalid`` ("skip", "fail"), ``threads``,
     ``max_line_bytes``. ``state`` is ``--state``: the index is loaded
     from that file if it exists and saved there at the end.
+
+    Before anything is read or written, ``dst`` and ``state`` are checked
+    as the CLI checks ``-o`` and ``--state``: neither may be an input file
+    (however spelt: ``./``, a symbolic or a hard link) nor the other, and
+    an existing ``dst`` is replaced only if it is tagged output (or with
+    ``force=True``), an existing ``state`` only if it is a state file.
+    A refusal raises ``ConfigError`` (a ``ValueError``).
     """
     run = {k: options.pop(k) for k in _RUN_OPTIONS if k in options}
+    _check_outputs(src, dst, state, force)
     if state is not None and os.path.exists(state):
         deduper = Deduper.load(state, **options)
     else:
         deduper = Deduper(**options)
-    summary = deduper.dedupe_jsonl(src, dst, **run)
+    summary = deduper.dedupe_jsonl(src, dst, force=force, **run)
     if state is not None:
         deduper.save(state)
     return summary

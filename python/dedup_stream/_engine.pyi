@@ -107,6 +107,7 @@ class Deduper:
         index: str = "memory",
         index_name: Optional[str] = "dedup-stream",
         redis_timeout: Union[str, int, float] = "30s",
+        redis_wait: Union[str, int, float, None] = "forever",
         id_field: Optional[str] = None,
         text_field: Union[str, Sequence[str], None] = None,
     ) -> None: ...
@@ -150,6 +151,7 @@ class Deduper:
         on_invalid: str = "skip",
         threads: Optional[int] = None,
         max_line_bytes: Optional[int] = None,
+        force: bool = False,
     ) -> Summary:
         """Tags JSON-lines files through the CLI's pipeline with this index."""
     def __len__(self) -> int: ...
@@ -170,5 +172,8 @@ class Deduper:
 def compare(a: Union[str, Mapping[str, Any]], b: Union[str, Mapping[str, Any]], **options: Any) -> Comparison:
     """How the engine sees two texts, as ``dedup-stream compare A B``."""
 
+def _check_outputs(
+    src: Union[PathLike, Sequence[PathLike]], dst: PathLike, state: Optional[PathLike] = None, force: bool = False
+) -> None: ...
 def _unpickle(options: Dict[str, Any], state: Optional[bytes], next_auto: int) -> Deduper: ...
 def _verdict(of: Optional[str], similarity: Optional[float], cluster: Optional[str]) -> Verdict: ...

@@ -66,3 +66,23 @@ pub fn snapshot(py: Python<'_>, e: &SnapshotError) -> PyErr {
         _ => raise(py, "StateFileError", e.to_string()),
     }
 }
+
+/// An output path refused by the CLI's checks
+/// ([`dedup_stream::output::check`]): `ConfigError` (a `ValueError`), or
+/// the `OSError` of a path that cannot be written at all.
+pub fn refused(py: Python<'_>, e: dedup_stream::output::OutputRefused) -> PyErr {
+    use dedup_stream::output::OutputRefused;
+    let OutputRefused::Unwritable { source, path, .. } = &e else {
+        return config(py, e.to_string());
+    };
+    let path = std::path::Path::new(path);
+    // The checks make some of their errors themselves, without an errno:
+    // given one, OSError picks the subclass a caller expects.
+    let errno = match source.kind() {
+        _ if source.raw_os_error().is_some() => return io(source, path),
+        std::io::ErrorKind::NotFound => 2,
+        _ if path.is_dir() => 21,
+        _ => return io(source, path),
+    };
+    pyo3::exceptions::PyOSError::new_err((errno, source.to_string(), path.display().to_string()))
+}

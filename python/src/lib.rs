@@ -6,6 +6,7 @@
 //! - [`options`]: the constructor's options, parsed by the CLI's rules.
 //! - [`errors`]: the engine's errors as Python exceptions.
 //! - [`ids`]: message ids between Python values and [`MessageId`].
+//! - [`logs`]: the engine's warnings as records of Python's `logging`.
 //! - this file: `Deduper` (one engine behind a mutex), `Verdict`,
 //!   `compare`.
 //!
@@ -17,6 +18,7 @@
 
 mod errors;
 mod ids;
+mod logs;
 mod options;
 
 use std::borrow::Cow;
@@ -31,6 +33,7 @@ use dedup_stream::engine::{
     share_anchor, similarity,
 };
 use dedup_stream::input::{Inputs, Source};
+use dedup_stream::output::{self, OutputKind, Spelling};
 use dedup_stream::pipeline::{self, Emit, OnInvalid, PipelineConfig};
 use dedup_stream::redis_index::{IndexLocation, RedisIndex, RedisOptions};
 use dedup_stream::report::Report;
@@ -40,6 +43,82 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple, PyType};
 
 use options::{Options, Raw};
+
+/// The CLI's output checks in the words of `dedupe_jsonl`: `dst`,
+/// `state`, `force=True`.
+const RUN_SPELLING: Spelling = Spelling {
+    option: run_argument,
+    force: "force=True",
+    fresh_state: false,
+};
+
+/// `dedupe_jsonl`'s argument for an output.
+fn run_argument(kind: OutputKind) -> &'static str {
+    match kind {
+        OutputKind::Tagged => "dst",
+        OutputKind::State => "state",
+        other => other.option(),
+    }
+}
+
+/// The CLI's `--state` check in the words of `save`.
+const SAVE_SPELLING: Spelling = Spelling {
+    option: save_argument,
+    force: "force=True",
+    fresh_state: false,
+};
+
+/// `save`'s name for its file.
+fn save_argument(kind: OutputKind) -> &'static str {
+    match kind {
+        OutputKind::State => "save",
+        other => other.option(),
+    }
+}
+
+/// The paths of `src`: one path, or a list or tuple of them.
+fn source_paths(src: &Bound<'_, PyAny>) -> PyResult<Vec<PathBuf>> {
+    if src.is_instance_of::<PyList>() || src.is_instance_of::<PyTuple>() {
+        src.extract()
+    } else {
+        Ok(vec![src.extract()?])
+    }
+}
+
+/// Refuses `dst` and `state` as the CLI refuses `-o` and `--state`,
+/// before anything is opened for writing: an input file however spelt
+/// (`./`, a symbolic or hard link: the same device and inode), one file
+/// for both, or an existing file of another kind (`dst` that is not
+/// tagged output, unless `force`; `state` that is not a state file).
+fn check_outputs(
+    py: Python<'_>,
+    sources: &[PathBuf],
+    dst: Option<&std::path::Path>,
+    state: Option<&std::path::Path>,
+    force: bool,
+) -> PyResult<()> {
+    let inputs: Vec<Source> = sources.iter().cloned().map(Source::File).collect();
+    let outputs: Vec<(OutputKind, &std::path::Path)> =
+        [(OutputKind::Tagged, dst), (OutputKind::State, state)]
+            .into_iter()
+            .filter_map(|(kind, path)| Some((kind, path?)))
+            .collect();
+    output::check_spelt(&outputs, &inputs, force, RUN_SPELLING).map_err(|e| errors::refused(py, e))
+}
+
+/// `dedupe_jsonl`'s checks of its paths, for the module-level function to
+/// make before it loads `state` (see [`check_outputs`]).
+#[pyfunction]
+#[pyo3(signature = (src, dst, state=None, force=false))]
+fn _check_outputs(
+    py: Python<'_>,
+    src: &Bound<'_, PyAny>,
+    dst: PathBuf,
+    state: Option<PathBuf>,
+    force: bool,
+) -> PyResult<()> {
+    check_outputs(py, &source_paths(src)?, Some(&dst), state.as_deref(), force)
+}
 
 /// Where a `Deduper`'s index lives.
 enum Store {
@@ -297,6 +376,20 @@ fn interruptible<T: Send>(
     stop: &AtomicBool,
     work: impl FnOnce() -> T + Send,
 ) -> PyResult<T> {
+    match interruptible_keeping(py, stop, work)? {
+        (_, Some(signal)) => Err(signal),
+        (value, None) => Ok(value),
+    }
+}
+
+/// [`interruptible`], handing back what `work` returned beside the signal
+/// that stopped it (if one did), for a call that returns what it decided
+/// before the stop.
+fn interruptible_keeping<T: Send>(
+    py: Python<'_>,
+    stop: &AtomicBool,
+    work: impl FnOnce() -> T + Send,
+) -> PyResult<(T, Option<PyErr>)> {
     let done = (Mutex::new(false), Condvar::new());
     let mut signal = None;
     let result = std::thread::scope(|scope| {
@@ -318,6 +411,7 @@ fn interruptible<T: Send>(
             if finished {
                 break;
             }
+            logs::flush(py);
             if signal.is_none()
                 && let Err(e) = py.check_signals()
             {
@@ -327,14 +421,20 @@ fn interruptible<T: Send>(
         }
         py.detach(|| handle.join())
     });
+    logs::flush(py);
     stop.store(false, Ordering::Relaxed);
     let value = result.map_err(|_| {
         pyo3::panic::PanicException::new_err("dedup-stream: a worker thread panicked")
     })?;
-    match signal {
-        Some(e) => Err(e),
-        None => Ok(value),
-    }
+    Ok((value, signal))
+}
+
+/// A `KeyboardInterrupt` (or other signal's error) that stopped a batch
+/// call, with the call's list as it stood attached as `verdicts`: those
+/// decided (and indexed), then `None` for those that were not.
+fn stopped_with(py: Python<'_>, signal: PyErr, verdicts: Vec<Option<Verdict>>) -> PyErr {
+    let _ = signal.value(py).setattr("verdicts", verdicts);
+    signal
 }
 
 /// A message's URL entities: short link to expanded link, as the CLI
@@ -378,6 +478,7 @@ impl Deduper {
                 let name = options.index_name.clone();
                 let redis_options = RedisOptions {
                     timeout: Some(options.redis_timeout),
+                    wait: options.redis_wait,
                     stop: Some(Arc::clone(&stop)),
                     ..RedisOptions::default()
                 };
@@ -471,16 +572,25 @@ impl Deduper {
         }
     }
 
-    /// Decides prepared messages (in order), a chunk at a time.
-    fn decide_batches(&self, batches: &[Batch]) -> Result<Vec<V>, StoreError> {
+    /// Decides prepared messages (in order), a chunk at a time, and stops
+    /// at a chunk's end once `stop` is set (Ctrl-C): the verdicts of the
+    /// chunks decided, and the store's error if one failed.
+    fn decide_batches(&self, batches: &[Batch]) -> (Vec<V>, Option<StoreError>) {
         let mut out = Vec::new();
         for batch in batches {
+            if self.shared.stop.load(Ordering::Relaxed) {
+                break;
+            }
             let mut inner = self.shared.lock();
             let start = out.len();
-            inner.store.decide(&batch.asks(Op::Check), &mut out)?;
+            if let Err(e) = inner.store.decide(&batch.asks(Op::Check), &mut out) {
+                // A chunk is decided whole or not at all.
+                out.truncate(start);
+                return (out, Some(e));
+            }
             inner.counts.add(&out[start..]);
         }
-        Ok(out)
+        (out, None)
     }
 
     /// The error of a state-file operation on an index in Redis.
@@ -503,12 +613,12 @@ impl Deduper {
         text_signature = "(threshold=0.8, *, measure='containment', shingle='words:1-2', \
         sample='all', capacity=1000000, window=None, recent=3000, empty_text='new', max_bucket=32, \
         max_index_bytes=None, index='memory', index_name='dedup-stream', redis_timeout='30s', \
-        id_field=None, text_field=None)"
+        redis_wait='forever', id_field=None, text_field=None)"
     )]
     #[pyo3(signature = (
         threshold=None, *, measure=None, shingle=None, sample=None, capacity=None, window=None,
         recent=None, empty_text=None, max_bucket=None, max_index_bytes=None, index=None,
-        index_name=None, redis_timeout=None, id_field=None, text_field=None
+        index_name=None, redis_timeout=None, redis_wait=None, id_field=None, text_field=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new<'py>(
@@ -526,6 +636,7 @@ impl Deduper {
         index: Option<Bound<'py, PyAny>>,
         index_name: Option<Bound<'py, PyAny>>,
         redis_timeout: Option<Bound<'py, PyAny>>,
+        redis_wait: Option<Bound<'py, PyAny>>,
         id_field: Option<Bound<'py, PyAny>>,
         text_field: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Deduper> {
@@ -543,6 +654,7 @@ impl Deduper {
             index,
             index_name,
             redis_timeout,
+            redis_wait,
             id_field,
             text_field,
         };
@@ -670,7 +782,7 @@ impl Deduper {
         };
         let shared = &*self.shared;
         let this = self;
-        let result = shared.run(py, move || {
+        let (result, signal) = interruptible_keeping(py, &shared.stop, move || {
             // Auto ids are taken for the whole call at once.
             let first_auto = {
                 let mut inner = shared.lock();
@@ -687,6 +799,9 @@ impl Deduper {
             let mut batch = Batch::default();
             let mut given = given.map(Vec::into_iter);
             for (n, text) in owned.iter().enumerate() {
+                if n % CHUNK == 0 && shared.stop.load(Ordering::Relaxed) {
+                    break; // Ctrl-C: nothing more is prepared or decided.
+                }
                 let id = match &mut given {
                     Some(ids) => ids.next().expect("as many ids as texts"),
                     None => MessageId::Integer(first_auto + n as u64),
@@ -704,10 +819,18 @@ impl Deduper {
             if !refused.is_empty() {
                 shared.lock().counts.invalid += refused.len() as u64;
             }
-            let verdicts = this.decide_batches(&batches)?;
-            Ok::<_, StoreError>(place(owned.len(), verdicts, &refused))
+            let (verdicts, failed) = this.decide_batches(&batches);
+            let placed = place(owned.len(), verdicts, &refused);
+            match failed {
+                Some(e) => Err((e, placed)),
+                None => Ok(placed),
+            }
         })?;
-        result.map_err(|e| errors::store(py, &e))
+        match (result, signal) {
+            (Ok(placed) | Err((_, placed)), Some(signal)) => Err(stopped_with(py, signal, placed)),
+            (Ok(placed), None) => Ok(placed),
+            (Err((e, _)), None) => Err(errors::store(py, &e)),
+        }
     }
 
     /// Checks tweets given as dicts (or JSON text), finding the id and the
@@ -755,23 +878,35 @@ impl Deduper {
         kwargs.set_item("ensure_ascii", false)?;
         kwargs.set_item("separators", PyTuple::new(py, [",", ":"])?)?;
         let mut lines: Vec<Vec<u8>> = Vec::new();
-        for record in records.try_iter()? {
-            let record = record?;
-            let line: Vec<u8> = if let Ok(text) = record.cast::<PyString>() {
-                text.to_cow()?.as_bytes().to_vec()
-            } else if let Ok(bytes) = record.cast::<PyBytes>() {
-                bytes.as_bytes().to_vec()
-            } else {
-                dumps
-                    .call((&record,), Some(&kwargs))?
-                    .extract::<String>()?
-                    .into_bytes()
-            };
-            lines.push(line);
+        let read = (|| {
+            for record in records.try_iter()? {
+                let record = record?;
+                let line: Vec<u8> = if let Ok(text) = record.cast::<PyString>() {
+                    text.to_cow()?.as_bytes().to_vec()
+                } else if let Ok(bytes) = record.cast::<PyBytes>() {
+                    bytes.as_bytes().to_vec()
+                } else {
+                    dumps
+                        .call((&record,), Some(&kwargs))?
+                        .extract::<String>()?
+                        .into_bytes()
+                };
+                lines.push(line);
+            }
+            Ok::<(), PyErr>(())
+        })();
+        if let Err(e) = read {
+            // Ctrl-C while the records were read (json.dumps runs Python
+            // code, which hears it): nothing was decided.
+            if e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) {
+                let total = records.len().unwrap_or(lines.len());
+                return Err(stopped_with(py, e, (0..total).map(|_| None).collect()));
+            }
+            return Err(e);
         }
         let shared = &*self.shared;
         let this = self;
-        let result = shared.run(py, move || {
+        let (result, signal) = interruptible_keeping(py, &shared.stop, move || {
             let decoder = custom.as_ref().unwrap_or(&shared.decoder);
             let now = dedup_stream::timestamp::now_millis();
             let mut scratch = Scratch::default();
@@ -779,6 +914,9 @@ impl Deduper {
             let mut refused = Vec::new();
             let mut batch = Batch::default();
             for (n, line) in lines.iter().enumerate() {
+                if n % CHUNK == 0 && shared.stop.load(Ordering::Relaxed) {
+                    break; // Ctrl-C: nothing more is prepared or decided.
+                }
                 let line = line.strip_suffix(b"\n").unwrap_or(line);
                 match decoder.decode(line) {
                     Ok(record) if record.deletion => batch.push_removal(record.id),
@@ -816,13 +954,20 @@ impl Deduper {
             if !refused.is_empty() {
                 shared.lock().counts.invalid += refused.len() as u64;
             }
-            let verdicts = this.decide_batches(&batches).map_err(Ok)?;
-            Ok(place(lines.len(), verdicts, &refused))
+            let (verdicts, failed) = this.decide_batches(&batches);
+            let placed = place(lines.len(), verdicts, &refused);
+            match failed {
+                Some(e) => Err(Ok((e, placed))),
+                None => Ok(placed),
+            }
         })?;
-        match result {
-            Ok(v) => Ok(v),
-            Err(Ok(e)) => Err(errors::store(py, &e)),
-            Err(Err(message)) => Err(errors::invalid(py, message)),
+        match (result, signal) {
+            (Ok(placed) | Err(Ok((_, placed))), Some(signal)) => {
+                Err(stopped_with(py, signal, placed))
+            }
+            (Ok(placed), None) => Ok(placed),
+            (Err(Ok((e, _))), None) => Err(errors::store(py, &e)),
+            (Err(Err(message)), _) => Err(errors::invalid(py, message)),
         }
     }
 
@@ -830,7 +975,11 @@ impl Deduper {
     /// with this `Deduper`'s index: each line written as it came with its
     /// verdict spliced in, byte for byte as `dedup-stream` writes it.
     /// Returns the run's summary (what `--stats` writes).
-    #[pyo3(signature = (src, dst, *, emit="all", on_invalid="skip", threads=None, max_line_bytes=None))]
+    ///
+    /// `dst` is checked first as the CLI checks `-o`: never an input file
+    /// (however spelt), and an existing file only if it is tagged output
+    /// or with `force=True`; `ConfigError` (a `ValueError`) otherwise.
+    #[pyo3(signature = (src, dst, *, emit="all", on_invalid="skip", threads=None, max_line_bytes=None, force=false))]
     #[allow(clippy::too_many_arguments)]
     fn dedupe_jsonl<'py>(
         &self,
@@ -841,13 +990,9 @@ impl Deduper {
         on_invalid: &str,
         threads: Option<&Bound<'py, PyAny>>,
         max_line_bytes: Option<&Bound<'py, PyAny>>,
+        force: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let sources: Vec<PathBuf> =
-            if src.is_instance_of::<PyList>() || src.is_instance_of::<PyTuple>() {
-                src.extract()?
-            } else {
-                vec![src.extract()?]
-            };
+        let sources = source_paths(src)?;
         let emit = match emit {
             "all" => Emit::All,
             "new" => Emit::New,
@@ -881,9 +1026,12 @@ impl Deduper {
         };
         if let Some(v) = threads.filter(|v| !v.is_none()) {
             let text = options::as_cli_text("threads", v)?;
-            let n = options::at_least_one(&text)
-                .map_err(|e| options::bad_value(py, "threads", &text, e))?;
-            config.threads = std::num::NonZeroUsize::new(n).expect("at least one");
+            // 0 is the default, one a CPU, as the CLI's `--threads 0`.
+            if let Some(n) = dedup_stream::values::parse_threads(&text)
+                .map_err(|e| options::bad_value(py, "threads", &text, e))?
+            {
+                config.threads = n;
+            }
         }
         if let Some(v) = max_line_bytes.filter(|v| !v.is_none()) {
             let text = options::as_cli_text("max_line_bytes", v)?;
@@ -907,6 +1055,7 @@ impl Deduper {
                 std::fs::File::open(path).map_err(|e| errors::io(&e, path))?;
             }
         }
+        check_outputs(py, &sources, Some(&dst), None, force)?;
         let sources: Vec<Source> = sources.into_iter().map(Source::File).collect();
         let output = std::fs::File::create(&dst).map_err(|e| errors::io(&e, &dst))?;
         let inputs = Inputs::new(sources);
@@ -990,8 +1139,12 @@ impl Deduper {
     }
 
     /// Saves the index to a state file in the CLI's format (`--state`),
-    /// atomically.
+    /// atomically. As the CLI's `--state`, an existing file is replaced
+    /// only if it is a state file (or empty): anything else, or a device
+    /// such as `/dev/null`, is refused with `ConfigError`.
     fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        output::check_spelt(&[(OutputKind::State, &path)], &[], false, SAVE_SPELLING)
+            .map_err(|e| errors::refused(py, e))?;
         let bytes = py.detach(|| match &self.shared.lock().store {
             Store::Memory(engine) => Some(snapshot::encode(engine)),
             Store::Redis(_) => None,
@@ -1447,11 +1600,13 @@ fn compare<'py>(
 /// The extension module.
 #[pymodule]
 fn _engine(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    logs::install();
     m.add_class::<Deduper>()?;
     m.add_class::<Verdict>()?;
     m.add_function(wrap_pyfunction!(compare, m)?)?;
     m.add_function(wrap_pyfunction!(_unpickle, m)?)?;
     m.add_function(wrap_pyfunction!(_verdict, m)?)?;
+    m.add_function(wrap_pyfunction!(_check_outputs, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

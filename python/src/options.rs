@@ -20,7 +20,8 @@ use dedup_stream::config::{
 };
 use dedup_stream::redis_index::{DEFAULT_INDEX_NAME, IndexLocation};
 pub use dedup_stream::values::{
-    at_least_one, parse_capacity, parse_duration, parse_size, parse_threshold,
+    at_least_one, parse_capacity, parse_duration, parse_recent, parse_size, parse_threshold,
+    parse_wait,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
@@ -42,6 +43,9 @@ pub struct Options {
     pub index_name: String,
     /// `redis_timeout`.
     pub redis_timeout: Duration,
+    /// `redis_wait`: how long an outage of Redis is waited out; `None`:
+    /// for ever (until Ctrl-C), as the CLI's `--redis-wait forever`.
+    pub redis_wait: Option<Duration>,
     /// `id_field`, as given.
     pub id_field: Option<String>,
     /// `text_field`, as given (empty: discovery).
@@ -71,9 +75,11 @@ impl Options {
         d.set_item("max_index_bytes", c.max_index_bytes.map(NonZeroUsize::get))?;
         d.set_item("index", self.location.to_string())?;
         d.set_item("index_name", &self.index_name)?;
+        d.set_item("redis_timeout", duration_text(self.redis_timeout))?;
         d.set_item(
-            "redis_timeout",
-            format!("{}ms", self.redis_timeout.as_millis()),
+            "redis_wait",
+            self.redis_wait
+                .map_or_else(|| "forever".to_string(), duration_text),
         )?;
         d.set_item("id_field", &self.id_field)?;
         d.set_item(
@@ -84,6 +90,20 @@ impl Options {
             },
         )?;
         Ok(d)
+    }
+}
+
+/// A duration as the CLI takes it, in the largest unit that keeps it
+/// whole (`30s`, `5m`, `250ms`), so that `options` shows what
+/// `defaults()` does and either reads back.
+fn duration_text(d: Duration) -> String {
+    let ms = d.as_millis();
+    match ms {
+        0 => "0s".to_string(),
+        _ if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        _ if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        _ if ms % 1000 == 0 => format!("{}s", ms / 1000),
+        _ => format!("{ms}ms"),
     }
 }
 
@@ -104,6 +124,7 @@ pub struct Raw<'py> {
     pub index: Option<Bound<'py, PyAny>>,
     pub index_name: Option<Bound<'py, PyAny>>,
     pub redis_timeout: Option<Bound<'py, PyAny>>,
+    pub redis_wait: Option<Bound<'py, PyAny>>,
     pub id_field: Option<Bound<'py, PyAny>>,
     pub text_field: Option<Bound<'py, PyAny>>,
 }
@@ -182,10 +203,7 @@ impl Raw<'_> {
             config.window = Some(parsed::<Window>(py, "window", v)?);
         }
         if let Some(v) = &self.recent {
-            // clap's own parser for a u64 (`--recent` has no custom one).
-            config.recent = parse_with(py, "recent", v, |s| {
-                s.parse::<u64>().map_err(|e| e.to_string())
-            })?;
+            config.recent = parse_with(py, "recent", v, parse_recent)?;
         }
         if let Some(v) = &self.empty_text {
             config.empty_text = parsed::<EmptyText>(py, "empty_text", v)?;
@@ -211,6 +229,10 @@ impl Raw<'_> {
             Some(v) => parse_with(py, "redis_timeout", v, parse_duration)?,
             None => DEFAULT_REDIS_TIMEOUT,
         };
+        let redis_wait = match &self.redis_wait {
+            Some(v) if !v.is_none() => parse_with(py, "redis_wait", v, parse_wait)?,
+            _ => None,
+        };
         if location != IndexLocation::Memory && config.max_index_bytes.is_some() {
             return Err(errors::config(
                 py,
@@ -228,6 +250,7 @@ impl Raw<'_> {
             location,
             index_name,
             redis_timeout,
+            redis_wait,
             id_field,
             text_field,
         })
@@ -274,6 +297,7 @@ pub fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
         location: IndexLocation::Memory,
         index_name: DEFAULT_INDEX_NAME.to_string(),
         redis_timeout: DEFAULT_REDIS_TIMEOUT,
+        redis_wait: None,
         id_field: None,
         text_field: Vec::new(),
     };
@@ -281,7 +305,5 @@ pub fn defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     debug_assert_eq!(options.config.capacity.get(), DEFAULT_CAPACITY);
     debug_assert_eq!(options.config.max_bucket, DEFAULT_MAX_BUCKET);
     debug_assert_eq!(options.config.recent, DEFAULT_RECENT);
-    let d = options.to_kwargs(py)?;
-    d.set_item("redis_timeout", "30s")?;
-    Ok(d)
+    options.to_kwargs(py)
 }

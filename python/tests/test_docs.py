@@ -31,3 +31,16 @@ def test_example_runs(where, code):
     if "pandas" in code:
         pytest.importorskip("pandas")
     exec(compile(code, where, "exec"), {})
+
+
+def test_every_method_the_docs_name_exists_and_none_they_deny():
+    """`d.NAME(` in docs/python.md is a method of a Deduper, and "There is
+    no `NAME(…)`" names none (issue 38: the docs denied `remove`)."""
+    from dedup_stream import Deduper
+
+    text = (ROOT / "docs" / "python.md").read_text()
+    named = set(re.findall(r"`d\.([a-z_]+)\(", text))
+    assert "remove" in named and "check" in named
+    assert not [n for n in named if not hasattr(Deduper, n)]
+    denied = re.findall(r"There is no `([a-z_]+)\(", text)
+    assert not [n for n in denied if hasattr(Deduper, n)], denied

@@ -19,6 +19,7 @@ CLI_DEFAULTS = {
     "index": "memory",
     "index_name": "dedup-stream",
     "redis_timeout": "30s",
+    "redis_wait": "forever",
     "id_field": None,
     "text_field": None,
 }
@@ -26,10 +27,8 @@ CLI_DEFAULTS = {
 
 def test_defaults_are_the_clis():
     assert Deduper.defaults() == CLI_DEFAULTS
-    options = Deduper().options
-    assert {k: v for k, v in options.items() if k != "redis_timeout"} == {
-        k: v for k, v in CLI_DEFAULTS.items() if k != "redis_timeout"
-    }
+    # Issue 38: options said redis_timeout "30000ms" where defaults() said "30s".
+    assert Deduper().options == CLI_DEFAULTS
 
 
 def test_the_cli_help_names_every_option(cli):
@@ -59,6 +58,7 @@ BAD = [
     ("id_field", "a..b", "--id-field"),
     ("text_field", "", "--text-field"),
     ("redis_timeout", "5 minutes", "--redis-timeout"),
+    ("redis_wait", "soon", "--redis-wait"),
 ]
 
 
@@ -96,7 +96,7 @@ def test_good_values_of_every_kind_are_taken():
     )
     o = d.options
     assert o["threshold"] == 0.7 and o["capacity"] == 500 and o["window"] == "10m"
-    assert o["max_index_bytes"] == 64 << 20 and o["redis_timeout"] == "5000ms"
+    assert o["max_index_bytes"] == 64 << 20 and o["redis_timeout"] == "5s"
     assert o["text_field"] == ["title", "body"]
     assert Deduper(**o).options == o
 
@@ -113,3 +113,26 @@ def test_wrong_types_are_type_errors():
 def test_max_index_bytes_is_refused_with_redis():
     with pytest.raises(ConfigError, match="max_index_bytes bounds an index in memory"):
         Deduper(index="redis://127.0.0.1:1", max_index_bytes="64M")
+
+
+def test_numbers_say_what_is_allowed_and_zero_threads_is_automatic(tmp_path):
+    """Issue 38: `recent=-1` said "invalid digit found in string"."""
+    with pytest.raises(ConfigError, match=r"recent: must be a whole number from 0 to \d+; 0: every match"):
+        Deduper(recent=-1)
+    with pytest.raises(ConfigError, match=r"words:1-N"):
+        Deduper(shingle="words:x")
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"id":1,"text":"Flooding has closed the coastal highway"}\n')
+    assert Deduper().dedupe_jsonl(src, tmp_path / "out.jsonl", threads=0)["messages"] == 1
+    with pytest.raises(ConfigError, match="0: one a CPU"):
+        Deduper().dedupe_jsonl(src, tmp_path / "out.jsonl", threads=-1)
+
+
+@pytest.mark.parametrize("spelling", ["word:3", "w:3", "wrds:3", "words:1-1", "chars:1-3"])
+def test_a_shingle_spelling_is_taken_or_refused_as_the_cli_does(spelling, cli):
+    done = cli([f"--shingle={spelling}", "--quiet", "/dev/null"], check=False)
+    if done.returncode == 0:
+        assert Deduper(shingle=spelling).options["shingle"]
+    else:
+        with pytest.raises(ConfigError):
+            Deduper(shingle=spelling)

@@ -308,6 +308,8 @@ impl Link {
 
     /// Reports reachability and errors to `metrics`.
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Link {
+        // The store's series say something now: export them.
+        metrics.uses_redis.store(true, Ordering::Relaxed);
         self.metrics = Some(metrics);
         self
     }

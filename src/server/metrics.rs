@@ -7,7 +7,7 @@
 //! costs nothing next to deciding.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Upper bounds of the check-latency histogram's buckets, in seconds.
@@ -125,6 +125,13 @@ pub struct Metrics {
     pub queue_acked: AtomicU64,
     /// Malformed queue entries sent to the dead-letter stream.
     pub queue_dead_lettered: AtomicU64,
+    /// Whether this process talks to Redis (an index there, or Redis
+    /// Streams): without it the `dedup_index_log_*` and the store's call
+    /// and error counters would only ever say 0, and are not exported.
+    pub uses_redis: AtomicBool,
+    /// Whether this process is a queue worker (`consume`): without it the
+    /// `dedup_queue_*` counters are not exported.
+    pub queue_worker: AtomicBool,
 }
 
 /// Appends one metric family header.
@@ -317,7 +324,14 @@ impl Metrics {
                 &self.snapshot_failures,
             ),
         ];
+        let uses_redis = self.uses_redis.load(Ordering::Relaxed);
+        let queue_worker = self.queue_worker.load(Ordering::Relaxed);
         for (name, kind, help, value) in simple {
+            let redis_only =
+                name.starts_with("dedup_index_log_") || name.starts_with("dedup_index_store_");
+            if (redis_only && !uses_redis) || (name.starts_with("dedup_queue_") && !queue_worker) {
+                continue;
+            }
             header(&mut out, name, kind, help);
             let _ = writeln!(out, "{name} {}", get(value));
         }
@@ -394,6 +408,25 @@ mod tests {
         assert!(text.contains("dedup_check_duration_seconds_bucket{le=\"1\"} 2\n"));
         assert!(text.contains("dedup_check_duration_seconds_bucket{le=\"+Inf\"} 3\n"));
         assert!(text.contains("dedup_check_duration_seconds_count 3\n"));
+        // An index in memory, no queue: no series that could only say 0.
+        assert!(text.contains("\ndedup_index_store_up 1\n"));
+        for absent in [
+            "dedup_index_store_errors_total",
+            "dedup_index_log_",
+            "dedup_queue_",
+        ] {
+            assert!(!text.contains(absent), "{absent} in {text}");
+        }
+        m.uses_redis.store(true, Ordering::Relaxed);
+        m.queue_worker.store(true, Ordering::Relaxed);
+        let text = m.render();
+        for present in [
+            "\ndedup_index_store_errors_total 0\n",
+            "\ndedup_index_log_appended_messages_total 0\n",
+            "\ndedup_queue_entries_acked_total 0\n",
+        ] {
+            assert!(text.contains(present), "{present} in {text}");
+        }
         // Every sample line is `name{labels} value` with a numeric value.
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let value = line.rsplit(' ').next().unwrap();

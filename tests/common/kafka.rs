@@ -36,9 +36,10 @@ pub fn available(test: &str) -> bool {
         if std::env::var("DEDUP_REQUIRE_KAFKA").is_ok_and(|v| v == "1") {
             panic!("{test}: tansu is required (DEDUP_REQUIRE_KAFKA=1) but not on the PATH");
         }
-        eprintln!(
-            "SKIPPED {test}: tansu is not on the PATH \
-             (cargo install tansu --version 0.6.0 --features dynostore --locked)"
+        super::skipped(
+            test,
+            "tansu is not on the PATH \
+             (cargo install tansu --version 0.6.0 --features dynostore --locked)",
         );
     }
     found

@@ -69,6 +69,13 @@ pub fn feed_input(name: &str) -> String {
     format!("{file}.jsonl")
 }
 
+/// Says that a test (or part of one) was skipped, and why, where `cargo
+/// test` shows it: past the harness's capture (which keeps `eprintln!` of
+/// a passing test to itself), so a run without a broker says so.
+pub fn skipped(what: &str, why: &str) {
+    let _ = writeln!(std::io::stderr(), "SKIPPED {what}: {why}");
+}
+
 /// The binary under test.
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_dedup-stream")

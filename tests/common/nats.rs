@@ -28,7 +28,10 @@ pub fn available(test: &str) -> bool {
         if std::env::var("DEDUP_REQUIRE_NATS").is_ok_and(|v| v == "1") {
             panic!("{test}: nats-server is required (DEDUP_REQUIRE_NATS=1) but not on the PATH");
         }
-        eprintln!("SKIPPED {test}: nats-server is not on the PATH (apt-get install nats-server)");
+        super::skipped(
+            test,
+            "nats-server is not on the PATH (apt-get install nats-server)",
+        );
     }
     found
 }

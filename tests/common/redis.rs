@@ -25,7 +25,10 @@ pub fn available(test: &str) -> bool {
         if std::env::var("DEDUP_REQUIRE_REDIS").is_ok_and(|v| v == "1") {
             panic!("{test}: redis-server is required (DEDUP_REQUIRE_REDIS=1) but not on the PATH");
         }
-        eprintln!("SKIPPED {test}: redis-server is not on the PATH (apt-get install redis-server)");
+        super::skipped(
+            test,
+            "redis-server is not on the PATH (apt-get install redis-server)",
+        );
     }
     found
 }

@@ -527,10 +527,11 @@ impl Deduper {
             let mut guard = shared.lock();
             let inner = &mut *guard;
             let id = id.unwrap_or_else(|| match op {
-                // No message is indexed under `null` (ids are strings or
-                // integers): a query without an id is never a repeat, even
-                // where the next automatic id was given to one by hand.
-                Op::Query => MessageId::Raw("null".into()),
+                // A query without an id is never a repeat, even where the
+                // next automatic id was given to a message by hand: it asks
+                // under the id "\u0000", which no feed gives a message (a
+                // valid JSON string, so an index in Redis logs it as any).
+                Op::Query => MessageId::Raw(r#""\u0000""#.into()),
                 _ => MessageId::Integer(inner.next_auto),
             });
             if op == Op::Check {

@@ -308,6 +308,16 @@ fn kill_points(seed: u64, total: usize, kills: usize) -> Vec<usize> {
     points
 }
 
+/// The lines of one run over all of `input`, never interrupted.
+fn one_run(input: &[String]) -> Vec<String> {
+    let run = common::run(&["--quiet"], input.concat().as_bytes());
+    String::from_utf8(run.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
 /// An answer without the repeat marker: what one uninterrupted run answers.
 fn unmarked(answer: &str) -> String {
     answer.replace(r#","repeat":true"#, "")
@@ -340,11 +350,8 @@ fn same_as_one_run(answers: &[String], whole: &[&str], what: &str) -> usize {
 /// none is a duplicate of itself. Returns how many were repeats.
 fn answers_through_kills(seed: u64, serve: impl Fn() -> (Served, std::path::PathBuf)) -> usize {
     let input = retry_input(2400);
-    let whole_run = common::run(&["--quiet"], input.concat().as_bytes());
-    let whole: Vec<&str> = std::str::from_utf8(&whole_run.stdout)
-        .unwrap()
-        .lines()
-        .collect();
+    let whole = one_run(&input);
+    let whole: Vec<&str> = whole.iter().map(String::as_str).collect();
     let mut answers: Vec<String> = Vec::new();
     let mut points = kill_points(seed, input.len(), 5).into_iter();
     while answers.len() < input.len() {
@@ -434,11 +441,8 @@ fn the_filter_run_again_on_what_it_did_not_write_gives_one_runs_lines() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("index.state");
     let input = retry_input(2400);
-    let whole_run = common::run(&["--quiet"], input.concat().as_bytes());
-    let whole: Vec<&str> = std::str::from_utf8(&whole_run.stdout)
-        .unwrap()
-        .lines()
-        .collect();
+    let whole = one_run(&input);
+    let whole: Vec<&str> = whole.iter().map(String::as_str).collect();
     let mut written: Vec<String> = Vec::new();
     for stop in kill_points(11, input.len(), 4) {
         let stop = stop.max(written.len() + 1);

@@ -430,15 +430,26 @@ type Delivery = Result<(), (String, bool)>;
 
 /// Commits each list of offsets sent, in the order sent, and posts the
 /// group's answers for the worker (which goes on reading and producing
-/// meanwhile), until the sender is dropped.
+/// meanwhile), until the sender is dropped. Lists that queued up while a
+/// commit was under way go as one commit (for each partition, the offset
+/// of the last list that names it: what committing them one by one would
+/// leave), whose answer is each one's.
 fn committer(
     consumer: &BaseConsumer<ConsumerHooks>,
     lists: mpsc::Receiver<Vec<(String, i32, i64)>>,
 ) {
-    for offsets in lists {
+    while let Ok(first) = lists.recv() {
+        let mut queued = vec![first];
+        queued.extend(lists.try_iter());
+        let mut merged: BTreeMap<(&str, i32), i64> = BTreeMap::new();
+        for offsets in &queued {
+            for (topic, partition, offset) in offsets {
+                merged.insert((topic.as_str(), *partition), *offset);
+            }
+        }
         let mut list = TopicPartitionList::new();
         let mut result = Ok(());
-        for (topic, partition, offset) in &offsets {
+        for ((topic, partition), offset) in &merged {
             if let Err(e) = list.add_partition_offset(topic, *partition, Offset::Offset(*offset)) {
                 result = Err(e.to_string());
             }
@@ -448,12 +459,14 @@ fn committer(
                 .commit(&list, CommitMode::Sync)
                 .map_err(|e| e.to_string());
         }
-        consumer
+        let mut answers = consumer
             .context()
             .commits
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((offsets, result));
+            .unwrap_or_else(|e| e.into_inner());
+        for offsets in queued {
+            answers.push((offsets, result.clone()));
+        }
     }
 }
 

@@ -285,7 +285,7 @@ fn missing_topics_and_a_topic_read_and_written_are_refused() {
 fn killed_workers_leave_every_input_answered_with_identical_repeats() {
     killed_workers(
         "killed_workers_leave_every_input_answered_with_identical_repeats",
-        "4",
+        None,
     );
 }
 
@@ -293,14 +293,15 @@ fn killed_workers_leave_every_input_answered_with_identical_repeats() {
 fn killed_workers_stopping_and_waiting_leave_every_input_answered() {
     killed_workers(
         "killed_workers_stopping_and_waiting_leave_every_input_answered",
-        "1",
+        Some("1"),
     );
 }
 
 /// Three workers in turn `kill -9`ed mid-stream with `--in-flight
-/// in_flight` batches produced ahead of their commits, then a fourth to
-/// the end: every input answered, every repeat the first byte for byte.
-fn killed_workers(test: &str, in_flight: &str) {
+/// in_flight` (or the default) batches produced ahead of their commits,
+/// then a fourth to the end: every input answered, every repeat the first
+/// byte for byte.
+fn killed_workers(test: &str, in_flight: Option<&str>) {
     if !available(test) || !common::redis::available(test) {
         return;
     }
@@ -311,7 +312,10 @@ fn killed_workers(test: &str, in_flight: &str) {
     let lines = tweets(3000);
     broker.produce(IN, &lines);
     let temp = tempfile::tempdir().unwrap();
-    let options = ["--batch", "16", "--index", &index, "--in-flight", in_flight];
+    let mut options = vec!["--batch", "16", "--index", &index];
+    if let Some(in_flight) = in_flight {
+        options.extend(["--in-flight", in_flight]);
+    }
     let mut logs = Vec::new();
     for round in 0..3 {
         let log = temp.path().join(format!("worker{round}.log"));
@@ -360,7 +364,7 @@ fn killed_workers(test: &str, in_flight: &str) {
 fn a_second_worker_forces_a_rebalance_and_two_share_an_index_in_redis() {
     second_worker(
         "a_second_worker_forces_a_rebalance_and_two_share_an_index_in_redis",
-        "4",
+        None,
     );
 }
 
@@ -368,13 +372,14 @@ fn a_second_worker_forces_a_rebalance_and_two_share_an_index_in_redis() {
 fn a_second_worker_forces_a_rebalance_with_one_batch_in_flight() {
     second_worker(
         "a_second_worker_forces_a_rebalance_with_one_batch_in_flight",
-        "1",
+        Some("1"),
     );
 }
 
-/// A second worker joins mid-stream (`--in-flight in_flight`): both read,
-/// every input answered with identical repeats, one index's verdicts.
-fn second_worker(test: &str, in_flight: &str) {
+/// A second worker joins mid-stream (`--in-flight in_flight`, or the
+/// default): both read, every input answered with identical repeats, one
+/// index's verdicts.
+fn second_worker(test: &str, in_flight: Option<&str>) {
     if !available(test) || !common::redis::available(test) {
         return;
     }
@@ -386,7 +391,10 @@ fn second_worker(test: &str, in_flight: &str) {
     let (early, late) = lines.split_at(1000);
     broker.produce(IN, early);
     let temp = tempfile::tempdir().unwrap();
-    let options = ["--batch", "16", "--index", &index, "--in-flight", in_flight];
+    let mut options = vec!["--batch", "16", "--index", &index];
+    if let Some(in_flight) = in_flight {
+        options.extend(["--in-flight", in_flight]);
+    }
     let (log_a, log_b) = (temp.path().join("a.log"), temp.path().join("b.log"));
     let mut a = worker(&broker, &options, &log_a);
     wait_for(

@@ -46,7 +46,7 @@ use crate::record::Decoder;
 use crate::server::metrics::Metrics;
 
 /// Default batches published and not yet acknowledged (`--in-flight`).
-pub const DEFAULT_IN_FLIGHT: usize = 4;
+pub const DEFAULT_IN_FLIGHT: usize = 16;
 /// How often progress is logged.
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 

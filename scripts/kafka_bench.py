@@ -18,13 +18,16 @@ one run:
   0.6 answers a fetch from inside a batch with the next batch, see
   docs/queues.md);
 - with one worker, whether the outputs equal the in-memory filter's lines,
-  byte for byte and in order (one input partition, one output partition).
+  byte for byte and in order (one input partition, one output partition);
+- the rate against the in-memory filter's on the same lines (the filter
+  run alone, timed once, before the workers; `filter_messages_per_second`).
 
 Topics are made, loaded, counted and read with examples/kafka_tool.rs (the
 same rdkafka as the worker), since Python here has no Kafka client.
 
 Usage: python3 scripts/kafka_bench.py [--stream FILE(.gz)] [--workers 1,2]
        [--binary target/release/dedup-stream] [--limit N] [--batch 256]
+       [--in-flight N] [--tool target/release/examples/kafka_tool]
 The default stream is ../shared/data/synthetic/dev-200k.jsonl.gz. Build
 first: cargo build --release --example kafka_tool --bin dedup-stream.
 Needs `tansu` on the PATH (cargo install tansu --version 0.6.0 --features
@@ -70,6 +73,17 @@ def tool(servers, *args, data=None):
     ).stdout
 
 
+FILTER_ARGS = ["--quiet", "--id-field", "id_str", "--text-field", "text"]
+
+
+def filter_rate(binary, lines):
+    """The in-memory filter's messages/s on `lines` (wall clock), and its output."""
+    data = b"\n".join(lines) + b"\n"
+    started = time.monotonic()
+    out = subprocess.run([binary, *FILTER_ARGS], input=data, capture_output=True, check=True)
+    return len(lines) / (time.monotonic() - started), out.stdout
+
+
 def read_lines(path, limit):
     opener = gzip.open if path.endswith(".gz") else open
     out = []
@@ -83,7 +97,7 @@ def read_lines(path, limit):
     return out
 
 
-def run(args, servers, broker_pid, lines, workers, redis_url, round_no):
+def run(args, servers, broker_pid, lines, workers, redis_url, round_no, filtered):
     topic, out_topic = f"in{round_no}", f"out{round_no}"
     tool(servers, "create", topic, str(workers))
     tool(servers, "create", out_topic, "1")
@@ -97,6 +111,8 @@ def run(args, servers, broker_pid, lines, workers, redis_url, round_no):
         "--output-topic", out_topic,
         "--id-field", "id_str", "--text-field", "text", "--batch", str(args.batch),
     ]
+    if args.in_flight:
+        cmd += ["--in-flight", str(args.in_flight)]
     if workers > 1 and redis_url:
         cmd += ["--index", redis_url, "--index-name", f"bench{round_no}"]
     broker_cpu = cpu_seconds(broker_pid)
@@ -118,6 +134,7 @@ def run(args, servers, broker_pid, lines, workers, redis_url, round_no):
     result = {
         "workers": workers,
         "batch": args.batch,
+        "in_flight": args.in_flight or "default",
         "input_partitions": workers,
         "index": "redis" if workers > 1 and redis_url else "memory",
         "messages": len(lines),
@@ -125,13 +142,10 @@ def run(args, servers, broker_pid, lines, workers, redis_url, round_no):
         "worker_cpu_us_per_message": round(worker_cpu / len(lines) * 1e6, 1),
         "broker_cpu_us_per_message": round(broker_cpu / len(lines) * 1e6, 1),
         "outputs_per_input": round(outputs / len(lines), 4),
+        "rate_vs_filter": round(len(lines) / elapsed / filtered[0], 3),
     }
     if workers == 1 and args.check:
-        filtered = subprocess.run(
-            [args.binary, "--quiet", "--id-field", "id_str", "--text-field", "text"],
-            input=b"\n".join(lines) + b"\n", capture_output=True, check=True,
-        ).stdout
-        result["equal_to_the_filter"] = tool(servers, "dump", out_topic) == filtered
+        result["equal_to_the_filter"] = tool(servers, "dump", out_topic) == filtered[1]
     return result
 
 
@@ -142,8 +156,14 @@ def main():
     parser.add_argument("--binary", default=os.path.join(ROOT, "target", "release", "dedup-stream"))
     parser.add_argument("--limit", type=int, default=0, help="first N lines only")
     parser.add_argument("--batch", type=int, default=256, help="the workers' --batch")
+    parser.add_argument("--in-flight", type=int, default=0,
+                        help="the workers' --in-flight (default: theirs)")
+    parser.add_argument("--tool", default=None, help="the kafka_tool example binary")
     parser.add_argument("--no-check", dest="check", action="store_false")
     args = parser.parse_args()
+    global TOOL
+    if args.tool:
+        TOOL = args.tool
     if not shutil.which("tansu"):
         sys.exit("tansu is not on the PATH (cargo install tansu --version 0.6.0 "
                  "--features dynostore --locked)")
@@ -152,6 +172,8 @@ def main():
     if not os.path.exists(args.binary):
         sys.exit(f"no {args.binary}: cargo build --release")
     lines = read_lines(args.stream, args.limit)
+    filtered = filter_rate(args.binary, lines)
+    print(json.dumps({"filter_messages_per_second": round(filtered[0])}), flush=True)
     tmp = tempfile.mkdtemp(prefix="kafka-bench-")
     port = free_port()
     url = f"tcp://127.0.0.1:{port}"
@@ -180,8 +202,8 @@ def main():
             redis_url = f"redis://127.0.0.1:{redis_port}"
             time.sleep(0.5)
         for i, workers in enumerate(int(w) for w in args.workers.split(",")):
-            print(json.dumps(run(args, servers, broker.pid, lines, workers, redis_url, i)),
-                  flush=True)
+            print(json.dumps(run(args, servers, broker.pid, lines, workers, redis_url, i,
+                                 filtered)), flush=True)
     finally:
         broker.terminate()
         broker.wait()

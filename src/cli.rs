@@ -18,6 +18,7 @@ use dedup_stream::consume_kafka::{KafkaBrokers, KafkaConfig};
 use dedup_stream::consume_nats::{NatsConfig, NatsServer};
 use dedup_stream::journal::Fsync;
 use dedup_stream::pipeline::{self, Emit, OnInvalid, PipelineConfig, Repeats};
+use dedup_stream::queue;
 use dedup_stream::redis_index::{DEFAULT_INDEX_NAME, IndexLocation};
 use dedup_stream::server::{self, ListenAddr, Reply, ServerConfig};
 use dedup_stream::values::{
@@ -340,6 +341,14 @@ pub struct ConsumeArgs {
     /// Entries read at a time.
     #[arg(long, default_value_t = consume::DEFAULT_BATCH, value_name = "N")]
     pub batch: usize,
+
+    /// With --kafka: batches produced and not yet committed, at most. The
+    /// worker reads and decides the next batches while the broker stores
+    /// the earlier ones; commits stay in order, each after its outputs
+    /// are stored. 1: each batch stored and committed before the next is
+    /// read. A crash makes the worker produce these again (same bytes).
+    #[arg(long, default_value_t = queue::DEFAULT_IN_FLIGHT, value_name = "N", requires = "kafka")]
+    pub in_flight: usize,
 
     /// Where the index lives (default: on the --redis server; with --nats
     /// or --kafka, memory).
@@ -1425,6 +1434,7 @@ impl ConsumeArgs {
             emit: self.emit.emit(),
             fields: self.message.fields().map_err(|e| e.to_string())?,
             batch: self.batch.max(1),
+            in_flight: self.in_flight.max(1),
             max_line_bytes: self.message.max_line_bytes_given,
         };
         Ok((brokers, config))

@@ -1,34 +1,45 @@
-//! `dedup-stream consume --kafka`: a worker of a Kafka consumer group.
+//! `dedup-stream consume --kafka`: a worker of a Kafka consumer group, on
+//! the [`queue`] runtime.
 //!
 //! ```text
 //!  topics IN ──poll (group)──▶ prepare ──▶ index store ──▶ produce OUT (key = id) ──▶ commit offsets
-//!   (offsets committed         (sketch)    (one call)      idempotent producer,        (synchronous,
-//!    by the worker only)                                   every delivery awaited)     per partition)
+//!   (offsets committed         (sketch)    (one call)      idempotent producer;        (asynchronous,
+//!    by the worker only)                                   up to --in-flight batches   in order, each once
+//!                                                          not yet delivered           its batch is delivered)
 //! ```
 //!
 //! - Each record's value is one JSON message, tagged exactly as the filter
 //!   tags a line and produced to the output topic with the message's id as
 //!   its key. A leading UTF-8 byte-order mark is skipped; a value longer
 //!   than `--max-line-bytes` is refused, as the filter refuses such a line.
-//! - **At least once, with the same verdict every time.** Offsets are
-//!   committed (synchronously, never automatically) only after every output
-//!   of the batch is acknowledged by the broker (`acks=all`, idempotent
-//!   producer). A worker that dies between the two leaves the offsets
-//!   behind: the records are delivered again (to it or, after a rebalance,
-//!   to another worker), the index answers them from its memo, keyed by
-//!   `TOPIC/PARTITION/OFFSET` (their first verdict: a record is never "a
-//!   duplicate of itself"), and the repeated output is byte for byte the
-//!   same, with the same key: a consumer of the output topic drops it by
-//!   key. Kafka transactions (KIP-98) are not used: see docs/queues.md.
-//! - **Rebalances.** Partitions are revoked and assigned inside `poll`, and
-//!   only while a batch is being gathered: records gathered before a
-//!   revocation from a revoked partition are abandoned (nothing of them was
-//!   produced or committed; their next owner reads them from the committed
-//!   offset). A batch, once gathered, is produced and committed before the
-//!   next poll, so no commit is made for a partition under an assignment
-//!   it was not read under. A commit the group refuses (the worker was
-//!   taken out of it, a rebalance began) is not retried: the records are
-//!   read again by their next owner and get the same verdicts.
+//! - **At least once, with the same verdict every time.** A batch's
+//!   outputs are handed to the producer (`acks=all`, idempotent) without
+//!   waiting; the worker reads and decides the next batches meanwhile, up
+//!   to `--in-flight` batches not yet committed. When a batch's turn comes
+//!   (the oldest first), its deliveries are awaited, and only then are its
+//!   offsets committed (asynchronously; never automatically): a commit,
+//!   which covers every earlier offset of its partition, never passes an
+//!   output the broker has not acknowledged. A worker that dies leaves the
+//!   offsets of the batches in flight behind: the records are delivered
+//!   again (to it or, after a rebalance, to another worker), the index
+//!   answers them from its memo, keyed by `TOPIC/PARTITION/OFFSET` (their
+//!   first verdict: a record is never "a duplicate of itself"), and the
+//!   repeated output is byte for byte the same, with the same key: a
+//!   consumer of the output topic drops it by key. Kafka transactions
+//!   (KIP-98) are not used: see docs/queues.md.
+//! - **Rebalances.** Partitions are revoked and assigned inside `poll`.
+//!   Records gathered from a revoked partition and not yet decided are
+//!   abandoned; those of batches in flight are produced but not committed
+//!   (their next owner reads them again and produces the same bytes), so
+//!   no offset is committed for a partition under an assignment it was not
+//!   read under. A commit the group refuses is not retried: a later commit
+//!   of the partition covers it, else the records are read again.
+//! - **Records the broker skips.** A partition assigned is expected to
+//!   resume at its committed offset, and each record to follow the last.
+//!   A record past the offset expected (Tansu 0.6 answers a fetch from
+//!   inside a record batch with the next batch) is not taken: the
+//!   partition is sought back until the broker delivers from before the
+//!   offset expected, and the gap is counted (`dedup_queue_gaps_total`).
 //! - Malformed records (not a JSON object with an id and a text, too long,
 //!   no value) are produced to the dead-letter topic with the reason in the
 //!   header `Dedup-Error`, their input in `Dedup-Source`
@@ -53,13 +64,14 @@
 //!   requests waiting and no answer for [`STALL_AFTER`] is reported the
 //!   same way, by a thread of its own (the worker may be blocked in the
 //!   client meanwhile).
-//! - A stop request (SIGTERM) finishes the batch in hand, commits it, and
-//!   leaves the group.
+//! - A stop request (SIGTERM) finishes the batches in flight, commits
+//!   them (waiting up to ten seconds for the answers), and leaves the
+//!   group.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientContext;
@@ -77,7 +89,8 @@ use crate::broker::{self, Outage};
 use crate::engine::{IndexStore, Preparer};
 use crate::error::{InvalidReason, StoreError};
 use crate::pipeline::Emit;
-use crate::queue_batch::{self, Payload};
+use crate::queue::{self, Settled};
+use crate::queue_batch::{DecidedBatch, Payload, Tally};
 use crate::record::{Decoder, FieldSpec, MessageId};
 use crate::server::metrics::Metrics;
 
@@ -90,8 +103,6 @@ pub const SOURCE_HEADER: &str = "Dedup-Source";
 /// Longest wait for a record when none is ready, before looking around
 /// (stop requests, progress).
 const IDLE_WAIT: Duration = Duration::from_secs(1);
-/// How often progress is logged.
-const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 /// How long the brokers may leave requests unanswered before the worker
 /// reports a stall (`/healthz` 503): far above a healthy fetch's long
 /// poll (0.5 s) and the group's heartbeats (3 s).
@@ -104,8 +115,8 @@ const STATISTICS_EVERY_MS: &str = "1000";
 const PRODUCER_LIMIT: usize = 1_000_000;
 /// First and longest wait between two attempts.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
-/// Attempts at a commit before its records are left to be read again.
-const COMMIT_TRIES: u32 = 3;
+/// Longest wait at a stop for the group's answers to the last commits.
+const COMMIT_WAIT: Duration = Duration::from_secs(10);
 /// Longest wait for the broker's metadata at the start, per attempt.
 const METADATA_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -175,6 +186,8 @@ pub struct KafkaConfig {
     pub fields: FieldSpec,
     /// Records gathered at a time.
     pub batch: usize,
+    /// Batches produced and not yet committed, at most (`--in-flight`).
+    pub in_flight: usize,
     /// Longest message, in bytes (`--max-line-bytes`); `None`: the
     /// brokers' size limit less [`broker::TAG_ROOM`].
     pub max_line_bytes: Option<usize>,
@@ -202,6 +215,9 @@ pub struct KafkaSummary {
     pub committed: u64,
     /// Records whose commit failed (they are read again).
     pub uncommitted: u64,
+    /// Fetches that began past the offset expected (records the broker
+    /// skipped), sought back.
+    pub gaps: u64,
 }
 
 impl fmt::Display for KafkaSummary {
@@ -223,6 +239,9 @@ impl fmt::Display for KafkaSummary {
         }
         if self.deletions > 0 {
             write!(f, "; {} deletion notices", self.deletions)?;
+        }
+        if self.gaps > 0 {
+            write!(f, "; {} skips by the broker sought back", self.gaps)?;
         }
         Ok(())
     }
@@ -350,10 +369,22 @@ fn watch_stalls(clients: [(&str, &Progress); 2], metrics: &Metrics, done: &Atomi
     }
 }
 
-/// The consumer's callbacks: notes revoked partitions for the worker.
+/// The group's answer to a commit: the offsets committed (sorted), and
+/// whether they were. (librdkafka reports an asynchronous commit's answer
+/// only to a callback or queue the Rust client does not offer, so the
+/// committer thread commits synchronously, in order, off the worker's
+/// thread: see [`committer`].)
+type CommitAnswer = (Vec<(String, i32, i64)>, Result<(), String>);
+
+/// The consumer's callbacks: notes rebalances and commit answers for the
+/// worker.
 struct ConsumerHooks {
     /// Partitions revoked since the worker last looked.
     revoked: Mutex<Vec<(String, i32)>>,
+    /// Partitions assigned since the worker last looked.
+    assigned: Mutex<Vec<(String, i32)>>,
+    /// Commits answered since the worker last looked.
+    commits: Mutex<Vec<CommitAnswer>>,
     progress: Arc<Progress>,
 }
 
@@ -382,6 +413,10 @@ impl ConsumerContext for ConsumerHooks {
                 tracing::info!(partitions = list.count(), "partitions revoked");
             }
             Rebalance::Assign(list) => {
+                let mut assigned = self.assigned.lock().unwrap_or_else(|e| e.into_inner());
+                for element in list.elements() {
+                    assigned.push((element.topic().to_string(), element.partition()));
+                }
                 tracing::info!(partitions = list.count(), "partitions assigned");
             }
             Rebalance::Error(e) => tracing::warn!("rebalance failed: {e}"),
@@ -393,9 +428,52 @@ impl ConsumerContext for ConsumerHooks {
 /// record (or its batch) for its size.
 type Delivery = Result<(), (String, bool)>;
 
-/// The producer's callbacks: collects delivery reports by output index.
+/// Commits each list of offsets sent, in the order sent, and posts the
+/// group's answers for the worker (which goes on reading and producing
+/// meanwhile), until the sender is dropped. Lists that queued up while a
+/// commit was under way go as one commit (for each partition, the offset
+/// of the last list that names it: what committing them one by one would
+/// leave), whose answer is each one's.
+fn committer(
+    consumer: &BaseConsumer<ConsumerHooks>,
+    lists: mpsc::Receiver<Vec<(String, i32, i64)>>,
+) {
+    while let Ok(first) = lists.recv() {
+        let mut queued = vec![first];
+        queued.extend(lists.try_iter());
+        let mut merged: BTreeMap<(&str, i32), i64> = BTreeMap::new();
+        for offsets in &queued {
+            for (topic, partition, offset) in offsets {
+                merged.insert((topic.as_str(), *partition), *offset);
+            }
+        }
+        let mut list = TopicPartitionList::new();
+        let mut result = Ok(());
+        for ((topic, partition), offset) in &merged {
+            if let Err(e) = list.add_partition_offset(topic, *partition, Offset::Offset(*offset)) {
+                result = Err(e.to_string());
+            }
+        }
+        if result.is_ok() {
+            result = consumer
+                .commit(&list, CommitMode::Sync)
+                .map_err(|e| e.to_string());
+        }
+        let mut answers = consumer
+            .context()
+            .commits
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for offsets in queued {
+            answers.push((offsets, result.clone()));
+        }
+    }
+}
+
+/// The producer's callbacks: collects delivery reports by their opaque
+/// (a sequence number of the worker's).
 struct ProducerHooks {
-    delivered: Mutex<Vec<(usize, Delivery)>>,
+    delivered: Mutex<HashMap<usize, Delivery>>,
     progress: Arc<Progress>,
 }
 
@@ -424,7 +502,7 @@ impl ProducerContext for ProducerHooks {
         self.delivered
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((index, result));
+            .insert(index, result);
     }
 }
 
@@ -470,12 +548,21 @@ struct Record {
     offset: i64,
     /// Its value; `None`: it has none (a tombstone).
     value: Option<Vec<u8>>,
+    /// `TOPIC/PARTITION/OFFSET`: the record's memo token.
+    token: String,
+    /// The assignment it was read under: its offset is committed only if
+    /// its partition was not revoked since.
+    epoch: u64,
 }
 
-impl Record {
-    /// `TOPIC/PARTITION/OFFSET`: the record's memo token.
-    fn token(&self) -> String {
-        format!("{}/{}/{}", self.topic, self.partition, self.offset)
+impl queue::Input for Record {
+    fn payload(&self) -> Option<&[u8]> {
+        // A record without a value is refused as an empty line is.
+        Some(self.value.as_deref().unwrap_or_default())
+    }
+
+    fn token(&self) -> &[u8] {
+        self.token.as_bytes()
     }
 }
 
@@ -511,21 +598,84 @@ impl Produce<'_> {
     }
 }
 
-/// The worker's state between batches.
-struct Worker<'a, S> {
+/// A batch's records handed to the producer, their deliveries not yet
+/// awaited.
+struct Pending<'a> {
+    produces: Vec<Produce<'a>>,
+    /// The sequence number (delivery opaque) of each produce sent.
+    sent: Vec<(usize, usize)>,
+    /// What the first attempt already knows failed.
+    round: Round,
+    /// The batch's tokens, by input.
+    tokens: Vec<String>,
+}
+
+/// What one attempt at producing some records left to do.
+#[derive(Default)]
+struct Round {
+    /// Produces to send again.
+    failed: Vec<usize>,
+    /// Produces refused for their size, alone: (produce, error).
+    oversized: Vec<(usize, String)>,
+    /// Refused for their size in a batch: sent again by themselves.
+    alone: HashSet<usize>,
+    /// The last error that was not about size (an outage).
+    last_error: String,
+}
+
+/// Where the worker expects a partition's next record (see
+/// [`Worker::in_sequence`]).
+#[derive(Clone, Copy, Debug)]
+struct Expect {
+    /// The next offset.
+    next: i64,
+    /// How far back the last seek went (0: no gap being mended).
+    step: i64,
+    /// Whether the broker delivered a record before `next` since the
+    /// last seek: what follows is then the log as it is.
+    crossed: bool,
+}
+
+impl Expect {
+    fn at(next: i64) -> Expect {
+        Expect {
+            next,
+            step: 0,
+            crossed: false,
+        }
+    }
+}
+
+/// A commit sent and not yet answered: its offsets (sorted) and the
+/// tokens of the records it covers.
+type Commit = (Vec<(String, i32, i64)>, Vec<Vec<u8>>);
+
+/// The worker's Kafka side: the queue runtime's adapter.
+struct Worker<'a> {
     config: &'a KafkaConfig,
-    preparer: &'a Preparer,
-    decoder: Decoder,
-    store: &'a mut S,
-    consumer: BaseConsumer<ConsumerHooks>,
+    consumer: Arc<BaseConsumer<ConsumerHooks>>,
+    /// To the committer thread; `None` once the worker is done.
+    to_commit: Option<mpsc::Sender<Vec<(String, i32, i64)>>>,
     producer: BaseProducer<ProducerHooks>,
     stop: &'a AtomicBool,
     metrics: &'a Metrics,
     summary: KafkaSummary,
     /// The largest record the producer and the output topics take.
     limit: Limit,
-    /// Longest message decided (`--max-line-bytes`, or its default).
-    max_line_bytes: usize,
+    /// Reports of failed reads.
+    reading: Outage<'a>,
+    /// The delivery opaque of the next record produced.
+    next_seq: usize,
+    /// Revocations so far: a record is read under the current one.
+    epoch: u64,
+    /// The epoch at which each partition was last revoked.
+    revoked_at: HashMap<(String, i32), u64>,
+    /// The next offset expected of each partition read.
+    expect: HashMap<(String, i32), Expect>,
+    /// Commits sent, oldest first, awaiting the group's answer.
+    commits: VecDeque<Commit>,
+    /// Commits answered since the runtime last asked.
+    settled: Settled,
 }
 
 /// The largest record the worker can store, and who says so.
@@ -537,9 +687,10 @@ struct Limit {
 }
 
 /// Runs the worker until `stop` is set (or a fatal error): checks the
-/// topics, joins the group, then gathers, decides, produces and commits
-/// batch after batch. Synchronous: librdkafka's clients run their own
-/// threads, and a thread of this one watches them for stalls.
+/// topics, joins the group, then runs the [`queue`] runtime on it: up to
+/// `--in-flight` batches produced ahead of their commits. Synchronous:
+/// librdkafka's clients run their own threads, and a thread of this one
+/// watches them for stalls.
 pub fn run<S: IndexStore>(
     brokers: &KafkaBrokers,
     config: &KafkaConfig,
@@ -558,6 +709,8 @@ pub fn run<S: IndexStore>(
         .set("auto.offset.reset", "earliest")
         .create_with_context(ConsumerHooks {
             revoked: Mutex::new(Vec::new()),
+            assigned: Mutex::new(Vec::new()),
+            commits: Mutex::new(Vec::new()),
             progress: Arc::clone(&reading),
         })
         .map_err(settings)?;
@@ -575,25 +728,38 @@ pub fn run<S: IndexStore>(
         .set("message.max.bytes", limit.bytes.to_string())
         .set("batch.size", limit.bytes.min(PRODUCER_LIMIT).to_string())
         .create_with_context(ProducerHooks {
-            delivered: Mutex::new(Vec::new()),
+            delivered: Mutex::new(HashMap::new()),
             progress: Arc::clone(&writing),
         })
         .map_err(settings)?;
     let max_line_bytes = line_limit(config.max_line_bytes, &limit);
     let topics: Vec<&str> = config.topics.iter().map(String::as_str).collect();
     consumer.subscribe(&topics).map_err(settings)?;
+    let consumer = Arc::new(consumer);
+    let (to_commit, lists) = mpsc::channel();
     let mut worker = Worker {
         config,
-        preparer,
-        decoder: Decoder::new(config.fields.clone()),
-        store,
-        consumer,
+        consumer: Arc::clone(&consumer),
+        to_commit: Some(to_commit),
         producer,
         stop,
         metrics,
         summary: KafkaSummary::default(),
         limit,
+        reading: Outage::new("Kafka", metrics),
+        next_seq: 0,
+        epoch: 0,
+        revoked_at: HashMap::new(),
+        expect: HashMap::new(),
+        commits: VecDeque::new(),
+        settled: Settled::default(),
+    };
+    let decoder = Decoder::new(config.fields.clone());
+    let runtime = queue::Settings {
+        batch: config.batch,
+        in_flight: config.in_flight,
         max_line_bytes,
+        idle_wait: IDLE_WAIT,
     };
     let done = AtomicBool::new(false);
     let result = std::thread::scope(|scope| {
@@ -607,11 +773,22 @@ pub fn run<S: IndexStore>(
                 &done,
             )
         });
-        let result = worker.consume();
+        scope.spawn(|| committer(&consumer, lists));
+        let engine = queue::Engine {
+            preparer,
+            decoder: &decoder,
+            store,
+        };
+        let result = queue::run(&mut worker, engine, runtime, stop, metrics);
         done.store(true, Ordering::Relaxed);
+        // The committer ends with its last commit.
+        worker.to_commit = None;
         result
     });
-    result?;
+    let counts = result?;
+    worker.summary.read = counts.read;
+    worker.summary.committed = counts.acknowledged;
+    worker.summary.uncommitted = counts.unacknowledged;
     // Dropping the consumer closes it: it leaves the group, and its
     // partitions go to the others at once.
     Ok(worker.summary)
@@ -756,126 +933,121 @@ fn check_topics(
     Ok(())
 }
 
-impl<'a, S: IndexStore> Worker<'a, S> {
-    /// Gathers, decides, produces and commits batch after batch until
-    /// `stop` is set (or a fatal error).
-    fn consume(&mut self) -> Result<(), KafkaError> {
-        let started = Instant::now();
-        let mut last_report = Instant::now();
-        let mut outage = Outage::new("Kafka", self.metrics);
-        while !self.stop.load(Ordering::Relaxed) {
-            if last_report.elapsed() >= PROGRESS_EVERY {
-                last_report = Instant::now();
-                let s = self.summary;
+impl<'a> Worker<'a> {
+    /// Takes the partitions revoked and assigned inside the last poll:
+    /// records gathered from a revoked partition are abandoned (see the
+    /// module documentation), and a partition assigned is expected to go
+    /// on from its committed offset.
+    fn rebalanced(&mut self, records: &mut Vec<Record>) {
+        let hooks = self.consumer.context();
+        let revoked = std::mem::take(&mut *hooks.revoked.lock().unwrap_or_else(|e| e.into_inner()));
+        let assigned =
+            std::mem::take(&mut *hooks.assigned.lock().unwrap_or_else(|e| e.into_inner()));
+        if !revoked.is_empty() {
+            self.epoch += 1;
+            for partition in &revoked {
+                self.revoked_at.insert(partition.clone(), self.epoch);
+                self.expect.remove(partition);
+            }
+            let before = records.len();
+            records.retain(|r| {
+                !revoked
+                    .iter()
+                    .any(|(t, p)| *t == r.topic && *p == r.partition)
+            });
+            let dropped = (before - records.len()) as u64;
+            if dropped > 0 {
+                self.summary.abandoned += dropped;
                 tracing::info!(
-                    read = s.read,
-                    per_second = (s.read as f64 / started.elapsed().as_secs_f64()).round(),
-                    duplicates = s.duplicates,
-                    invalid = s.invalid,
-                    committed = s.committed,
-                    abandoned = s.abandoned,
-                    "consuming"
+                    records = dropped,
+                    "abandoned records of revoked partitions: their next owner reads them"
                 );
             }
-            let records = self.gather(&mut outage);
-            if records.is_empty() {
-                continue;
-            }
-            self.process(records)?;
         }
-        Ok(())
+        if !assigned.is_empty() {
+            self.expect_committed(&assigned);
+        }
     }
 
-    /// Gathers a batch: what is ready now, else waits up to [`IDLE_WAIT`]
-    /// for one record and takes what is ready with it. Records of a
-    /// partition revoked meanwhile are dropped (see the module
-    /// documentation).
-    fn gather(&mut self, outage: &mut Outage<'_>) -> Vec<Record> {
-        let mut records: Vec<Record> = Vec::new();
-        loop {
-            let wait = if records.is_empty() {
-                IDLE_WAIT
-            } else {
-                Duration::ZERO
-            };
-            let polled = self.consumer.poll(wait);
-            // The rebalance callbacks ran inside that poll, before the
-            // record it returns (read under the new assignment).
-            let revoked = std::mem::take(
-                &mut *self
-                    .consumer
-                    .context()
-                    .revoked
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner()),
+    /// Expects each partition of `assigned` to start at its committed
+    /// offset (where the consumer resumes), so that a broker answering
+    /// from further on is caught. Partitions without one start wherever
+    /// the broker says.
+    fn expect_committed(&mut self, assigned: &[(String, i32)]) {
+        let mut list = TopicPartitionList::new();
+        for (topic, partition) in assigned {
+            list.add_partition(topic, *partition);
+        }
+        match self.consumer.committed_offsets(list, METADATA_TIMEOUT) {
+            Ok(committed) => {
+                for element in committed.elements() {
+                    if let Offset::Offset(next) = element.offset() {
+                        self.expect.insert(
+                            (element.topic().to_string(), element.partition()),
+                            Expect::at(next),
+                        );
+                    }
+                }
+            }
+            Err(e) => tracing::debug!("the committed offsets of new partitions are unknown: {e}"),
+        }
+    }
+
+    /// Whether a record at `offset` of `partition` comes in order. A
+    /// record past the expected offset means the broker skipped some
+    /// (Tansu 0.6 answers a fetch from inside a record batch with the
+    /// next batch): the partition is sought back, further each time (the
+    /// broker may skip again from the offset sought), counted
+    /// (`dedup_queue_gaps_total`) and reported; records before the
+    /// expected offset, delivered again from there, were read already and
+    /// are passed over. A hole the broker delivers across (compaction,
+    /// transaction markers: a record before the expected offset, then
+    /// one past it) is the log as it is.
+    fn in_sequence(&mut self, partition: &(String, i32), offset: i64) -> bool {
+        let Some(expect) = self.expect.get_mut(partition) else {
+            self.expect
+                .insert(partition.clone(), Expect::at(offset + 1));
+            return true;
+        };
+        let sought_to_start = expect.step > 0 && expect.next - expect.step <= 0;
+        if offset == expect.next || (offset > expect.next && (expect.crossed || sought_to_start)) {
+            *expect = Expect::at(offset + 1);
+            return true;
+        }
+        if offset < expect.next {
+            expect.crossed = true;
+            return false;
+        }
+        if expect.step == 0 {
+            self.metrics.queue_gaps.fetch_add(1, Ordering::Relaxed);
+            self.summary.gaps += 1;
+            tracing::warn!(
+                topic = %partition.0,
+                partition = partition.1,
+                expected = expect.next,
+                got = offset,
+                "the broker skipped records: seeking back to read them"
             );
-            if !revoked.is_empty() {
-                let before = records.len();
-                records.retain(|r| {
-                    !revoked
-                        .iter()
-                        .any(|(t, p)| *t == r.topic && *p == r.partition)
-                });
-                let dropped = (before - records.len()) as u64;
-                if dropped > 0 {
-                    self.summary.abandoned += dropped;
-                    tracing::info!(
-                        records = dropped,
-                        "abandoned records of revoked partitions: their next owner reads them"
-                    );
-                }
-            }
-            match polled {
-                None => break,
-                Some(Ok(message)) => {
-                    outage.over("reading records");
-                    records.push(Record {
-                        topic: message.topic().to_string(),
-                        partition: message.partition(),
-                        offset: message.offset(),
-                        value: message.payload().map(<[u8]>::to_vec),
-                    });
-                    if records.len() >= self.config.batch {
-                        break;
-                    }
-                }
-                Some(Err(e)) => {
-                    outage.failed("reading records", &e.to_string());
-                    if records.is_empty() {
-                        // An error comes back at once: not a busy loop.
-                        std::thread::sleep(BACKOFF.0);
-                    }
-                    break;
-                }
-            }
         }
-        records
+        expect.step = (expect.step * 2).max(1);
+        expect.crossed = false;
+        let to = (expect.next - expect.step).max(0);
+        if let Err(e) = self.consumer.seek(
+            &partition.0,
+            partition.1,
+            Offset::Offset(to),
+            METADATA_TIMEOUT,
+        ) {
+            // The next record comes out of order again, and is sought
+            // back again.
+            tracing::warn!("seeking back to offset {to} failed: {e}");
+        }
+        false
     }
 
-    /// Prepares and decides a batch: one outcome per record.
-    fn decide(
-        &mut self,
-        records: &[Record],
-        tokens: &[String],
-    ) -> Result<Vec<Outcome>, KafkaError> {
-        // A record without a value is refused as an empty line is.
-        let payloads: Vec<Option<&[u8]>> = records
-            .iter()
-            .map(|record| Some(record.value.as_deref().unwrap_or_default()))
-            .collect();
-        let tokens: Vec<&[u8]> = tokens.iter().map(String::as_bytes).collect();
-        let (decided, tally) = queue_batch::decide(
-            (self.preparer, &self.decoder),
-            &mut *self.store,
-            &payloads,
-            &tokens,
-            self.max_line_bytes,
-            self.metrics,
-        )?;
-        self.summary.new += tally.new;
-        self.summary.duplicates += tally.duplicates;
-        self.summary.deletions += tally.deletions;
-        let outcomes = records
+    /// What each record of a decided batch becomes.
+    fn outcomes(&self, records: &[Record], decided: &DecidedBatch) -> Vec<Outcome> {
+        records
             .iter()
             .enumerate()
             .map(|(at, record)| match decided.payload(at) {
@@ -900,104 +1072,7 @@ impl<'a, S: IndexStore> Worker<'a, S> {
                 }
                 Payload::Message(..) => Outcome::Skip,
             })
-            .collect();
-        Ok(outcomes)
-    }
-
-    /// Decides a batch, produces its outputs and dead letters (every
-    /// delivery acknowledged), then commits its offsets.
-    fn process(&mut self, records: Vec<Record>) -> Result<(), KafkaError> {
-        let n = records.len() as u64;
-        self.summary.read += n;
-        self.metrics.queue_read.fetch_add(n, Ordering::Relaxed);
-        let tokens: Vec<String> = records.iter().map(Record::token).collect();
-        let outcomes = self.decide(&records, &tokens)?;
-        let config = self.config;
-        let mut produces = Vec::new();
-        for (input, (outcome, token)) in outcomes.into_iter().zip(&tokens).enumerate() {
-            match outcome {
-                Outcome::Output { key, value } => produces.push(Produce {
-                    topic: &config.output_topic,
-                    key,
-                    value,
-                    dead: None,
-                    input,
-                }),
-                Outcome::Dead { reason, value } => {
-                    self.dead_lettered(token, &reason);
-                    produces.push(Produce {
-                        topic: &config.dead_letter_topic,
-                        key: token.as_bytes().to_vec(),
-                        value,
-                        dead: Some((reason, token.clone())),
-                        input,
-                    });
-                }
-                Outcome::Skip => {}
-            }
-        }
-        for (was_dead, input, reason) in self.produce(produces, &tokens)? {
-            self.summary.too_large += 1;
-            if was_dead {
-                // A dead letter already (and counted): sent without its bytes.
-                tracing::warn!(record = %tokens[input], "{reason}");
-            } else {
-                self.dead_lettered(&tokens[input], &reason);
-            }
-        }
-
-        // The outputs are stored: now the offsets may go. The next offset
-        // of each partition is committed.
-        let mut next: BTreeMap<(&str, i32), i64> = BTreeMap::new();
-        for record in &records {
-            let at = next
-                .entry((record.topic.as_str(), record.partition))
-                .or_insert(0);
-            *at = (*at).max(record.offset + 1);
-        }
-        tracing::debug!(records = n, next = ?next, "committing");
-        let mut list = TopicPartitionList::new();
-        for ((topic, partition), offset) in &next {
-            list.add_partition_offset(topic, *partition, Offset::Offset(*offset))
-                .map_err(|e| KafkaError::Settings(e.to_string()))?;
-        }
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            match self.consumer.commit(&list, CommitMode::Sync) {
-                Ok(()) => {
-                    self.summary.committed += n;
-                    self.metrics.queue_acked.fetch_add(n, Ordering::Relaxed);
-                    let forget: Vec<&[u8]> = tokens.iter().map(|t| t.as_bytes()).collect();
-                    self.store.forget(&forget);
-                    return Ok(());
-                }
-                Err(e) => {
-                    let refused = matches!(
-                        e.rdkafka_error_code(),
-                        Some(
-                            RDKafkaErrorCode::IllegalGeneration
-                                | RDKafkaErrorCode::UnknownMemberId
-                                | RDKafkaErrorCode::RebalanceInProgress
-                                | RDKafkaErrorCode::FencedInstanceId
-                        )
-                    );
-                    if refused || tries >= COMMIT_TRIES || self.stop.load(Ordering::Relaxed) {
-                        // Not committed: read again (here or by the next
-                        // owner), answered from the memo, produced again
-                        // byte for byte.
-                        self.summary.uncommitted += n;
-                        tracing::warn!(
-                            records = n,
-                            "committing failed ({e}); they will be read again"
-                        );
-                        return Ok(());
-                    }
-                    self.metrics.store_errors.fetch_add(1, Ordering::Relaxed);
-                    std::thread::sleep(BACKOFF.1);
-                }
-            }
-        }
+            .collect()
     }
 
     /// Counts and reports a dead letter.
@@ -1014,99 +1089,110 @@ impl<'a, S: IndexStore> Worker<'a, S> {
         );
     }
 
-    /// Produces `produces` until the broker has acknowledged each one;
-    /// gives up only when told to stop (or on a fatal producer error). A
-    /// record refused for its size is produced again by itself (its batch
-    /// may have been what was too large); refused alone, it is replaced by
-    /// a dead letter without its bytes. Returns those: (whether it was a
-    /// dead letter already, its input, the reason).
-    fn produce(
-        &mut self,
-        mut produces: Vec<Produce<'a>>,
-        tokens: &[String],
-    ) -> Result<Vec<(bool, usize, String)>, KafkaError> {
-        let mut refused = Vec::new();
-        let mut left: Vec<usize> = (0..produces.len()).collect();
-        // Refused for size in a batch: produced next by themselves.
-        let mut alone: HashSet<usize> = HashSet::new();
-        let mut outage = Outage::new("Kafka", self.metrics);
-        let mut wait = BACKOFF.0;
-        while !left.is_empty() {
-            let mut failed: Vec<usize> = Vec::new();
-            let mut oversized: Vec<(usize, String)> = Vec::new();
-            let mut last_error = String::new();
-            for &i in &left {
-                if alone.contains(&i) {
-                    // Nothing else in its batch.
-                    self.await_deliveries();
+    /// Hands one record to the producer (serving deliveries while its
+    /// local queue is full); returns its delivery's opaque.
+    fn send(&mut self, produce: &Produce<'_>) -> Result<usize, RdError> {
+        let seq = self.next_seq;
+        self.next_seq = self.next_seq.wrapping_add(1);
+        let mut record = BaseRecord::with_opaque_to(produce.topic, seq)
+            .key(&produce.key)
+            .payload(&produce.value);
+        if let Some((reason, source)) = &produce.dead {
+            record = record.headers(
+                OwnedHeaders::new()
+                    .insert(Header {
+                        key: ERROR_HEADER,
+                        value: Some(reason.as_str()),
+                    })
+                    .insert(Header {
+                        key: SOURCE_HEADER,
+                        value: Some(source.as_str()),
+                    }),
+            );
+        }
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => return Ok(seq),
+                Err((RdError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    self.producer.poll(Duration::from_millis(100));
                 }
-                let produce = &produces[i];
-                let mut record = BaseRecord::with_opaque_to(produce.topic, i)
-                    .key(&produce.key)
-                    .payload(&produce.value);
-                if let Some((reason, source)) = &produce.dead {
-                    record = record.headers(
-                        OwnedHeaders::new()
-                            .insert(Header {
-                                key: ERROR_HEADER,
-                                value: Some(reason.as_str()),
-                            })
-                            .insert(Header {
-                                key: SOURCE_HEADER,
-                                value: Some(source.as_str()),
-                            }),
-                    );
-                }
-                loop {
-                    match self.producer.send(record) {
-                        Ok(()) => break,
-                        Err((RdError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                            // The local queue is full: serve deliveries.
-                            record = back;
-                            self.producer.poll(Duration::from_millis(100));
-                        }
-                        // Over message.max.bytes: refused before sending.
-                        Err((e, _)) if refused_for_size(&e) => {
-                            oversized.push((i, e.to_string()));
-                            break;
-                        }
-                        Err((e, _)) => {
-                            failed.push(i);
-                            last_error = e.to_string();
-                            break;
-                        }
-                    }
-                }
-                if alone.contains(&i) {
-                    self.await_deliveries();
-                }
+                Err((e, _)) => return Err(e),
             }
-            self.await_deliveries();
-            let delivered = std::mem::take(
-                &mut *self
+        }
+    }
+
+    /// Notes in `round` what refused to take produce `i` at once.
+    fn refused_at_once(round: &mut Round, i: usize, error: RdError) {
+        if refused_for_size(&error) {
+            // Over message.max.bytes: refused before sending.
+            round.oversized.push((i, error.to_string()));
+        } else {
+            round.failed.push(i);
+            round.last_error = error.to_string();
+        }
+    }
+
+    /// Waits for the deliveries of `sent` ((produce, opaque) pairs) and
+    /// notes in `round` those that failed. A record refused for its size
+    /// in a batch is sent next by itself; refused alone, it is oversized.
+    fn deliveries(&mut self, sent: &[(usize, usize)], round: &mut Round) {
+        let mut left: Vec<(usize, usize)> = sent.to_vec();
+        while !left.is_empty() {
+            {
+                let mut delivered = self
                     .producer
                     .context()
                     .delivered
                     .lock()
-                    .unwrap_or_else(|e| e.into_inner()),
-            );
-            for (i, result) in delivered {
-                match result {
-                    Ok(()) => {}
-                    Err((e, true)) if alone.contains(&i) => oversized.push((i, e)),
-                    Err((e, true)) => {
+                    .unwrap_or_else(|e| e.into_inner());
+                left.retain(|&(i, seq)| match delivered.remove(&seq) {
+                    None => true,
+                    Some(Ok(())) => false,
+                    Some(Err((e, true))) if round.alone.contains(&i) => {
+                        round.oversized.push((i, e));
+                        false
+                    }
+                    Some(Err((e, true))) => {
                         // Not an outage: produced again, by itself, at once.
                         tracing::debug!("a record was refused for its size in a batch: {e}");
-                        alone.insert(i);
-                        failed.push(i);
+                        round.alone.insert(i);
+                        round.failed.push(i);
+                        false
                     }
-                    Err((e, false)) => {
-                        failed.push(i);
-                        last_error = e;
+                    Some(Err((e, false))) => {
+                        round.failed.push(i);
+                        round.last_error = e;
+                        false
                     }
-                }
+                });
             }
-            for (i, error) in oversized {
+            if !left.is_empty() {
+                // Deliveries are reported within message.timeout.ms; the
+                // stall watch reports a broker that does not answer.
+                self.producer.poll(Duration::from_millis(100));
+            }
+        }
+    }
+
+    /// Produces again, until the broker has acknowledged each one, what
+    /// the first attempt (`round`) left; gives up only when told to stop
+    /// (or on a fatal producer error). A record refused for its size is
+    /// produced again by itself (its batch may have been what was too
+    /// large); refused alone, it is replaced by a dead letter without its
+    /// bytes. Returns those: (whether it was a dead letter already, its
+    /// input, the reason).
+    fn complete(
+        &mut self,
+        produces: &mut [Produce<'a>],
+        tokens: &[String],
+        mut round: Round,
+    ) -> Result<Vec<(bool, usize, String)>, KafkaError> {
+        let mut refused = Vec::new();
+        let mut outage = Outage::new("Kafka", self.metrics);
+        let mut wait = BACKOFF.0;
+        loop {
+            for (i, error) in std::mem::take(&mut round.oversized) {
                 let produce = &produces[i];
                 if produce.dead.is_some() && produce.value.is_empty() {
                     // Not even its reason fits: nothing to do but stop.
@@ -1137,20 +1223,20 @@ impl<'a, S: IndexStore> Worker<'a, S> {
                     dead: Some((reason, token)),
                     input,
                 };
-                alone.remove(&i);
-                failed.push(i);
+                round.alone.remove(&i);
+                round.failed.push(i);
             }
-            if failed.is_empty() {
+            if round.failed.is_empty() {
                 outage.over("producing outputs");
                 return Ok(refused);
             }
             if let Some((code, reason)) = self.producer.client().fatal_error() {
                 return Err(KafkaError::Fatal(format!("{code}: {reason}")));
             }
-            if !last_error.is_empty() {
+            if !round.last_error.is_empty() {
                 outage.failed(
                     "producing outputs",
-                    &format!("{} not delivered: {last_error}", failed.len()),
+                    &format!("{} not delivered: {}", round.failed.len(), round.last_error),
                 );
                 if self.stop.load(Ordering::Relaxed) {
                     return Err(KafkaError::Unavailable("producing outputs".into()));
@@ -1158,20 +1244,290 @@ impl<'a, S: IndexStore> Worker<'a, S> {
                 std::thread::sleep(wait);
                 wait = (wait * 2).min(BACKOFF.1);
             }
-            failed.sort_unstable();
-            failed.dedup();
-            left = failed;
+            let mut left = std::mem::take(&mut round.failed);
+            left.sort_unstable();
+            left.dedup();
+            round.last_error.clear();
+            let mut sent = Vec::new();
+            for i in left {
+                let alone = round.alone.contains(&i);
+                if alone {
+                    // Nothing else in its batch.
+                    self.await_deliveries();
+                }
+                match self.send(&produces[i]) {
+                    Ok(seq) => sent.push((i, seq)),
+                    Err(e) => Self::refused_at_once(&mut round, i, e),
+                }
+                if alone {
+                    self.await_deliveries();
+                }
+            }
+            self.deliveries(&sent, &mut round);
         }
-        Ok(refused)
     }
 
-    /// Waits until every delivery is reported (within
-    /// `message.timeout.ms`); the stall watch reports a broker that does
-    /// not answer meanwhile.
+    /// Waits until every delivery under way is reported (within
+    /// `message.timeout.ms`); the reports stay for whoever awaits them.
     fn await_deliveries(&self) {
         while self.producer.in_flight_count() > 0 {
             let _ = self.producer.flush(Duration::from_secs(1));
         }
+    }
+
+    /// Takes the group's answers to commits: a commit answered is
+    /// settled, its records acknowledged or left to be read again.
+    fn commit_answers(&mut self) {
+        let answers = std::mem::take(
+            &mut *self
+                .consumer
+                .context()
+                .commits
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        for (offsets, result) in answers {
+            let Some(at) = self.commits.iter().position(|(sent, _)| *sent == offsets) else {
+                continue; // not one of ours
+            };
+            let Some((_, tokens)) = self.commits.remove(at) else {
+                continue;
+            };
+            match result {
+                Ok(()) => self.settled.acknowledged.extend(tokens),
+                Err(e) => {
+                    // Not retried: a later commit of the partition covers
+                    // them, else they are read again, here or by the
+                    // next owner, with the same verdicts.
+                    self.settled.failed += tokens.len() as u64;
+                    tracing::warn!(
+                        records = tokens.len(),
+                        "committing failed ({e}); they will be read again unless a later \
+                         commit covers them"
+                    );
+                }
+            }
+        }
+    }
+}
+
+impl<'a> queue::Adapter for Worker<'a> {
+    type Input = Record;
+    type Pending = Pending<'a>;
+    type Error = KafkaError;
+
+    /// What is ready now, else waits up to `wait` for one record and takes
+    /// what is ready with it. Records of a partition revoked meanwhile
+    /// are dropped, records out of sequence sought back (see
+    /// [`Worker::in_sequence`]).
+    fn fetch(&mut self, max: usize, wait: Duration) -> Result<Vec<Record>, KafkaError> {
+        let deadline = Instant::now() + wait;
+        let mut records: Vec<Record> = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let polled = self
+                .consumer
+                .poll(if records.is_empty() {
+                    left
+                } else {
+                    Duration::ZERO
+                })
+                .map(|polled| {
+                    polled.map(|message| {
+                        (
+                            (message.topic().to_string(), message.partition()),
+                            message.offset(),
+                            message.payload().map(<[u8]>::to_vec),
+                        )
+                    })
+                });
+            // The rebalance callbacks ran inside that poll, before the
+            // record it returns (read under the new assignment).
+            self.rebalanced(&mut records);
+            match polled {
+                // A poll also comes back empty after serving an event (a
+                // commit's answer): wait on while time is left.
+                None if records.is_empty() && !left.is_zero() => {}
+                None => break,
+                Some(Ok((partition, offset, value))) => {
+                    self.reading.over("reading records");
+                    if !self.in_sequence(&partition, offset) {
+                        continue;
+                    }
+                    let (topic, partition) = partition;
+                    records.push(Record {
+                        token: format!("{topic}/{partition}/{offset}"),
+                        topic,
+                        partition,
+                        offset,
+                        value,
+                        epoch: self.epoch,
+                    });
+                    if records.len() >= max {
+                        break;
+                    }
+                }
+                Some(Err(e)) => {
+                    self.reading.failed("reading records", &e.to_string());
+                    if records.is_empty() {
+                        // An error comes back at once: not a busy loop.
+                        std::thread::sleep(BACKOFF.0);
+                    }
+                    break;
+                }
+            }
+        }
+        Ok(records)
+    }
+
+    /// Hands the batch's outputs and dead letters to the producer; their
+    /// deliveries are awaited when the batch's turn to commit comes.
+    fn publish(
+        &mut self,
+        records: &[Record],
+        decided: &DecidedBatch,
+        tally: Tally,
+    ) -> Result<Pending<'a>, KafkaError> {
+        self.summary.new += tally.new;
+        self.summary.duplicates += tally.duplicates;
+        self.summary.deletions += tally.deletions;
+        let config: &'a KafkaConfig = self.config;
+        let tokens: Vec<String> = records.iter().map(|r| r.token.clone()).collect();
+        let mut produces = Vec::new();
+        for (input, outcome) in self.outcomes(records, decided).into_iter().enumerate() {
+            match outcome {
+                Outcome::Output { key, value } => produces.push(Produce {
+                    topic: &config.output_topic,
+                    key,
+                    value,
+                    dead: None,
+                    input,
+                }),
+                Outcome::Dead { reason, value } => {
+                    self.dead_lettered(&tokens[input], &reason);
+                    produces.push(Produce {
+                        topic: &config.dead_letter_topic,
+                        key: tokens[input].as_bytes().to_vec(),
+                        value,
+                        dead: Some((reason, tokens[input].clone())),
+                        input,
+                    });
+                }
+                Outcome::Skip => {}
+            }
+        }
+        let mut round = Round::default();
+        let mut sent = Vec::with_capacity(produces.len());
+        for (i, produce) in produces.iter().enumerate() {
+            match self.send(produce) {
+                Ok(seq) => sent.push((i, seq)),
+                Err(e) => Self::refused_at_once(&mut round, i, e),
+            }
+        }
+        // Serves the delivery reports already in.
+        self.producer.poll(Duration::ZERO);
+        Ok(Pending {
+            produces,
+            sent,
+            round,
+            tokens,
+        })
+    }
+
+    /// Awaits the batch's deliveries, producing again what failed, and
+    /// dead-letters without their bytes the records refused for size.
+    fn stored(&mut self, pending: Pending<'a>) -> Result<(), KafkaError> {
+        let Pending {
+            mut produces,
+            sent,
+            mut round,
+            tokens,
+        } = pending;
+        self.deliveries(&sent, &mut round);
+        for (was_dead, input, reason) in self.complete(&mut produces, &tokens, round)? {
+            self.summary.too_large += 1;
+            if was_dead {
+                // A dead letter already (and counted): sent without its bytes.
+                tracing::warn!(record = %tokens[input], "{reason}");
+            } else {
+                self.dead_lettered(&tokens[input], &reason);
+            }
+        }
+        Ok(())
+    }
+
+    /// Commits the next offset of each partition of the batch
+    /// (asynchronously: the answer comes through a later poll), except
+    /// for partitions revoked since it was read, whose next owner reads
+    /// them again.
+    fn acknowledge(&mut self, records: Vec<Record>) -> Result<(), KafkaError> {
+        let mut next: BTreeMap<(String, i32), i64> = BTreeMap::new();
+        let mut tokens = Vec::with_capacity(records.len());
+        let mut left = 0u64;
+        for record in records {
+            let revoked = self.revoked_at.iter().any(|((t, p), at)| {
+                *t == record.topic && *p == record.partition && *at > record.epoch
+            });
+            if revoked {
+                left += 1;
+                continue;
+            }
+            let at = next.entry((record.topic, record.partition)).or_insert(0);
+            *at = (*at).max(record.offset + 1);
+            tokens.push(record.token.into_bytes());
+        }
+        if left > 0 {
+            self.settled.failed += left;
+            tracing::info!(
+                records = left,
+                "produced records of revoked partitions left uncommitted: their next owner \
+                 reads them again"
+            );
+        }
+        if next.is_empty() {
+            return Ok(());
+        }
+        tracing::debug!(records = tokens.len(), next = ?next, "committing");
+        let offsets: Vec<(String, i32, i64)> =
+            next.into_iter().map(|((t, p), o)| (t, p, o)).collect();
+        let sent = self
+            .to_commit
+            .as_ref()
+            .is_some_and(|to| to.send(offsets.clone()).is_ok());
+        if sent {
+            self.commits.push_back((offsets, tokens));
+        } else {
+            self.settled.failed += tokens.len() as u64;
+            tracing::warn!(
+                records = tokens.len(),
+                "the committer is gone; these records will be read again"
+            );
+        }
+        Ok(())
+    }
+
+    fn settled(&mut self) -> Settled {
+        self.commit_answers();
+        std::mem::take(&mut self.settled)
+    }
+
+    /// Waits until every commit is answered (at most [`COMMIT_WAIT`]).
+    fn finish(&mut self) -> Result<(), KafkaError> {
+        let deadline = Instant::now() + COMMIT_WAIT;
+        self.commit_answers();
+        while !self.commits.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+            self.commit_answers();
+        }
+        let unanswered: u64 = self.commits.drain(..).map(|(_, t)| t.len() as u64).sum();
+        if unanswered > 0 {
+            self.settled.failed += unanswered;
+            tracing::warn!(
+                records = unanswered,
+                "commits unanswered at the stop: those records may be read again"
+            );
+        }
+        Ok(())
     }
 }
 

@@ -55,7 +55,8 @@
 //!   [`consume_nats`]: one that reads a NATS JetStream durable consumer;
 //!   [`consume_kafka`]: one that reads a Kafka consumer group; [`broker`]:
 //!   what the last two share at the broker's door (size limits, outage
-//!   reports).
+//!   reports); [`queue`]: the pipelined runtime a worker runs on, with its
+//!   broker behind an adapter (Kafka's so far).
 //!
 //! The binary (`src/main.rs`) parses the command line, sets up logging and
 //! signals, and calls into this library.
@@ -78,6 +79,7 @@ pub mod journal;
 pub mod lines;
 pub mod output;
 pub mod pipeline;
+pub mod queue;
 pub mod queue_batch;
 pub mod record;
 pub mod redis_index;

@@ -196,7 +196,10 @@ fn one_worker_produces_what_the_filter_writes_and_stops_on_sigterm() {
     let status = terminate(&mut child);
     let stderr = std::fs::read_to_string(&log).unwrap();
     assert!(status.success(), "{status}: {stderr}");
-    assert!(started.elapsed() < Duration::from_secs(10), "a quick stop");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "a quick stop: {stderr}"
+    );
     assert!(
         stderr.contains("400 records read") && stderr.contains("400 committed"),
         "{stderr}"
@@ -307,11 +310,26 @@ fn missing_topics_and_a_topic_read_and_written_are_refused() {
 
 #[test]
 fn killed_workers_leave_every_input_answered_with_identical_repeats() {
-    if !available("killed_workers_leave_every_input_answered_with_identical_repeats")
-        || !common::redis::available(
-            "killed_workers_leave_every_input_answered_with_identical_repeats",
-        )
-    {
+    killed_workers(
+        "killed_workers_leave_every_input_answered_with_identical_repeats",
+        None,
+    );
+}
+
+#[test]
+fn killed_workers_stopping_and_waiting_leave_every_input_answered() {
+    killed_workers(
+        "killed_workers_stopping_and_waiting_leave_every_input_answered",
+        Some("1"),
+    );
+}
+
+/// Three workers in turn `kill -9`ed mid-stream with `--in-flight
+/// in_flight` (or the default) batches produced ahead of their commits,
+/// then a fourth to the end: every input answered, every repeat the first
+/// byte for byte.
+fn killed_workers(test: &str, in_flight: Option<&str>) {
+    if !available(test) || !common::redis::available(test) {
         return;
     }
     let redis = common::redis::RedisServer::start();
@@ -321,7 +339,10 @@ fn killed_workers_leave_every_input_answered_with_identical_repeats() {
     let lines = tweets(3000);
     broker.produce(IN, &lines);
     let temp = tempfile::tempdir().unwrap();
-    let options = ["--batch", "16", "--index", &index];
+    let mut options = vec!["--batch", "16", "--index", &index];
+    if let Some(in_flight) = in_flight {
+        options.extend(["--in-flight", in_flight]);
+    }
     let mut logs = Vec::new();
     for round in 0..3 {
         let log = temp.path().join(format!("worker{round}.log"));
@@ -368,11 +389,25 @@ fn killed_workers_leave_every_input_answered_with_identical_repeats() {
 
 #[test]
 fn a_second_worker_forces_a_rebalance_and_two_share_an_index_in_redis() {
-    if !available("a_second_worker_forces_a_rebalance_and_two_share_an_index_in_redis")
-        || !common::redis::available(
-            "a_second_worker_forces_a_rebalance_and_two_share_an_index_in_redis",
-        )
-    {
+    second_worker(
+        "a_second_worker_forces_a_rebalance_and_two_share_an_index_in_redis",
+        None,
+    );
+}
+
+#[test]
+fn a_second_worker_forces_a_rebalance_with_one_batch_in_flight() {
+    second_worker(
+        "a_second_worker_forces_a_rebalance_with_one_batch_in_flight",
+        Some("1"),
+    );
+}
+
+/// A second worker joins mid-stream (`--in-flight in_flight`, or the
+/// default): both read, every input answered with identical repeats, one
+/// index's verdicts.
+fn second_worker(test: &str, in_flight: Option<&str>) {
+    if !available(test) || !common::redis::available(test) {
         return;
     }
     let redis = common::redis::RedisServer::start();
@@ -383,7 +418,10 @@ fn a_second_worker_forces_a_rebalance_and_two_share_an_index_in_redis() {
     let (early, late) = lines.split_at(1000);
     broker.produce(IN, early);
     let temp = tempfile::tempdir().unwrap();
-    let options = ["--batch", "16", "--index", &index];
+    let mut options = vec!["--batch", "16", "--index", &index];
+    if let Some(in_flight) = in_flight {
+        options.extend(["--in-flight", in_flight]);
+    }
     let (log_a, log_b) = (temp.path().join("a.log"), temp.path().join("b.log"));
     let mut a = worker(&broker, &options, &log_a);
     wait_for(
@@ -537,10 +575,22 @@ fn health_and_metrics_follow_the_broker() {
     );
     let (code, _) = http_get(admin, "/healthz");
     assert_eq!(code, 200);
+    // The worker counts a commit once the group's answer reaches it,
+    // shortly after the broker shows it.
+    wait_for(
+        Duration::from_secs(10),
+        "the commits counted",
+        &[&log],
+        || {
+            http_get(admin, "/metrics")
+                .1
+                .contains("dedup_queue_entries_acked_total 10")
+        },
+    );
     let (_, metrics) = http_get(admin, "/metrics");
     assert!(
-        metrics.contains("dedup_queue_entries_acked_total 10")
-            && metrics.contains("dedup_queue_entries_read_total 10"),
+        metrics.contains("dedup_queue_entries_read_total 10")
+            && metrics.contains("dedup_queue_gaps_total 0"),
         "{metrics}"
     );
     drop(broker); // killed: its memory storage goes with it
@@ -715,4 +765,48 @@ fn a_hung_broker_turns_health_to_503_and_is_reported() {
     let stderr = std::fs::read_to_string(&log).unwrap();
     assert!(status.success(), "{stderr}");
     assert!(stderr.contains("Kafka reachable again"), "{stderr}");
+}
+
+#[test]
+fn a_worker_resuming_inside_a_record_batch_reads_the_rest_of_it() {
+    if !available("a_worker_resuming_inside_a_record_batch_reads_the_rest_of_it") {
+        return;
+    }
+    let broker = Broker::start();
+    topics(&broker, 1);
+    let lines = tweets(300);
+    // Three record batches: 0-99, 100-199, 200-299.
+    broker.produce_batched(IN, &lines, 100);
+    // The group stopped inside the second batch: Tansu 0.6 answers a fetch
+    // from offset 150 with the third batch (records 150-199 never come
+    // unless the worker seeks back).
+    broker.commit(GROUP, IN, 150);
+    let temp = tempfile::tempdir().unwrap();
+    let log = temp.path().join("worker.log");
+    let mut child = worker(&broker, &["--batch", "32"], &log);
+    wait_for(
+        Duration::from_secs(60),
+        "every input committed",
+        &[&log],
+        || committed(&broker) >= lines.len() as i64,
+    );
+    let status = terminate(&mut child);
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{stderr}");
+    let outputs = broker.read(OUT);
+    let answered = by_key(&outputs);
+    let expected: Vec<usize> = (150..300).collect();
+    assert_eq!(
+        answered.keys().copied().collect::<Vec<_>>(),
+        expected,
+        "records 150 to 299 answered, none skipped: {stderr}"
+    );
+    assert_eq!(outputs.len(), 150, "each once");
+    assert!(stderr.contains("150 records read"), "{stderr}");
+    // Tansu 0.6 skipped 150-199 once; the worker sought back.
+    assert!(
+        stderr.contains("1 skips by the broker sought back"),
+        "{stderr}"
+    );
+    eprintln!("{}", stderr.lines().last().unwrap_or(""));
 }

@@ -132,6 +132,10 @@ pub struct Metrics {
     /// Whether this process is a queue worker (`consume`): without it the
     /// `dedup_queue_*` counters are not exported.
     pub queue_worker: AtomicBool,
+    /// Fetches that began past the position the worker expected for their
+    /// partition (records skipped by the broker), sought back and read
+    /// again.
+    pub queue_gaps: AtomicU64,
 }
 
 /// Appends one metric family header.
@@ -196,7 +200,7 @@ impl Metrics {
             "1 while the index store is reachable (always for an index in memory), 0 while Redis is not.",
         );
         let _ = writeln!(out, "dedup_index_store_up {}", u8::from(self.healthy()));
-        let simple: [(&str, &str, &str, &AtomicU64); 21] = [
+        let simple: [(&str, &str, &str, &AtomicU64); 22] = [
             (
                 "dedup_index_log_appended_messages_total",
                 "counter",
@@ -262,6 +266,12 @@ impl Metrics {
                 "counter",
                 "Malformed queue entries sent to the dead-letter stream.",
                 &self.queue_dead_lettered,
+            ),
+            (
+                "dedup_queue_gaps_total",
+                "counter",
+                "Fetches that began past the expected position of their partition, sought back.",
+                &self.queue_gaps,
             ),
             (
                 "dedup_invalid_lines_total",

@@ -142,6 +142,56 @@ impl Broker {
             .expect("every input is acknowledged");
     }
 
+    /// Produces `values` to partition 0 of `topic` in record batches of
+    /// `per_batch` (as a busy producer writes them), every one
+    /// acknowledged.
+    pub fn produce_batched(&self, topic: &str, values: &[Vec<u8>], per_batch: usize) {
+        let producer: BaseProducer = self
+            .config()
+            .set("enable.idempotence", "true")
+            .set("batch.num.messages", per_batch.to_string())
+            .set("linger.ms", "2000")
+            .create()
+            .expect("a producer");
+        for chunk in values.chunks(per_batch) {
+            for value in chunk {
+                let mut record = BaseRecord::<[u8], [u8]>::to(topic)
+                    .payload(value.as_slice())
+                    .partition(0);
+                loop {
+                    match producer.send(record) {
+                        Ok(()) => break,
+                        Err((_, back)) => {
+                            record = back;
+                            producer.poll(Duration::from_millis(50));
+                        }
+                    }
+                }
+            }
+            // The chunk goes as one batch, alone.
+            producer
+                .flush(Duration::from_secs(30))
+                .expect("every input is acknowledged");
+        }
+    }
+
+    /// Commits `offset` on partition 0 of `topic` for `group`, as a
+    /// member that stopped there would have.
+    pub fn commit(&self, group: &str, topic: &str, offset: i64) {
+        let consumer: BaseConsumer = self
+            .config()
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("a consumer");
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset(topic, 0, Offset::Offset(offset))
+            .expect("an offset");
+        consumer
+            .commit(&list, rdkafka::consumer::CommitMode::Sync)
+            .expect("the offset is committed");
+    }
+
     /// How many partitions `topic` has.
     pub fn partitions(&self, topic: &str) -> i32 {
         let consumer: BaseConsumer = self.config().create().expect("a consumer");

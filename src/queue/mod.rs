@@ -1,0 +1,528 @@
+//! The queue runtime: what every queue worker does between its broker's
+//! client and the index store, once, with only the broker's own steps in
+//! an [`Adapter`].
+//!
+//! ```text
+//!  fetch ──▶ decide (one store call) ──▶ publish ──┐   up to --in-flight batches
+//!    ▲                                             ▼   published, not yet stored
+//!    └─────────── acknowledge, oldest first ◀── stored?
+//! ```
+//!
+//! The runtime fetches a batch, prepares and decides it in one call to the
+//! store ([`queue_batch::decide`], so the store has one owner and batches
+//! are decided in the order they were fetched), and hands the outputs to
+//! the broker without waiting for them to be stored. It then fetches the
+//! next batch while the broker stores the earlier ones. Once `in_flight`
+//! batches are published and unacknowledged (or when nothing new comes),
+//! it waits for the *oldest* batch's outputs to be stored and only then
+//! acknowledges that batch's inputs. So:
+//!
+//! - inputs are acknowledged in the order they were fetched, each only
+//!   after its own outputs and those of every batch before it are stored:
+//!   an acknowledgement (a Kafka commit, which covers every earlier offset)
+//!   never passes an output the broker has not stored;
+//! - at most `in_flight` batches are held, so memory stays bounded, and a
+//!   worker killed loses nothing more than those: they are delivered again
+//!   and answered from the memo (or the index's repeat rule), so their
+//!   outputs are the first ones byte for byte;
+//! - `in_flight = 1` is the stop-and-wait of before: each batch is stored
+//!   and acknowledged before the next is fetched.
+//!
+//! Acknowledgements may complete later (Kafka commits asynchronously):
+//! [`Adapter::settled`] reports them, and only then are their tokens
+//! forgotten by the store, so an input whose acknowledgement failed keeps
+//! its first verdict when it comes again. A stop request finishes every
+//! batch in flight, then [`Adapter::finish`] waits for the
+//! acknowledgements still under way.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::engine::{IndexStore, Preparer};
+use crate::error::StoreError;
+use crate::queue_batch::{self, DecidedBatch, Tally};
+use crate::record::Decoder;
+use crate::server::metrics::Metrics;
+
+/// Default batches published and not yet acknowledged (`--in-flight`).
+pub const DEFAULT_IN_FLIGHT: usize = 16;
+/// How often progress is logged.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+/// One input as fetched.
+pub trait Input {
+    /// Its payload; `None`: it has none (an entry without the field).
+    fn payload(&self) -> Option<&[u8]>;
+    /// Its redelivery token: the same every time the broker delivers it,
+    /// unique among the inputs the store's memo keeps.
+    fn token(&self) -> &[u8];
+}
+
+/// The inputs whose acknowledgement completed (or failed) since the last
+/// report.
+#[derive(Debug, Default)]
+pub struct Settled {
+    /// Tokens of inputs now acknowledged for good (forgotten by the store).
+    pub acknowledged: Vec<Vec<u8>>,
+    /// Inputs whose acknowledgement failed: they will be delivered again.
+    pub failed: u64,
+}
+
+/// A broker's part of a worker: how it fetches, publishes, learns that
+/// outputs are stored, and acknowledges.
+pub trait Adapter {
+    /// One input.
+    type Input: Input;
+    /// A batch's outputs handed to the broker, not yet known stored.
+    type Pending;
+    /// Why the worker stops.
+    type Error: From<StoreError>;
+
+    /// Up to `max` inputs: what is ready now, else what comes within
+    /// `wait` (none at all is an empty batch, not an error).
+    fn fetch(&mut self, max: usize, wait: Duration) -> Result<Vec<Self::Input>, Self::Error>;
+
+    /// Hands the outputs and dead letters of a decided batch to the broker
+    /// without waiting for them to be stored.
+    fn publish(
+        &mut self,
+        inputs: &[Self::Input],
+        decided: &DecidedBatch,
+        tally: Tally,
+    ) -> Result<Self::Pending, Self::Error>;
+
+    /// Waits until every output of `pending` is stored (retrying what the
+    /// broker refused); an error leaves the batch unacknowledged.
+    fn stored(&mut self, pending: Self::Pending) -> Result<(), Self::Error>;
+
+    /// Acknowledges `inputs`, whose outputs (and every earlier batch's)
+    /// are stored. May complete later: see [`Adapter::settled`].
+    fn acknowledge(&mut self, inputs: Vec<Self::Input>) -> Result<(), Self::Error>;
+
+    /// Acknowledgements completed or failed since the last call.
+    fn settled(&mut self) -> Settled;
+
+    /// At a stop, with nothing in flight: waits (a bounded time) for the
+    /// acknowledgements still under way.
+    fn finish(&mut self) -> Result<(), Self::Error>;
+}
+
+/// How the runtime runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    /// Inputs fetched at a time.
+    pub batch: usize,
+    /// Batches published and not yet acknowledged, at most (at least 1).
+    pub in_flight: usize,
+    /// Longest payload decided (`--max-line-bytes`).
+    pub max_line_bytes: usize,
+    /// Longest wait for an input when none is ready and nothing is in
+    /// flight, before looking around (stop requests, progress).
+    pub idle_wait: Duration,
+}
+
+/// What the runtime did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Inputs fetched and decided.
+    pub read: u64,
+    /// Inputs acknowledged.
+    pub acknowledged: u64,
+    /// Inputs whose acknowledgement failed (delivered again).
+    pub unacknowledged: u64,
+}
+
+/// The engine's half of a worker: how payloads become messages, and the
+/// store that decides them.
+pub struct Engine<'a, S: ?Sized> {
+    /// Prepares messages (shingles, sketches).
+    pub preparer: &'a Preparer,
+    /// Finds the id and text in a payload.
+    pub decoder: &'a Decoder,
+    /// Decides; forgets tokens once their inputs are acknowledged.
+    pub store: &'a mut S,
+}
+
+/// A batch published and not yet acknowledged.
+struct Flight<A: Adapter> {
+    inputs: Vec<A::Input>,
+    pending: A::Pending,
+}
+
+/// Runs a worker until `stop` is set (then finishes what is in flight) or
+/// an error: fetches, decides and publishes batch after batch with up to
+/// `settings.in_flight` of them awaiting storage, and acknowledges each in
+/// order once stored.
+pub fn run<A: Adapter, S: IndexStore + ?Sized>(
+    adapter: &mut A,
+    engine: Engine<'_, S>,
+    settings: Settings,
+    stop: &AtomicBool,
+    metrics: &Metrics,
+) -> Result<Counts, A::Error> {
+    let mut runtime = Runtime {
+        adapter,
+        engine,
+        settings: Settings {
+            in_flight: settings.in_flight.max(1),
+            batch: settings.batch.max(1),
+            ..settings
+        },
+        metrics,
+        flight: VecDeque::new(),
+        counts: Counts::default(),
+    };
+    runtime.pump(stop)?;
+    // Stopping: every batch in flight is stored and acknowledged first.
+    while !runtime.flight.is_empty() {
+        runtime.retire()?;
+    }
+    runtime.adapter.finish()?;
+    runtime.settle();
+    Ok(runtime.counts)
+}
+
+/// The runtime's state.
+struct Runtime<'r, 'e, A: Adapter, S: ?Sized> {
+    adapter: &'r mut A,
+    engine: Engine<'e, S>,
+    settings: Settings,
+    metrics: &'r Metrics,
+    flight: VecDeque<Flight<A>>,
+    counts: Counts,
+}
+
+impl<A: Adapter, S: IndexStore + ?Sized> Runtime<'_, '_, A, S> {
+    /// Fetches, decides and publishes until `stop` is set.
+    fn pump(&mut self, stop: &AtomicBool) -> Result<(), A::Error> {
+        let started = Instant::now();
+        let mut last_report = Instant::now();
+        while !stop.load(Ordering::Relaxed) {
+            if last_report.elapsed() >= PROGRESS_EVERY {
+                last_report = Instant::now();
+                let c = self.counts;
+                tracing::info!(
+                    read = c.read,
+                    per_second = (c.read as f64 / started.elapsed().as_secs_f64()).round(),
+                    acknowledged = c.acknowledged,
+                    in_flight = self.flight.len(),
+                    "consuming"
+                );
+            }
+            while self.flight.len() >= self.settings.in_flight {
+                self.retire()?;
+            }
+            // With batches in flight, only what is ready now: waiting for
+            // more would hold their acknowledgements back.
+            let wait = if self.flight.is_empty() {
+                self.settings.idle_wait
+            } else {
+                Duration::ZERO
+            };
+            let inputs = self.adapter.fetch(self.settings.batch, wait)?;
+            self.settle();
+            if inputs.is_empty() {
+                if !self.flight.is_empty() {
+                    self.retire()?;
+                }
+                continue;
+            }
+            self.decide_and_publish(inputs)?;
+        }
+        Ok(())
+    }
+
+    /// Decides a batch in one store call and hands its outputs to the
+    /// broker.
+    fn decide_and_publish(&mut self, inputs: Vec<A::Input>) -> Result<(), A::Error> {
+        let n = inputs.len() as u64;
+        self.counts.read += n;
+        self.metrics.queue_read.fetch_add(n, Ordering::Relaxed);
+        let payloads: Vec<Option<&[u8]>> = inputs.iter().map(Input::payload).collect();
+        let tokens: Vec<&[u8]> = inputs.iter().map(Input::token).collect();
+        let (decided, tally) = queue_batch::decide(
+            (self.engine.preparer, self.engine.decoder),
+            &mut *self.engine.store,
+            &payloads,
+            &tokens,
+            self.settings.max_line_bytes,
+            self.metrics,
+        )?;
+        let pending = self.adapter.publish(&inputs, &decided, tally)?;
+        self.flight.push_back(Flight { inputs, pending });
+        Ok(())
+    }
+
+    /// Waits for the oldest batch's outputs to be stored, then
+    /// acknowledges its inputs.
+    fn retire(&mut self) -> Result<(), A::Error> {
+        if let Some(Flight { inputs, pending }) = self.flight.pop_front() {
+            self.adapter.stored(pending)?;
+            self.adapter.acknowledge(inputs)?;
+            self.settle();
+        }
+        Ok(())
+    }
+
+    /// Takes the acknowledgements completed: their tokens are forgotten.
+    fn settle(&mut self) {
+        let settled = self.adapter.settled();
+        if !settled.acknowledged.is_empty() {
+            let n = settled.acknowledged.len() as u64;
+            self.counts.acknowledged += n;
+            self.metrics.queue_acked.fetch_add(n, Ordering::Relaxed);
+            let tokens: Vec<&[u8]> = settled.acknowledged.iter().map(Vec::as_slice).collect();
+            self.engine.store.forget(&tokens);
+        }
+        self.counts.unacknowledged += settled.failed;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The ordering logic against a broker double that records what
+    //! happens when; the brokers themselves are tested in tests/kafka.rs.
+
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    use super::*;
+    use crate::config::EngineConfig;
+    use crate::engine::Deduper;
+    use crate::queue_batch::Payload;
+    use crate::record::FieldSpec;
+
+    /// What the double saw, in order.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    enum Event {
+        Published(u64),
+        Stored(u64),
+        Acknowledged(u64),
+    }
+
+    struct Message {
+        payload: Vec<u8>,
+        token: Vec<u8>,
+        batch: u64,
+    }
+
+    impl Input for Message {
+        fn payload(&self) -> Option<&[u8]> {
+            Some(&self.payload)
+        }
+        fn token(&self) -> &[u8] {
+            &self.token
+        }
+    }
+
+    /// A broker with `batches` batches of `size` messages; storing batch
+    /// `fail_at` fails.
+    struct Double {
+        batches: u64,
+        size: usize,
+        fetched: u64,
+        events: Rc<RefCell<Vec<Event>>>,
+        outputs: Outputs,
+        fail_at: Option<u64>,
+        stop: Rc<AtomicBool>,
+        settled: Settled,
+    }
+
+    impl Adapter for Double {
+        type Input = Message;
+        type Pending = u64;
+        type Error = StoreError;
+
+        fn fetch(&mut self, _max: usize, _wait: Duration) -> Result<Vec<Message>, StoreError> {
+            if self.fetched == self.batches {
+                self.stop.store(true, Ordering::Relaxed);
+                return Ok(Vec::new());
+            }
+            let batch = self.fetched;
+            self.fetched += 1;
+            Ok((0..self.size)
+                .map(|i| Message {
+                    payload: format!(
+                        r#"{{"id":{},"text":"story {i} of batch {batch} is told here"}}"#,
+                        batch * 100 + i as u64 + 1
+                    )
+                    .into_bytes(),
+                    token: format!("{batch}/{i}").into_bytes(),
+                    batch,
+                })
+                .collect())
+        }
+
+        fn publish(
+            &mut self,
+            inputs: &[Message],
+            decided: &DecidedBatch,
+            _tally: Tally,
+        ) -> Result<u64, StoreError> {
+            let batch = inputs[0].batch;
+            for at in 0..inputs.len() {
+                if let Payload::Message(message, verdict) = decided.payload(at) {
+                    self.outputs.push((batch, decided.tagged(message, verdict)));
+                }
+            }
+            self.events.borrow_mut().push(Event::Published(batch));
+            Ok(batch)
+        }
+
+        fn stored(&mut self, batch: u64) -> Result<(), StoreError> {
+            if self.fail_at == Some(batch) {
+                return Err(StoreError::Unavailable("the broker is gone".into()));
+            }
+            self.events.borrow_mut().push(Event::Stored(batch));
+            Ok(())
+        }
+
+        fn acknowledge(&mut self, inputs: Vec<Message>) -> Result<(), StoreError> {
+            let batch = inputs[0].batch;
+            assert!(
+                inputs.iter().all(|m| m.batch == batch),
+                "one batch at a time"
+            );
+            self.events.borrow_mut().push(Event::Acknowledged(batch));
+            self.settled
+                .acknowledged
+                .extend(inputs.into_iter().map(|m| m.token));
+            Ok(())
+        }
+
+        fn settled(&mut self) -> Settled {
+            std::mem::take(&mut self.settled)
+        }
+
+        fn finish(&mut self) -> Result<(), StoreError> {
+            Ok(())
+        }
+    }
+
+    /// The outputs a run published: (batch, tagged bytes).
+    type Outputs = Vec<(u64, Vec<u8>)>;
+
+    /// Runs `batches` batches of 3 through the runtime at `in_flight`.
+    fn run_double(
+        batches: u64,
+        in_flight: usize,
+        fail_at: Option<u64>,
+    ) -> (Result<Counts, StoreError>, Vec<Event>, Outputs) {
+        let mut deduper = Deduper::new(EngineConfig::default()).unwrap();
+        let preparer = deduper.preparer().clone();
+        let decoder = Decoder::new(FieldSpec::default());
+        let metrics = Metrics::default();
+        let stop = Rc::new(AtomicBool::new(false));
+        let events = Rc::new(RefCell::new(Vec::new()));
+        let mut double = Double {
+            batches,
+            size: 3,
+            fetched: 0,
+            events: Rc::clone(&events),
+            outputs: Vec::new(),
+            fail_at,
+            stop: Rc::clone(&stop),
+            settled: Settled::default(),
+        };
+        let settings = Settings {
+            batch: 3,
+            in_flight,
+            max_line_bytes: 1 << 20,
+            idle_wait: Duration::ZERO,
+        };
+        let engine = Engine {
+            preparer: &preparer,
+            decoder: &decoder,
+            store: &mut deduper,
+        };
+        let result = run(&mut double, engine, settings, &stop, &metrics);
+        let events = events.borrow().clone();
+        (result, events, double.outputs)
+    }
+
+    /// Fails unless every acknowledgement comes after its batch and every
+    /// earlier batch are stored, in the order published.
+    fn assert_acknowledged_in_order_after_storage(events: &[Event]) {
+        let mut stored = Vec::new();
+        let mut acknowledged = Vec::new();
+        for event in events {
+            match event {
+                Event::Published(_) => {}
+                Event::Stored(b) => stored.push(*b),
+                Event::Acknowledged(b) => {
+                    assert!(
+                        (0..=*b).all(|earlier| stored.contains(&earlier)),
+                        "batch {b} acknowledged before an output up to it was stored: {events:?}"
+                    );
+                    acknowledged.push(*b);
+                }
+            }
+        }
+        let mut sorted = acknowledged.clone();
+        sorted.sort_unstable();
+        assert_eq!(acknowledged, sorted, "acknowledged in order: {events:?}");
+    }
+
+    #[test]
+    fn batches_are_pipelined_and_acknowledged_in_order_once_stored() {
+        let (result, events, _) = run_double(10, 4, None);
+        let counts = result.unwrap();
+        assert_eq!(counts.read, 30);
+        assert_eq!(counts.acknowledged, 30);
+        assert_acknowledged_in_order_after_storage(&events);
+        // Four batches were published before the first was awaited.
+        assert_eq!(
+            &events[..5],
+            &[
+                Event::Published(0),
+                Event::Published(1),
+                Event::Published(2),
+                Event::Published(3),
+                Event::Stored(0)
+            ]
+        );
+        for b in 0..10 {
+            assert!(events.contains(&Event::Acknowledged(b)), "{events:?}");
+        }
+    }
+
+    #[test]
+    fn one_in_flight_is_stop_and_wait() {
+        let (result, events, _) = run_double(3, 1, None);
+        assert_eq!(result.unwrap().acknowledged, 9);
+        let expected: Vec<Event> = (0..3)
+            .flat_map(|b| {
+                [
+                    Event::Published(b),
+                    Event::Stored(b),
+                    Event::Acknowledged(b),
+                ]
+            })
+            .collect();
+        assert_eq!(events, expected);
+    }
+
+    #[test]
+    fn a_batch_not_stored_stops_every_acknowledgement_after_it() {
+        let (result, events, _) = run_double(10, 4, Some(2));
+        assert!(result.is_err());
+        assert_acknowledged_in_order_after_storage(&events);
+        let acknowledged: Vec<u64> = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Acknowledged(b) => Some(*b),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(acknowledged, vec![0, 1], "nothing from batch 2 on");
+    }
+
+    #[test]
+    fn the_depth_changes_nothing_in_the_outputs() {
+        let (_, _, one) = run_double(6, 1, None);
+        let (_, _, four) = run_double(6, 4, None);
+        assert_eq!(one, four);
+        assert_eq!(one.len(), 18);
+    }
+}

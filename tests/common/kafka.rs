@@ -124,18 +124,7 @@ impl Broker {
             .expect("a producer");
         let partitions = self.partitions(topic);
         for (i, value) in values.iter().enumerate() {
-            let mut record = BaseRecord::<[u8], [u8]>::to(topic)
-                .payload(value.as_slice())
-                .partition(i as i32 % partitions);
-            loop {
-                match producer.send(record) {
-                    Ok(()) => break,
-                    Err((_, back)) => {
-                        record = back;
-                        producer.poll(Duration::from_millis(50));
-                    }
-                }
-            }
+            send(&producer, topic, value, i as i32 % partitions);
         }
         producer
             .flush(Duration::from_secs(30))
@@ -155,18 +144,7 @@ impl Broker {
             .expect("a producer");
         for chunk in values.chunks(per_batch) {
             for value in chunk {
-                let mut record = BaseRecord::<[u8], [u8]>::to(topic)
-                    .payload(value.as_slice())
-                    .partition(0);
-                loop {
-                    match producer.send(record) {
-                        Ok(()) => break,
-                        Err((_, back)) => {
-                            record = back;
-                            producer.poll(Duration::from_millis(50));
-                        }
-                    }
-                }
+                send(&producer, topic, value, 0);
             }
             // The chunk goes as one batch, alone.
             producer
@@ -335,5 +313,22 @@ impl Stored {
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Sends `value` to `partition` of `topic`, waiting while the producer's
+/// queue is full.
+fn send(producer: &BaseProducer, topic: &str, value: &[u8], partition: i32) {
+    let mut record = BaseRecord::<[u8], [u8]>::to(topic)
+        .payload(value)
+        .partition(partition);
+    loop {
+        match producer.send(record) {
+            Ok(()) => return,
+            Err((_, back)) => {
+                record = back;
+                producer.poll(Duration::from_millis(50));
+            }
+        }
     }
 }

@@ -217,7 +217,6 @@ fn a_torn_last_record_is_dropped_with_a_warning() {
 /// what follows exactly as one run over everything would have.
 #[test]
 fn the_filter_killed_midway_holds_every_line_it_wrote() {
-    use std::process::{Command, Stdio};
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("index.state");
     // Copies of earlier texts among the new ones, so that verdicts depend
@@ -239,14 +238,7 @@ fn the_filter_killed_midway_holds_every_line_it_wrote() {
     for fsync in ["always", "never"] {
         let _ = std::fs::remove_file(&state);
         let _ = std::fs::remove_file(dir.path().join("index.state.journal"));
-        let mut child = Command::new(common::bin())
-            .args(["--quiet", "--fsync", fsync, "--state"])
-            .arg(&state)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = filter_with_state(&state, fsync);
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(before.concat().as_bytes()).unwrap();
         stdin.flush().unwrap();
@@ -316,6 +308,20 @@ fn one_run(input: &[String]) -> Vec<String> {
         .lines()
         .map(str::to_string)
         .collect()
+}
+
+/// The filter with `--state STATE --fsync FSYNC` on piped stdin and
+/// stdout, to be fed and killed.
+fn filter_with_state(state: &Path, fsync: &str) -> std::process::Child {
+    use std::process::{Command, Stdio};
+    Command::new(common::bin())
+        .args(["--quiet", "--fsync", fsync, "--state"])
+        .arg(state)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
 }
 
 /// An answer without the repeat marker: what one uninterrupted run answers.
@@ -437,7 +443,6 @@ fn a_client_of_a_sidecar_with_its_index_in_redis_gets_one_runs_answers() {
 /// run's but for the repeat markers of lines decided before a kill.
 #[test]
 fn the_filter_run_again_on_what_it_did_not_write_gives_one_runs_lines() {
-    use std::process::{Command, Stdio};
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("index.state");
     let input = retry_input(2400);
@@ -446,14 +451,7 @@ fn the_filter_run_again_on_what_it_did_not_write_gives_one_runs_lines() {
     let mut written: Vec<String> = Vec::new();
     for stop in kill_points(11, input.len(), 4) {
         let stop = stop.max(written.len() + 1);
-        let mut child = Command::new(common::bin())
-            .args(["--quiet", "--fsync", "always", "--state"])
-            .arg(&state)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = filter_with_state(&state, "always");
         let mut stdin = child.stdin.take().unwrap();
         let rest = input[written.len()..].concat();
         // The input stays open: the filter is killed, it never ends.

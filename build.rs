@@ -9,7 +9,7 @@ const SOURCES: [&str; 4] = [
     "src/engine",
     "src/redis_index/log.rs",
     "src/redis_index/replica.rs",
-    "src/snapshot.rs",
+    "src/state/snapshot.rs",
 ];
 
 fn main() {

@@ -20,10 +20,10 @@ use std::io::{BufRead, BufReader};
 use std::num::NonZeroUsize;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use dedup_stream::batch::{self, RawBatch, RawLine};
 use dedup_stream::engine::{IndexStore, Preparer, Scratch};
 use dedup_stream::pipeline::DEFAULT_BATCH_LINES;
-use dedup_stream::record::{Decoder, FieldSpec};
+use dedup_stream::wire::batch::{self, RawBatch, RawLine};
+use dedup_stream::wire::record::{Decoder, FieldSpec};
 use dedup_stream::{Deduper, EngineConfig, MessageId};
 
 #[allow(dead_code)]

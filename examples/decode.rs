@@ -16,7 +16,7 @@
 use std::io::{self, Read};
 use std::time::Instant;
 
-use dedup_stream::record::{Decoder, FieldSpec};
+use dedup_stream::wire::record::{Decoder, FieldSpec};
 
 fn main() -> io::Result<()> {
     let mode = std::env::args().nth(1).unwrap_or_else(|| "all".into());

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use futures::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 
-use dedup_stream::snapshot::{self, Loaded};
+use dedup_stream::state::snapshot::{self, Loaded};
 use dedup_stream::{Deduper, EngineConfig, FieldSpec, Verdict};
 
 #[tokio::main(flavor = "current_thread")]
@@ -40,7 +40,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     });
     let lines = ReceiverStream::new(rx);
-    let mut tagged = dedup_stream::stream::dedup(lines, deduper, FieldSpec::default());
+    let mut tagged = dedup_stream::pipeline::stream::dedup(lines, deduper, FieldSpec::default());
 
     let mut stdout = std::io::stdout().lock();
     while let Some(item) = tagged.next().await {

@@ -15,10 +15,10 @@ use std::io::{self, BufRead};
 use std::num::NonZeroUsize;
 use std::time::Instant;
 
-use dedup_stream::batch::{self, Item, RawBatch, RawLine};
 use dedup_stream::engine::{IndexStore, Scratch};
 use dedup_stream::pipeline::DEFAULT_BATCH_LINES;
-use dedup_stream::record::{Decoder, FieldSpec};
+use dedup_stream::wire::batch::{self, Item, RawBatch, RawLine};
+use dedup_stream::wire::record::{Decoder, FieldSpec};
 use dedup_stream::{Deduper, EngineConfig};
 
 fn main() -> io::Result<()> {

@@ -49,9 +49,9 @@ use crate::engine::{IndexStore, Preparer};
 use crate::error::{Error, InvalidReason, StoreError};
 use crate::pipeline::Emit;
 use crate::queue_batch::{self, Payload};
-use crate::record::{Decoder, FieldSpec};
 use crate::redis_index::{Link, RetryError};
 use crate::server::metrics::Metrics;
+use crate::wire::record::{Decoder, FieldSpec};
 
 /// Default field of an entry that holds the message.
 pub const DEFAULT_FIELD: &str = "json";

@@ -91,8 +91,8 @@ use crate::error::{InvalidReason, StoreError};
 use crate::pipeline::Emit;
 use crate::queue::{self, Settled};
 use crate::queue_batch::{DecidedBatch, Payload, Tally};
-use crate::record::{Decoder, FieldSpec, MessageId};
 use crate::server::metrics::Metrics;
+use crate::wire::record::{Decoder, FieldSpec, MessageId};
 
 /// Default records gathered at a time.
 pub const DEFAULT_BATCH: usize = 256;

@@ -67,8 +67,8 @@ use crate::engine::{Ask, IndexStats, IndexStore, Preparer, Verdict};
 use crate::error::{InvalidReason, StoreError};
 use crate::pipeline::Emit;
 use crate::queue_batch::{self, Payload};
-use crate::record::{Decoder, FieldSpec};
 use crate::server::metrics::Metrics;
+use crate::wire::record::{Decoder, FieldSpec};
 
 /// Default time the server waits for a delivered message's acknowledgement
 /// before it delivers it again (to this worker or another).

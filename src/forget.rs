@@ -16,8 +16,8 @@ use std::io::BufRead;
 
 use crate::engine::{Ask, IndexStore, Op, Sketch, Verdict};
 use crate::error::{Error, InvalidLine, InvalidReason};
-use crate::lines::{Line, LineReader, is_blank};
-use crate::record::{Decoder, MessageId};
+use crate::wire::lines::{Line, LineReader, is_blank};
+use crate::wire::record::{Decoder, MessageId};
 
 /// Ids sent to the index store per call.
 pub const BATCH: usize = 4096;
@@ -42,7 +42,7 @@ impl fmt::Display for Forgotten {
             self.ids,
             self.held,
             self.ids - self.held,
-            crate::stats::counted(self.invalid, "invalid line", "invalid lines")
+            crate::pipeline::stats::counted(self.invalid, "invalid line", "invalid lines")
         )
     }
 }
@@ -148,9 +148,9 @@ fn apply<S: IndexStore + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::EngineConfig;
     use crate::engine::Deduper;
-    use crate::record::FieldSpec;
+    use crate::engine::config::EngineConfig;
+    use crate::wire::record::FieldSpec;
 
     #[test]
     fn ids_come_bare_quoted_or_in_objects() {

@@ -17,55 +17,47 @@
 //!
 //! ## Layout
 //!
-//! Data flows one way, top to bottom:
+//! Folders by layer; each imports only the layers above it in this list
+//! (its `mod.rs` says which), so data and dependencies flow one way:
 //!
-//! - [`input`]: files and stdin chained into one stream (byte-order marks
-//!   skipped), each line traceable to `file:line`; output paths checked
-//!   before a run.
-//! - [`output`]: the files a run writes (`--stats`, `--state`, `-o`):
-//!   never an input, never a file of another kind; tagged output written
-//!   whole or not at all.
-//! - [`lines`]: bounded line reading (a huge line never sits in memory).
-//! - [`record`]: the wire format: a JSON line decoded once into id, text and
-//!   URL entities, borrowing the line; the tag spliced back into its bytes.
-//! - [`engine`]: synchronous and free of I/O. [`engine::normalise`],
-//!   [`engine::tokenise`], [`engine::shingle`] and [`engine::sketch`] are
-//!   pure (the [`Preparer`]); [`engine::index`] and [`engine::verdict`]
-//!   decide in input order (the [`Deduper`]).
-//! - [`batch`]: the unit of work between stages.
+//! - [`engine`]: the decision, synchronous and free of I/O, with its own
+//!   settings ([`engine::config`]), message ids and errors.
+//!   [`engine::normalise`], [`engine::tokenise`], [`engine::shingle`] and
+//!   [`engine::sketch`] are pure (the [`Preparer`]); [`engine::index`] and
+//!   [`engine::verdict`] decide in input order (the [`Deduper`]).
+//! - [`wire`]: the wire format: bounded line reading, JSON lines decoded
+//!   once ([`wire::record`]) and the tag spliced back into their bytes,
+//!   message times, input files, and the [`wire::batch`] of lines decoded
+//!   and sketched that every stage hands on.
+//! - [`tune`] (which settings suit a labelled sample) and [`values`]
+//!   (option values as people type them).
+//! - [`state`]: what a run keeps on disk: state files, the sidecar's
+//!   journal, and the rules of every file a run writes.
+//! - [`error`]: the error that ends a run, composed of the layers' own.
 //! - [`pipeline`]: reader → parallel preparation → engine → writer, over
-//!   bounded channels; the only module that knows about tasks.
-//! - [`config`], [`error`], [`stats`]: settings with their defaults, typed
-//!   errors, counters.
-//! - [`report`]: what a run tells as it goes: live counters (updated per
-//!   batch) for a progress line, invalid lines warned about up to a limit,
-//!   and the hint when no line was usable.
+//!   bounded channels, with its progress [`pipeline::report`], its
+//!   [`pipeline::stats`] and the async [`pipeline::stream`] adapter;
+//!   [`forget`]: ids forgotten in bulk.
 //! - [`server`]: the sidecar (`dedup-stream serve`): one shared engine behind
 //!   TCP and Unix sockets, the `dedup_op` query form, limits, an admin HTTP
 //!   endpoint with Prometheus metrics, graceful shutdown.
-//! - [`snapshot`]: versioned, checksummed, atomically written state files,
-//!   so an index survives restarts; [`journal`]: the sidecar's log of what
-//!   it indexed since the last one, so a crash loses nothing answered.
-//! - [`stream`]: the engine as an async `Stream` adapter, for Rust
-//!   consumers that embed it.
-//! - [`timestamp`]: message times for `--window` (`created_at`, or arrival).
 //! - [`redis_index`]: the index kept in Redis, shared by a fleet of
 //!   workers, behind the same [`engine::IndexStore`] trait as the in-memory
-//!   one; [`consume`]: a worker that reads a Redis Streams consumer group;
-//!   [`consume_nats`]: one that reads a NATS JetStream durable consumer;
-//!   [`consume_kafka`]: one that reads a Kafka consumer group; [`broker`]:
-//!   what the last two share at the broker's door (size limits, outage
-//!   reports); [`queue`]: the pipelined runtime a worker runs on, with its
-//!   broker behind an adapter (Kafka's so far).
+//!   one.
+//! - [`queue`]: the pipelined runtime a queue worker runs on, with its
+//!   broker behind an adapter; [`consume`] (Redis Streams),
+//!   [`consume_nats`] (NATS JetStream) and [`consume_kafka`] (Kafka) are
+//!   the workers, [`queue_batch`] and [`broker`] what they share.
 //!
-//! The binary (`src/main.rs`) parses the command line, sets up logging and
-//! signals, and calls into this library.
+//! The binary (`src/main.rs`, with its parts in `src/cli/`) parses the
+//! command line, sets up logging and signals, and calls into this library.
+//! Paths of the modules before they moved into folders
+//! (`dedup_stream::record`, `dedup_stream::config`, ...) are still
+//! re-exported.
 
 #![deny(missing_docs)]
 
-pub mod batch;
 pub mod broker;
-pub mod config;
 pub mod consume;
 pub mod consume_kafka;
 pub mod consume_nats;
@@ -74,26 +66,31 @@ pub mod error;
 pub mod forget;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod input;
-pub mod journal;
-pub mod lines;
-pub mod output;
 pub mod pipeline;
 pub mod queue;
 pub mod queue_batch;
-pub mod record;
 pub mod redis_index;
-pub mod report;
 pub mod server;
-pub mod snapshot;
-pub mod stats;
-pub mod stream;
-pub mod timestamp;
+pub mod state;
 pub mod tune;
 pub mod values;
+pub mod wire;
 
-pub use config::{EmptyText, EngineConfig, Measure, Sampling, Shingling};
+// Where these modules were before the folders: kept for users' imports.
+#[doc(hidden)]
+pub use engine::config;
+#[doc(hidden)]
+pub use pipeline::{report, stats, stream};
+#[doc(hidden)]
+pub use state::{journal, output, snapshot};
+#[doc(hidden)]
+pub use wire::{batch, input, lines, record, timestamp};
+
+pub use engine::config::{ConfigError, EmptyText, EngineConfig, Measure, Sampling, Shingling};
+pub use engine::id::{MessageId, RawId};
+pub use engine::store::StoreError;
 pub use engine::{Deduper, Match, Preparer, Sketch, SketchBuf, Verdict};
-pub use error::{ConfigError, Error, InvalidLine, InvalidReason, StoreError};
-pub use record::{Decoder, FieldSpec, MessageId, RawId};
-pub use stats::Summary;
+pub use error::Error;
+pub use pipeline::stats::Summary;
+pub use wire::invalid::{InvalidLine, InvalidReason};
+pub use wire::record::{Decoder, FieldSpec};

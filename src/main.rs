@@ -2,10 +2,6 @@
 //! out. All the logic lives in the library.
 
 mod cli;
-mod manual;
-mod scale;
-mod status;
-mod tune_cmd;
 
 use std::io::{self, IsTerminal, Write};
 use std::path::Path;
@@ -16,17 +12,19 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
 
-use cli::{Command, CompareArgs, CompletionsArgs, FilterArgs, ServeArgs, ShellArg, StateArgs};
+use cli::args::{
+    Command, CompareArgs, CompletionsArgs, FilterArgs, ServeArgs, ShellArg, StateArgs,
+};
 use dedup_stream::engine::verdict::{LoneMatch, RECENT_MARGIN};
 use dedup_stream::engine::{Explained, IndexStore, Preparer, Rule};
-use dedup_stream::input::{self, Inputs, Source};
-use dedup_stream::journal::{self, Journal, JournalError, SnapshotId};
-use dedup_stream::output::{self, AtomicFile, OutputKind};
+use dedup_stream::pipeline::report::{DEFAULT_WARNING_LIMIT, Report};
 use dedup_stream::redis_index::IndexLocation;
-use dedup_stream::report::{DEFAULT_WARNING_LIMIT, Report};
 use dedup_stream::server::metrics::Metrics;
 use dedup_stream::server::{self, Listeners};
-use dedup_stream::snapshot::{self, Loaded, Saveable};
+use dedup_stream::state::journal::{self, Journal, JournalError, SnapshotId};
+use dedup_stream::state::output::{self, AtomicFile, OutputKind};
+use dedup_stream::state::snapshot::{self, Loaded, Saveable};
+use dedup_stream::wire::input::{self, Inputs, Source};
 use dedup_stream::{Decoder, Deduper, EngineConfig, Error, FieldSpec, pipeline};
 
 /// How the process ends.
@@ -51,7 +49,7 @@ impl From<Exit> for ExitCode {
 }
 
 fn main() -> ExitCode {
-    let cli = cli::parse();
+    let cli = cli::args::parse();
     let level = match &cli.command {
         Some(Command::Serve(args)) if args.quiet => LevelFilter::WARN,
         Some(Command::Serve(args)) => match args.verbose {
@@ -75,9 +73,9 @@ fn main() -> ExitCode {
     let exit = match cli.command {
         Some(Command::Compare(args)) => compare(&args),
         Some(Command::Serve(args)) => serve(&args),
-        Some(Command::Consume(args)) => scale::consume(&args),
-        Some(Command::Index(args)) => scale::index(&args),
-        Some(Command::Tune(args)) => tune_cmd::tune(&args),
+        Some(Command::Consume(args)) => cli::scale::consume(&args),
+        Some(Command::Index(args)) => cli::scale::index(&args),
+        Some(Command::Tune(args)) => cli::tune::tune(&args),
         Some(Command::Completions(args)) => completions(&args),
         Some(Command::Man(args)) => match &args.all {
             Some(dir) => man_all(dir),
@@ -102,7 +100,7 @@ fn init_logging(level: LevelFilter) {
     };
     let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
     tracing_subscriber::fmt()
-        .with_writer(status::Stderr::new)
+        .with_writer(cli::status::Stderr::new)
         .with_env_filter(filter)
         .with_ansi(io::stderr().is_terminal() && !no_color)
         .without_time()
@@ -151,7 +149,7 @@ fn filter(args: &FilterArgs) -> Exit {
              dedup-stream FILE..."
         );
     }
-    if let Err(e) = scale::refuse_memory_only(&args.index, &args.state) {
+    if let Err(e) = cli::scale::refuse_memory_only(&args.index, &args.state) {
         return usage(e);
     }
     if args.explain && !matches!(args.index.index, IndexLocation::Memory) {
@@ -210,18 +208,18 @@ fn filter(args: &FilterArgs) -> Exit {
         }
         location => {
             let metrics = Arc::new(Metrics::default());
-            let mut options = scale::index_options(&args.index, &run.stop, &metrics);
+            let mut options = cli::scale::index_options(&args.index, &run.stop, &metrics);
             options.threads = Some(run.pipeline_config.threads);
-            let store = match scale::open_index(location, &args.index.index_name, &config, options)
-            {
-                Ok(store) => store,
-                Err(exit) => return exit,
-            };
+            let store =
+                match cli::scale::open_index(location, &args.index.index_name, &config, options) {
+                    Ok(store) => store,
+                    Err(exit) => return exit,
+                };
             let exit = match runtime() {
                 Ok(runtime) => run.filter(store, runtime, None),
                 Err(exit) => exit,
             };
-            scale::report_store(&metrics);
+            cli::scale::report_store(&metrics);
             exit
         }
     }
@@ -259,8 +257,10 @@ impl Run<'_> {
         // Drawn on stderr's terminal, never where the tagged lines go: with
         // them on the same terminal it would run into them.
         let output_on_terminal = args.output_file().is_none() && io::stdout().is_terminal();
-        let status = (!args.quiet && io::stderr().is_terminal() && !output_on_terminal)
-            .then(|| status::StatusLine::start(Arc::clone(&report), args.message.capacity.get()));
+        let status =
+            (!args.quiet && io::stderr().is_terminal() && !output_on_terminal).then(|| {
+                cli::status::StatusLine::start(Arc::clone(&report), args.message.capacity.get())
+            });
         let signal = Arc::new(AtomicU8::new(0));
         let (target, writer): (Option<AtomicFile>, Box<dyn Write + Send>) = match args.output_file()
         {
@@ -299,7 +299,7 @@ impl Run<'_> {
         if unreadable > 0 {
             eprintln!(
                 "dedup-stream: {} took the arrival time of the line (--window)",
-                dedup_stream::stats::counted(
+                dedup_stream::pipeline::stats::counted(
                     unreadable,
                     "message with an unreadable created_at",
                     "messages with an unreadable created_at"
@@ -310,7 +310,7 @@ impl Run<'_> {
         if missing > 0 {
             eprintln!(
                 "dedup-stream: {} took the arrival time of the line (--window)",
-                dedup_stream::stats::counted(
+                dedup_stream::pipeline::stats::counted(
                     missing,
                     "message without a created_at",
                     "messages without a created_at"
@@ -321,7 +321,11 @@ impl Run<'_> {
         if hidden > 0 {
             eprintln!(
                 "dedup-stream: {} not shown (-v shows every one)",
-                dedup_stream::stats::counted(hidden, "more invalid line", "more invalid lines")
+                dedup_stream::pipeline::stats::counted(
+                    hidden,
+                    "more invalid line",
+                    "more invalid lines"
+                )
             );
         }
         match result {
@@ -422,7 +426,7 @@ fn write_stats<S: IndexStore>(path: &Path, finished: &pipeline::Finished<S>) -> 
 
 /// Reports a bad option value in clap's style: exit status 2.
 fn usage(error: impl std::fmt::Display) -> Exit {
-    cli::usage_error(error);
+    cli::args::usage_error(error);
     Exit::Usage
 }
 
@@ -437,7 +441,7 @@ fn completions(args: &CompletionsArgs) -> Exit {
         ShellArg::Powershell => Shell::PowerShell,
     };
     let mut out = Vec::new();
-    clap_complete::generate(shell, &mut cli::command(), "dedup-stream", &mut out);
+    clap_complete::generate(shell, &mut cli::args::command(), "dedup-stream", &mut out);
     if shell == Shell::Bash {
         // clap_complete (4.6.11) spells a subcommand's state one way in the
         // loop that finds it (`dedup__stream__subcmd__serve`) and another
@@ -454,7 +458,7 @@ fn completions(args: &CompletionsArgs) -> Exit {
 /// `dedup-stream man [PAGE]`: a manual page, in roff.
 fn man(page: Option<&str>) -> Exit {
     let mut out = Vec::new();
-    match manual::render(page, &mut out) {
+    match cli::manual::render(page, &mut out) {
         Ok(()) => write_stdout(&out),
         Err(e) => {
             eprintln!("dedup-stream: cannot render the manual page: {e}");
@@ -468,7 +472,7 @@ fn man_all(dir: &Path) -> Exit {
     if !dir.is_dir() {
         return usage(format!("--all {}: not a directory", dir.display()));
     }
-    match manual::render_all(dir) {
+    match cli::manual::render_all(dir) {
         Ok(written) => {
             for path in written {
                 println!("{}", path.display());
@@ -567,7 +571,7 @@ fn serve(args: &ServeArgs) -> Exit {
     {
         return usage(e);
     }
-    if let Err(e) = scale::refuse_memory_only(&args.index, &args.state) {
+    if let Err(e) = cli::scale::refuse_memory_only(&args.index, &args.state) {
         return usage(e);
     }
     if args.explain && !matches!(args.index.index, IndexLocation::Memory) {
@@ -596,12 +600,12 @@ fn serve(args: &ServeArgs) -> Exit {
             }
         }
         location => {
-            let options = scale::index_options(&args.index, &stop, &metrics);
-            let store = match scale::open_index(location, &args.index.index_name, &engine, options)
-            {
-                Ok(store) => store,
-                Err(exit) => return exit,
-            };
+            let options = cli::scale::index_options(&args.index, &stop, &metrics);
+            let store =
+                match cli::scale::open_index(location, &args.index.index_name, &engine, options) {
+                    Ok(store) => store,
+                    Err(exit) => return exit,
+                };
             match runtime() {
                 Ok(runtime) => run_server(args, config, preparer, store, runtime, metrics, stop),
                 Err(exit) => exit,
@@ -641,7 +645,7 @@ fn load_with_journal(
 }
 
 /// Opens `--state`'s journal and replays it into `deduper` (see
-/// [`dedup_stream::journal`]); a journal that cannot be read stops the
+/// [`dedup_stream::state::journal`]); a journal that cannot be read stops the
 /// server as a bad state file does, unless `--fresh-state`.
 fn open_journal(
     args: &StateArgs,

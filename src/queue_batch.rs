@@ -6,12 +6,12 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::batch::{self, Item, PreparedBatch, PreparedMessage, RawBatch, RawLine};
 use crate::engine::{Ask, IndexStore, Preparer, Verdict};
 use crate::error::{InvalidLine, StoreError};
-use crate::input::BOM;
-use crate::record::Decoder;
 use crate::server::metrics::Metrics;
+use crate::wire::batch::{self, Item, PreparedBatch, PreparedMessage, RawBatch, RawLine};
+use crate::wire::input::BOM;
+use crate::wire::record::Decoder;
 
 /// A batch of payloads, prepared and decided.
 #[derive(Debug)]
@@ -187,9 +187,9 @@ pub fn decide<S: IndexStore + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::EngineConfig;
     use crate::engine::Deduper;
-    use crate::record::{FieldSpec, MessageId};
+    use crate::engine::config::EngineConfig;
+    use crate::wire::record::{FieldSpec, MessageId};
 
     #[test]
     fn every_payload_gets_its_own_outcome_and_the_verdicts_are_counted() {

@@ -22,11 +22,11 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::config::{EngineConfig, Measure, Shingling};
+use crate::engine::config::{EngineConfig, Measure, Shingling};
 use crate::engine::sketch::Sketcher;
 use crate::engine::{Ask, Deduper, IndexStore, Op, Preparer, Scratch, Sketch, Verdict, lsh_params};
 use crate::error::ConfigError;
-use crate::record::{Decoder, FieldSpec, MessageId};
+use crate::wire::record::{Decoder, FieldSpec, MessageId};
 
 /// Why a sample cannot be tuned on.
 #[derive(Debug, thiserror::Error)]
@@ -159,7 +159,7 @@ impl Sample {
         let mut clusters: HashMap<String, u32> = HashMap::new();
         let mut messages = Vec::new();
         let mut skipped = 0;
-        let arrival = crate::timestamp::now_millis();
+        let arrival = crate::wire::timestamp::now_millis();
         for (n, line) in lines.iter().enumerate() {
             // The filter passes over blank lines; the truth still has a row.
             if line.iter().all(u8::is_ascii_whitespace) {

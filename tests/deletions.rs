@@ -28,7 +28,7 @@ fn v11_notice(id: u64) -> String {
 /// The ids a state file holds.
 fn held(state: &std::path::Path) -> Vec<String> {
     let mut deduper = Deduper::new(EngineConfig::default()).unwrap();
-    dedup_stream::snapshot::load(state, &mut deduper).unwrap();
+    dedup_stream::state::snapshot::load(state, &mut deduper).unwrap();
     deduper
         .index()
         .iter_lru_first()

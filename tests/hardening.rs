@@ -11,7 +11,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use common::served::Served;
 use common::{run, stdout_lines, verdicts};
-use dedup_stream::snapshot::{self, Loaded};
+use dedup_stream::state::snapshot::{self, Loaded};
 use dedup_stream::{Deduper, EngineConfig};
 
 /// Polls `done` every 50 ms until it holds, failing after a generous

@@ -79,7 +79,7 @@ proptest! {
             capacity: NonZeroUsize::new(1000).unwrap(),
             measure,
             shingling,
-            window: dedup_stream::config::Window::from_millis(window),
+            window: dedup_stream::engine::config::Window::from_millis(window),
             ..EngineConfig::default()
         })
         .unwrap();
@@ -123,7 +123,7 @@ proptest! {
             capacity: NonZeroUsize::new(1000).unwrap(),
             measure,
             shingling,
-            window: if windowed { dedup_stream::config::Window::from_millis(50) } else { None },
+            window: if windowed { dedup_stream::engine::config::Window::from_millis(50) } else { None },
             max_index_bytes: NonZeroUsize::new(budget),
             ..EngineConfig::default()
         })
@@ -258,7 +258,7 @@ proptest! {
             max_bucket,
             measure,
             shingling,
-            window: window.and_then(dedup_stream::config::Window::from_millis),
+            window: window.and_then(dedup_stream::engine::config::Window::from_millis),
             ..EngineConfig::default()
         };
         let mut whole = Deduper::new(config.clone()).unwrap();
@@ -275,15 +275,15 @@ proptest! {
             check(&mut whole, i, text);
             check(&mut resumed, i, text);
         }
-        let bytes = dedup_stream::snapshot::encode(&resumed);
+        let bytes = dedup_stream::state::snapshot::encode(&resumed);
         let mut resumed = Deduper::new(config).unwrap();
-        dedup_stream::snapshot::decode_into(&bytes, &mut resumed).unwrap();
+        dedup_stream::state::snapshot::decode_into(&bytes, &mut resumed).unwrap();
         for (i, text) in texts.iter().enumerate().skip(cut) {
             let expected = check(&mut whole, i, text);
             let got = check(&mut resumed, i, text);
             prop_assert_eq!(&got, &expected, "message {} after a cut at {}", i, cut);
         }
-        prop_assert_eq!(dedup_stream::snapshot::encode(&resumed), dedup_stream::snapshot::encode(&whole));
+        prop_assert_eq!(dedup_stream::state::snapshot::encode(&resumed), dedup_stream::state::snapshot::encode(&whole));
     }
 
     /// A text seen again while its first copy is indexed is always a
@@ -434,7 +434,12 @@ fn decide_in_batches(
         d.decide(&asks, &mut verdicts).unwrap();
     }
     let counted = d.stats().times.map_or(0, |t| t.counted_batches);
-    (verdicts, dedup_stream::snapshot::encode(&d), counted, large)
+    (
+        verdicts,
+        dedup_stream::state::snapshot::encode(&d),
+        counted,
+        large,
+    )
 }
 
 proptest! {
@@ -470,7 +475,7 @@ proptest! {
             max_bucket,
             measure,
             shingling,
-            window: window.and_then(dedup_stream::config::Window::from_millis),
+            window: window.and_then(dedup_stream::engine::config::Window::from_millis),
             max_index_bytes: max_bytes.and_then(NonZeroUsize::new),
             ..EngineConfig::default()
         };

@@ -649,8 +649,8 @@ async fn sigterm_drains_saves_and_exits_zero() {
     assert!(log.iter().any(|l| l.contains("state saved")), "{log:#?}");
     // The saved index holds exactly the messages that were answered.
     let mut deduper = Deduper::new(EngineConfig::default()).unwrap();
-    let loaded = dedup_stream::snapshot::load(&state, &mut deduper).unwrap();
-    assert_eq!(loaded, dedup_stream::snapshot::Loaded::Restored(n));
+    let loaded = dedup_stream::state::snapshot::load(&state, &mut deduper).unwrap();
+    assert_eq!(loaded, dedup_stream::state::snapshot::Loaded::Restored(n));
     // No temporary file left behind; the journal holds nothing the state
     // file does not (its header only).
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
@@ -710,8 +710,8 @@ async fn periodic_snapshots_are_written_while_serving() {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let mut deduper = Deduper::new(EngineConfig::default()).unwrap();
-        if let Ok(dedup_stream::snapshot::Loaded::Restored(1)) =
-            dedup_stream::snapshot::load(&state, &mut deduper)
+        if let Ok(dedup_stream::state::snapshot::Loaded::Restored(1)) =
+            dedup_stream::state::snapshot::load(&state, &mut deduper)
         {
             break;
         }
@@ -721,13 +721,13 @@ async fn periodic_snapshots_are_written_while_serving() {
     // Killed hard, the last snapshot is still whole.
     drop(served);
     let mut deduper = Deduper::new(EngineConfig::default()).unwrap();
-    assert!(dedup_stream::snapshot::load(&state, &mut deduper).is_ok());
+    assert!(dedup_stream::state::snapshot::load(&state, &mut deduper).is_ok());
 }
 
 fn write_state(path: &Path) {
     let mut deduper = Deduper::new(EngineConfig::default()).unwrap();
     deduper.check_text(dedup_stream::MessageId::Integer(1), STORY);
-    dedup_stream::snapshot::save(path, &deduper).unwrap();
+    dedup_stream::state::snapshot::save(path, &deduper).unwrap();
 }
 
 #[test]
@@ -791,7 +791,7 @@ fn a_corrupt_state_file_is_refused_and_left_as_it_was() {
     assert_eq!(output.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&output.stderr).contains("starting empty"));
     let mut deduper = Deduper::new(EngineConfig::default()).unwrap();
-    assert!(dedup_stream::snapshot::load(&state, &mut deduper).is_ok());
+    assert!(dedup_stream::state::snapshot::load(&state, &mut deduper).is_ok());
 }
 
 #[test]
@@ -824,8 +824,8 @@ fn the_filter_picks_up_where_yesterday_stopped() {
     // And the server reads the filter's state.
     let mut deduper = Deduper::new(EngineConfig::default()).unwrap();
     assert_eq!(
-        dedup_stream::snapshot::load(&state, &mut deduper).unwrap(),
-        dedup_stream::snapshot::Loaded::Restored(3)
+        dedup_stream::state::snapshot::load(&state, &mut deduper).unwrap(),
+        dedup_stream::state::snapshot::Loaded::Restored(3)
     );
 }
 
@@ -890,7 +890,7 @@ async fn removals_and_deletion_notices_are_honoured_and_survive_a_kill() {
         .unwrap();
     assert_eq!(status.code(), Some(0), "{log:#?}");
     let mut deduper = Deduper::new(EngineConfig::default()).unwrap();
-    dedup_stream::snapshot::load(&state, &mut deduper).unwrap();
+    dedup_stream::state::snapshot::load(&state, &mut deduper).unwrap();
     let ids: Vec<String> = deduper
         .index()
         .iter_lru_first()

@@ -3,7 +3,7 @@
 //! every input byte kept.
 #![no_main]
 
-use dedup_stream::record::{Decoder, FieldSpec, write_tagged};
+use dedup_stream::wire::record::{Decoder, FieldSpec, write_tagged};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use std::sync::LazyLock;

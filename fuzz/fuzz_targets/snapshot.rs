@@ -6,7 +6,7 @@
 
 use std::sync::Mutex;
 
-use dedup_stream::snapshot::decode_into;
+use dedup_stream::state::snapshot::decode_into;
 use dedup_stream::{Deduper, EngineConfig};
 use libfuzzer_sys::fuzz_target;
 

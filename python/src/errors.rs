@@ -4,7 +4,7 @@
 //! with the engine's own message.
 
 use dedup_stream::StoreError;
-use dedup_stream::snapshot::{ErrorKind, SnapshotError};
+use dedup_stream::state::snapshot::{ErrorKind, SnapshotError};
 use pyo3::prelude::*;
 
 /// An instance of `dedup_stream._errors.CLASS(message)` as a `PyErr`.
@@ -68,10 +68,10 @@ pub fn snapshot(py: Python<'_>, e: &SnapshotError) -> PyErr {
 }
 
 /// An output path refused by the CLI's checks
-/// ([`dedup_stream::output::check`]): `ConfigError` (a `ValueError`), or
+/// ([`dedup_stream::state::output::check`]): `ConfigError` (a `ValueError`), or
 /// the `OSError` of a path that cannot be written at all.
-pub fn refused(py: Python<'_>, e: dedup_stream::output::OutputRefused) -> PyErr {
-    use dedup_stream::output::OutputRefused;
+pub fn refused(py: Python<'_>, e: dedup_stream::state::output::OutputRefused) -> PyErr {
+    use dedup_stream::state::output::OutputRefused;
     let OutputRefused::Unwritable { source, path, .. } = &e else {
         return config(py, e.to_string());
     };

@@ -32,12 +32,12 @@ use dedup_stream::engine::{
     Ask, Explained, Explanation, IndexStats, IndexStore, Op, PairHints, Preparer, Scratch, Sketch,
     share_anchor, similarity,
 };
-use dedup_stream::input::{Inputs, Source};
-use dedup_stream::output::{self, OutputKind, Spelling};
+use dedup_stream::pipeline::report::Report;
 use dedup_stream::pipeline::{self, Emit, OnInvalid, PipelineConfig};
 use dedup_stream::redis_index::{IndexLocation, RedisIndex, RedisOptions};
-use dedup_stream::report::Report;
-use dedup_stream::snapshot;
+use dedup_stream::state::output::{self, OutputKind, Spelling};
+use dedup_stream::state::snapshot;
+use dedup_stream::wire::input::{Inputs, Source};
 use dedup_stream::{Decoder, Deduper as Engine, FieldSpec, MessageId, StoreError, Verdict as V};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple, PyType};
@@ -346,19 +346,23 @@ struct Deduper {
 /// v1.1 or v2 format, an int of milliseconds, or a `datetime`; `None` (or
 /// an unreadable str): now, as the CLI takes a line without one.
 fn message_time(value: Option<&Bound<'_, PyAny>>) -> PyResult<i64> {
-    let now = dedup_stream::timestamp::now_millis;
+    let now = dedup_stream::wire::timestamp::now_millis;
     let Some(value) = value.filter(|v| !v.is_none()) else {
         return Ok(now());
     };
     if let Ok(text) = value.cast::<PyString>() {
-        return Ok(dedup_stream::timestamp::parse_created_at(&text.to_cow()?).unwrap_or_else(now));
+        return Ok(
+            dedup_stream::wire::timestamp::parse_created_at(&text.to_cow()?).unwrap_or_else(now),
+        );
     }
     if let Ok(ms) = value.extract::<i64>() {
-        return Ok(ms.clamp(0, dedup_stream::timestamp::MAX_TIME));
+        return Ok(ms.clamp(0, dedup_stream::wire::timestamp::MAX_TIME));
     }
     if value.hasattr("timestamp")? {
         let seconds: f64 = value.call_method0("timestamp")?.extract()?;
-        return Ok(((seconds * 1000.0).floor() as i64).clamp(0, dedup_stream::timestamp::MAX_TIME));
+        return Ok(
+            ((seconds * 1000.0).floor() as i64).clamp(0, dedup_stream::wire::timestamp::MAX_TIME)
+        );
     }
     Err(pyo3::exceptions::PyTypeError::new_err(
         "created_at takes a str (Twitter v1.1 or v2 format), an int of milliseconds since the \
@@ -793,7 +797,7 @@ impl Deduper {
                 }
                 first
             };
-            let now = dedup_stream::timestamp::now_millis();
+            let now = dedup_stream::wire::timestamp::now_millis();
             let mut scratch = Scratch::default();
             let mut batches = Vec::new();
             let mut refused = Vec::new();
@@ -909,7 +913,7 @@ impl Deduper {
         let this = self;
         let (result, signal) = interruptible_keeping(py, &shared.stop, move || {
             let decoder = custom.as_ref().unwrap_or(&shared.decoder);
-            let now = dedup_stream::timestamp::now_millis();
+            let now = dedup_stream::wire::timestamp::now_millis();
             let mut scratch = Scratch::default();
             let mut batches = Vec::new();
             let mut refused = Vec::new();

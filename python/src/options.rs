@@ -14,7 +14,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use dedup_stream::FieldSpec;
-use dedup_stream::config::{
+use dedup_stream::engine::config::{
     DEFAULT_CAPACITY, DEFAULT_MAX_BUCKET, DEFAULT_RECENT, DEFAULT_THRESHOLD, EmptyText,
     EngineConfig, Measure, Sampling, Shingling, Window,
 };

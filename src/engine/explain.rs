@@ -9,8 +9,8 @@
 //! decision saw. When they are off, the only cost is one test of a flag per
 //! message, and the output is what it was byte for byte.
 
-use crate::config::Measure;
-use crate::record::MessageId;
+use crate::engine::config::Measure;
+use crate::engine::id::MessageId;
 
 use super::verdict::{PairHints, by_containment, intersection, ratio, write_similarity};
 use super::{Deduper, Sketch, share_anchor, shingle};
@@ -344,7 +344,7 @@ impl Deduper {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::EngineConfig;
+    use crate::engine::config::EngineConfig;
     use crate::engine::verdict::similarity;
     use crate::engine::{Scratch, Verdict};
     use proptest::prelude::*;

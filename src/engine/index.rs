@@ -48,7 +48,7 @@ use super::AnchorClusters;
 use super::hint::{huge_pages, prefetch};
 use super::postings::Postings;
 use super::shingle::mix64;
-use crate::record::MessageId;
+use crate::engine::id::MessageId;
 
 /// One indexed message.
 ///

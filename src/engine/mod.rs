@@ -29,8 +29,10 @@
 
 pub mod bitmap;
 pub mod cells;
+pub mod config;
 pub mod explain;
 pub mod hint;
+pub mod id;
 pub mod index;
 pub mod normalise;
 pub mod overlaps;
@@ -45,14 +47,15 @@ pub mod window;
 use std::borrow::Cow;
 use std::num::NonZeroUsize;
 
-use crate::config::{EmptyText, EngineConfig, Measure, Sampling, Shingling};
-use crate::error::{ConfigError, StoreError};
-use crate::record::MessageId;
+use crate::engine::config::{EmptyText, EngineConfig, Measure, Sampling, Shingling};
+use crate::engine::id::MessageId;
+use config::ConfigError;
 pub use explain::{Explanation, Rule};
 pub use index::PrefetchStage;
 use index::{Index, Insert, set_fingerprint};
 use normalise::Normaliser;
 use sketch::{LshParams, Sketcher};
+use store::StoreError;
 pub use store::{Ask, DecisionTimes, IndexStats, IndexStore, Op};
 use tokenise::{Tokeniser, token_hash};
 pub use verdict::{Match, PairHints, Verdict, similarity};
@@ -713,8 +716,8 @@ impl Deduper {
         time: i64,
         counted: Option<&overlaps::Counted>,
     ) -> Verdict {
-        // The range the Redis index keeps exactly (crate::timestamp).
-        let time = time.clamp(0, crate::timestamp::MAX_TIME);
+        // The range the Redis index keeps exactly (crate::wire::timestamp).
+        let time = time.clamp(0, window::MAX_TIME);
         let horizon = self.clock.advance(time);
         if let Some(horizon) = horizon {
             self.index.expire(horizon);
@@ -1540,7 +1543,7 @@ mod tests {
     fn windowed(window_ms: u64) -> Deduper {
         Deduper::new(EngineConfig {
             capacity: NonZeroUsize::new(100).unwrap(),
-            window: crate::config::Window::from_millis(window_ms),
+            window: crate::engine::config::Window::from_millis(window_ms),
             ..EngineConfig::default()
         })
         .unwrap()
@@ -1557,7 +1560,7 @@ mod tests {
             // Room for the whole batch: the story leaves by expiring.
             let mut d = Deduper::new(EngineConfig {
                 capacity: NonZeroUsize::new(1000).unwrap(),
-                window: crate::config::Window::from_millis(50),
+                window: crate::engine::config::Window::from_millis(50),
                 ..EngineConfig::default()
             })
             .unwrap();

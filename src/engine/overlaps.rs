@@ -30,7 +30,7 @@ use super::index::Index;
 use super::store::{Ask, Op};
 use super::verdict::{self, Overlap, PairHints, Verifier};
 use super::{PrefetchStage, Sketch, SlotSet};
-use crate::config::{EngineConfig, Measure};
+use crate::engine::config::{EngineConfig, Measure};
 
 /// Messages a thread takes at a time: small enough that threads finish
 /// together (a template's messages cost a hundred times a lone one's),

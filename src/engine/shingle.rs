@@ -72,7 +72,7 @@
 use std::sync::OnceLock;
 
 use super::tokenise::token_hash;
-use crate::config::{Sampling, Shingling};
+use crate::engine::config::{Sampling, Shingling};
 
 /// Most shingles a set keeps: the smallest fingerprints (see the module
 /// documentation). 512 fingerprints are 2 KiB; a 280-character tweet has

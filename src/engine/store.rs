@@ -13,8 +13,7 @@
 //! seen the messages in the order the store applied them.
 
 use super::{Explanation, Sketch, Verdict};
-use crate::error::StoreError;
-use crate::record::MessageId;
+use crate::engine::id::MessageId;
 
 /// What a message asks of the index.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -122,4 +121,66 @@ pub trait IndexStore {
     fn explanations(&self) -> &[Explanation] {
         &[]
     }
+}
+
+/// Why an index store could not decide.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The index location is not `memory` nor a Redis URL.
+    #[error("bad index location {given:?}: {reason}")]
+    Location {
+        /// The location as given.
+        given: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The index name cannot make Redis keys of one hash slot.
+    #[error("bad index name {0:?}: use 1 to 200 characters other than '{{' and '}}'")]
+    Name(String),
+    /// The index in Redis was made with other settings than this worker's.
+    #[error(
+        "index {name:?} was created with other settings: it has [{stored}], this worker has [{ours}]; \
+         start with the same settings, use another --index-name, or drop it (dedup-stream index drop)"
+    )]
+    Mismatch {
+        /// The index name.
+        name: String,
+        /// The settings stored with the index.
+        stored: String,
+        /// This worker's settings.
+        ours: String,
+    },
+    /// Redis could not be reached, and the worker was told to stop while
+    /// it waited.
+    #[error("Redis is unreachable ({0}); gave up waiting for it")]
+    Unavailable(String),
+    /// A setting the index in Redis does not take.
+    #[error("{0}")]
+    Unsupported(&'static str),
+    /// Redis answered with an error that retrying will not cure.
+    #[error("Redis refused: {0}")]
+    Refused(String),
+    /// Redis wants a password the URL does not give (NOAUTH), or refused
+    /// the one it gives (WRONGPASS).
+    #[error(
+        "Redis refused the connection's authentication ({0}): give the password in the URL, \
+         redis://:PASSWORD@HOST:PORT (or redis://USER:PASSWORD@HOST:PORT with an ACL user)"
+    )]
+    Auth(String),
+    /// A key `consume` appends to holds something else than a stream, so
+    /// nothing was written or acknowledged: the entries stay pending.
+    #[error(
+        "the {role} {key:?} holds a {holds}, not a stream: nothing was written or acknowledged \
+         (the entries stay pending); rename or delete that key, or name another stream"
+    )]
+    NotAStream {
+        /// The key.
+        key: String,
+        /// What it is for: the stream read, the output or the dead-letter
+        /// stream.
+        role: &'static str,
+        /// Its Redis type (`string`, `hash`, …).
+        holds: String,
+    },
 }

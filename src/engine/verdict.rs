@@ -1,8 +1,8 @@
 //! Stage 5, verdict: compare candidate shingle sets exactly and say what a
 //! message is.
 
-use crate::config::Measure;
-use crate::record::MessageId;
+use crate::engine::config::Measure;
+use crate::engine::id::MessageId;
 
 /// What the engine decided about one message.
 #[derive(Clone, Debug, PartialEq)]
@@ -271,7 +271,7 @@ pub const MAX_RECENT_SHINGLES: usize = 40;
 /// The lower bar for a lone recent match, collected over a message's
 /// candidates: the best candidate (ties: the earliest) that is at least
 /// the threshold minus [`RECENT_MARGIN`], at most
-/// [`crate::config::EngineConfig::recent`] arrivals old, with at least
+/// [`crate::engine::config::EngineConfig::recent`] arrivals old, with at least
 /// [`MIN_RECENT_SHINGLES`] and at most [`MAX_RECENT_SHINGLES`] on both
 /// sides, neither more than half as long again as the other (see
 /// [`MIN_CONTAINED_SHARE`]), taken only if every candidate at

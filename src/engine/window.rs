@@ -3,7 +3,7 @@
 //!
 //! The rule, the same in the in-memory index and in the Redis one:
 //! - **A message's time** is its `created_at` (Twitter v1.1 or v2 format,
-//!   see [`crate::timestamp`]) when the record has one, otherwise the time
+//!   see [`crate::wire::timestamp`]) when the record has one, otherwise the time
 //!   its line arrived (read once per batch). With `created_at` the output
 //!   is deterministic, as ever; with arrival times it cannot be: the same
 //!   input read faster or slower expires different messages.
@@ -31,6 +31,10 @@
 //! A record whose `created_at` is missing or unreadable takes its arrival
 //! time: in a replay of old data, such a record moves the clock to today
 //! and expires everything before it. Feed one kind of time, not both.
+
+/// The latest message time kept exactly (2^53 - 1 ms): later ones are cut
+/// to it, so that times stay exact in the Redis index's Lua numbers.
+pub const MAX_TIME: i64 = (1 << 53) - 1;
 
 /// The window's clock: the newest time seen, and what it expires.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -42,8 +42,8 @@ use std::time::{Duration, Instant};
 use crate::engine::{IndexStore, Preparer};
 use crate::error::StoreError;
 use crate::queue_batch::{self, DecidedBatch, Tally};
-use crate::record::Decoder;
 use crate::server::metrics::Metrics;
+use crate::wire::record::Decoder;
 
 /// Default batches published and not yet acknowledged (`--in-flight`).
 pub const DEFAULT_IN_FLIGHT: usize = 16;
@@ -288,10 +288,10 @@ mod tests {
     use std::rc::Rc;
 
     use super::*;
-    use crate::config::EngineConfig;
     use crate::engine::Deduper;
+    use crate::engine::config::EngineConfig;
     use crate::queue_batch::Payload;
-    use crate::record::FieldSpec;
+    use crate::wire::record::FieldSpec;
 
     /// What the double saw, in order.
     #[derive(Clone, Debug, PartialEq, Eq)]

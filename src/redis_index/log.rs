@@ -32,8 +32,8 @@ use std::ops::Range;
 
 use crate::engine::shingle::MAX_SHINGLES;
 use crate::engine::{Ask, Op, Sketch};
-use crate::record::MessageId;
-use crate::snapshot::{Reader, encode_id};
+use crate::state::snapshot::{Reader, encode_id};
+use crate::wire::record::MessageId;
 
 /// The format version this build writes (and reads).
 const VERSION: u8 = 2;

@@ -51,11 +51,11 @@ use redis::{Script, Value};
 
 pub use connection::{DEFAULT_TIMEOUT, IndexLocation, Link, RetryError, is_transient};
 
-use crate::config::EngineConfig;
+use crate::engine::config::EngineConfig;
 use crate::engine::{ANCHOR_TOKENS, Ask, Deduper, IndexStats, IndexStore, Verdict, lsh_params};
 use crate::error::StoreError;
 use crate::server::metrics::Metrics;
-use crate::snapshot::Saveable;
+use crate::state::snapshot::Saveable;
 use log::Batch;
 use replica::Replica;
 

@@ -18,8 +18,8 @@
 use std::collections::{HashMap, VecDeque};
 
 use crate::engine::{Ask, Deduper, IndexStore, Match, Op, Verdict};
-use crate::record::MessageId;
-use crate::snapshot::{self, Reader, encode_id};
+use crate::state::snapshot::{self, Reader, encode_id};
+use crate::wire::record::MessageId;
 
 use super::log::Batch;
 
@@ -211,7 +211,7 @@ impl Replica {
 
     /// The replica as bytes, for a snapshot in Redis: where in the log it
     /// stands, the memo, and the index as a state file (which resumes a run
-    /// exactly, see [`crate::snapshot`]).
+    /// exactly, see [`crate::state::snapshot`]).
     pub fn encode(&self) -> Vec<u8> {
         let state = snapshot::encode(&self.deduper);
         let mut out = Vec::with_capacity(state.len() + 64 + self.memo_len() * 48);

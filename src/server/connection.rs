@@ -34,9 +34,9 @@ use futures::Future;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc::{self, OwnedPermit};
 
-use crate::batch::{self, Item, PreparedBatch, RawBatch, RawLine};
 use crate::error::{InvalidLine, InvalidReason};
-use crate::lines::is_blank;
+use crate::wire::batch::{self, Item, PreparedBatch, RawBatch, RawLine};
+use crate::wire::lines::is_blank;
 
 use super::owner::{Job, Request};
 use super::{Context, Shutdown, op};
@@ -241,7 +241,7 @@ async fn send(
 
 fn prepare(
     preparer: &crate::engine::Preparer,
-    decoder: &crate::record::Decoder,
+    decoder: &crate::wire::record::Decoder,
     raw: RawBatch,
 ) -> batch::PreparedBatch {
     let mut batch = batch::prepare(preparer, decoder, raw, None);
@@ -284,7 +284,7 @@ async fn write_replies<W: AsyncWrite + Unpin>(
 }
 
 /// Splits the bytes read from a connection into lines, with the limit
-/// semantics of [`crate::lines`]: a line longer than the limit is dropped as
+/// semantics of [`crate::wire::lines`]: a line longer than the limit is dropped as
 /// it streams past (never held whole) and reported by its number; `\r\n`
 /// ends a line as `\n` does; blank lines are counted but not answered.
 #[derive(Debug)]

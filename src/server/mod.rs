@@ -55,9 +55,9 @@ use tokio::sync::{Semaphore, broadcast, mpsc, oneshot};
 
 use crate::engine::{IndexStore, Preparer};
 use crate::error::Error;
-use crate::journal::{Fsync, Journal, SnapshotId};
-use crate::record::{Decoder, FieldSpec};
-use crate::snapshot::{self, Saveable};
+use crate::state::journal::{Fsync, Journal, SnapshotId};
+use crate::state::snapshot::{self, Saveable};
+use crate::wire::record::{Decoder, FieldSpec};
 use metrics::Metrics;
 use owner::Request;
 
@@ -410,7 +410,7 @@ where
 }
 
 /// [`run_with_metrics`], writing what is indexed to `journal` (opened, and
-/// replayed into the store, by [`crate::journal::open`]) before it is
+/// replayed into the store, by [`crate::state::journal::open`]) before it is
 /// answered, so that a crash loses nothing answered.
 pub async fn run_with_journal<S>(
     config: ServerConfig,
@@ -483,7 +483,7 @@ where
                 tokio::select! {
                     biased;
                     () = shutdown.recv() => return,
-                    () = tokio::time::sleep(crate::journal::SYNC_EVERY) => {}
+                    () = tokio::time::sleep(crate::state::journal::SYNC_EVERY) => {}
                 }
                 if engine.send(Request::Tick).await.is_err() {
                     return;

@@ -19,8 +19,8 @@
 //! nested object is not mistaken for the member. The member name must be
 //! written plainly (as every JSON encoder writes it), not with `\u` escapes.
 //!
-//! [`batch::prepare`](crate::batch::prepare) takes an
-//! [`OpReader`](crate::batch::OpReader), but that signature cannot report a
+//! [`batch::prepare`](crate::wire::batch::prepare) takes an
+//! [`OpReader`](crate::wire::batch::OpReader), but that signature cannot report a
 //! bad value; the server instead runs [`apply`] on each prepared batch,
 //! which sets each message's [`Op`] and turns a bad value into an invalid
 //! line in place, keeping the batch's order.
@@ -32,9 +32,9 @@ use memchr::memmem;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::batch::{Item, Op, PreparedBatch, PreparedMessage, RawLine};
 use crate::error::{InvalidLine, InvalidReason};
-use crate::record::Decoder;
+use crate::wire::batch::{Item, Op, PreparedBatch, PreparedMessage, RawLine};
+use crate::wire::record::Decoder;
 
 /// The member's name, as it appears in the line's bytes, with its search
 /// tables built once.
@@ -135,9 +135,10 @@ mod tests {
 
     #[test]
     fn a_removal_needs_an_id_and_no_text() {
-        let preparer = crate::engine::Preparer::new(&crate::config::EngineConfig::default());
-        let decoder = Decoder::new(crate::record::FieldSpec::default());
-        let mut raw = crate::batch::RawBatch::default();
+        let preparer =
+            crate::engine::Preparer::new(&crate::engine::config::EngineConfig::default());
+        let decoder = Decoder::new(crate::wire::record::FieldSpec::default());
+        let mut raw = crate::wire::batch::RawBatch::default();
         for line in [
             r#"{"dedup_op":"remove","id_str":"7"}"#,
             r#"{"dedup_op":"remove","id":7,"text":"with a text too"}"#,
@@ -147,7 +148,7 @@ mod tests {
         ] {
             raw.push_line(raw.len() as u64 + 1, line.as_bytes());
         }
-        let mut batch = crate::batch::prepare(&preparer, &decoder, raw, None);
+        let mut batch = crate::wire::batch::prepare(&preparer, &decoder, raw, None);
         apply(&mut batch, &decoder);
         let ops: Vec<Option<Op>> = batch
             .items

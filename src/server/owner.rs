@@ -18,10 +18,10 @@ use std::time::Instant;
 use tokio::sync::mpsc::{self, OwnedPermit};
 use tokio::sync::oneshot;
 
-use crate::batch::{self, Item, Op, PreparedBatch};
 use crate::engine::{IndexStore, Verdict};
-use crate::journal::{Journal, SnapshotId};
-use crate::snapshot::Saveable;
+use crate::state::journal::{Journal, SnapshotId};
+use crate::state::snapshot::Saveable;
+use crate::wire::batch::{self, Item, Op, PreparedBatch};
 
 use super::Reply;
 use super::metrics::Metrics;
@@ -208,7 +208,7 @@ fn decide<S: IndexStore>(
 /// `{"id":ID,"dedup":VERDICT}` and a newline.
 fn write_verdict(
     out: &mut Vec<u8>,
-    id: &crate::record::MessageId,
+    id: &crate::wire::record::MessageId,
     verdict: &Verdict,
     explanation: Option<&crate::engine::Explanation>,
 ) {
@@ -233,7 +233,7 @@ pub(crate) fn write_error(out: &mut Vec<u8>, message: &str, line: u64) {
 mod tests {
     use super::*;
     use crate::engine::Match;
-    use crate::record::MessageId;
+    use crate::wire::record::MessageId;
 
     #[test]
     fn reply_lines_are_json() {

@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::error::{InvalidLine, InvalidReason};
-use crate::input::LineMap;
-use crate::stats::Summary;
+use crate::pipeline::stats::Summary;
+use crate::wire::input::LineMap;
 
 /// How many invalid lines are warned about one by one by default; the rest
 /// are counted.

@@ -11,7 +11,7 @@
 //!   inode, whatever the spelling), or that another output option names;
 //! - an existing regular file that is not of the option's own kind: a
 //!   stats file must be a JSON object with the stats' counts, a state file
-//!   must start with the state-file magic ([`crate::snapshot::MAGIC`]), a
+//!   must start with the state-file magic ([`crate::state::snapshot::MAGIC`]), a
 //!   tagged output's first line must be a tagged line (a JSON object with
 //!   a `"dedup"` member) unless `--force` says to replace it, a rejects
 //!   file's first line must have a `"reason"`;
@@ -36,7 +36,7 @@ use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
-use crate::input::Source;
+use crate::wire::input::Source;
 
 /// What an output file holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -172,7 +172,7 @@ pub fn check_spelt(
     for (i, &(kind, path)) in outputs.iter().enumerate() {
         let option = (spelling.option)(kind);
         let shown = || path.display().to_string();
-        crate::input::check_writable(path).map_err(|source| OutputRefused::Unwritable {
+        crate::wire::input::check_writable(path).map_err(|source| OutputRefused::Unwritable {
             option,
             path: shown(),
             source,
@@ -358,7 +358,7 @@ fn is_state(path: &Path) -> bool {
     let mut magic = [0u8; 8];
     File::open(path)
         .and_then(|mut f| f.read_exact(&mut magic))
-        .is_ok_and(|()| magic == crate::snapshot::MAGIC)
+        .is_ok_and(|()| magic == crate::state::snapshot::MAGIC)
 }
 
 /// Its first line is a JSON object with a `"dedup"` object member: a line
@@ -388,12 +388,12 @@ fn first_line(path: &Path) -> Option<serde_json::Value> {
 }
 
 /// Writes `bytes` to an output file: atomically (see
-/// [`crate::snapshot::write_atomic`]) when it is a regular file or not
+/// [`crate::state::snapshot::write_atomic`]) when it is a regular file or not
 /// there yet, into it as it is otherwise (`/dev/stdout`).
 pub fn write_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
     match fs::metadata(path) {
         Ok(meta) if !meta.is_file() => fs::write(path, bytes),
-        _ => crate::snapshot::write_atomic(path, bytes),
+        _ => crate::state::snapshot::write_atomic(path, bytes),
     }
 }
 
@@ -492,7 +492,7 @@ mod tests {
             b"{\"messages\":1,\"new\":1,\"duplicates\":0,\"invalid\":0}\n",
         );
         let tagged = at("out.jsonl", b"{\"id\":1,\"dedup\":{\"status\":\"new\"}}\n");
-        let mut state = crate::snapshot::MAGIC.to_vec();
+        let mut state = crate::state::snapshot::MAGIC.to_vec();
         state.extend_from_slice(b"rest");
         let state = at("x.state", &state);
         let empty = at("empty", b"");

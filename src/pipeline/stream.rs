@@ -44,7 +44,7 @@ use futures::{Stream, StreamExt};
 
 use crate::engine::{Deduper, Scratch, Verdict};
 use crate::error::{InvalidLine, InvalidReason};
-use crate::record::{Decoder, FieldSpec, MessageId, write_tagged};
+use crate::wire::record::{Decoder, FieldSpec, MessageId, write_tagged};
 
 /// A message with its verdict.
 #[derive(Clone, Debug, PartialEq)]
@@ -129,7 +129,7 @@ impl<S> Dedup<S> {
         // Its time, for a window: its created_at, or now.
         let time = record
             .created_at_millis()
-            .unwrap_or_else(crate::timestamp::now_millis);
+            .unwrap_or_else(crate::wire::timestamp::now_millis);
         let verdict = self
             .deduper
             .check_at(record.id.clone(), sketch.as_sketch(), time);
@@ -171,7 +171,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{EmptyText, EngineConfig};
+    use crate::engine::config::{EmptyText, EngineConfig};
 
     #[test]
     fn texts_with_nothing_to_compare_are_refused_when_the_engine_says_so() {

@@ -6,7 +6,7 @@
 //! It appears only when stderr is a terminal, without `--quiet`, and only
 //! once the run has lasted a second (a short run shows nothing). It reads
 //! the counters the engine publishes once per batch
-//! ([`dedup_stream::report::Progress`]), so it costs the engine nothing.
+//! ([`dedup_stream::pipeline::report::Progress`]), so it costs the engine nothing.
 //! Log lines written meanwhile ([`Stderr`]) clear the status line first,
 //! and it is drawn again at the next tick.
 //!
@@ -20,7 +20,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use dedup_stream::report::{Report, Snapshot};
+use dedup_stream::pipeline::report::{Report, Snapshot};
 
 /// How long a run lasts before the line appears.
 const DELAY: Duration = Duration::from_secs(1);

@@ -5,12 +5,12 @@
 use std::io::{self, BufReader, Write};
 use std::path::Path;
 
-use dedup_stream::input::Source;
-use dedup_stream::output::{self, OutputKind};
+use dedup_stream::state::output::{self, OutputKind};
 use dedup_stream::tune::{self, Grid, Labels, Sample};
+use dedup_stream::wire::input::Source;
 
 use crate::Exit;
-use crate::cli::TuneArgs;
+use crate::cli::args::TuneArgs;
 
 /// Runs the grid and reports; exit 1 when a file cannot be read or
 /// written, 2 on bad usage.

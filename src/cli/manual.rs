@@ -252,7 +252,7 @@ fn values_or_id(arg: &clap::Arg) -> String {
 
 /// Writes the page of `page` (a subcommand), or the main one.
 pub fn render(page: Option<&str>, out: &mut dyn Write) -> std::io::Result<()> {
-    let mut root = crate::cli::command().disable_help_subcommand(true);
+    let mut root = crate::cli::args::command().disable_help_subcommand(true);
     root.build();
     let (command, extra) = match page {
         None => (root, &FILTER),

@@ -7,13 +7,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use dedup_stream::engine::Preparer;
-use dedup_stream::output::OutputKind;
 use dedup_stream::redis_index::{IndexLocation, Link, RedisIndex, RedisOptions, admin};
 use dedup_stream::server::{self, metrics::Metrics};
+use dedup_stream::state::output::OutputKind;
 use dedup_stream::{Deduper, EngineConfig, Error, StoreError};
 use dedup_stream::{consume, consume_kafka, consume_nats, output, snapshot};
 
-use crate::cli::{ConsumeArgs, ForgetArgs, IndexAction, IndexAdminArgs, IndexArgs, StateArgs};
+use crate::cli::args::{
+    ConsumeArgs, ForgetArgs, IndexAction, IndexAdminArgs, IndexArgs, StateArgs,
+};
 use crate::{Exit, load_state, runtime, stop_on_signal, usage};
 
 /// Options for an index in memory only: a state file (with Redis, its
@@ -588,7 +590,7 @@ fn state_info(path: &std::path::Path) -> Exit {
         Some(ms) => println!("newest:     {ms} ms since the epoch (the --window clock)"),
         None => println!("newest:     no message time"),
     }
-    let journal = dedup_stream::journal::path_for(path);
+    let journal = dedup_stream::state::journal::path_for(path);
     match std::fs::metadata(&journal) {
         Ok(meta) => println!(
             "journal:    {}, {} bytes (replayed over the file at the next load)",
@@ -603,7 +605,7 @@ fn state_info(path: &std::path::Path) -> Exit {
 /// Asks on the terminal whether to drop `target`: whether the answer was
 /// yes. Without a terminal on stdin and stderr there is no one to ask: an
 /// error that says to pass --yes.
-fn confirm_drop(target: &crate::cli::IndexTarget) -> Result<bool, String> {
+fn confirm_drop(target: &crate::cli::args::IndexTarget) -> Result<bool, String> {
     use std::io::{BufRead, IsTerminal, Write};
     if !(io::stdin().is_terminal() && io::stderr().is_terminal()) {
         return Err(format!(
@@ -669,7 +671,7 @@ fn forget(args: &ForgetArgs) -> Exit {
             // A missing file is a mistyped name, not an empty index: the
             // real one would keep the deleted tweets. (A journal alone is
             // an index: a run stopped before its first save.)
-            if !path.exists() && !dedup_stream::journal::path_for(path).exists() {
+            if !path.exists() && !dedup_stream::state::journal::path_for(path).exists() {
                 return usage(format!(
                     "--state {}: no such state file (nor its journal); name the file the \
                      filter or serve saves",
@@ -692,7 +694,7 @@ fn forget(args: &ForgetArgs) -> Exit {
                     }
                 };
             let bytes = snapshot::encode(&deduper);
-            let id = dedup_stream::journal::SnapshotId::of(&bytes);
+            let id = dedup_stream::state::journal::SnapshotId::of(&bytes);
             if let Some(journal) = journal.as_mut() {
                 journal.mark(id);
             }

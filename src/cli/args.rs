@@ -8,19 +8,19 @@ use std::time::Duration;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
-use dedup_stream::config::{
+use dedup_stream::consume::{self, ConsumeConfig, Output};
+use dedup_stream::consume_kafka::{KafkaBrokers, KafkaConfig};
+use dedup_stream::consume_nats::{NatsConfig, NatsServer};
+use dedup_stream::engine::config::{
     DEFAULT_CAPACITY, DEFAULT_EMPTY_TEXT, DEFAULT_MAX_BUCKET, DEFAULT_MEASURE, DEFAULT_RECENT,
     DEFAULT_SAMPLE, DEFAULT_SHINGLE, DEFAULT_THRESHOLD, EmptyText, EngineConfig, Measure, Sampling,
     Shingling, Window,
 };
-use dedup_stream::consume::{self, ConsumeConfig, Output};
-use dedup_stream::consume_kafka::{KafkaBrokers, KafkaConfig};
-use dedup_stream::consume_nats::{NatsConfig, NatsServer};
-use dedup_stream::journal::Fsync;
 use dedup_stream::pipeline::{self, Emit, OnInvalid, PipelineConfig, Repeats};
 use dedup_stream::queue;
 use dedup_stream::redis_index::{DEFAULT_INDEX_NAME, IndexLocation};
 use dedup_stream::server::{self, ListenAddr, Reply, ServerConfig};
+use dedup_stream::state::journal::Fsync;
 use dedup_stream::values::{
     at_least_one, parse_capacity, parse_duration, parse_recent, parse_size, parse_threads,
     parse_threshold,
@@ -91,7 +91,7 @@ pub enum Command {
 pub struct ManArgs {
     /// The subcommand whose page to print (index-forget: `index
     /// forget`'s); none: the main page.
-    #[arg(value_parser = clap::builder::PossibleValuesParser::new(crate::manual::PAGES))]
+    #[arg(value_parser = clap::builder::PossibleValuesParser::new(crate::cli::manual::PAGES))]
     pub page: Option<String>,
 
     /// Write every page into DIR instead (dedup-stream.1,

@@ -9,8 +9,6 @@ use std::fmt;
 use std::num::NonZeroUsize;
 use std::str::FromStr;
 
-use crate::error::ConfigError;
-
 /// Default similarity threshold: a message is a near-duplicate of an earlier
 /// one when their similarity is at least this. Chosen on the threshold curve
 /// of `scripts/eval.py` (`docs/how-it-works.md`, "How to tune it").
@@ -243,7 +241,7 @@ pub enum Measure {
 /// What a message whose text has nothing left once normalised (`""`,
 /// blanks, only links and retweet markers) gets. It has nothing to compare,
 /// so it is never a duplicate and never indexed either way. The paths that
-/// read lines (the filter, the sidecar, the worker, [`crate::stream`])
+/// read lines (the filter, the sidecar, the worker, [`crate::pipeline::stream`])
 /// apply it; [`crate::Deduper::check`] itself answers such a sketch new.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum EmptyText {
@@ -388,6 +386,44 @@ impl EngineConfig {
         }
         Ok(())
     }
+}
+
+/// A configuration value is out of range or unreadable.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The threshold is not in (0, 1].
+    #[error("threshold must be in (0, 1], got {0}")]
+    Threshold(f64),
+    /// The capacity does not fit the index's 32-bit slots.
+    #[error("capacity must be between 1 and 4294967295, got {0}")]
+    Capacity(usize),
+    /// The shingle specification is not `words:N`, `words:1-N`, `chars:N`
+    /// or `spots:N` with N in 1..=32.
+    #[error(
+        "shingling must be words:N, words:1-N, chars:N or spots:N with N from 1 to 32, got {0:?}"
+    )]
+    Shingle(String),
+    /// The sampling is not `all` or `mod:M` with M in 2..=64.
+    #[error("sampling must be all or mod:M with M from 2 to 64, got {0:?}")]
+    Sample(String),
+    /// The measure is not one of the known names.
+    #[error("measure must be jaccard or containment, got {0:?}")]
+    Measure(String),
+    /// The LSH bucket cap is zero.
+    #[error("the bucket cap must be at least 1")]
+    MaxBucket,
+    /// A field path is empty or has an empty component.
+    #[error("field path must be dotted names like data.text, got {0:?}")]
+    FieldPath(String),
+    /// The window is not a positive whole number and a unit.
+    #[error(
+        "window must be a positive whole number and a unit (ms, s, m, h, d), like 10m, 24h or 7d, got {0:?}"
+    )]
+    Window(String),
+    /// The empty-text rule is not one of the known names.
+    #[error("empty-text must be new or invalid, got {0:?}")]
+    EmptyText(String),
 }
 
 #[cfg(test)]

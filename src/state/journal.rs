@@ -38,9 +38,9 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use crate::batch::{self, Item, Op, PreparedBatch, RawBatch};
 use crate::engine::{Deduper, IndexStore, Preparer};
-use crate::record::{Decoder, MessageId};
+use crate::wire::batch::{self, Item, Op, PreparedBatch, RawBatch};
+use crate::wire::record::{Decoder, MessageId};
 
 /// The first bytes of a journal.
 pub const MAGIC: [u8; 8] = *b"\x89DDJRNL\n";
@@ -266,7 +266,7 @@ fn records(bytes: &[u8]) -> (Vec<Record<'_>>, usize) {
                 None => break,
             },
             REMOVE => {
-                let mut r = crate::snapshot::Reader::new(&body[1..]);
+                let mut r = crate::state::snapshot::Reader::new(&body[1..]);
                 match r.u8().ok().and_then(|kind| r.id(kind).ok()) {
                     Some(id) if r.is_empty() => Record::Remove(id),
                     _ => break,
@@ -284,7 +284,7 @@ fn records(bytes: &[u8]) -> (Vec<Record<'_>>, usize) {
 /// `deduper` and is `base` ([`SnapshotId::of_file`]): decides again the
 /// messages it holds after that snapshot, then starts it anew, holding
 /// them, ready for appending. `fingerprint` is the settings' (see
-/// [`crate::snapshot::fingerprint`]); `decoder` reads lines as the server
+/// [`crate::state::snapshot::fingerprint`]); `decoder` reads lines as the server
 /// does.
 pub fn open(
     state: &Path,
@@ -371,7 +371,7 @@ pub fn open(
     }
     // The journal starts anew: its header names the state file loaded, and
     // it holds what was replayed (a torn end and old markers left out).
-    crate::snapshot::write_atomic(&path, &kept).map_err(io_error)?;
+    crate::state::snapshot::write_atomic(&path, &kept).map_err(io_error)?;
     let file = OpenOptions::new()
         .append(true)
         .open(&path)
@@ -404,7 +404,7 @@ fn push_message(out: &mut Vec<u8>, time: i64, line: &[u8]) {
 fn push_remove(out: &mut Vec<u8>, id: &MessageId) {
     push_record(out, |out| {
         out.push(REMOVE);
-        crate::snapshot::encode_id(id, out);
+        crate::state::snapshot::encode_id(id, out);
     });
 }
 
@@ -546,7 +546,7 @@ impl Journal {
             file.read_to_end(&mut tail)?;
             let mut fresh = header(self.fingerprint, id);
             fresh.extend_from_slice(&tail);
-            crate::snapshot::write_atomic(&self.path, &fresh)?;
+            crate::state::snapshot::write_atomic(&self.path, &fresh)?;
             self.file = OpenOptions::new().append(true).open(&self.path)?;
             self.len = fresh.len() as u64;
             self.marked = None;
@@ -571,8 +571,8 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::EngineConfig;
-    use crate::record::FieldSpec;
+    use crate::engine::config::EngineConfig;
+    use crate::wire::record::FieldSpec;
 
     fn line(id: u32, text: &str) -> String {
         format!("{{\"id\":{id},\"text\":\"{text}\"}}")
@@ -593,7 +593,7 @@ mod tests {
         let config = EngineConfig::default();
         let preparer = Preparer::new(&config);
         let decoder = Decoder::new(FieldSpec::default());
-        let fingerprint = crate::snapshot::fingerprint(&config);
+        let fingerprint = crate::state::snapshot::fingerprint(&config);
         let story = "flooding closes the coastal highway north of the city tonight";
         let open_fresh = |deduper: &mut Deduper, base| {
             open(
@@ -617,7 +617,7 @@ mod tests {
             .unwrap();
         journal.append(&first);
         // A snapshot taken, written, then more.
-        let snapshot = crate::snapshot::encode(&deduper);
+        let snapshot = crate::state::snapshot::encode(&deduper);
         let id = SnapshotId::of(&snapshot);
         journal.mark(id);
         fs::write(&state, &snapshot).unwrap();
@@ -637,7 +637,7 @@ mod tests {
         fs::write(&path, &bytes).unwrap();
 
         let mut restored = Deduper::new(config.clone()).unwrap();
-        crate::snapshot::load(&state, &mut restored).unwrap();
+        crate::state::snapshot::load(&state, &mut restored).unwrap();
         let (_, replayed) = open_fresh(&mut restored, SnapshotId::of_file(&state).unwrap());
         assert_eq!(replayed.messages, 1, "only what follows the snapshot");
         assert_eq!(replayed.dropped_bytes, (bytes.len() - whole) as u64);
@@ -648,7 +648,7 @@ mod tests {
         // Killed after a state file was written but before the journal was
         // cut down: the marker tells what the file holds, nothing twice.
         let (mut journal, _) = open_fresh(&mut restored, SnapshotId::of_file(&state).unwrap());
-        let snapshot = crate::snapshot::encode(&restored);
+        let snapshot = crate::state::snapshot::encode(&restored);
         let id = SnapshotId::of(&snapshot);
         journal.mark(id);
         fs::write(&state, &snapshot).unwrap();
@@ -660,7 +660,7 @@ mod tests {
         journal.append(&third);
         drop(journal);
         let mut again = Deduper::new(config.clone()).unwrap();
-        crate::snapshot::load(&state, &mut again).unwrap();
+        crate::state::snapshot::load(&state, &mut again).unwrap();
         let (_, replayed) = open_fresh(&mut again, id);
         assert_eq!(replayed.messages, 1, "only what follows the marker");
         assert_eq!(again.stats().len, 3);
@@ -678,7 +678,7 @@ mod tests {
         let config = EngineConfig::default();
         let preparer = Preparer::new(&config);
         let decoder = Decoder::new(FieldSpec::default());
-        let fingerprint = crate::snapshot::fingerprint(&config);
+        let fingerprint = crate::state::snapshot::fingerprint(&config);
         let story = "flooding closes the coastal highway north of the city tonight";
         let open_fresh = |deduper: &mut Deduper| {
             open(

@@ -10,8 +10,8 @@
 use std::ops::Range;
 
 use crate::engine::{Ask, Explanation, Preparer, Scratch, Sketch, Verdict};
-use crate::error::{InvalidLine, InvalidReason};
-use crate::record::{Decoder, MessageId, Splice, write_tagged};
+use crate::wire::invalid::{InvalidLine, InvalidReason};
+use crate::wire::record::{Decoder, MessageId, Splice, write_tagged};
 
 pub use crate::engine::Op;
 
@@ -102,11 +102,11 @@ pub struct PreparedMessage {
     pub time: i64,
     /// Its `created_at` is a string in neither known format, so `time` is
     /// its arrival time (reported under `--window`, see
-    /// [`crate::report::Report::unreadable_time`]).
+    /// [`crate::pipeline::report::Report::unreadable_time`]).
     pub unreadable_time: bool,
     /// It has no `created_at` (none that is a string), so `time` is its
     /// arrival time (reported under `--window`, see
-    /// [`crate::report::Report::missing_time`]).
+    /// [`crate::pipeline::report::Report::missing_time`]).
     pub missing_time: bool,
     shingles: Range<usize>,
     band_keys: Range<usize>,
@@ -117,7 +117,11 @@ pub struct PreparedMessage {
 impl PreparedMessage {
     /// A removal (a deletion notice, or the sidecar's
     /// `"dedup_op":"remove"`): the id to forget, no sketch.
-    pub fn removal(number: u64, line: Range<usize>, record: crate::record::Record<'_>) -> Self {
+    pub fn removal(
+        number: u64,
+        line: Range<usize>,
+        record: crate::wire::record::Record<'_>,
+    ) -> Self {
         PreparedMessage {
             number,
             line,
@@ -207,7 +211,7 @@ pub fn prepare(
                         let created_at = record.created_at_millis();
                         let unreadable_time = created_at.is_none() && record.created_at.is_some();
                         let time = created_at.unwrap_or_else(|| {
-                            *arrival.get_or_insert_with(crate::timestamp::now_millis)
+                            *arrival.get_or_insert_with(crate::wire::timestamp::now_millis)
                         });
                         let shingle_start = batch.shingles.len();
                         let band_start = batch.band_keys.len();

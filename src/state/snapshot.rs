@@ -105,10 +105,10 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::config::EngineConfig;
+use crate::engine::config::EngineConfig;
 use crate::engine::index::Joined;
 use crate::engine::{Deduper, Preparer, Restored, Scratch};
-use crate::record::MessageId;
+use crate::wire::record::MessageId;
 
 /// The first bytes of every state file. The high first byte and the line
 /// feed catch files mangled by text-mode transfers.
@@ -841,8 +841,8 @@ fn sync_dir(_dir: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Sampling, Shingling};
     use crate::engine::Verdict;
+    use crate::engine::config::{Sampling, Shingling};
     use std::num::NonZeroUsize;
 
     fn deduper(shingling: Shingling) -> Deduper {
@@ -1043,7 +1043,7 @@ mod tests {
         let windowed = || {
             Deduper::new(EngineConfig {
                 capacity: NonZeroUsize::new(100).unwrap(),
-                window: crate::config::Window::from_millis(1_000),
+                window: crate::engine::config::Window::from_millis(1_000),
                 ..EngineConfig::default()
             })
             .unwrap()
@@ -1279,7 +1279,7 @@ mod tests {
         let bytes = encode(&filled());
         let mut d = Deduper::new(EngineConfig {
             threshold: 0.8,
-            measure: crate::config::Measure::Containment,
+            measure: crate::engine::config::Measure::Containment,
             shingling: Shingling::Words(2),
             ..EngineConfig::default()
         })

@@ -30,6 +30,16 @@
 //! Shutdown: at the end of input everything drains. When the `shutdown`
 //! future completes, reading stops at a line boundary, the lines already read
 //! are still decided and written, and the run returns normally.
+//!
+//! Beside the flow: [`report`] (live counters and invalid lines reported as
+//! the run goes), [`stats`] (the end-of-run summary) and [`stream`] (the
+//! same engine as an async `Stream`, for programs that embed it). This
+//! folder may import the engine, the wire format, the state files and
+//! [`crate::error`]; the sidecar and the workers build on it.
+
+pub mod report;
+pub mod stats;
+pub mod stream;
 
 use std::future::Future;
 use std::io::{self, Read, Write};
@@ -44,14 +54,14 @@ use futures::stream::FuturesOrdered;
 use futures::{FutureExt, StreamExt};
 use tokio::sync::mpsc;
 
-use crate::batch::{self, Item, PreparedBatch, RawBatch, RawLine};
 use crate::engine::{Deduper, IndexStore, Preparer, Verdict};
 use crate::error::Error;
-use crate::journal::Journal;
-use crate::lines::{Line, LineReader, is_blank};
-use crate::record::{Decoder, FieldSpec};
-use crate::report::Report;
-use crate::stats::Summary;
+use crate::pipeline::report::Report;
+use crate::pipeline::stats::Summary;
+use crate::state::journal::Journal;
+use crate::wire::batch::{self, Item, PreparedBatch, RawBatch, RawLine};
+use crate::wire::lines::{Line, LineReader, is_blank};
+use crate::wire::record::{Decoder, FieldSpec};
 
 /// Default longest input line, in bytes.
 pub const DEFAULT_MAX_LINE_BYTES: usize = 1 << 20;
@@ -197,7 +207,7 @@ where
     run_with_journal(config, preparer, store, input, output, shutdown, None).await
 }
 
-/// [`run`], writing what is indexed to `journal` (see [`crate::journal`])
+/// [`run`], writing what is indexed to `journal` (see [`crate::state::journal`])
 /// before each batch's lines go to the writer, so that a run killed midway
 /// holds, at its next start, every message it wrote out. The journal comes
 /// back in [`Finished`], for the state file's save to cut it down.
@@ -598,7 +608,7 @@ fn write_batches<W: Write>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::EngineConfig;
+    use crate::engine::config::EngineConfig;
 
     /// Yields some lines, then fails.
     struct FailingInput {

@@ -12,8 +12,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// The latest time kept exactly: later ones are cut to it.
-pub const MAX_TIME: i64 = (1 << 53) - 1;
+pub use crate::engine::window::MAX_TIME;
 
 /// Milliseconds since the Unix epoch now: the arrival time of a line
 /// without a `created_at`.

@@ -7,7 +7,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::server::metrics::Metrics;
+use crate::metrics::Metrics;
 
 /// Bytes kept free under a broker's size limit for what tagging adds to a
 /// message (`"dedup":{…}` names up to two ids) and for the headers or key

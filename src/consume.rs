@@ -47,10 +47,10 @@ use redis::{ConnectionLike, RedisResult, Script, Value};
 
 use crate::engine::{IndexStore, Preparer};
 use crate::error::{Error, InvalidReason, StoreError};
+use crate::metrics::Metrics;
 use crate::pipeline::Emit;
 use crate::queue_batch::{self, Payload};
 use crate::redis_index::{Link, RetryError};
-use crate::server::metrics::Metrics;
 use crate::wire::record::{Decoder, FieldSpec};
 
 /// Default field of an entry that holds the message.

@@ -88,10 +88,10 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use crate::broker::{self, Outage};
 use crate::engine::{IndexStore, Preparer};
 use crate::error::{InvalidReason, StoreError};
+use crate::metrics::Metrics;
 use crate::pipeline::Emit;
 use crate::queue::{self, Settled};
 use crate::queue_batch::{DecidedBatch, Payload, Tally};
-use crate::server::metrics::Metrics;
 use crate::wire::record::{Decoder, FieldSpec, MessageId};
 
 /// Default records gathered at a time.

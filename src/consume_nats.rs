@@ -65,9 +65,9 @@ use futures::StreamExt;
 use crate::broker::{self, Outage};
 use crate::engine::{Ask, IndexStats, IndexStore, Preparer, Verdict};
 use crate::error::{InvalidReason, StoreError};
+use crate::metrics::Metrics;
 use crate::pipeline::Emit;
 use crate::queue_batch::{self, Payload};
-use crate::server::metrics::Metrics;
 use crate::wire::record::{Decoder, FieldSpec};
 
 /// Default time the server waits for a delivered message's acknowledgement

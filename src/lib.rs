@@ -38,6 +38,8 @@
 //!   bounded channels, with its progress [`pipeline::report`], its
 //!   [`pipeline::stats`] and the async [`pipeline::stream`] adapter;
 //!   [`forget`]: ids forgotten in bulk.
+//! - [`metrics`]: the counters every long-running mode keeps and the admin
+//!   endpoint serves (Prometheus text), and its health.
 //! - [`server`]: the sidecar (`dedup-stream serve`): one shared engine behind
 //!   TCP and Unix sockets, the `dedup_op` query form, limits, an admin HTTP
 //!   endpoint with Prometheus metrics, graceful shutdown.
@@ -66,6 +68,7 @@ pub mod error;
 pub mod forget;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod metrics;
 pub mod pipeline;
 pub mod queue;
 pub mod queue_batch;

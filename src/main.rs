@@ -17,9 +17,9 @@ use cli::args::{
 };
 use dedup_stream::engine::verdict::{LoneMatch, RECENT_MARGIN};
 use dedup_stream::engine::{Explained, IndexStore, Preparer, Rule};
+use dedup_stream::metrics::Metrics;
 use dedup_stream::pipeline::report::{DEFAULT_WARNING_LIMIT, Report};
 use dedup_stream::redis_index::IndexLocation;
-use dedup_stream::server::metrics::Metrics;
 use dedup_stream::server::{self, Listeners};
 use dedup_stream::state::journal::{self, Journal, JournalError, SnapshotId};
 use dedup_stream::state::output::{self, AtomicFile, OutputKind};

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use crate::engine::{Ask, IndexStore, Preparer, Verdict};
 use crate::error::{InvalidLine, StoreError};
-use crate::server::metrics::Metrics;
+use crate::metrics::Metrics;
 use crate::wire::batch::{self, Item, PreparedBatch, PreparedMessage, RawBatch, RawLine};
 use crate::wire::input::BOM;
 use crate::wire::record::Decoder;

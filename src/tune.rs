@@ -22,10 +22,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::engine::config::ConfigError;
 use crate::engine::config::{EngineConfig, Measure, Shingling};
 use crate::engine::sketch::Sketcher;
 use crate::engine::{Ask, Deduper, IndexStore, Op, Preparer, Scratch, Sketch, Verdict, lsh_params};
-use crate::error::ConfigError;
 use crate::wire::record::{Decoder, FieldSpec, MessageId};
 
 /// Why a sample cannot be tuned on.

@@ -558,7 +558,7 @@ fn workers_started_together_all_set_up_the_streams_and_consumer_they_share() {
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     let engine = EngineConfig::default();
     let preparer = Preparer::new(&engine);
-    let metrics = std::sync::Arc::new(dedup_stream::server::metrics::Metrics::default());
+    let metrics = std::sync::Arc::new(dedup_stream::metrics::Metrics::default());
     let stop = AtomicBool::new(true);
     let nats = consume_nats::NatsServer {
         url: server.url(),

@@ -41,8 +41,8 @@ use std::time::{Duration, Instant};
 
 use crate::engine::{IndexStore, Preparer};
 use crate::error::StoreError;
+use crate::metrics::Metrics;
 use crate::queue_batch::{self, DecidedBatch, Tally};
-use crate::server::metrics::Metrics;
 use crate::wire::record::Decoder;
 
 /// Default batches published and not yet acknowledged (`--in-flight`).

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use redis::{ConnectionAddr, ConnectionLike, ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
 use crate::error::StoreError;
-use crate::server::metrics::Metrics;
+use crate::metrics::Metrics;
 
 /// What a password is shown as.
 const HIDDEN: &str = "***";

@@ -54,7 +54,7 @@ pub use connection::{DEFAULT_TIMEOUT, IndexLocation, Link, RetryError, is_transi
 use crate::engine::config::EngineConfig;
 use crate::engine::{ANCHOR_TOKENS, Ask, Deduper, IndexStats, IndexStore, Verdict, lsh_params};
 use crate::error::StoreError;
-use crate::server::metrics::Metrics;
+use crate::metrics::Metrics;
 use crate::state::snapshot::Saveable;
 use log::Batch;
 use replica::Replica;

@@ -36,7 +36,7 @@
 
 pub mod admin;
 pub mod connection;
-pub mod metrics;
+pub use crate::metrics;
 pub mod op;
 mod owner;
 

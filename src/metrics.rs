@@ -1,5 +1,7 @@
-//! The server's counters, shared as atomics and rendered in the Prometheus
-//! text format (version 0.0.4) for `GET /metrics`.
+//! The counters of every long-running mode (the sidecar, the queue workers,
+//! the index in Redis), shared as atomics and rendered in the Prometheus
+//! text format (version 0.0.4) for the admin endpoint's `GET /metrics`.
+//! It imports only the engine, so every layer that counts may import it.
 //!
 //! Every metric is updated by the task that owns the event: the engine
 //! thread for verdicts and the index, connections for themselves. Updates

@@ -295,38 +295,35 @@ impl Run<'_> {
             eprintln!("dedup-stream: --rejects {}: {e}", path.display());
             return Exit::Failure;
         }
-        let unreadable = report.unreadable_times();
-        if unreadable > 0 {
-            eprintln!(
-                "dedup-stream: {} took the arrival time of the line (--window)",
-                dedup_stream::pipeline::stats::counted(
-                    unreadable,
+        // What the run passed over, said once at the end.
+        let notes = [
+            (
+                report.unreadable_times(),
+                [
                     "message with an unreadable created_at",
-                    "messages with an unreadable created_at"
-                )
-            );
-        }
-        let missing = report.missing_times();
-        if missing > 0 {
-            eprintln!(
-                "dedup-stream: {} took the arrival time of the line (--window)",
-                dedup_stream::pipeline::stats::counted(
-                    missing,
+                    "messages with an unreadable created_at",
+                ],
+                "took the arrival time of the line (--window)",
+            ),
+            (
+                report.missing_times(),
+                [
                     "message without a created_at",
-                    "messages without a created_at"
-                )
-            );
-        }
-        let hidden = report.hidden();
-        if hidden > 0 {
-            eprintln!(
-                "dedup-stream: {} not shown (-v shows every one)",
-                dedup_stream::pipeline::stats::counted(
-                    hidden,
-                    "more invalid line",
-                    "more invalid lines"
-                )
-            );
+                    "messages without a created_at",
+                ],
+                "took the arrival time of the line (--window)",
+            ),
+            (
+                report.hidden(),
+                ["more invalid line", "more invalid lines"],
+                "not shown (-v shows every one)",
+            ),
+        ];
+        for (count, [one, many], what) in notes {
+            if count > 0 {
+                let counted = dedup_stream::pipeline::stats::counted(count, one, many);
+                eprintln!("dedup-stream: {counted} {what}");
+            }
         }
         match result {
             Ok(mut finished) => {

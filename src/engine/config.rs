@@ -254,47 +254,33 @@ pub enum EmptyText {
     Invalid,
 }
 
-impl fmt::Display for EmptyText {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            EmptyText::New => "new",
-            EmptyText::Invalid => "invalid",
-        })
-    }
-}
-
-impl FromStr for EmptyText {
-    type Err = ConfigError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "new" => Ok(EmptyText::New),
-            "invalid" => Ok(EmptyText::Invalid),
-            _ => Err(ConfigError::EmptyText(s.to_string())),
+/// `Display` and `FromStr` for a setting that is one of a few names, from
+/// one table, so that what is printed is always what is read back.
+macro_rules! named_setting {
+    ($setting:ident, $error:ident, { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl fmt::Display for $setting {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(match self {
+                    $($setting::$variant => $name,)+
+                })
+            }
         }
-    }
-}
 
-impl fmt::Display for Measure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Measure::Jaccard => "jaccard",
-            Measure::Containment => "containment",
-        })
-    }
-}
+        impl FromStr for $setting {
+            type Err = ConfigError;
 
-impl FromStr for Measure {
-    type Err = ConfigError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "jaccard" => Ok(Measure::Jaccard),
-            "containment" => Ok(Measure::Containment),
-            _ => Err(ConfigError::Measure(s.to_string())),
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $($name => Ok($setting::$variant),)+
+                    _ => Err(ConfigError::$error(s.to_string())),
+                }
+            }
         }
-    }
+    };
 }
+
+named_setting!(EmptyText, EmptyText, { New => "new", Invalid => "invalid" });
+named_setting!(Measure, Measure, { Jaccard => "jaccard", Containment => "containment" });
 
 /// Everything that decides a verdict.
 #[derive(Clone, Debug, PartialEq)]

@@ -26,6 +26,10 @@
 //!
 //! Under `--window`, messages also leave the index once they are older
 //! than the window: [`window`] states the rule.
+//!
+//! The engine imports nothing else of this crate: its settings
+//! ([`config`]), message ids ([`id`]) and errors are its own, and every
+//! other layer builds on it (`tests/layout.rs` checks this).
 
 pub mod bitmap;
 pub mod cells;

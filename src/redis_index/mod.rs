@@ -38,6 +38,10 @@
 //!
 //! The keys of one index all carry the hash tag `{NAME}`, so they share one
 //! hash slot and a Redis Cluster keeps each index on one node.
+//!
+//! It may import the engine, the wire format, the state files (a replica's
+//! snapshot is a state file) and [`crate::metrics`]; the queue workers and the
+//! binary build on it.
 
 pub mod admin;
 mod connection;

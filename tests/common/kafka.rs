@@ -11,8 +11,8 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
@@ -26,58 +26,41 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 /// Whether `tansu` can be run; if not, and it is not required, the caller
 /// skips (and this says so).
 pub fn available(test: &str) -> bool {
-    let found = Command::new("tansu")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        if std::env::var("DEDUP_REQUIRE_KAFKA").is_ok_and(|v| v == "1") {
-            panic!("{test}: tansu is required (DEDUP_REQUIRE_KAFKA=1) but not on the PATH");
-        }
-        super::skipped(
-            test,
-            "tansu is not on the PATH \
-             (cargo install tansu --version 0.6.0 --features dynostore --locked)",
-        );
+    super::Program {
+        name: "tansu",
+        required_by: "DEDUP_REQUIRE_KAFKA",
+        install: "cargo install tansu --version 0.6.0 --features dynostore --locked",
     }
-    found
+    .available(test)
 }
 
 /// A running Tansu broker (memory storage: what it holds dies with it).
 pub struct Broker {
     pub port: u16,
-    child: Option<Child>,
+    process: super::ServerProcess,
     temp: tempfile::TempDir,
 }
 
 impl Broker {
     /// A broker on a free port, run in a new temporary directory.
     pub fn start() -> Broker {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = super::free_port();
         let temp = tempfile::tempdir().expect("a temporary directory");
         let url = format!("tcp://127.0.0.1:{port}");
-        let child = Command::new("tansu")
-            .args(["broker", "--listener-url", &url])
-            .args(["--advertised-listener-url", &url])
-            .args(["--storage-engine", "memory://tansu/"])
-            .current_dir(temp.path())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(temp.path().join("tansu.log")).expect("a log"))
-            .spawn()
-            .expect("tansu starts");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "tansu did not come up");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let process = super::ServerProcess::spawn(
+            Command::new("tansu")
+                .args(["broker", "--listener-url", &url])
+                .args(["--advertised-listener-url", &url])
+                .args(["--storage-engine", "memory://tansu/"])
+                .current_dir(temp.path())
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(temp.path().join("tansu.log")).expect("a log")),
+            "tansu",
+        );
+        super::wait_for_port(port, Duration::from_secs(30), "tansu");
         Broker {
             port,
-            child: Some(child),
+            process,
             temp,
         }
     }
@@ -262,39 +245,17 @@ impl Broker {
     /// Freezes the broker (SIGSTOP): its port still takes connections and
     /// requests, and nothing is answered, as with a hung broker.
     pub fn pause(&self) {
-        self.signal("-STOP");
+        self.process.signal("-STOP");
     }
 
     /// Lets a paused broker go on (SIGCONT).
     pub fn resume(&self) {
-        self.signal("-CONT");
-    }
-
-    fn signal(&self, signal: &str) {
-        let child = self.child.as_ref().expect("the broker runs");
-        let status = Command::new("kill")
-            .args([signal, &child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill {signal}");
+        self.process.signal("-CONT");
     }
 
     /// The broker's log (for a failing test's message).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.temp.path().join("tansu.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            // A paused broker is killed all the same.
-            let _ = Command::new("kill")
-                .args(["-CONT", &child.id().to_string()])
-                .status();
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
 

@@ -1,4 +1,7 @@
-//! Helpers shared by the integration tests: run the real binary.
+//! Helpers shared by the integration tests: run the real binary, and the
+//! pieces every real server the tests start is made of (a program that
+//! must be there in CI, a free loopback port, a process killed when
+//! dropped); `redis`, `nats` and `kafka` build their servers from them.
 
 #![allow(dead_code)]
 
@@ -74,6 +77,113 @@ pub fn feed_input(name: &str) -> String {
 /// a passing test to itself), so a run without a broker says so.
 pub fn skipped(what: &str, why: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED {what}: {why}");
+}
+
+/// A server program the tests run: its name, the variable that makes its
+/// absence a failure (CI sets it), and how to install it.
+pub struct Program {
+    pub name: &'static str,
+    pub required_by: &'static str,
+    pub install: &'static str,
+}
+
+impl Program {
+    /// Whether the program can be run; if not, and it is not required, the
+    /// caller skips (and this says so).
+    pub fn available(&self, test: &str) -> bool {
+        let found = Command::new(self.name)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !found {
+            if std::env::var(self.required_by).is_ok_and(|v| v == "1") {
+                panic!(
+                    "{test}: {} is required ({}=1) but not on the PATH",
+                    self.name, self.required_by
+                );
+            }
+            skipped(
+                test,
+                &format!("{} is not on the PATH ({})", self.name, self.install),
+            );
+        }
+        found
+    }
+}
+
+/// A loopback port nobody listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Waits until something listens on the loopback `port`, failing the test
+/// after `limit`.
+pub fn wait_for_port(port: u16, limit: Duration, what: &str) {
+    let deadline = Instant::now() + limit;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not come up on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A server's process: killed (SIGKILL) when asked or when dropped, and
+/// let go on first if it was paused, so that nothing outlives a test.
+#[derive(Default)]
+pub struct ServerProcess(Option<Child>);
+
+impl ServerProcess {
+    /// Runs `command`, which must start.
+    pub fn spawn(command: &mut Command, what: &str) -> ServerProcess {
+        let child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("{what} starts: {e}"));
+        ServerProcess(Some(child))
+    }
+
+    /// Its process id, while it runs.
+    pub fn id(&self) -> Option<u32> {
+        self.0.as_ref().map(Child::id)
+    }
+
+    /// Sends `signal` (`-STOP`, `-CONT`, …) to the running process.
+    pub fn signal(&self, signal: &str) {
+        let id = self.id().expect("the server runs");
+        let status = Command::new("kill")
+            .args([signal, &id.to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill {signal} {id}");
+    }
+
+    /// Kills it (SIGKILL) and reaps it; nothing if it is not running.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = Command::new("kill")
+                .args(["-CONT", &child.id().to_string()])
+                .status();
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Whether it runs (was started and not killed).
+    pub fn running(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }
 
 /// The binary under test.

@@ -8,9 +8,8 @@
 
 #![allow(dead_code)]
 
-use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
@@ -18,22 +17,12 @@ use async_nats::jetstream;
 /// Whether `nats-server` can be run; if not, and it is not required, the
 /// caller skips (and this says so).
 pub fn available(test: &str) -> bool {
-    let found = Command::new("nats-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        if std::env::var("DEDUP_REQUIRE_NATS").is_ok_and(|v| v == "1") {
-            panic!("{test}: nats-server is required (DEDUP_REQUIRE_NATS=1) but not on the PATH");
-        }
-        super::skipped(
-            test,
-            "nats-server is not on the PATH (apt-get install nats-server)",
-        );
+    super::Program {
+        name: "nats-server",
+        required_by: "DEDUP_REQUIRE_NATS",
+        install: "apt-get install nats-server",
     }
-    found
+    .available(test)
 }
 
 /// A running `nats-server` with JetStream.
@@ -41,7 +30,7 @@ pub struct NatsServer {
     pub port: u16,
     dir: PathBuf,
     args: Vec<String>,
-    child: Option<Child>,
+    process: super::ServerProcess,
     _temp: tempfile::TempDir,
 }
 
@@ -53,16 +42,13 @@ impl NatsServer {
 
     /// The same with extra arguments (`--user`, `--pass`, …).
     pub fn start_with(args: &[&str]) -> NatsServer {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = super::free_port();
         let temp = tempfile::tempdir().expect("a temporary directory");
         let mut server = NatsServer {
             port,
             dir: temp.path().to_path_buf(),
             args: args.iter().map(|a| a.to_string()).collect(),
-            child: None,
+            process: super::ServerProcess::default(),
             _temp: temp,
         };
         server.spawn();
@@ -75,42 +61,29 @@ impl NatsServer {
     }
 
     fn spawn(&mut self) {
-        let child = Command::new("nats-server")
-            .args(["-js", "-a", "127.0.0.1", "-p"])
-            .arg(self.port.to_string())
-            .arg("-sd")
-            .arg(&self.dir)
-            .args(&self.args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nats-server starts");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(Instant::now() < deadline, "nats-server did not come up");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.process = super::ServerProcess::spawn(
+            Command::new("nats-server")
+                .args(["-js", "-a", "127.0.0.1", "-p"])
+                .arg(self.port.to_string())
+                .arg("-sd")
+                .arg(&self.dir)
+                .args(&self.args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+            "nats-server",
+        );
+        super::wait_for_port(self.port, Duration::from_secs(20), "nats-server");
     }
 
     /// Kills the server (SIGKILL): what it stored stays in its directory.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.kill();
     }
 
     /// Starts it again on the same port and store.
     pub fn restart(&mut self) {
         self.kill();
         self.spawn();
-    }
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 

@@ -9,28 +9,18 @@
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Whether `redis-server` can be run; if not, and it is not required, the
 /// caller skips (and this says so).
 pub fn available(test: &str) -> bool {
-    let found = Command::new("redis-server")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !found {
-        if std::env::var("DEDUP_REQUIRE_REDIS").is_ok_and(|v| v == "1") {
-            panic!("{test}: redis-server is required (DEDUP_REQUIRE_REDIS=1) but not on the PATH");
-        }
-        super::skipped(
-            test,
-            "redis-server is not on the PATH (apt-get install redis-server)",
-        );
+    super::Program {
+        name: "redis-server",
+        required_by: "DEDUP_REQUIRE_REDIS",
+        install: "apt-get install redis-server",
     }
-    found
+    .available(test)
 }
 
 /// A loopback port nobody listens on now (and, for a cluster node, its
@@ -52,7 +42,7 @@ pub fn free_port(with_bus: bool) -> u16 {
 pub struct RedisServer {
     pub port: u16,
     dir: PathBuf,
-    child: Option<Child>,
+    process: super::ServerProcess,
     args: Vec<String>,
     _temp: Option<tempfile::TempDir>,
 }
@@ -88,7 +78,7 @@ impl RedisServer {
         let mut server = RedisServer {
             port,
             dir,
-            child: None,
+            process: super::ServerProcess::default(),
             args: args.iter().map(|s| s.to_string()).collect(),
             _temp: Some(temp),
         };
@@ -97,19 +87,19 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
-            .arg("--port")
-            .arg(self.port.to_string())
-            .arg("--bind")
-            .arg("127.0.0.1")
-            .arg("--dir")
-            .arg(&self.dir)
-            .args(&self.args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server starts");
-        self.child = Some(child);
+        self.process = super::ServerProcess::spawn(
+            Command::new("redis-server")
+                .arg("--port")
+                .arg(self.port.to_string())
+                .arg("--bind")
+                .arg("127.0.0.1")
+                .arg("--dir")
+                .arg(&self.dir)
+                .args(&self.args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+            "redis-server",
+        );
         self.wait_ready();
     }
 
@@ -155,10 +145,7 @@ impl RedisServer {
 
     /// Kills it with SIGKILL (nothing flushed but what was synced).
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.kill();
     }
 
     /// Starts it again on the same port and directory.
@@ -186,12 +173,6 @@ impl RedisServer {
         all.into_iter()
             .filter(|k| k.starts_with(prefix.as_bytes()))
             .collect()
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 

@@ -342,12 +342,13 @@ pub struct ConsumeArgs {
     #[arg(long, default_value_t = consume::DEFAULT_BATCH, value_name = "N")]
     pub batch: usize,
 
-    /// With --kafka: batches produced and not yet committed, at most. The
-    /// worker reads and decides the next batches while the broker stores
-    /// the earlier ones; commits stay in order, each after its outputs
-    /// are stored. 1: each batch stored and committed before the next is
-    /// read. A crash makes the worker produce these again (same bytes).
-    #[arg(long, default_value_t = queue::DEFAULT_IN_FLIGHT, value_name = "N", requires = "kafka")]
+    /// Batches written and not yet acknowledged (or committed), at most.
+    /// The worker reads and decides the next batches while the broker
+    /// stores the earlier ones; acknowledgements stay in order, each after
+    /// its outputs are stored. 1: each batch stored and acknowledged
+    /// before the next is read. A crash makes the worker write these again
+    /// (same bytes). Redis Streams and Kafka.
+    #[arg(long, default_value_t = queue::DEFAULT_IN_FLIGHT, value_name = "N", conflicts_with = "nats")]
     pub in_flight: usize,
 
     /// Where the index lives (default: on the --redis server; with --nats
@@ -1358,6 +1359,7 @@ impl ConsumeArgs {
             create: self.create,
             forget_idle_consumers: self.forget_idle_consumers,
             batch: self.batch.max(1),
+            in_flight: self.in_flight.max(1),
             max_line_bytes: self.message.max_line_bytes(),
         })
     }

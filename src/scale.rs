@@ -165,7 +165,7 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
             .with_stop(Arc::clone(&stop)),
         Err(e) => return usage(e),
     };
-    let lines: Option<Box<dyn io::Write>> = match config.output {
+    let lines: Option<Box<dyn io::Write + Send>> = match config.output {
         consume::Output::Lines => Some(unbuffered_stdout()),
         consume::Output::Stream(_) => None,
     };
@@ -249,7 +249,7 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
 /// descriptor, so that each write of whole lines is one `write(2)` (see
 /// `consume::run`): a copy of the descriptor. Where it cannot be copied,
 /// the standard handle (line-buffered, which writes whole lines too).
-fn unbuffered_stdout() -> Box<dyn io::Write> {
+fn unbuffered_stdout() -> Box<dyn io::Write + Send> {
     #[cfg(unix)]
     {
         use std::os::fd::AsFd;

@@ -67,6 +67,10 @@ pub struct Settled {
     pub acknowledged: Vec<Vec<u8>>,
     /// Inputs whose acknowledgement failed: they will be delivered again.
     pub failed: u64,
+    /// Inputs acknowledged whose tokens the store keeps all the same: the
+    /// broker may yet lose the acknowledgement (Redis restarted since it
+    /// answered), and an input delivered again must find its verdict.
+    pub kept: u64,
 }
 
 /// A broker's part of a worker: how it fetches, publishes, learns that
@@ -268,6 +272,10 @@ impl<A: Adapter, S: IndexStore + ?Sized> Runtime<'_, '_, A, S> {
     /// Takes the acknowledgements completed: their tokens are forgotten.
     fn settle(&mut self) {
         let settled = self.adapter.settled();
+        self.counts.acknowledged += settled.kept;
+        self.metrics
+            .queue_acked
+            .fetch_add(settled.kept, Ordering::Relaxed);
         if !settled.acknowledged.is_empty() {
             let n = settled.acknowledged.len() as u64;
             self.counts.acknowledged += n;

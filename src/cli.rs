@@ -351,6 +351,12 @@ pub struct ConsumeArgs {
     #[arg(long, default_value_t = queue::DEFAULT_IN_FLIGHT, value_name = "N", conflicts_with = "nats")]
     pub in_flight: usize,
 
+    /// Benchmarks only: pass every message on untagged, deciding nothing,
+    /// with the same client, batching and acknowledgements (the broker's
+    /// own limit). Redis Streams and Kafka.
+    #[arg(long, hide = true, conflicts_with = "nats")]
+    pub relay: bool,
+
     /// Where the index lives (default: on the --redis server; with --nats
     /// or --kafka, memory).
     #[arg(long, value_name = "URL", value_parser = LocationParser)]
@@ -1360,6 +1366,7 @@ impl ConsumeArgs {
             forget_idle_consumers: self.forget_idle_consumers,
             batch: self.batch.max(1),
             in_flight: self.in_flight.max(1),
+            relay: self.relay,
             max_line_bytes: self.message.max_line_bytes(),
         })
     }
@@ -1437,6 +1444,7 @@ impl ConsumeArgs {
             fields: self.message.fields().map_err(|e| e.to_string())?,
             batch: self.batch.max(1),
             in_flight: self.in_flight.max(1),
+            relay: self.relay,
             max_line_bytes: self.message.max_line_bytes_given,
         };
         Ok((brokers, config))

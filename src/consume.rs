@@ -106,6 +106,9 @@ pub struct ConsumeConfig {
     /// Batches decided and not yet written and acknowledged, at most
     /// (`--in-flight`; 1: each batch acknowledged before the next is read).
     pub in_flight: usize,
+    /// Pass every entry on as it came, deciding nothing (the benchmarks'
+    /// relay, `--relay`): see [`queue::Settings::relay`].
+    pub relay: bool,
     /// Longest message, in bytes (`--max-line-bytes`): a longer one is
     /// dead-lettered, as the filter refuses such a line.
     pub max_line_bytes: usize,
@@ -310,6 +313,7 @@ pub fn run<S: IndexStore>(
             in_flight: config.in_flight,
             max_line_bytes: config.max_line_bytes,
             idle_wait: BLOCK,
+            relay: config.relay,
         };
         let engine = queue::Engine {
             preparer,
@@ -615,6 +619,15 @@ impl queue::Adapter for Streams<'_> {
         for (at, entry) in inputs.iter().enumerate() {
             let outcome = match decided.payload(at) {
                 Payload::Missing if entry.deleted => Outcome::Ack,
+                Payload::Missing if config.relay => match (&entry.message, &config.output) {
+                    (Some(message), Output::Stream(_)) => Outcome::Output(message.clone()),
+                    (Some(message), Output::Lines) => {
+                        text.extend_from_slice(message);
+                        text.push(b'\n');
+                        Outcome::Ack
+                    }
+                    (None, _) => Outcome::Ack,
+                },
                 Payload::Missing => Outcome::DeadWithFields {
                     reason: format!("no field {:?}", config.field),
                 },

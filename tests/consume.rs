@@ -1182,3 +1182,39 @@ fn an_entry_whose_delivery_redis_lost_keeps_its_verdict() {
     let expected = common::run(&["--quiet"], &input);
     assert_eq!(out, common::stdout_lines(&expected), "{stderr}");
 }
+
+/// The benchmarks' relay (`--relay`) passes every entry on as it came,
+/// untagged and in order, and acknowledges it: malformed ones too, since
+/// nothing is decided. Its figures stand for the broker's own limit only
+/// if it does the worker's queue work.
+#[test]
+fn the_relay_passes_every_entry_on_untagged_and_acknowledges_it() {
+    if !available("the_relay_passes_every_entry_on_untagged_and_acknowledges_it") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let mut con = redis.connection();
+    let mut sent = Vec::new();
+    for id in 0..300u32 {
+        // Copies too: a relay does not drop them.
+        let value = if id % 7 == 0 {
+            b"not json".to_vec()
+        } else {
+            message(id, &format!("Story {} {TEXT}", id / 2))
+        };
+        add(&mut con, "in", "json", &value);
+        sent.push(String::from_utf8(value).unwrap());
+    }
+    let relaying = worker(&redis.url(), "a", "out", &["--relay", "--batch", "32"]);
+    wait_until("every entry relayed", Duration::from_secs(30), || {
+        xlen(&mut con, "out") >= 300 && pending(&mut con, "in", "g") == 0
+    });
+    let (code, stderr) = terminate(relaying);
+    assert_eq!(code, Some(0), "{stderr}");
+    let out: Vec<String> = entries(&mut con, "out")
+        .into_iter()
+        .map(|fields| fields[0].1.clone())
+        .collect();
+    assert_eq!(out, sent);
+    assert_eq!(xlen(&mut con, "out:invalid"), 0, "nothing dead-lettered");
+}

@@ -124,6 +124,11 @@ pub struct Settings {
     /// Longest wait for an input when none is ready and nothing is in
     /// flight, before looking around (stop requests, progress).
     pub idle_wait: Duration,
+    /// Decide nothing: every batch goes to [`Adapter::publish`] undecided
+    /// ([`DecidedBatch::undecided`]), and the adapter passes its inputs
+    /// on as they came. The benchmarks' relay: the broker's own limit with
+    /// this client, batching and ordering, without the engine.
+    pub relay: bool,
 }
 
 /// What the runtime did.
@@ -245,14 +250,18 @@ impl<A: Adapter, S: IndexStore + ?Sized> Runtime<'_, '_, A, S> {
         self.metrics.queue_read.fetch_add(n, Ordering::Relaxed);
         let payloads: Vec<Option<&[u8]>> = inputs.iter().map(Input::payload).collect();
         let tokens: Vec<&[u8]> = inputs.iter().map(Input::token).collect();
-        let (decided, tally) = queue_batch::decide(
-            (self.engine.preparer, self.engine.decoder),
-            &mut *self.engine.store,
-            &payloads,
-            &tokens,
-            self.settings.max_line_bytes,
-            self.metrics,
-        )?;
+        let (decided, tally) = if self.settings.relay {
+            (DecidedBatch::undecided(), Tally::default())
+        } else {
+            queue_batch::decide(
+                (self.engine.preparer, self.engine.decoder),
+                &mut *self.engine.store,
+                &payloads,
+                &tokens,
+                self.settings.max_line_bytes,
+                self.metrics,
+            )?
+        };
         let pending = self.adapter.publish(&inputs, &decided, tally)?;
         self.flight.push_back(Flight { inputs, pending });
         Ok(())
@@ -438,6 +447,7 @@ mod tests {
             in_flight,
             max_line_bytes: 1 << 20,
             idle_wait: Duration::ZERO,
+            relay: false,
         };
         let engine = Engine {
             preparer: &preparer,

@@ -1,21 +1,29 @@
-//! `dedup-stream consume`: a worker of a Redis Streams consumer group.
+//! `dedup-stream consume`: a worker of a Redis Streams consumer group, on
+//! the queue runtime ([`crate::queue`]).
 //!
 //! ```text
-//!  IN ──XREADGROUP / XAUTOCLAIM──▶ prepare ──▶ index store ──▶ one script: XADD, then XACK ──▶ OUT
-//!       (a batch of entries)      (sketch)    (one call,       (only what is still pending       (or OUT:invalid)
-//!                                              atomic)          is written; types checked first)
+//!  IN ──XREADGROUP / XAUTOCLAIM──▶ prepare ──▶ index store ──▶ writer thread: one script a batch ──▶ OUT
+//!       (a batch of entries)      (sketch)    (one call a     (XPENDING, the XADDs, then one XACK;    (or OUT:invalid)
+//!                                              batch)          in the order read; up to --in-flight)
 //! ```
 //!
 //! - Each entry's message is the JSON in one of its fields (`--field`,
 //!   default `json`), tagged exactly as the filter tags a line, and
 //!   appended to the output stream under the same field.
-//! - **Exactly once in the output.** The tagged message is written and the
-//!   entry acknowledged in one Lua script, in that order, and only if the
-//!   entry was still pending: when two workers finish the same entry (one was slow, and the
-//!   other claimed it), the first writes and the second writes nothing. An
-//!   entry whose worker died before that script is read again (by its
-//!   consumer on restart, or claimed by another after `--claim-idle`), and
-//!   the index answers it from its memo: the verdict it got the first time,
+//! - **Batches in flight.** This thread reads and decides batch after
+//!   batch; a writer thread, on a connection of its own, runs each batch's
+//!   script in the order read. Up to `--in-flight` batches are decided and
+//!   not yet acknowledged; the runtime waits for the oldest when that many
+//!   are out. `--in-flight 1` is read, decide, write and acknowledge, in
+//!   turn.
+//! - **Exactly once in the output.** The tagged messages of a batch are
+//!   written and its entries acknowledged in one Lua script, in that order,
+//!   and only for the entries still pending on this consumer: when two
+//!   workers finish the same entry (one was slow, and the other claimed
+//!   it), the one that holds it writes, the other writes nothing. An entry
+//!   whose worker died before that script is read again (by its consumer
+//!   on restart, or claimed by another after `--claim-idle`), and the
+//!   index answers it from its memo: the verdict it got the first time,
 //!   never "a duplicate of itself".
 //! - A message is read as the filter reads a line: a leading UTF-8
 //!   byte-order mark is skipped, and one longer than `--max-line-bytes` is
@@ -35,8 +43,8 @@
 //!   [`StoreError::NotAStream`] (at
 //!   its start, or at the batch that meets it), and the entries stay
 //!   pending.
-//! - A stop request (SIGTERM) finishes the batch in hand, acknowledges it
-//!   and returns.
+//! - A stop request (SIGTERM) finishes the batches in flight, acknowledges
+//!   them and returns.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -694,7 +694,7 @@ struct Limit {
 /// `--in-flight` batches produced ahead of their commits. Synchronous:
 /// librdkafka's clients run their own threads, and a thread of this one
 /// watches them for stalls.
-pub fn run<S: IndexStore>(
+pub fn run<S: IndexStore + ?Sized>(
     brokers: &KafkaBrokers,
     config: &KafkaConfig,
     preparer: &Preparer,

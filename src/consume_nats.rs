@@ -929,7 +929,7 @@ async fn fetch(
 }
 
 /// The worker's state between batches.
-struct Worker<'a, S> {
+struct Worker<'a, S: ?Sized> {
     config: &'a NatsConfig,
     preparer: &'a Preparer,
     decoder: Decoder,
@@ -948,7 +948,7 @@ struct Worker<'a, S> {
 /// decides, publishes and acknowledges batch after batch. Needs a
 /// multi-threaded tokio runtime (the engine runs under
 /// [`tokio::task::block_in_place`]).
-pub async fn run<S: IndexStore>(
+pub async fn run<S: IndexStore + ?Sized>(
     client: async_nats::Client,
     config: &NatsConfig,
     preparer: &Preparer,
@@ -1092,7 +1092,7 @@ fn line_limit(given: Option<usize>, max_payload: usize) -> usize {
     }
 }
 
-impl<S: IndexStore> Worker<'_, S> {
+impl<S: IndexStore + ?Sized> Worker<'_, S> {
     /// Prepares and decides a batch: one outcome per message.
     fn decide(&mut self, payloads: &[&[u8]], tokens: &[String]) -> Result<Vec<Outcome>, NatsError> {
         let payloads: Vec<Option<&[u8]>> = payloads.iter().copied().map(Some).collect();

@@ -11,7 +11,7 @@ use dedup_stream::output::OutputKind;
 use dedup_stream::redis_index::{IndexLocation, Link, RedisIndex, RedisOptions, admin};
 use dedup_stream::server::{self, metrics::Metrics};
 use dedup_stream::{Deduper, EngineConfig, Error, StoreError};
-use dedup_stream::{consume, consume_kafka, consume_nats, output, snapshot};
+use dedup_stream::{consume, consume_kafka, consume_nats, output, queue, snapshot};
 
 use crate::cli::{ConsumeArgs, ForgetArgs, IndexAction, IndexAdminArgs, IndexArgs, StateArgs};
 use crate::{Exit, load_state, runtime, stop_on_signal, usage};
@@ -327,10 +327,10 @@ impl Worker {
     fn in_memory<T>(
         &self,
         args: &ConsumeArgs,
-        run: impl FnOnce(&mut consume_nats::Memo<Deduper>) -> T,
+        run: impl FnOnce(&mut queue::Memo<Deduper>) -> T,
     ) -> Result<T, Exit> {
         let deduper = Deduper::new(self.engine.clone()).map_err(usage)?;
-        let mut store = consume_nats::Memo::new(load_state(&args.state, deduper)?);
+        let mut store = queue::Memo::new(load_state(&args.state, deduper)?);
         let result = run(&mut store);
         if let Some(path) = &args.state.state
             && let Err(e) = snapshot::save(path, &store.inner)

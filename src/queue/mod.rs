@@ -35,6 +35,8 @@
 //! batch in flight, then [`Adapter::finish`] waits for the
 //! acknowledgements still under way.
 
+mod memo;
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -44,6 +46,8 @@ use crate::error::StoreError;
 use crate::queue_batch::{self, DecidedBatch, Tally};
 use crate::record::Decoder;
 use crate::server::metrics::Metrics;
+
+pub use memo::Memo;
 
 /// Default batches published and not yet acknowledged (`--in-flight`).
 pub const DEFAULT_IN_FLIGHT: usize = 16;

@@ -824,15 +824,37 @@ fn check_consumer(
     )))
 }
 
-/// Fetches a batch: what is ready now, else waits up to [`IDLE_WAIT`] for
-/// one message and takes what is ready with it. Low latency when the
-/// stream is quiet, full batches when it is busy.
+/// Bytes a fetch asks for at most, so that a batch's memory is bounded
+/// whatever its messages' sizes (`--batch` messages of up to `max_payload`
+/// each would be gigabytes).
+const FETCH_BYTES: usize = 16 << 20;
+
+/// The byte limit of a fetch: [`FETCH_BYTES`], or twice `max_payload` if
+/// that is more. The server refuses a pull request outright for a message
+/// larger than its limit (subject and headers counted), and would refuse
+/// that message to every fetch: the limit must pass the largest message
+/// the server takes (`messages_larger_together_than_a_fetchs_bytes_all_come_out`
+/// stalls with a limit below its messages).
+fn fetch_bytes(max_payload: usize) -> usize {
+    FETCH_BYTES.max(max_payload.saturating_mul(2))
+}
+
+/// Fetches a batch of at most `max` messages and `max_bytes` bytes: what
+/// is ready now, else waits up to [`IDLE_WAIT`] for one message and takes
+/// what is ready with it. Low latency when the stream is quiet, full
+/// batches when it is busy.
 async fn fetch(
     consumer: &jetstream::consumer::PullConsumer,
     max: usize,
+    max_bytes: usize,
 ) -> Result<Vec<jetstream::Message>, async_nats::Error> {
     let mut out = Vec::new();
-    let mut ready = consumer.fetch().max_messages(max).messages().await?;
+    let mut ready = consumer
+        .fetch()
+        .max_messages(max)
+        .max_bytes(max_bytes)
+        .messages()
+        .await?;
     while let Some(message) = ready.next().await {
         out.push(message?);
     }
@@ -840,6 +862,7 @@ async fn fetch(
         let mut first = consumer
             .batch()
             .max_messages(1)
+            .max_bytes(max_bytes)
             .expires(IDLE_WAIT)
             .messages()
             .await?;
@@ -847,7 +870,12 @@ async fn fetch(
             out.push(message?);
         }
         if !out.is_empty() && max > 1 {
-            let mut ready = consumer.fetch().max_messages(max - 1).messages().await?;
+            let mut ready = consumer
+                .fetch()
+                .max_messages(max - 1)
+                .max_bytes(max_bytes)
+                .messages()
+                .await?;
             while let Some(message) = ready.next().await {
                 out.push(message?);
             }
@@ -930,10 +958,16 @@ pub async fn run<S: IndexStore + ?Sized>(
             );
         }
         // A pull whose server went away may never end by itself.
-        let fetched =
-            tokio::time::timeout(FETCH_TIMEOUT, fetch(&worker.reader.consumer, config.batch))
-                .await
-                .unwrap_or_else(|_| Err("no answer to a fetch within 10 s".into()));
+        let fetched = tokio::time::timeout(
+            FETCH_TIMEOUT,
+            fetch(
+                &worker.reader.consumer,
+                config.batch,
+                fetch_bytes(max_payload),
+            ),
+        )
+        .await
+        .unwrap_or_else(|_| Err("no answer to a fetch within 10 s".into()));
         let messages = match fetched {
             Ok(messages) => {
                 outage.over("fetching messages");

@@ -21,6 +21,11 @@ one run:
   byte for byte and in order (one input partition, one output partition);
 - the rate against the in-memory filter's on the same lines (the filter
   run alone, timed once, before the workers; `filter_messages_per_second`).
+- first, a relay round: one worker with `--relay` (the same reads,
+  produces and commits, nothing decided), the broker's own limit with this
+  client here; each worker round then gives `rate_vs_relay`, and its CPU
+  per message against the filter's (`worker_cpu_vs_filter`, the filter's
+  from getrusage).
 
 Topics are made, loaded, counted and read with examples/kafka_tool.rs (the
 same rdkafka as the worker), since Python here has no Kafka client.
@@ -37,6 +42,7 @@ dynostore --locked).
 import argparse
 import gzip
 import json
+import resource
 import os
 import shutil
 import signal
@@ -77,11 +83,17 @@ FILTER_ARGS = ["--quiet", "--id-field", "id_str", "--text-field", "text"]
 
 
 def filter_rate(binary, lines):
-    """The in-memory filter's messages/s on `lines` (wall clock), and its output."""
+    """The in-memory filter's messages/s on `lines` (wall clock), its
+    output, and its CPU (user + system) per message in µs."""
     data = b"\n".join(lines) + b"\n"
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_before = usage.ru_utime + usage.ru_stime
     started = time.monotonic()
     out = subprocess.run([binary, *FILTER_ARGS], input=data, capture_output=True, check=True)
-    return len(lines) / (time.monotonic() - started), out.stdout
+    rate = len(lines) / (time.monotonic() - started)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (usage.ru_utime + usage.ru_stime - cpu_before) / len(lines) * 1e6
+    return rate, out.stdout, cpu
 
 
 def read_lines(path, limit):
@@ -97,7 +109,9 @@ def read_lines(path, limit):
     return out
 
 
-def run(args, servers, broker_pid, lines, workers, redis_url, round_no, filtered):
+def run(args, servers, broker_pid, lines, workers, redis_url, round_no, filtered, relay=None):
+    """One round; `relay`: None for the relay's own round (`--relay`), else
+    the relay's messages/s, to compare with."""
     topic, out_topic = f"in{round_no}", f"out{round_no}"
     tool(servers, "create", topic, str(workers))
     tool(servers, "create", out_topic, "1")
@@ -113,6 +127,8 @@ def run(args, servers, broker_pid, lines, workers, redis_url, round_no, filtered
     ]
     if args.in_flight:
         cmd += ["--in-flight", str(args.in_flight)]
+    if relay is None:
+        cmd.append("--relay")
     if workers > 1 and redis_url:
         cmd += ["--index", redis_url, "--index-name", f"bench{round_no}"]
     broker_cpu = cpu_seconds(broker_pid)
@@ -144,7 +160,12 @@ def run(args, servers, broker_pid, lines, workers, redis_url, round_no, filtered
         "outputs_per_input": round(outputs / len(lines), 4),
         "rate_vs_filter": round(len(lines) / elapsed / filtered[0], 3),
     }
-    if workers == 1 and args.check:
+    if relay is None:
+        result = {"relay": True, **result}
+    else:
+        result["worker_cpu_vs_filter"] = round(worker_cpu / len(lines) * 1e6 / filtered[2], 2)
+        result["rate_vs_relay"] = round(len(lines) / elapsed / relay, 3)
+    if workers == 1 and args.check and relay is not None:
         result["equal_to_the_filter"] = tool(servers, "dump", out_topic) == filtered[1]
     return result
 
@@ -173,7 +194,8 @@ def main():
         sys.exit(f"no {args.binary}: cargo build --release")
     lines = read_lines(args.stream, args.limit)
     filtered = filter_rate(args.binary, lines)
-    print(json.dumps({"filter_messages_per_second": round(filtered[0])}), flush=True)
+    print(json.dumps({"filter_messages_per_second": round(filtered[0]),
+                      "filter_cpu_us_per_message": round(filtered[2], 2)}), flush=True)
     tmp = tempfile.mkdtemp(prefix="kafka-bench-")
     port = free_port()
     url = f"tcp://127.0.0.1:{port}"
@@ -201,9 +223,13 @@ def main():
             )
             redis_url = f"redis://127.0.0.1:{redis_port}"
             time.sleep(0.5)
+        # The relay first: one worker's reads, produces and commits with
+        # nothing decided, the broker's own limit here.
+        relayed = run(args, servers, broker.pid, lines, 1, None, "relay", filtered)
+        print(json.dumps(relayed), flush=True)
         for i, workers in enumerate(int(w) for w in args.workers.split(",")):
             print(json.dumps(run(args, servers, broker.pid, lines, workers, redis_url, i,
-                                 filtered)), flush=True)
+                                 filtered, relayed["messages_per_second"])), flush=True)
     finally:
         broker.terminate()
         broker.wait()

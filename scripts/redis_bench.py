@@ -22,7 +22,18 @@ processes at once with `--index redis://...`, and reports, all from one run:
   beside it (../shared/data/synthetic/score.py --outputs).
 
 Usage: python3 scripts/redis_bench.py [--stream FILE(.gz)] [--capacity N]
-       [--workers 1,2,4] [--binary target/release/dedup-stream]
+       [--workers 1,2,4] [--binary target/release/dedup-stream] [--limit N]
+       python3 scripts/redis_bench.py --queue [--limit N] [--batch 256]
+       [--in-flight 1,16]
+
+With --queue, only the queue's figures (issue 36): one `consume` worker
+writing to an output stream, with the index in memory and in the same
+Redis, and the relay (`consume --relay`: the same reads, scripts and
+acknowledgements, nothing decided), each at every `--in-flight` given,
+beside the in-memory filter on the same lines: messages/s, the worker's CPU
+per message (/proc: every thread) and its ratio to the filter's (getrusage),
+Redis CPU per message (INFO cpu), the rate against the filter's and the
+relay's, and whether the output stream equals the filter's output.
 The default stream is ../shared/data/synthetic/dev-200k.jsonl.gz (v1.1
 tweets with templates and copies); without it, examples/gen_stream makes a
 stream of 200,000 lines. Build first: cargo build --release --examples.
@@ -33,6 +44,7 @@ import gzip
 import json
 import os
 import re
+import resource
 import shutil
 import socket
 import subprocess
@@ -137,6 +149,103 @@ def resp(*args):
     return b"".join(out)
 
 
+def load_entries(port, stream, lines):
+    """An empty Redis, then `stream` made of `lines`, one entry each."""
+    cli(port, "FLUSHALL")
+    payload = b"".join(resp("XADD", stream, "*", "json", l.rstrip(b"\n")) for l in lines)
+    subprocess.run(["redis-cli", "-p", str(port), "--pipe"], input=payload,
+                   capture_output=True, check=True)
+
+
+def wait_drained(port, stream, procs, every):
+    """Until the group has read and acknowledged every entry of `stream`;
+    exits if a worker stops first."""
+    while True:
+        time.sleep(every)
+        groups = cli(port, "XINFO", "GROUPS", stream).split()
+        fields = dict(zip(groups[::2], groups[1::2]))
+        if fields.get("lag") == "0" and fields.get("pending") == "0":
+            return
+        if any(p.poll() is not None for p in procs):
+            sys.exit("a consume worker stopped: "
+                     + b"".join(p.stderr.read() for p in procs).decode(errors="replace"))
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid):
+    """User + system CPU of a running process, all its threads."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def children_cpu():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def stream_values(port, stream):
+    """The `json` field of every entry of `stream`, as lines."""
+    out = subprocess.run(["redis-cli", "-p", str(port), "--raw", "XRANGE", stream, "-", "+"],
+                         capture_output=True, check=True).stdout.split(b"\n")
+    # Each entry prints as three lines: its id, the field's name, the value.
+    return b"".join(v + b"\n" for v in out[2::3])
+
+
+def queue_table(args, port, url, lines, base):
+    """One `consume` worker beside the in-memory filter and the relay, on
+    the same lines, in one run: the queue's own cost (issue 36)."""
+    data = b"".join(lines)
+    before = children_cpu()
+    started = time.perf_counter()
+    memory = subprocess.run(base, input=data, capture_output=True, check=True).stdout
+    filter_rate = len(lines) / (time.perf_counter() - started)
+    filter_cpu = (children_cpu() - before) / len(lines) * 1e6
+    print(f"in-memory filter: {filter_rate:,.0f} messages/s, {filter_cpu:.2f} µs CPU per message")
+    print()
+    print("One `consume` worker, the stream in Redis, tagged messages to an output stream "
+          "(`--output`); the relay (`--relay`) passes entries on undecided:")
+    print()
+    print("| run | `--in-flight` | index | messages/s | worker CPU µs/msg (× filter) | "
+          "Redis CPU µs/msg | rate vs filter | rate vs relay | output = filter's |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    engine = [a for a in base[1:] if a != "--quiet"]
+    relay_rate = {}
+    runs = []
+    for depth in args.in_flight.split(","):
+        runs += [("relay", depth, "-"), ("worker", depth, "memory"), ("worker", depth, "redis")]
+    for kind, depth, index in runs:
+        load_entries(port, "q:in", lines)
+        cmd = [args.binary, "consume", *engine, "--redis", url, "--stream", "q:in",
+               "--group", "g", "--consumer", "c", "--output", "q:out", "--quiet",
+               "--batch", str(args.batch), "--in-flight", depth]
+        if kind == "relay":
+            cmd.append("--relay")
+        if index == "memory":
+            cmd += ["--index", "memory"]
+        redis_before = cpu(port)
+        started = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        wait_drained(port, "q:in", [proc], 0.05)
+        elapsed = time.perf_counter() - started
+        redis_cpu = (cpu(port) - redis_before) / len(lines) * 1e6
+        worker_cpu = cpu_seconds(proc.pid) / len(lines) * 1e6
+        proc.terminate()
+        proc.wait()
+        rate = len(lines) / elapsed
+        out = stream_values(port, "q:out")
+        if kind == "relay":
+            relay_rate[depth] = rate
+            versus_relay, same = "1", "(untagged: " + ("all" if out == data else "NOT all") + " passed)"
+        else:
+            versus_relay = f"{rate / relay_rate[depth]:.2f}" if depth in relay_rate else "-"
+            same = "yes" if out == memory else "NO"
+        print(f"| {kind} | {depth} | {index} | {rate:,.0f} | {worker_cpu:.2f} "
+              f"({worker_cpu / filter_cpu:.2f}) | {redis_cpu:.2f} | {rate / filter_rate:.2f} | "
+              f"{versus_relay} | {same} |")
+
+
 def consume_table(args, port, url, lines, base, tmp):
     """A fleet as it is deployed: `consume` workers of one group reading one
     stream, so that the order the index sees is the stream's, up to the
@@ -151,10 +260,7 @@ def consume_table(args, port, url, lines, base, tmp):
     print("|---|---|---|---|")
     engine = [a for a in base[1:] if a != "--quiet"]
     for n in counts:
-        cli(port, "FLUSHALL")
-        payload = b"".join(resp("XADD", "bench:in", "*", "json", l.rstrip(b"\n")) for l in lines)
-        subprocess.run(["redis-cli", "-p", str(port), "--pipe"], input=payload,
-                       capture_output=True, check=True)
+        load_entries(port, "bench:in", lines)
         cpu_before = cpu(port)
         cmd = [args.binary, "consume", *engine, "--redis", url, "--stream", "bench:in",
                "--group", "g", "--output", "-", "--index-name", f"consume{n}", "--quiet"]
@@ -164,15 +270,7 @@ def consume_table(args, port, url, lines, base, tmp):
         files = [open(os.path.join(tmp, f"consume-{n}-{i}.out"), "wb") for i in range(n)]
         procs = [subprocess.Popen(cmd + ["--consumer", f"c{i}"], stdout=f, stderr=subprocess.PIPE)
                  for i, f in enumerate(files)]
-        while True:
-            time.sleep(0.2)
-            groups = cli(port, "XINFO", "GROUPS", "bench:in").split()
-            fields = dict(zip(groups[::2], groups[1::2]))
-            if fields.get("lag") == "0" and fields.get("pending") == "0":
-                break
-            if any(p.poll() is not None for p in procs):
-                sys.exit("a consume worker stopped: "
-                         + b"".join(p.stderr.read() for p in procs).decode(errors="replace"))
+        wait_drained(port, "bench:in", procs, 0.2)
         elapsed = time.perf_counter() - started
         redis_cpu = cpu(port) - cpu_before
         for p in procs:
@@ -206,19 +304,30 @@ def main():
                          "consumer group reading the stream from Redis ('' for none)")
     ap.add_argument("--snapshot-every", type=int, default=None,
                     help="messages between snapshots of the index in Redis (default: capacity)")
+    ap.add_argument("--queue", action="store_true",
+                    help="only the queue table: one `consume` worker beside the in-memory filter "
+                         "and the relay, worker and Redis CPU per message (issue 36)")
+    ap.add_argument("--limit", type=int, default=0, help="the first N lines only")
+    ap.add_argument("--batch", type=int, default=256, help="with --queue: the worker's --batch")
+    ap.add_argument("--in-flight", default="1,16",
+                    help="with --queue: the worker's --in-flight values, one run each")
     args = ap.parse_args()
     if not shutil.which("redis-server"):
         sys.exit("redis-server is not installed (apt-get install redis-server)")
     data, name = load_stream(args.stream)
     lines = data.splitlines(keepends=True)
+    if args.limit:
+        lines = lines[: args.limit]
+        data = b"".join(lines)
     print(f"stream: {name}, {len(lines):,} lines; capacity {args.capacity:,}; "
           f"{os.cpu_count()} cores shared by Redis and the workers")
 
     base = [args.binary, "--quiet", "--capacity", str(args.capacity), *FIELDS]
-    started = time.perf_counter()
-    memory = subprocess.run(base, input=data, capture_output=True, check=True).stdout
-    memory_rate = len(lines) / (time.perf_counter() - started)
-    print(f"in memory, one process: {memory_rate:,.0f} messages/s")
+    if not args.queue:
+        started = time.perf_counter()
+        memory = subprocess.run(base, input=data, capture_output=True, check=True).stdout
+        memory_rate = len(lines) / (time.perf_counter() - started)
+        print(f"in memory, one process: {memory_rate:,.0f} messages/s")
 
     port = free_port()
     tmp = tempfile.mkdtemp(prefix="dedup-redis-bench-")
@@ -237,6 +346,9 @@ def main():
             except subprocess.CalledProcessError:
                 time.sleep(0.05)
         url = f"redis://127.0.0.1:{port}"
+        if args.queue:
+            queue_table(args, port, url, lines, base)
+            return
         print()
         print("| workers | messages/s | Redis CPU µs/msg | round trips/msg | Redis bytes/indexed msg "
               "(keys) | used_memory/msg | worker peak RSS MB | worker bytes/indexed msg | "

@@ -1,21 +1,29 @@
-//! `dedup-stream consume`: a worker of a Redis Streams consumer group.
+//! `dedup-stream consume`: a worker of a Redis Streams consumer group, on
+//! the queue runtime ([`crate::queue`]).
 //!
 //! ```text
-//!  IN ──XREADGROUP / XAUTOCLAIM──▶ prepare ──▶ index store ──▶ one script: XADD, then XACK ──▶ OUT
-//!       (a batch of entries)      (sketch)    (one call,       (only what is still pending       (or OUT:invalid)
-//!                                              atomic)          is written; types checked first)
+//!  IN ──XREADGROUP / XAUTOCLAIM──▶ prepare ──▶ index store ──▶ writer thread: one script a batch ──▶ OUT
+//!       (a batch of entries)      (sketch)    (one call a     (XPENDING, the XADDs, then one XACK;    (or OUT:invalid)
+//!                                              batch)          in the order read; up to --in-flight)
 //! ```
 //!
 //! - Each entry's message is the JSON in one of its fields (`--field`,
 //!   default `json`), tagged exactly as the filter tags a line, and
 //!   appended to the output stream under the same field.
-//! - **Exactly once in the output.** The tagged message is written and the
-//!   entry acknowledged in one Lua script, in that order, and only if the
-//!   entry was still pending: when two workers finish the same entry (one was slow, and the
-//!   other claimed it), the first writes and the second writes nothing. An
-//!   entry whose worker died before that script is read again (by its
-//!   consumer on restart, or claimed by another after `--claim-idle`), and
-//!   the index answers it from its memo: the verdict it got the first time,
+//! - **Batches in flight.** This thread reads and decides batch after
+//!   batch; a writer thread, on a connection of its own, runs each batch's
+//!   script in the order read. Up to `--in-flight` batches are decided and
+//!   not yet acknowledged; the runtime waits for the oldest when that many
+//!   are out. `--in-flight 1` is read, decide, write and acknowledge, in
+//!   turn.
+//! - **Exactly once in the output.** The tagged messages of a batch are
+//!   written and its entries acknowledged in one Lua script, in that order,
+//!   and only for the entries still pending on this consumer: when two
+//!   workers finish the same entry (one was slow, and the other claimed
+//!   it), the one that holds it writes, the other writes nothing. An entry
+//!   whose worker died before that script is read again (by its consumer
+//!   on restart, or claimed by another after `--claim-idle`), and the
+//!   index answers it from its memo: the verdict it got the first time,
 //!   never "a duplicate of itself".
 //! - A message is read as the filter reads a line: a leading UTF-8
 //!   byte-order mark is skipped, and one longer than `--max-line-bytes` is
@@ -35,12 +43,12 @@
 //!   [`StoreError::NotAStream`] (at
 //!   its start, or at the batch that meets it), and the entries stay
 //!   pending.
-//! - A stop request (SIGTERM) finishes the batch in hand, acknowledges it
-//!   and returns.
+//! - A stop request (SIGTERM) finishes the batches in flight, acknowledges
+//!   them and returns.
 
 use std::io::Write;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use redis::{ConnectionLike, RedisResult, Script, Value};
@@ -49,7 +57,8 @@ use crate::engine::{IndexStore, Preparer};
 use crate::error::{Error, InvalidReason, StoreError};
 use crate::metrics::Metrics;
 use crate::pipeline::Emit;
-use crate::queue_batch::{self, Payload};
+use crate::queue::{self, Settled};
+use crate::queue_batch::{DecidedBatch, Payload, Tally};
 use crate::redis_index::{Link, RetryError};
 use crate::wire::record::{Decoder, FieldSpec};
 
@@ -63,8 +72,6 @@ pub const DEFAULT_BATCH: usize = 256;
 /// Longest wait for new entries before looking around (stop requests,
 /// entries to claim).
 const BLOCK: Duration = Duration::from_millis(1000);
-/// How often progress is logged.
-const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 /// Where tagged messages go.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -104,6 +111,12 @@ pub struct ConsumeConfig {
     pub forget_idle_consumers: Duration,
     /// Entries read at a time.
     pub batch: usize,
+    /// Batches decided and not yet written and acknowledged, at most
+    /// (`--in-flight`; 1: each batch acknowledged before the next is read).
+    pub in_flight: usize,
+    /// Pass every entry on as it came, deciding nothing (the benchmarks'
+    /// relay, `--relay`): see [`queue::Settings::relay`].
+    pub relay: bool,
     /// Longest message, in bytes (`--max-line-bytes`): a longer one is
     /// dead-lettered, as the filter refuses such a line.
     pub max_line_bytes: usize,
@@ -153,6 +166,15 @@ pub(crate) struct Entry {
     pub(crate) deleted: bool,
 }
 
+impl queue::Input for Entry {
+    fn payload(&self) -> Option<&[u8]> {
+        self.message.as_deref()
+    }
+    fn token(&self) -> &[u8] {
+        self.id.as_bytes()
+    }
+}
+
 /// What becomes of an entry once decided.
 enum Outcome {
     /// Acknowledge it and append this to the output stream.
@@ -167,15 +189,28 @@ enum Outcome {
     DeadWithFields { reason: String },
 }
 
-/// Writes a batch's output and acknowledges it, entry by entry, only for
-/// entries still pending: see the module documentation.
+/// Writes a batch's output and acknowledges it, only for the entries
+/// still pending on this consumer: see the module documentation.
 ///
 /// Redis does not undo a script that fails halfway, so the order matters:
 /// the keys' types are checked before anything is written (a key of
-/// another type would fail the `XADD`), and each entry's output is
-/// appended before the entry is acknowledged. Whatever fails, an entry is
+/// another type would fail the `XADD`), and every output of the batch is
+/// appended before any entry is acknowledged. Whatever fails, an entry is
 /// never acknowledged without its output: at worst it stays pending and is
 /// read again, and the index's memo gives it the same verdict.
+///
+/// The entries still pending come from one `XPENDING` over the batch's
+/// range of ids on this consumer, and are acknowledged with one `XACK` per
+/// thousand (Lua's `unpack` takes only so many): per entry there is one
+/// table look-up and its `XADD`, not a call to check and one to
+/// acknowledge. An entry another consumer claimed meanwhile is no longer
+/// pending here: that consumer writes it, this one does not.
+///
+/// `ARGV`: group, field, consumer, lowest and highest id of the batch,
+/// then per entry its id, its kind (`o` output, `a` acknowledge only, `d`
+/// dead letter, `m` dead letter with the entry's fields), its bytes and
+/// the reason it is dead-lettered. Returns a `1` or `0` per entry: whether
+/// it acknowledged it.
 const ACK_SCRIPT: &str = r"
 for k = 1, 3 do
   local t = redis.call('TYPE', KEYS[k])['ok']
@@ -183,10 +218,19 @@ for k = 1, 3 do
     return redis.error_reply('NOTSTREAM ' .. k .. ' ' .. t)
   end
 end
-local acked = {}
-for i = 3, #ARGV, 4 do
+if #ARGV < 6 then
+  return ''
+end
+local mine = {}
+local held = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[4], ARGV[5], 2147483647, ARGV[3])
+for _, p in ipairs(held) do
+  mine[p[1]] = true
+end
+local acked, flags = {}, {}
+for i = 6, #ARGV, 4 do
   local id, kind = ARGV[i], ARGV[i + 1]
-  if #redis.call('XPENDING', KEYS[1], ARGV[1], id, id, 1) == 1 then
+  if mine[id] then
+    mine[id] = nil
     if kind == 'o' then
       redis.call('XADD', KEYS[2], '*', ARGV[2], ARGV[i + 2])
     elseif kind == 'd' then
@@ -199,37 +243,26 @@ for i = 3, #ARGV, 4 do
       end
       redis.call('XADD', KEYS[3], '*', unpack(dead))
     end
-    redis.call('XACK', KEYS[1], ARGV[1], id)
-    acked[#acked + 1] = '1'
+    acked[#acked + 1] = id
+    flags[#flags + 1] = '1'
   else
-    acked[#acked + 1] = '0'
+    flags[#flags + 1] = '0'
   end
 end
-return table.concat(acked)
+for i = 1, #acked, 1000 do
+  redis.call('XACK', KEYS[1], ARGV[1], unpack(acked, i, math.min(i + 999, #acked)))
+end
+return table.concat(flags)
 ";
-
-/// The worker's state between batches.
-struct Worker<'a, S> {
-    config: &'a ConsumeConfig,
-    preparer: &'a Preparer,
-    decoder: Decoder,
-    store: &'a mut S,
-    link: &'a mut Link,
-    lines: Option<Box<dyn Write>>,
-    metrics: &'a Metrics,
-    ack: Script,
-    summary: ConsumeSummary,
-    stop: &'a AtomicBool,
-    /// The last batch's entry ids, acknowledged: their remembered verdicts
-    /// may go (see `process`).
-    acked_tokens: Vec<String>,
-    /// The link's count of connections when they were acknowledged.
-    acked_on: u64,
-}
 
 /// Runs the worker until `stop` is set (or a fatal error): reads its own
 /// pending entries first, then new ones, claiming entries idle on other
 /// consumers every `claim_idle / 2`.
+///
+/// The batches run through the queue runtime ([`queue::run`]): up to
+/// `config.in_flight` of them decided and handed to a writer thread, which
+/// runs each one's acknowledging script (on a connection of its own) in
+/// the order they were read, while this thread reads and decides the next.
 ///
 /// `lines` (for [`Output::Lines`]) should be unbuffered, each write one
 /// `write(2)`: the lines are handed to it in pieces of whole lines.
@@ -238,90 +271,500 @@ pub fn run<S: IndexStore>(
     preparer: &Preparer,
     store: &mut S,
     link: &mut Link,
-    lines: Option<Box<dyn Write>>,
+    lines: Option<Box<dyn Write + Send>>,
     stop: &AtomicBool,
     metrics: &Arc<Metrics>,
 ) -> Result<ConsumeSummary, Error> {
-    let mut worker = Worker {
+    let script = Script::new(ACK_SCRIPT);
+    let mut writer_link = link.another();
+    let mut reader = Reader {
         config,
-        preparer,
-        decoder: Decoder::new(config.fields.clone()),
-        store,
         link,
-        lines,
-        metrics: metrics.as_ref(),
-        ack: Script::new(ACK_SCRIPT),
-        summary: ConsumeSummary::default(),
         stop,
-        acked_tokens: Vec::new(),
-        acked_on: 0,
+        metrics: metrics.as_ref(),
+        summary: ConsumeSummary::default(),
+        claim_every: (config.claim_idle / 2).max(Duration::from_millis(100)),
+        last_claim: None,
+        claim_cursor: "0-0".into(),
+        own_pending: Some("0".into()),
+        epoch: 0,
     };
-    worker.create_group(false)?;
+    reader.create_group(false)?;
     // An empty acknowledgement only checks the keys' types: a key that
     // cannot take the output stops the worker before it decides anything.
-    worker.acknowledge(&[])?;
-    let claim_every = (config.claim_idle / 2).max(Duration::from_millis(100));
-    let mut last_claim: Option<Instant> = None;
-    let mut claim_cursor = "0-0".to_string();
-    let mut own_pending = true;
-    let started = Instant::now();
-    let mut last_report = Instant::now();
-    while !stop.load(Ordering::Relaxed) {
-        if last_report.elapsed() >= PROGRESS_EVERY {
-            last_report = Instant::now();
-            let s = worker.summary;
-            tracing::info!(
-                read = s.read,
-                per_second = (s.read as f64 / started.elapsed().as_secs_f64()).round(),
-                duplicates = s.duplicates,
-                claimed = s.claimed,
-                invalid = s.invalid,
-                acknowledged = s.acked,
-                "consuming"
-            );
-        }
-        if last_claim.is_none_or(|at| at.elapsed() >= claim_every) {
-            let (next, entries, deleted) = worker.claim(&claim_cursor)?;
-            if next == "0-0" {
-                last_claim = Some(Instant::now());
-                worker.forget_idle_consumers();
-            }
-            claim_cursor = next;
-            worker.summary.claimed += (entries.len() + deleted.len()) as u64;
-            metrics
-                .queue_claimed
-                .fetch_add((entries.len() + deleted.len()) as u64, Ordering::Relaxed);
-            if !entries.is_empty() || !deleted.is_empty() {
-                tracing::info!(
-                    entries = entries.len() + deleted.len(),
-                    "claimed entries left pending by a consumer that went quiet"
-                );
-                worker.process(entries, deleted)?;
-                continue;
-            }
-        }
-        let entries = match worker.read(if own_pending { "0" } else { ">" }) {
-            // The stop signal cut the blocked read short: a clean stop
-            // (anything Redis handed out stays pending for this consumer).
-            Err(Error::Store(StoreError::Unavailable(_))) if stop.load(Ordering::Relaxed) => {
-                break;
-            }
-            read => read?,
-        };
-        if entries.is_empty() {
-            own_pending = false;
-            continue;
-        }
-        worker.process(entries, Vec::new())?;
+    match acknowledge(&mut writer_link, config, &script, &Job::default()) {
+        Err(Written::Failed(e)) => return Err(e),
+        Ok(_) | Err(Written::GroupLost) => {}
     }
-    Ok(worker.summary)
+    let decoder = Decoder::new(config.fields.clone());
+    let abort = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        // As many jobs wait as batches may be in flight: the runtime never
+        // hands over more, so sending never blocks for long.
+        let (jobs, queued) = mpsc::sync_channel::<Job>(config.in_flight.max(1));
+        let (answers, answered) = mpsc::channel();
+        let (script, abort) = (&script, &abort);
+        let writer = scope.spawn(move || {
+            write_batches(writer_link, config, script, lines, queued, answers, abort);
+        });
+        let mut adapter = Streams {
+            reader,
+            jobs: Some(jobs),
+            answered,
+            stored: Vec::new(),
+            stored_on: 0,
+            held: Vec::new(),
+            settled: Settled::default(),
+        };
+        let settings = queue::Settings {
+            batch: config.batch,
+            in_flight: config.in_flight,
+            max_line_bytes: config.max_line_bytes,
+            idle_wait: BLOCK,
+            relay: config.relay,
+        };
+        let engine = queue::Engine {
+            preparer,
+            decoder: &decoder,
+            store,
+        };
+        let result = queue::run(&mut adapter, engine, settings, stop, metrics);
+        // On an error, the batches still queued are not written: the worker
+        // stops now, and they stay pending.
+        abort.store(result.is_err(), Ordering::Relaxed);
+        drop(adapter.jobs.take());
+        if writer.join().is_err() {
+            return Err(Error::Internal("the stream writer panicked".into()));
+        }
+        let counts = result?;
+        let mut summary = adapter.reader.summary;
+        summary.acked = counts.acknowledged;
+        Ok(summary)
+    })
 }
 
 fn store_error(e: RetryError) -> Error {
     Error::Store(StoreError::from(e))
 }
 
-impl<S: IndexStore> Worker<'_, S> {
+/// A decided batch for the writer thread: what to write and acknowledge.
+#[derive(Default)]
+struct Job {
+    /// Each entry's id and outcome, in the order read.
+    outcomes: Vec<(String, Outcome)>,
+    /// Tagged lines for [`Output::Lines`], written before the script runs.
+    text: Vec<u8>,
+    /// The lowest and highest entry id (`XPENDING`'s range).
+    range: (String, String),
+}
+
+/// What the writer thread made of a job, when not all went well.
+enum Written {
+    /// The consumer group is gone: nothing of the batch was written.
+    GroupLost,
+    /// The worker must stop.
+    Failed(Error),
+}
+
+/// The writer thread's answer to a job: which entries it acknowledged.
+type Answer = Result<Vec<bool>, Written>;
+
+/// The writer thread: runs each job's lines and script in turn, answers,
+/// and stops at the first failure (no later batch is acknowledged past
+/// one that was not) or when `abort` is set.
+fn write_batches(
+    mut link: Link,
+    config: &ConsumeConfig,
+    script: &Script,
+    mut lines: Option<Box<dyn Write + Send>>,
+    jobs: mpsc::Receiver<Job>,
+    answers: mpsc::Sender<Answer>,
+    abort: &AtomicBool,
+) {
+    for job in jobs {
+        if abort.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut answer = Ok(());
+        // Lines are out before anything is acknowledged.
+        if let Some(lines) = lines.as_mut()
+            && !job.text.is_empty()
+        {
+            answer = write_whole_lines(lines, &job.text)
+                .and_then(|()| lines.flush())
+                .map_err(|e| Written::Failed(Error::Write(e)));
+        }
+        let answer = answer.and_then(|()| acknowledge(&mut link, config, script, &job));
+        let failed = matches!(answer, Err(Written::Failed(_)));
+        if answers.send(answer).is_err() || failed {
+            return;
+        }
+    }
+}
+
+/// The acknowledgement script over a batch's outcomes; returns, for
+/// each, whether it acknowledged it (it acknowledges only entries still
+/// pending on this consumer: not those another claimed first).
+fn acknowledge(
+    link: &mut Link,
+    config: &ConsumeConfig,
+    script: &Script,
+    job: &Job,
+) -> Result<Vec<bool>, Written> {
+    let out_stream = match &config.output {
+        Output::Stream(name) => name.as_str(),
+        Output::Lines => config.invalid_stream.as_str(),
+    };
+    let result = link.retry("acknowledging", |c: &mut dyn ConnectionLike, _| {
+        let mut invocation = script.key(&config.stream);
+        invocation
+            .key(out_stream)
+            .key(&config.invalid_stream)
+            .arg(&config.group)
+            .arg(&config.field)
+            .arg(&config.consumer)
+            .arg(&job.range.0)
+            .arg(&job.range.1);
+        for (id, outcome) in &job.outcomes {
+            invocation.arg(id.as_str());
+            match outcome {
+                Outcome::Output(bytes) => invocation.arg("o").arg(bytes.as_slice()).arg(""),
+                Outcome::Ack => invocation.arg("a").arg("").arg(""),
+                Outcome::Dead { reason, message } => invocation
+                    .arg("d")
+                    .arg(message.as_slice())
+                    .arg(reason.as_str()),
+                Outcome::DeadWithFields { reason } => {
+                    invocation.arg("m").arg("").arg(reason.as_str())
+                }
+            };
+        }
+        invocation.invoke::<Vec<u8>>(c)
+    });
+    match result {
+        Ok(acked) => Ok(acked.iter().map(|&flag| flag == b'1').collect()),
+        // The group went with what it had pending: nothing of this batch
+        // is written (the script stops at its `XPENDING`, before any
+        // write), and the entries are read again from the new group if
+        // they are still in the stream.
+        Err(RetryError::Failed(e)) if e.to_string().contains("NOGROUP") => Err(Written::GroupLost),
+        Err(RetryError::Failed(e)) if e.code() == Some("NOTSTREAM") => {
+            let detail = e.detail().unwrap_or_default();
+            let (which, holds) = detail.split_once(' ').unwrap_or((detail, "?"));
+            let (role, key) = match which {
+                "1" => ("input stream", config.stream.as_str()),
+                "2" if matches!(config.output, Output::Stream(_)) => ("output stream", out_stream),
+                _ => ("dead-letter stream", config.invalid_stream.as_str()),
+            };
+            Err(Written::Failed(Error::Store(StoreError::NotAStream {
+                key: key.to_string(),
+                role,
+                holds: holds.to_string(),
+            })))
+        }
+        Err(e) => Err(Written::Failed(store_error(e))),
+    }
+}
+
+/// A stream entry id's two numbers (`MS-SEQ`), to order ids.
+fn id_numbers(id: &str) -> (u64, u64) {
+    let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+    (ms.parse().unwrap_or(0), seq.parse().unwrap_or(0))
+}
+
+/// The lowest and highest of a batch's ids.
+fn id_range<'e>(ids: impl Iterator<Item = &'e str>) -> (String, String) {
+    let mut range: Option<(&str, &str)> = None;
+    for id in ids {
+        range = Some(match range {
+            None => (id, id),
+            Some((low, high)) => (
+                if id_numbers(id) < id_numbers(low) {
+                    id
+                } else {
+                    low
+                },
+                if id_numbers(id) > id_numbers(high) {
+                    id
+                } else {
+                    high
+                },
+            ),
+        });
+    }
+    let (low, high) = range.unwrap_or(("-", "+"));
+    (low.to_string(), high.to_string())
+}
+
+/// The Redis Streams adapter of the queue runtime: the reading half here,
+/// the writing half on the writer thread.
+struct Streams<'a> {
+    reader: Reader<'a>,
+    /// Batches to the writer thread (`None` once the run is over, which
+    /// ends the thread).
+    jobs: Option<mpsc::SyncSender<Job>>,
+    /// Its answers, in the order of the jobs.
+    answered: mpsc::Receiver<Answer>,
+    /// Whether each entry of the batch last stored was acknowledged.
+    stored: Vec<bool>,
+    /// The reading link's count of connections when that batch was
+    /// published.
+    stored_on: u64,
+    /// The tokens of the batches acknowledged since the last read, each
+    /// with the reading link's count of connections when it was
+    /// published: forgotten after the next read if that count still
+    /// stands (see [`queue::Adapter::fetch`] below).
+    held: Vec<(Vec<Vec<u8>>, u64)>,
+    /// What the runtime has not yet been told.
+    settled: Settled,
+}
+
+impl Streams<'_> {
+    /// Reads a batch: entries to claim, this consumer's own pending ones,
+    /// else new ones.
+    fn read(&mut self, max: usize, wait: Duration) -> Result<Vec<Entry>, Error> {
+        let reader = &mut self.reader;
+        if reader
+            .last_claim
+            .is_none_or(|at| at.elapsed() >= reader.claim_every)
+        {
+            let cursor = std::mem::take(&mut reader.claim_cursor);
+            let (next, mut entries, deleted) = reader.claim(&cursor, max)?;
+            if next == "0-0" {
+                reader.last_claim = Some(Instant::now());
+                reader.forget_idle_consumers();
+            }
+            reader.claim_cursor = next;
+            let claimed = (entries.len() + deleted.len()) as u64;
+            reader.summary.claimed += claimed;
+            reader
+                .metrics
+                .queue_claimed
+                .fetch_add(claimed, Ordering::Relaxed);
+            if claimed > 0 {
+                tracing::info!(
+                    entries = claimed,
+                    "claimed entries left pending by a consumer that went quiet"
+                );
+                entries.extend(deleted.into_iter().map(|id| Entry {
+                    id,
+                    message: None,
+                    deleted: true,
+                }));
+                return Ok(entries);
+            }
+        }
+        // This consumer's own pending entries first (a worker restarted
+        // under its name), from past the last one read: those in flight
+        // are pending too.
+        if let Some(after) = reader.own_pending.take() {
+            let entries = reader.read(&after, max, None)?;
+            if let Some(last) = entries.last() {
+                reader.own_pending = Some(last.id.clone());
+                return Ok(entries);
+            }
+        }
+        match reader.read(">", max, Some(wait)) {
+            // The stop signal cut the blocked read short: a clean stop
+            // (anything Redis handed out stays pending for this consumer).
+            Err(Error::Store(StoreError::Unavailable(_)))
+                if reader.stop.load(Ordering::Relaxed) =>
+            {
+                Ok(Vec::new())
+            }
+            read => read,
+        }
+    }
+}
+
+impl queue::Adapter for Streams<'_> {
+    type Input = Entry;
+    /// The group's incarnation, and the reading link's count of
+    /// connections, when the batch was published.
+    type Pending = (u64, u64);
+    type Error = Error;
+
+    fn fetch(&mut self, max: usize, wait: Duration) -> Result<Vec<Entry>, Error> {
+        let acknowledged = std::mem::take(&mut self.held);
+        let entries = self.read(max, wait)?;
+        // A batch is forgotten only if the reading connection stood from
+        // before its script ran until after this read: one made again
+        // since may reach a Redis that restarted and lost the
+        // acknowledgement (an `everysec` AOF loses its last second), and an
+        // entry read again must find its remembered verdict. (The index in
+        // Redis checks its own connection too.)
+        let now = self.reader.link.connections();
+        for (tokens, on) in acknowledged {
+            if on == now {
+                self.settled.acknowledged.extend(tokens);
+            } else {
+                tracing::warn!(
+                    stream = %self.reader.config.stream,
+                    entries = tokens.len(),
+                    "the connection to Redis was made again since entries were acknowledged \
+                     (Redis may have restarted and lost the acknowledgements): their remembered \
+                     verdicts are kept"
+                );
+                self.settled.kept += tokens.len() as u64;
+            }
+        }
+        Ok(entries)
+    }
+
+    fn publish(
+        &mut self,
+        inputs: &[Entry],
+        decided: &DecidedBatch,
+        tally: Tally,
+    ) -> Result<(u64, u64), Error> {
+        let reader = &mut self.reader;
+        let config = reader.config;
+        reader.summary.new += tally.new;
+        reader.summary.duplicates += tally.duplicates;
+        reader.summary.deletions += tally.deletions;
+        let mut outcomes = Vec::with_capacity(inputs.len());
+        let mut text = Vec::new();
+        for (at, entry) in inputs.iter().enumerate() {
+            let outcome = match decided.payload(at) {
+                Payload::Missing if entry.deleted => Outcome::Ack,
+                Payload::Missing if config.relay => match (&entry.message, &config.output) {
+                    (Some(message), Output::Stream(_)) => Outcome::Output(message.clone()),
+                    (Some(message), Output::Lines) => {
+                        text.extend_from_slice(message);
+                        text.push(b'\n');
+                        Outcome::Ack
+                    }
+                    (None, _) => Outcome::Ack,
+                },
+                Payload::Missing => Outcome::DeadWithFields {
+                    reason: format!("no field {:?}", config.field),
+                },
+                // A message over the limit is not copied: the dead letter
+                // names its entry (`source`), which is still in the stream.
+                Payload::Invalid(invalid) => Outcome::Dead {
+                    reason: invalid.reason.to_string(),
+                    message: match invalid.reason {
+                        InvalidReason::TooLong { .. } => Vec::new(),
+                        _ => entry.message.clone().unwrap_or_default(),
+                    },
+                },
+                Payload::Message(_, verdict) if !config.emit.wants(verdict) => Outcome::Ack,
+                Payload::Message(message, verdict) => {
+                    let tagged = decided.tagged(message, verdict);
+                    match config.output {
+                        Output::Stream(_) => Outcome::Output(tagged),
+                        Output::Lines => {
+                            text.extend_from_slice(&tagged);
+                            text.push(b'\n');
+                            Outcome::Ack
+                        }
+                    }
+                }
+            };
+            if let Outcome::Dead { reason, .. } | Outcome::DeadWithFields { reason } = &outcome {
+                reader.summary.invalid += 1;
+                reader.metrics.invalid_lines.fetch_add(1, Ordering::Relaxed);
+                reader
+                    .metrics
+                    .queue_dead_lettered
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    entry = %entry.id,
+                    stream = %config.stream,
+                    "{reason}: sent to {}",
+                    config.invalid_stream
+                );
+            }
+            outcomes.push((entry.id.clone(), outcome));
+        }
+        let job = Job {
+            range: id_range(inputs.iter().map(|e| e.id.as_str())),
+            outcomes,
+            text,
+        };
+        if let Some(jobs) = &self.jobs {
+            // A send fails only if the writer stopped at a failure: its
+            // answer to an earlier batch says which, when that is awaited.
+            let _ = jobs.send(job);
+        }
+        Ok((reader.epoch, reader.link.connections()))
+    }
+
+    fn stored(&mut self, (epoch, on): (u64, u64)) -> Result<(), Error> {
+        let answer = self
+            .answered
+            .recv()
+            .map_err(|_| Error::Internal("the stream writer stopped".into()))?;
+        match answer {
+            Ok(flags) => {
+                self.stored = flags;
+                self.stored_on = on;
+                Ok(())
+            }
+            Err(Written::GroupLost) => {
+                self.stored.clear();
+                self.stored_on = on;
+                // Once per loss: the batches in flight behind this one meet
+                // the same loss, or the group made again.
+                if epoch == self.reader.epoch {
+                    self.reader.group_lost()?;
+                }
+                Ok(())
+            }
+            Err(Written::Failed(e)) => Err(e),
+        }
+    }
+
+    fn acknowledge(&mut self, inputs: Vec<Entry>) -> Result<(), Error> {
+        // Only the entries this script acknowledged: one it found not
+        // pending was claimed by another worker (which forgets it), or its
+        // delivery was lost with Redis's last second, and it comes back as
+        // a new entry that must find its remembered verdict.
+        let tokens: Vec<Vec<u8>> = inputs
+            .into_iter()
+            .zip(std::mem::take(&mut self.stored))
+            .filter_map(|(entry, acked)| acked.then(|| entry.id.into_bytes()))
+            .collect();
+        self.held.push((tokens, self.stored_on));
+        Ok(())
+    }
+
+    fn settled(&mut self) -> Settled {
+        std::mem::take(&mut self.settled)
+    }
+
+    fn finish(&mut self) -> Result<(), Error> {
+        // No read comes after the last batches to show their
+        // acknowledgements held: their verdicts are kept.
+        for (last, _) in self.held.drain(..) {
+            self.settled.kept += last.len() as u64;
+        }
+        Ok(())
+    }
+}
+
+/// The reading half of the worker: the group, reads and claims.
+struct Reader<'a> {
+    config: &'a ConsumeConfig,
+    link: &'a mut Link,
+    stop: &'a AtomicBool,
+    metrics: &'a Metrics,
+    summary: ConsumeSummary,
+    /// How often the pending entries of others are looked through.
+    claim_every: Duration,
+    /// When they were last looked through to the end.
+    last_claim: Option<Instant>,
+    /// Where the look through goes on (`0-0`: from the start).
+    claim_cursor: String,
+    /// Read this consumer's own pending entries after this id; `None`: all
+    /// are read, only new ones now.
+    own_pending: Option<String>,
+    /// How many times the group was made again: a batch published before
+    /// does not make it again.
+    epoch: u64,
+}
+
+impl Reader<'_> {
     /// Creates the consumer group at the start of the stream (and the
     /// stream with `--create`), first waiting for the stream without it.
     /// `gone`: the stream existed and was deleted under the worker.
@@ -470,23 +913,32 @@ impl<S: IndexStore> Worker<'_, S> {
                  with it: creating both again, empty (--create)"
             );
         }
+        self.epoch += 1;
         self.create_group(!exists)
     }
 
     /// Reads a batch: `0` for this consumer's own pending entries, `>` for
     /// new ones (waiting a little when there are none).
-    fn read(&mut self, from: &str) -> Result<Vec<Entry>, Error> {
+    fn read(
+        &mut self,
+        from: &str,
+        max: usize,
+        block: Option<Duration>,
+    ) -> Result<Vec<Entry>, Error> {
         let config = self.config;
-        // A blocked read must end well before the call times out.
-        let block = BLOCK.min(self.link.timeout() / 2);
+        // A blocked read must end well before the call times out; one that
+        // must not wait has no BLOCK (`BLOCK 0` waits for ever).
+        let block = block
+            .map(|wait| wait.min(self.link.timeout() / 2))
+            .filter(|wait| wait.as_millis() > 0);
         let reply: Value = match self.link.retry("reading the stream", |c, _| {
             let mut cmd = redis::cmd("XREADGROUP");
             cmd.arg("GROUP")
                 .arg(&config.group)
                 .arg(&config.consumer)
                 .arg("COUNT")
-                .arg(config.batch);
-            if from == ">" {
+                .arg(max);
+            if let Some(block) = block {
                 cmd.arg("BLOCK").arg(block.as_millis() as u64);
             }
             cmd.arg("STREAMS").arg(&config.stream).arg(from).query(c)
@@ -515,13 +967,16 @@ impl<S: IndexStore> Worker<'_, S> {
         }
         let n = entries.len() as u64;
         self.summary.read += n;
-        self.metrics.queue_read.fetch_add(n, Ordering::Relaxed);
         Ok(entries)
     }
 
     /// Claims a page of entries idle on other consumers: the next cursor,
     /// the entries, and the ids of pending entries deleted from the stream.
-    fn claim(&mut self, cursor: &str) -> Result<(String, Vec<Entry>, Vec<String>), Error> {
+    fn claim(
+        &mut self,
+        cursor: &str,
+        max: usize,
+    ) -> Result<(String, Vec<Entry>, Vec<String>), Error> {
         let config = self.config;
         let reply: Value = match self.link.retry("claiming idle entries", |c, _| {
             redis::cmd("XAUTOCLAIM")
@@ -531,7 +986,7 @@ impl<S: IndexStore> Worker<'_, S> {
                 .arg(config.claim_idle.as_millis() as u64)
                 .arg(cursor)
                 .arg("COUNT")
-                .arg(config.batch)
+                .arg(max)
                 .query(c)
         }) {
             Err(RetryError::Failed(e)) if e.code() == Some("NOGROUP") => {
@@ -558,184 +1013,7 @@ impl<S: IndexStore> Worker<'_, S> {
         };
         let n = entries.len() as u64;
         self.summary.read += n;
-        self.metrics.queue_read.fetch_add(n, Ordering::Relaxed);
         Ok((next, entries, deleted))
-    }
-
-    /// Decides a batch, writes its output and acknowledges it.
-    fn process(&mut self, entries: Vec<Entry>, deleted: Vec<String>) -> Result<(), Error> {
-        // The last batch's tokens are forgotten (with this batch's append)
-        // only if the connection its acknowledgement went over still
-        // stands: one made again since may reach a Redis that restarted
-        // and lost the acknowledgement (an `everysec` AOF loses its last
-        // second), and an entry read again must find its remembered
-        // verdict. (The index in Redis checks its own connection too.)
-        if !self.acked_tokens.is_empty() {
-            if self.link.connections() == self.acked_on {
-                let tokens: Vec<&[u8]> = self.acked_tokens.iter().map(|t| t.as_bytes()).collect();
-                self.store.forget(&tokens);
-            } else {
-                tracing::warn!(
-                    stream = %self.config.stream,
-                    entries = self.acked_tokens.len(),
-                    "the connection to Redis was made again since entries were acknowledged \
-                     (Redis may have restarted and lost the acknowledgements): their remembered \
-                     verdicts are kept"
-                );
-            }
-            self.acked_tokens.clear();
-        }
-        let payloads: Vec<Option<&[u8]>> = entries.iter().map(|e| e.message.as_deref()).collect();
-        let tokens: Vec<&[u8]> = entries.iter().map(|e| e.id.as_bytes()).collect();
-        let (decided, tally) = queue_batch::decide(
-            (self.preparer, &self.decoder),
-            &mut *self.store,
-            &payloads,
-            &tokens,
-            self.config.max_line_bytes,
-            self.metrics,
-        )?;
-        self.summary.new += tally.new;
-        self.summary.duplicates += tally.duplicates;
-        self.summary.deletions += tally.deletions;
-
-        let mut outcomes = Vec::with_capacity(entries.len() + deleted.len());
-        let mut text = Vec::new();
-        for (at, entry) in entries.iter().enumerate() {
-            let outcome = match decided.payload(at) {
-                Payload::Missing if entry.deleted => Outcome::Ack,
-                Payload::Missing => Outcome::DeadWithFields {
-                    reason: format!("no field {:?}", self.config.field),
-                },
-                // A message over the limit is not copied: the dead letter
-                // names its entry (`source`), which is still in the stream.
-                Payload::Invalid(invalid) => Outcome::Dead {
-                    reason: invalid.reason.to_string(),
-                    message: match invalid.reason {
-                        InvalidReason::TooLong { .. } => Vec::new(),
-                        _ => entry.message.clone().unwrap_or_default(),
-                    },
-                },
-                Payload::Message(_, verdict) if !self.config.emit.wants(verdict) => Outcome::Ack,
-                Payload::Message(message, verdict) => {
-                    let tagged = decided.tagged(message, verdict);
-                    match self.config.output {
-                        Output::Stream(_) => Outcome::Output(tagged),
-                        Output::Lines => {
-                            text.extend_from_slice(&tagged);
-                            text.push(b'\n');
-                            Outcome::Ack
-                        }
-                    }
-                }
-            };
-            if let Outcome::Dead { reason, .. } | Outcome::DeadWithFields { reason } = &outcome {
-                self.summary.invalid += 1;
-                self.metrics.invalid_lines.fetch_add(1, Ordering::Relaxed);
-                self.metrics
-                    .queue_dead_lettered
-                    .fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(
-                    entry = %entry.id,
-                    stream = %self.config.stream,
-                    "{reason}: sent to {}",
-                    self.config.invalid_stream
-                );
-            }
-            outcomes.push((entry.id.as_str(), outcome));
-        }
-        outcomes.extend(deleted.iter().map(|id| (id.as_str(), Outcome::Ack)));
-
-        // Lines are out before anything is acknowledged.
-        if let Some(lines) = self.lines.as_mut()
-            && !text.is_empty()
-        {
-            write_whole_lines(lines, &text)
-                .and_then(|()| lines.flush())
-                .map_err(Error::Write)?;
-        }
-        let acked = self.acknowledge(&outcomes)?;
-        let count = acked.iter().filter(|&&a| a).count() as u64;
-        self.summary.acked += count;
-        self.metrics.queue_acked.fetch_add(count, Ordering::Relaxed);
-        // Only the entries this script acknowledged: one it found not
-        // pending was acknowledged by another worker (which forgets it),
-        // or its delivery was lost with Redis's last second, and it comes
-        // back as a new entry that must find its remembered verdict.
-        self.acked_on = self.link.connections();
-        self.acked_tokens = entries
-            .into_iter()
-            .zip(acked)
-            .filter_map(|(entry, acked)| acked.then_some(entry.id))
-            .collect();
-        Ok(())
-    }
-
-    /// The acknowledgement script over a batch's outcomes; returns, for
-    /// each, whether it acknowledged it (it acknowledges only entries still
-    /// pending: not those acknowledged by someone else first).
-    fn acknowledge(&mut self, outcomes: &[(&str, Outcome)]) -> Result<Vec<bool>, Error> {
-        let config = self.config;
-        let out_stream = match &config.output {
-            Output::Stream(name) => name.as_str(),
-            Output::Lines => config.invalid_stream.as_str(),
-        };
-        let script = &self.ack;
-        let result = self
-            .link
-            .retry("acknowledging", |c: &mut dyn ConnectionLike, _| {
-                let mut invocation = script.key(&config.stream);
-                invocation
-                    .key(out_stream)
-                    .key(&config.invalid_stream)
-                    .arg(&config.group)
-                    .arg(&config.field);
-                for (id, outcome) in outcomes {
-                    invocation.arg(*id);
-                    match outcome {
-                        Outcome::Output(bytes) => invocation.arg("o").arg(bytes.as_slice()).arg(""),
-                        Outcome::Ack => invocation.arg("a").arg("").arg(""),
-                        Outcome::Dead { reason, message } => invocation
-                            .arg("d")
-                            .arg(message.as_slice())
-                            .arg(reason.as_str()),
-                        Outcome::DeadWithFields { reason } => {
-                            invocation.arg("m").arg("").arg(reason.as_str())
-                        }
-                    };
-                }
-                invocation.invoke::<Vec<u8>>(c)
-            });
-        match result {
-            Ok(acked) => Ok(acked.iter().map(|&flag| flag == b'1').collect()),
-            // The group went with what it had pending: nothing of this
-            // batch is written (the script stops at its first entry, before
-            // any write), and the entries are read again from the new
-            // group if they are still in the stream.
-            Err(RetryError::Failed(e)) if e.to_string().contains("NOGROUP") => {
-                self.group_lost()?;
-                Ok(vec![false; outcomes.len()])
-            }
-            Err(e) => Err(match e {
-                RetryError::Failed(e) if e.code() == Some("NOTSTREAM") => {
-                    let detail = e.detail().unwrap_or_default();
-                    let (which, holds) = detail.split_once(' ').unwrap_or((detail, "?"));
-                    let (role, key) = match which {
-                        "1" => ("input stream", config.stream.as_str()),
-                        "2" if matches!(config.output, Output::Stream(_)) => {
-                            ("output stream", out_stream)
-                        }
-                        _ => ("dead-letter stream", config.invalid_stream.as_str()),
-                    };
-                    Error::Store(StoreError::NotAStream {
-                        key: key.to_string(),
-                        role,
-                        holds: holds.to_string(),
-                    })
-                }
-                e => store_error(e),
-            }),
-        }
     }
 }
 

@@ -188,6 +188,9 @@ pub struct KafkaConfig {
     pub batch: usize,
     /// Batches produced and not yet committed, at most (`--in-flight`).
     pub in_flight: usize,
+    /// Pass every record on as it came, deciding nothing (the benchmarks'
+    /// relay, `--relay`): see [`queue::Settings::relay`].
+    pub relay: bool,
     /// Longest message, in bytes (`--max-line-bytes`); `None`: the
     /// brokers' size limit less [`broker::TAG_ROOM`].
     pub max_line_bytes: Option<usize>,
@@ -691,7 +694,7 @@ struct Limit {
 /// `--in-flight` batches produced ahead of their commits. Synchronous:
 /// librdkafka's clients run their own threads, and a thread of this one
 /// watches them for stalls.
-pub fn run<S: IndexStore>(
+pub fn run<S: IndexStore + ?Sized>(
     brokers: &KafkaBrokers,
     config: &KafkaConfig,
     preparer: &Preparer,
@@ -760,6 +763,7 @@ pub fn run<S: IndexStore>(
         in_flight: config.in_flight,
         max_line_bytes,
         idle_wait: IDLE_WAIT,
+        relay: config.relay,
     };
     let done = AtomicBool::new(false);
     let result = std::thread::scope(|scope| {
@@ -1051,7 +1055,13 @@ impl<'a> Worker<'a> {
             .iter()
             .enumerate()
             .map(|(at, record)| match decided.payload(at) {
-                Payload::Missing => Outcome::Skip,
+                Payload::Missing => match &record.value {
+                    Some(value) if self.config.relay => Outcome::Output {
+                        key: record.token.as_bytes().to_vec(),
+                        value: value.clone(),
+                    },
+                    _ => Outcome::Skip,
+                },
                 Payload::Invalid(invalid) => Outcome::Dead {
                     reason: match record.value {
                         None => "the record has no value".to_string(),

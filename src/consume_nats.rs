@@ -52,7 +52,6 @@
 //! [`tokio::task::block_in_place`], so [`run`] needs a multi-threaded tokio
 //! runtime (the binary's).
 
-use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -63,10 +62,11 @@ use async_nats::jetstream::{self, AckKind, consumer::pull, message::PublishMessa
 use futures::StreamExt;
 
 use crate::broker::{self, Outage};
-use crate::engine::{Ask, IndexStats, IndexStore, Preparer, Verdict};
+use crate::engine::{IndexStore, Preparer};
 use crate::error::{InvalidReason, StoreError};
 use crate::metrics::Metrics;
 use crate::pipeline::Emit;
+pub use crate::queue::Memo;
 use crate::queue_batch::{self, Payload};
 use crate::wire::record::{Decoder, FieldSpec};
 
@@ -89,9 +89,6 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 /// First and longest wait between two attempts.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
-/// Verdicts the in-memory memo keeps at most (see [`Memo`]): far more
-/// than the messages a worker has in hand.
-const MEMO_LIMIT: usize = 1 << 20;
 
 /// Why the NATS worker stopped.
 #[derive(Debug, thiserror::Error)]
@@ -256,75 +253,6 @@ impl fmt::Display for NatsSummary {
             write!(f, "; {} deletion notices", self.deletions)?;
         }
         Ok(())
-    }
-}
-
-/// An index store that remembers each token's verdict until it is
-/// forgotten: the in-memory index remembers none, and a message delivered
-/// again to this process (its acknowledgement lost) must get its first
-/// verdict, not be "a duplicate of itself". An index in Redis keeps its own
-/// memo, shared by the fleet, and needs no wrapper.
-#[derive(Debug)]
-pub struct Memo<S> {
-    /// The store that decides what the memo does not know.
-    pub inner: S,
-    verdicts: HashMap<Vec<u8>, Verdict>,
-}
-
-impl<S> Memo<S> {
-    /// A memo in front of `inner`.
-    pub fn new(inner: S) -> Memo<S> {
-        Memo {
-            inner,
-            verdicts: HashMap::new(),
-        }
-    }
-}
-
-impl<S: IndexStore> IndexStore for Memo<S> {
-    fn decide(&mut self, asks: &[Ask<'_>], verdicts: &mut Vec<Verdict>) -> Result<(), StoreError> {
-        let fresh: Vec<Ask<'_>> = asks
-            .iter()
-            .filter(|ask| ask.token.is_none_or(|t| !self.verdicts.contains_key(t)))
-            .copied()
-            .collect();
-        let mut decided = Vec::with_capacity(fresh.len());
-        self.inner.decide(&fresh, &mut decided)?;
-        if self.verdicts.len() > MEMO_LIMIT {
-            // Only tokens whose acknowledgement failed stay here; past the
-            // limit they are dropped (their republish is still dropped by
-            // the output stream's duplicate window).
-            self.verdicts.clear();
-        }
-        let mut decided = decided.into_iter();
-        for ask in asks {
-            let remembered = ask.token.and_then(|t| self.verdicts.get(t)).cloned();
-            let verdict = match remembered {
-                Some(verdict) => verdict,
-                None => {
-                    let verdict = decided.next().ok_or_else(|| {
-                        StoreError::Unavailable("the index store lost a verdict".into())
-                    })?;
-                    if let Some(token) = ask.token {
-                        self.verdicts.insert(token.to_vec(), verdict.clone());
-                    }
-                    verdict
-                }
-            };
-            verdicts.push(verdict);
-        }
-        Ok(())
-    }
-
-    fn stats(&self) -> IndexStats {
-        self.inner.stats()
-    }
-
-    fn forget(&mut self, tokens: &[&[u8]]) {
-        for token in tokens {
-            self.verdicts.remove(*token);
-        }
-        self.inner.forget(tokens);
     }
 }
 
@@ -896,15 +824,37 @@ fn check_consumer(
     )))
 }
 
-/// Fetches a batch: what is ready now, else waits up to [`IDLE_WAIT`] for
-/// one message and takes what is ready with it. Low latency when the
-/// stream is quiet, full batches when it is busy.
+/// Bytes a fetch asks for at most, so that a batch's memory is bounded
+/// whatever its messages' sizes (`--batch` messages of up to `max_payload`
+/// each would be gigabytes).
+const FETCH_BYTES: usize = 16 << 20;
+
+/// The byte limit of a fetch: [`FETCH_BYTES`], or twice `max_payload` if
+/// that is more. The server refuses a pull request outright for a message
+/// larger than its limit (subject and headers counted), and would refuse
+/// that message to every fetch: the limit must pass the largest message
+/// the server takes (`messages_larger_together_than_a_fetchs_bytes_all_come_out`
+/// stalls with a limit below its messages).
+fn fetch_bytes(max_payload: usize) -> usize {
+    FETCH_BYTES.max(max_payload.saturating_mul(2))
+}
+
+/// Fetches a batch of at most `max` messages and `max_bytes` bytes: what
+/// is ready now, else waits up to [`IDLE_WAIT`] for one message and takes
+/// what is ready with it. Low latency when the stream is quiet, full
+/// batches when it is busy.
 async fn fetch(
     consumer: &jetstream::consumer::PullConsumer,
     max: usize,
+    max_bytes: usize,
 ) -> Result<Vec<jetstream::Message>, async_nats::Error> {
     let mut out = Vec::new();
-    let mut ready = consumer.fetch().max_messages(max).messages().await?;
+    let mut ready = consumer
+        .fetch()
+        .max_messages(max)
+        .max_bytes(max_bytes)
+        .messages()
+        .await?;
     while let Some(message) = ready.next().await {
         out.push(message?);
     }
@@ -912,6 +862,7 @@ async fn fetch(
         let mut first = consumer
             .batch()
             .max_messages(1)
+            .max_bytes(max_bytes)
             .expires(IDLE_WAIT)
             .messages()
             .await?;
@@ -919,7 +870,12 @@ async fn fetch(
             out.push(message?);
         }
         if !out.is_empty() && max > 1 {
-            let mut ready = consumer.fetch().max_messages(max - 1).messages().await?;
+            let mut ready = consumer
+                .fetch()
+                .max_messages(max - 1)
+                .max_bytes(max_bytes)
+                .messages()
+                .await?;
             while let Some(message) = ready.next().await {
                 out.push(message?);
             }
@@ -929,7 +885,7 @@ async fn fetch(
 }
 
 /// The worker's state between batches.
-struct Worker<'a, S> {
+struct Worker<'a, S: ?Sized> {
     config: &'a NatsConfig,
     preparer: &'a Preparer,
     decoder: Decoder,
@@ -948,7 +904,7 @@ struct Worker<'a, S> {
 /// decides, publishes and acknowledges batch after batch. Needs a
 /// multi-threaded tokio runtime (the engine runs under
 /// [`tokio::task::block_in_place`]).
-pub async fn run<S: IndexStore>(
+pub async fn run<S: IndexStore + ?Sized>(
     client: async_nats::Client,
     config: &NatsConfig,
     preparer: &Preparer,
@@ -1002,10 +958,16 @@ pub async fn run<S: IndexStore>(
             );
         }
         // A pull whose server went away may never end by itself.
-        let fetched =
-            tokio::time::timeout(FETCH_TIMEOUT, fetch(&worker.reader.consumer, config.batch))
-                .await
-                .unwrap_or_else(|_| Err("no answer to a fetch within 10 s".into()));
+        let fetched = tokio::time::timeout(
+            FETCH_TIMEOUT,
+            fetch(
+                &worker.reader.consumer,
+                config.batch,
+                fetch_bytes(max_payload),
+            ),
+        )
+        .await
+        .unwrap_or_else(|_| Err("no answer to a fetch within 10 s".into()));
         let messages = match fetched {
             Ok(messages) => {
                 outage.over("fetching messages");
@@ -1092,7 +1054,7 @@ fn line_limit(given: Option<usize>, max_payload: usize) -> usize {
     }
 }
 
-impl<S: IndexStore> Worker<'_, S> {
+impl<S: IndexStore + ?Sized> Worker<'_, S> {
     /// Prepares and decides a batch: one outcome per message.
     fn decide(&mut self, payloads: &[&[u8]], tokens: &[String]) -> Result<Vec<Outcome>, NatsError> {
         let payloads: Vec<Option<&[u8]>> = payloads.iter().copied().map(Some).collect();

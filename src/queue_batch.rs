@@ -60,6 +60,17 @@ pub struct Tally {
 }
 
 impl DecidedBatch {
+    /// A batch nothing was decided for (a relay's: see
+    /// [`crate::queue::Settings::relay`]): every payload is
+    /// [`Payload::Missing`].
+    pub fn undecided() -> DecidedBatch {
+        DecidedBatch {
+            prepared: PreparedBatch::default(),
+            verdicts: Vec::new(),
+            places: Vec::new(),
+        }
+    }
+
     /// What became of payload `at` (in the order given to [`decide`]).
     pub fn payload(&self, at: usize) -> Payload<'_> {
         let place = self.places.get(at).copied().unwrap_or(Place::Missing);

@@ -852,24 +852,31 @@ fn aof_file(redis: &RedisServer) -> std::path::PathBuf {
 }
 
 /// Cuts a stopped server's AOF, as a crash that lost its last writes
-/// leaves it: before the first (or the last, `last`) transaction past
-/// byte `from` that holds `sign`.
+/// leaves it: before the first (or the last, `last`) write past byte
+/// `from` that holds `sign`. A write is a transaction (a script's writes,
+/// `MULTI` … `EXEC`) or, where Redis propagated a lone command (a script
+/// with one write), that command.
 fn cut_aof(redis: &RedisServer, from: usize, sign: &[u8], last: bool) {
     let aof = aof_file(redis);
     let bytes = std::fs::read(&aof).unwrap();
-    let multi = b"*1\r\n$5\r\nMULTI\r\n";
-    let exec = b"*1\r\n$4\r\nEXEC\r\n";
-    let find = |from: usize, what: &[u8]| {
-        bytes[from..]
-            .windows(what.len())
-            .position(|w| w == what)
-            .map(|i| from + i)
-    };
     let mut at_cut = None;
     let mut at = from;
-    while let Some(start) = find(at, multi) {
-        let end = find(start, exec).expect("a whole transaction");
-        if bytes[start..end].windows(sign.len()).any(|w| w == sign) {
+    let mut unit_start = None;
+    while at < bytes.len() {
+        let (command, end) = resp_command(&bytes, at);
+        let first = command.first().map(Vec::as_slice).unwrap_or_default();
+        let start = match first {
+            b"MULTI" => {
+                unit_start = Some(at);
+                None
+            }
+            b"EXEC" => unit_start.take(),
+            _ if unit_start.is_none() => Some(at),
+            _ => None,
+        };
+        if let Some(start) = start
+            && bytes[start..end].windows(sign.len()).any(|w| w == sign)
+        {
             at_cut = Some(start);
             if !last {
                 break;
@@ -879,11 +886,30 @@ fn cut_aof(redis: &RedisServer, from: usize, sign: &[u8], last: bool) {
     }
     let at_cut = at_cut.unwrap_or_else(|| {
         panic!(
-            "no transaction holding {:?} in the AOF",
+            "no write holding {:?} in the AOF",
             String::from_utf8_lossy(sign)
         )
     });
     std::fs::write(&aof, &bytes[..at_cut]).unwrap();
+}
+
+/// The command (an array of bulk strings) at `at` of an AOF, and where it
+/// ends.
+fn resp_command(bytes: &[u8], at: usize) -> (Vec<Vec<u8>>, usize) {
+    let line = |at: usize| {
+        let end = at + bytes[at..].windows(2).position(|w| w == b"\r\n").unwrap();
+        (std::str::from_utf8(&bytes[at + 1..end]).unwrap(), end + 2)
+    };
+    assert_eq!(bytes[at], b'*', "a command at byte {at}");
+    let (count, mut at) = line(at);
+    let mut parts = Vec::new();
+    for _ in 0..count.parse::<usize>().unwrap() {
+        let (len, start) = line(at);
+        let len: usize = len.parse().unwrap();
+        parts.push(bytes[start..start + len].to_vec());
+        at = start + len + 2;
+    }
+    (parts, at)
 }
 
 /// Where the AOF is cut.
@@ -1155,4 +1181,40 @@ fn an_entry_whose_delivery_redis_lost_keeps_its_verdict() {
     }
     let expected = common::run(&["--quiet"], &input);
     assert_eq!(out, common::stdout_lines(&expected), "{stderr}");
+}
+
+/// The benchmarks' relay (`--relay`) passes every entry on as it came,
+/// untagged and in order, and acknowledges it: malformed ones too, since
+/// nothing is decided. Its figures stand for the broker's own limit only
+/// if it does the worker's queue work.
+#[test]
+fn the_relay_passes_every_entry_on_untagged_and_acknowledges_it() {
+    if !available("the_relay_passes_every_entry_on_untagged_and_acknowledges_it") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let mut con = redis.connection();
+    let mut sent = Vec::new();
+    for id in 0..300u32 {
+        // Copies too: a relay does not drop them.
+        let value = if id % 7 == 0 {
+            b"not json".to_vec()
+        } else {
+            message(id, &format!("Story {} {TEXT}", id / 2))
+        };
+        add(&mut con, "in", "json", &value);
+        sent.push(String::from_utf8(value).unwrap());
+    }
+    let relaying = worker(&redis.url(), "a", "out", &["--relay", "--batch", "32"]);
+    wait_until("every entry relayed", Duration::from_secs(30), || {
+        xlen(&mut con, "out") >= 300 && pending(&mut con, "in", "g") == 0
+    });
+    let (code, stderr) = terminate(relaying);
+    assert_eq!(code, Some(0), "{stderr}");
+    let out: Vec<String> = entries(&mut con, "out")
+        .into_iter()
+        .map(|fields| fields[0].1.clone())
+        .collect();
+    assert_eq!(out, sent);
+    assert_eq!(xlen(&mut con, "out:invalid"), 0, "nothing dead-lettered");
 }

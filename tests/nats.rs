@@ -1042,3 +1042,52 @@ fn an_output_over_its_streams_max_msg_size_is_dead_lettered_without_its_bytes() 
     assert_eq!(outputs(&client).len(), 2);
     assert_eq!(client.consumer_backlog(IN_STREAM, "dedup"), (0, 0));
 }
+
+/// A fetch asks for 16 MiB at most (so a batch of large messages is
+/// bounded in memory): 24 messages of about 800 KB, more than one fetch's
+/// bytes with `--batch 64`, all come out tagged, none left behind by a
+/// fetch too small for it.
+#[test]
+fn messages_larger_together_than_a_fetchs_bytes_all_come_out() {
+    let test = "messages_larger_together_than_a_fetchs_bytes_all_come_out";
+    if !available(test) {
+        return;
+    }
+    let server = NatsServer::start();
+    let client = Client::connect(&server.url());
+    client.create_stream(IN_STREAM, &[IN_SUBJECT]);
+    let inputs: Vec<Vec<u8>> = (0..24)
+        .map(|i| {
+            format!(
+                r#"{{"id_str":"{}","text":"Report {i} {}"}}"#,
+                i + 1,
+                format!("part{i} ").repeat(900_000 / 7)
+            )
+            .into_bytes()
+        })
+        .collect();
+    assert!(inputs.iter().map(Vec::len).sum::<usize>() > 16 << 20);
+    client.publish(IN_SUBJECT, &inputs);
+    let temp = tempfile::tempdir().unwrap();
+    let log = temp.path().join("worker.log");
+    let mut child = worker(&server, &["--batch", "64"], &log);
+    wait_for(
+        Duration::from_secs(60),
+        "every large message out",
+        &log,
+        || client.read(OUT_STREAM).len() >= inputs.len(),
+    );
+    stops_cleanly(&mut child, &log);
+    // A batch's outputs are published together: matched by sequence.
+    let tagged = by_sequence(&outputs(&client));
+    assert_eq!(tagged.len(), inputs.len());
+    for (sequence, input) in (1..).zip(&inputs) {
+        let output = &tagged[&sequence];
+        // Not `is_tagged`: it would print megabytes.
+        assert!(
+            output.len() > input.len() && output.starts_with(&input[..input.len() - 1]),
+            "input {sequence} is not in its output"
+        );
+    }
+    assert_eq!(client.consumer_backlog(IN_STREAM, "dedup"), (0, 0));
+}

@@ -747,10 +747,14 @@ fn check_exactly_once(redis: &RedisServer, input: &[u8]) {
 /// Two workers consume the 10,000-message stream; `fault` strikes once a
 /// third of the output is out (it may replace the workers it kills); then
 /// every entry must come out exactly once.
-fn consume_through(mut redis: RedisServer, fault: impl FnOnce(&mut RedisServer, &mut Vec<Child>)) {
+fn consume_through(
+    mut redis: RedisServer,
+    extra: &[&str],
+    fault: impl FnOnce(&mut RedisServer, &mut Vec<Child>),
+) {
     let input = synthetic();
     let n = load_stream(&redis, "in", &input);
-    let mut workers = vec![consumer(&redis, "a", &[]), consumer(&redis, "b", &[])];
+    let mut workers = vec![consumer(&redis, "a", extra), consumer(&redis, "b", extra)];
     wait_until("a third of the output", Duration::from_secs(120), || {
         xlen(&redis, "out") >= n / 3
     });
@@ -770,10 +774,23 @@ fn consume_survives_a_worker_killed_midway() {
     if !available("consume_survives_a_worker_killed_midway") {
         return;
     }
-    consume_through(RedisServer::start(), |redis, workers| {
+    kill_a_worker_midway(&[]);
+}
+
+#[test]
+fn consume_survives_a_worker_killed_midway_with_one_batch_in_flight() {
+    if !available("consume_survives_a_worker_killed_midway_with_one_batch_in_flight") {
+        return;
+    }
+    kill_a_worker_midway(&["--in-flight", "1"]);
+}
+
+/// Two workers (run with `extra`), one killed and started again midway.
+fn kill_a_worker_midway(extra: &[&str]) {
+    consume_through(RedisServer::start(), extra, |redis, workers| {
         workers[0].kill().unwrap(); // SIGKILL, mid-batch most likely
         workers[0].wait().unwrap();
-        workers[0] = consumer(redis, "a", &[]);
+        workers[0] = consumer(redis, "a", extra);
     });
 }
 
@@ -783,7 +800,21 @@ fn consume_survives_redis_killed_and_restarted() {
         return;
     }
     // SIGKILL, then the same port and append-only file.
-    consume_through(RedisServer::start_with_aof(), |redis, _| redis.restart());
+    consume_through(RedisServer::start_with_aof(), &[], |redis, _| {
+        redis.restart()
+    });
+}
+
+#[test]
+fn consume_survives_redis_killed_and_restarted_with_one_batch_in_flight() {
+    if !available("consume_survives_redis_killed_and_restarted_with_one_batch_in_flight") {
+        return;
+    }
+    consume_through(
+        RedisServer::start_with_aof(),
+        &["--in-flight", "1"],
+        |redis, _| redis.restart(),
+    );
 }
 
 #[test]

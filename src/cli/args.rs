@@ -342,13 +342,20 @@ pub struct ConsumeArgs {
     #[arg(long, default_value_t = consume::DEFAULT_BATCH, value_name = "N")]
     pub batch: usize,
 
-    /// With --kafka: batches produced and not yet committed, at most. The
-    /// worker reads and decides the next batches while the broker stores
-    /// the earlier ones; commits stay in order, each after its outputs
-    /// are stored. 1: each batch stored and committed before the next is
-    /// read. A crash makes the worker produce these again (same bytes).
-    #[arg(long, default_value_t = queue::DEFAULT_IN_FLIGHT, value_name = "N", requires = "kafka")]
+    /// Batches written and not yet acknowledged (or committed), at most.
+    /// The worker reads and decides the next batches while the broker
+    /// stores the earlier ones; acknowledgements stay in order, each after
+    /// its outputs are stored. 1: each batch stored and acknowledged
+    /// before the next is read. A crash makes the worker write these again
+    /// (same bytes). Redis Streams and Kafka.
+    #[arg(long, default_value_t = queue::DEFAULT_IN_FLIGHT, value_name = "N", conflicts_with = "nats")]
     pub in_flight: usize,
+
+    /// Benchmarks only: pass every message on untagged, deciding nothing,
+    /// with the same client, batching and acknowledgements (the broker's
+    /// own limit). Redis Streams and Kafka.
+    #[arg(long, hide = true, conflicts_with = "nats")]
+    pub relay: bool,
 
     /// Where the index lives (default: on the --redis server; with --nats
     /// or --kafka, memory).
@@ -1358,6 +1365,8 @@ impl ConsumeArgs {
             create: self.create,
             forget_idle_consumers: self.forget_idle_consumers,
             batch: self.batch.max(1),
+            in_flight: self.in_flight.max(1),
+            relay: self.relay,
             max_line_bytes: self.message.max_line_bytes(),
         })
     }
@@ -1435,6 +1444,7 @@ impl ConsumeArgs {
             fields: self.message.fields().map_err(|e| e.to_string())?,
             batch: self.batch.max(1),
             in_flight: self.in_flight.max(1),
+            relay: self.relay,
             max_line_bytes: self.message.max_line_bytes_given,
         };
         Ok((brokers, config))

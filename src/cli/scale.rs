@@ -6,12 +6,14 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-use dedup_stream::engine::Preparer;
+use dedup_stream::engine::{IndexStore, Preparer};
+use dedup_stream::metrics::Metrics;
 use dedup_stream::redis_index::{IndexLocation, Link, RedisIndex, RedisOptions, admin};
-use dedup_stream::server::{self, metrics::Metrics};
+use dedup_stream::server;
 use dedup_stream::state::output::OutputKind;
+use dedup_stream::state::{output, snapshot};
 use dedup_stream::{Deduper, EngineConfig, Error, StoreError};
-use dedup_stream::{consume, consume_kafka, consume_nats, output, snapshot};
+use dedup_stream::{consume, consume_kafka, consume_nats, queue};
 
 use crate::cli::args::{
     ConsumeArgs, ForgetArgs, IndexAction, IndexAdminArgs, IndexArgs, StateArgs,
@@ -147,27 +149,18 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
         Err(e) => return usage(e),
     };
     let index_location = args.index.clone().unwrap_or_else(|| streams.clone());
-    let preparer = Preparer::new(&engine);
-    let metrics = Arc::new(Metrics::default());
-    metrics.queue_worker.store(true, Ordering::Relaxed);
-    let stop = Arc::new(AtomicBool::new(false));
-    let runtime = match runtime() {
-        Ok(runtime) => runtime,
+    let worker = match Worker::start(args, engine) {
+        Ok(worker) => worker,
         Err(exit) => return exit,
     };
-    let signal = Arc::new(AtomicU8::new(0));
-    runtime.spawn(stop_on_signal(Arc::clone(&signal), Arc::clone(&stop)));
-    if let Err(exit) = start_admin(args, &runtime, &metrics, &stop) {
-        return exit;
-    }
     let mut link = match Link::new(&streams, args.redis_timeout) {
         Ok(link) => link
             .with_wait(args.redis_wait.0)
-            .with_metrics(Arc::clone(&metrics))
-            .with_stop(Arc::clone(&stop)),
+            .with_metrics(Arc::clone(&worker.metrics))
+            .with_stop(Arc::clone(&worker.stop)),
         Err(e) => return usage(e),
     };
-    let lines: Option<Box<dyn io::Write>> = match config.output {
+    let lines: Option<Box<dyn io::Write + Send>> = match config.output {
         consume::Output::Lines => Some(unbuffered_stdout()),
         consume::Output::Stream(_) => None,
     };
@@ -178,34 +171,24 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
         index = %index_location,
         "consuming"
     );
+    let (preparer, stop, metrics) = (&worker.preparer, &worker.stop, &worker.metrics);
     let result = match &index_location {
-        IndexLocation::Memory => {
-            Deduper::new(engine)
-                .map_err(Error::Config)
-                .and_then(|mut deduper| {
-                    consume::run(
-                        &config,
-                        &preparer,
-                        &mut deduper,
-                        &mut link,
-                        lines,
-                        &stop,
-                        &metrics,
-                    )
-                })
-        }
+        IndexLocation::Memory => Deduper::new(worker.engine.clone())
+            .map_err(Error::Config)
+            .and_then(|mut deduper| {
+                consume::run(
+                    &config,
+                    preparer,
+                    &mut deduper,
+                    &mut link,
+                    lines,
+                    stop,
+                    metrics,
+                )
+            }),
         location => {
             let scope = format!("q:{}:{}", config.stream, config.group);
-            let options = RedisOptions {
-                metrics: Some(Arc::clone(&metrics)),
-                stop: Some(Arc::clone(&stop)),
-                token_scope: Some(scope),
-                timeout: Some(args.redis_timeout),
-                wait: args.redis_wait.0,
-                snapshot_every: args.log_snapshot_every,
-                threads: None,
-            };
-            let mut store = match open_index(location, &args.index_name, &engine, options) {
+            let mut store = match worker.open_index(args, location, scope) {
                 Ok(store) => store,
                 Err(exit) => return exit,
             };
@@ -221,37 +204,25 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
                 );
             }
             consume::run(
-                &config, &preparer, &mut store, &mut link, lines, &stop, &metrics,
+                &config, preparer, &mut store, &mut link, lines, stop, metrics,
             )
         }
     };
-    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
-    report_store(&metrics);
-    match result {
-        Ok(summary) => {
-            if !args.quiet {
-                eprintln!("dedup-stream: {summary}");
-            }
-            Exit::Success
+    worker.finish(args, result, |e| match e {
+        // Nothing is lost: what was not acknowledged stays pending, and is
+        // read again by this consumer or claimed by another.
+        Error::Store(StoreError::Unavailable(_)) => {
+            Ending::Stopped("unacknowledged entries stay pending")
         }
-        Err(Error::Store(e @ StoreError::Unavailable(_))) if stop.load(Ordering::Relaxed) => {
-            // Nothing is lost: what was not acknowledged stays pending, and
-            // is read again by this consumer or claimed by another.
-            eprintln!("dedup-stream: {e}; unacknowledged entries stay pending");
-            Exit::Success
-        }
-        Err(e) => {
-            eprintln!("dedup-stream: {e}");
-            Exit::Failure
-        }
-    }
+        _ => Ending::Failure,
+    })
 }
 
 /// Stdout with no buffer of ours between the worker's writes and the
 /// descriptor, so that each write of whole lines is one `write(2)` (see
 /// `consume::run`): a copy of the descriptor. Where it cannot be copied,
 /// the standard handle (line-buffered, which writes whole lines too).
-fn unbuffered_stdout() -> Box<dyn io::Write> {
+fn unbuffered_stdout() -> Box<dyn io::Write + Send> {
     #[cfg(unix)]
     {
         use std::os::fd::AsFd;
@@ -260,6 +231,152 @@ fn unbuffered_stdout() -> Box<dyn io::Write> {
         }
     }
     Box::new(io::stdout())
+}
+
+/// What every queue worker starts with, once its own arguments are
+/// checked: the engine, the metrics, the stop flag, and the runtime that
+/// turns signals into that flag and serves `--admin`.
+struct Worker {
+    engine: EngineConfig,
+    preparer: Preparer,
+    metrics: Arc<Metrics>,
+    stop: Arc<AtomicBool>,
+    runtime: tokio::runtime::Runtime,
+}
+
+/// How a worker's error ends the run.
+enum Ending {
+    /// A clean stop after all (told to stop while the broker was away):
+    /// exit 0, saying what becomes of what was not acknowledged.
+    Stopped(&'static str),
+    /// A usage error (exit 2).
+    Usage,
+    /// Exit 1.
+    Failure,
+}
+
+impl Worker {
+    /// Starts the runtime, the signal handler and `--admin`.
+    fn start(args: &ConsumeArgs, engine: EngineConfig) -> Result<Worker, Exit> {
+        let preparer = Preparer::new(&engine);
+        let metrics = Arc::new(Metrics::default());
+        metrics.queue_worker.store(true, Ordering::Relaxed);
+        let stop = Arc::new(AtomicBool::new(false));
+        let runtime = runtime()?;
+        let signal = Arc::new(AtomicU8::new(0));
+        runtime.spawn(stop_on_signal(Arc::clone(&signal), Arc::clone(&stop)));
+        start_admin(args, &runtime, &metrics, &stop)?;
+        Ok(Worker {
+            engine,
+            preparer,
+            metrics,
+            stop,
+            runtime,
+        })
+    }
+
+    /// A NATS or Kafka worker's broker settings (from `settings`), where
+    /// its index lives, and the worker started.
+    fn with_index<C>(
+        args: &ConsumeArgs,
+        settings: impl FnOnce(&ConsumeArgs) -> Result<C, String>,
+    ) -> Result<(C, IndexLocation, Worker), Exit> {
+        let engine = args.engine_config().map_err(usage)?;
+        let settings = settings(args).map_err(usage)?;
+        let location = Worker::index_location(args)?;
+        Ok((settings, location, Worker::start(args, engine)?))
+    }
+
+    /// Where a NATS or Kafka worker's index lives: memory unless `--index`
+    /// says Redis, where `--state` (a file of the index in memory) has no
+    /// place.
+    fn index_location(args: &ConsumeArgs) -> Result<IndexLocation, Exit> {
+        let location = args.index.clone().unwrap_or(IndexLocation::Memory);
+        if location != IndexLocation::Memory && args.state.state.is_some() {
+            return Err(usage(format!(
+                "--state keeps an index in memory; with --index {location} Redis keeps it"
+            )));
+        }
+        if let Some(path) = &args.state.state
+            && let Err(e) = output::check(&[(OutputKind::State, path)], &[], false)
+        {
+            return Err(usage(e));
+        }
+        Ok(location)
+    }
+
+    /// The index in Redis, its tokens under `scope` (one per input, so
+    /// that workers of other inputs do not share their memos).
+    fn open_index(
+        &self,
+        args: &ConsumeArgs,
+        location: &IndexLocation,
+        scope: String,
+    ) -> Result<RedisIndex, Exit> {
+        let options = RedisOptions {
+            metrics: Some(Arc::clone(&self.metrics)),
+            stop: Some(Arc::clone(&self.stop)),
+            token_scope: Some(scope),
+            timeout: Some(args.redis_timeout),
+            wait: args.redis_wait.0,
+            snapshot_every: args.log_snapshot_every,
+            threads: None,
+        };
+        open_index(location, &args.index_name, &self.engine, options)
+    }
+
+    /// The index in memory, from `--state` if given, in a memo (a message
+    /// delivered again in this process gets its first verdict); `run` runs
+    /// the worker on it, and the index is saved to `--state` after.
+    fn in_memory<T>(
+        &self,
+        args: &ConsumeArgs,
+        run: impl FnOnce(&mut queue::Memo<Deduper>) -> T,
+    ) -> Result<T, Exit> {
+        let deduper = Deduper::new(self.engine.clone()).map_err(usage)?;
+        let mut store = queue::Memo::new(load_state(&args.state, deduper)?);
+        let result = run(&mut store);
+        if let Some(path) = &args.state.state
+            && let Err(e) = snapshot::save(path, &store.inner)
+        {
+            eprintln!("dedup-stream: {e}");
+            return Err(Exit::Failure);
+        }
+        Ok(result)
+    }
+
+    /// Stops the runtime, reports the store's work and the run's summary,
+    /// and ends as `ending` says for an error.
+    fn finish<S: std::fmt::Display, E: std::fmt::Display>(
+        self,
+        args: &ConsumeArgs,
+        result: Result<S, E>,
+        ending: impl FnOnce(&E) -> Ending,
+    ) -> Exit {
+        self.runtime
+            .shutdown_timeout(std::time::Duration::from_secs(1));
+        report_store(&self.metrics);
+        let e = match result {
+            Ok(summary) => {
+                if !args.quiet {
+                    eprintln!("dedup-stream: {summary}");
+                }
+                return Exit::Success;
+            }
+            Err(e) => e,
+        };
+        match ending(&e) {
+            Ending::Stopped(what) if self.stop.load(Ordering::Relaxed) => {
+                eprintln!("dedup-stream: {e}; {what}");
+                Exit::Success
+            }
+            Ending::Usage => usage(e),
+            Ending::Stopped(_) | Ending::Failure => {
+                eprintln!("dedup-stream: {e}");
+                Exit::Failure
+            }
+        }
+    }
 }
 
 /// Serves `--admin` (health and metrics) on the runtime until `stop`.
@@ -300,38 +417,11 @@ fn start_admin(
 /// `dedup-stream consume --nats`: the worker of `consume_nats` on the
 /// binary's runtime, with the index in memory (and `--state`) or in Redis.
 fn consume_nats(args: &ConsumeArgs) -> Exit {
-    let engine = match args.engine_config() {
-        Ok(engine) => engine,
-        Err(e) => return usage(e),
-    };
-    let (server, config) = match args.nats_config() {
-        Ok(pair) => pair,
-        Err(e) => return usage(e),
-    };
-    let index_location = args.index.clone().unwrap_or(IndexLocation::Memory);
-    if index_location != IndexLocation::Memory && args.state.state.is_some() {
-        return usage(format!(
-            "--state keeps an index in memory; with --index {index_location} Redis keeps it"
-        ));
-    }
-    if let Some(path) = &args.state.state
-        && let Err(e) = output::check(&[(OutputKind::State, path)], &[], false)
-    {
-        return usage(e);
-    }
-    let preparer = Preparer::new(&engine);
-    let metrics = Arc::new(Metrics::default());
-    metrics.queue_worker.store(true, Ordering::Relaxed);
-    let stop = Arc::new(AtomicBool::new(false));
-    let runtime = match runtime() {
-        Ok(runtime) => runtime,
-        Err(exit) => return exit,
-    };
-    let signal = Arc::new(AtomicU8::new(0));
-    runtime.spawn(stop_on_signal(Arc::clone(&signal), Arc::clone(&stop)));
-    if let Err(exit) = start_admin(args, &runtime, &metrics, &stop) {
-        return exit;
-    }
+    let ((server, config), index_location, worker) =
+        match Worker::with_index(args, ConsumeArgs::nats_config) {
+            Ok(started) => started,
+            Err(exit) => return exit,
+        };
     tracing::info!(
         nats = %server,
         stream = %config.stream,
@@ -341,7 +431,7 @@ fn consume_nats(args: &ConsumeArgs) -> Exit {
         index = %index_location,
         "consuming"
     );
-    let client = match runtime.block_on(consume_nats::connect(&server)) {
+    let client = match worker.runtime.block_on(consume_nats::connect(&server)) {
         Ok(client) => client,
         Err(e @ consume_nats::NatsError::Location { .. }) => return usage(e),
         Err(e) => {
@@ -349,104 +439,40 @@ fn consume_nats(args: &ConsumeArgs) -> Exit {
             return Exit::Failure;
         }
     };
-    let result = match &index_location {
-        IndexLocation::Memory => {
-            let deduper = match Deduper::new(engine).map_err(usage) {
-                Ok(deduper) => deduper,
-                Err(exit) => return exit,
-            };
-            let deduper = match load_state(&args.state, deduper) {
-                Ok(deduper) => deduper,
-                Err(exit) => return exit,
-            };
-            let mut store = consume_nats::Memo::new(deduper);
-            let result = runtime.block_on(consume_nats::run(
-                client, &config, &preparer, &mut store, &stop, &metrics,
-            ));
-            if let Some(path) = &args.state.state
-                && let Err(e) = snapshot::save(path, &store.inner)
-            {
-                eprintln!("dedup-stream: {e}");
-                return Exit::Failure;
-            }
-            result
-        }
-        location => {
-            let options = RedisOptions {
-                metrics: Some(Arc::clone(&metrics)),
-                stop: Some(Arc::clone(&stop)),
-                token_scope: Some(consume_nats::token_scope(&config)),
-                timeout: Some(args.redis_timeout),
-                wait: args.redis_wait.0,
-                snapshot_every: args.log_snapshot_every,
-                threads: None,
-            };
-            let mut store = match open_index(location, &args.index_name, &engine, options) {
-                Ok(store) => store,
-                Err(exit) => return exit,
-            };
-            runtime.block_on(consume_nats::run(
-                client, &config, &preparer, &mut store, &stop, &metrics,
-            ))
-        }
+    let (preparer, stop, metrics) = (&worker.preparer, &worker.stop, &worker.metrics);
+    let run = |store: &mut dyn IndexStore| {
+        worker.runtime.block_on(consume_nats::run(
+            client, &config, preparer, store, stop, metrics,
+        ))
     };
-    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
-    report_store(&metrics);
-    match result {
-        Ok(summary) => {
-            if !args.quiet {
-                eprintln!("dedup-stream: {summary}");
-            }
-            Exit::Success
+    let result = match &index_location {
+        IndexLocation::Memory => worker.in_memory(args, |store| run(store)),
+        location => worker
+            .open_index(args, location, consume_nats::token_scope(&config))
+            .map(|mut store| run(&mut store)),
+    };
+    let result = match result {
+        Ok(result) => result,
+        Err(exit) => return exit,
+    };
+    worker.finish(args, result, |e| match e {
+        // Nothing is lost: what was not acknowledged is delivered again.
+        consume_nats::NatsError::Unavailable(_) => {
+            Ending::Stopped("unacknowledged messages will be delivered again")
         }
-        Err(e @ consume_nats::NatsError::Unavailable(_)) if stop.load(Ordering::Relaxed) => {
-            // Nothing is lost: what was not acknowledged is delivered again.
-            eprintln!("dedup-stream: {e}; unacknowledged messages will be delivered again");
-            Exit::Success
-        }
-        Err(e) => {
-            eprintln!("dedup-stream: {e}");
-            Exit::Failure
-        }
-    }
+        _ => Ending::Failure,
+    })
 }
 
 /// `dedup-stream consume --kafka`: the worker of `consume_kafka` (on this
 /// thread; the runtime serves the admin endpoint and signals), with the
 /// index in memory (and `--state`) or in Redis.
 fn consume_kafka(args: &ConsumeArgs) -> Exit {
-    let engine = match args.engine_config() {
-        Ok(engine) => engine,
-        Err(e) => return usage(e),
-    };
-    let (brokers, config) = match args.kafka_config() {
-        Ok(pair) => pair,
-        Err(e) => return usage(e),
-    };
-    let index_location = args.index.clone().unwrap_or(IndexLocation::Memory);
-    if index_location != IndexLocation::Memory && args.state.state.is_some() {
-        return usage(format!(
-            "--state keeps an index in memory; with --index {index_location} Redis keeps it"
-        ));
-    }
-    if let Some(path) = &args.state.state
-        && let Err(e) = output::check(&[(OutputKind::State, path)], &[], false)
-    {
-        return usage(e);
-    }
-    let preparer = Preparer::new(&engine);
-    let metrics = Arc::new(Metrics::default());
-    metrics.queue_worker.store(true, Ordering::Relaxed);
-    let stop = Arc::new(AtomicBool::new(false));
-    let runtime = match runtime() {
-        Ok(runtime) => runtime,
-        Err(exit) => return exit,
-    };
-    let signal = Arc::new(AtomicU8::new(0));
-    runtime.spawn(stop_on_signal(Arc::clone(&signal), Arc::clone(&stop)));
-    if let Err(exit) = start_admin(args, &runtime, &metrics, &stop) {
-        return exit;
-    }
+    let ((brokers, config), index_location, worker) =
+        match Worker::with_index(args, ConsumeArgs::kafka_config) {
+            Ok(started) => started,
+            Err(exit) => return exit,
+        };
     tracing::info!(
         kafka = %brokers,
         topics = ?config.topics,
@@ -455,65 +481,28 @@ fn consume_kafka(args: &ConsumeArgs) -> Exit {
         index = %index_location,
         "consuming"
     );
-    let result = match &index_location {
-        IndexLocation::Memory => {
-            let deduper = match Deduper::new(engine).map_err(usage) {
-                Ok(deduper) => deduper,
-                Err(exit) => return exit,
-            };
-            let deduper = match load_state(&args.state, deduper) {
-                Ok(deduper) => deduper,
-                Err(exit) => return exit,
-            };
-            // A record read again in this process gets its first verdict.
-            let mut store = consume_nats::Memo::new(deduper);
-            let result =
-                consume_kafka::run(&brokers, &config, &preparer, &mut store, &stop, &metrics);
-            if let Some(path) = &args.state.state
-                && let Err(e) = snapshot::save(path, &store.inner)
-            {
-                eprintln!("dedup-stream: {e}");
-                return Exit::Failure;
-            }
-            result
-        }
-        location => {
-            let options = RedisOptions {
-                metrics: Some(Arc::clone(&metrics)),
-                stop: Some(Arc::clone(&stop)),
-                token_scope: Some(consume_kafka::token_scope(&config)),
-                timeout: Some(args.redis_timeout),
-                wait: args.redis_wait.0,
-                snapshot_every: args.log_snapshot_every,
-                threads: None,
-            };
-            let mut store = match open_index(location, &args.index_name, &engine, options) {
-                Ok(store) => store,
-                Err(exit) => return exit,
-            };
-            consume_kafka::run(&brokers, &config, &preparer, &mut store, &stop, &metrics)
-        }
+    let (preparer, stop, metrics) = (&worker.preparer, &worker.stop, &worker.metrics);
+    let run = |store: &mut dyn IndexStore| {
+        consume_kafka::run(&brokers, &config, preparer, store, stop, metrics)
     };
-    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
-    report_store(&metrics);
-    match result {
-        Ok(summary) => {
-            if !args.quiet {
-                eprintln!("dedup-stream: {summary}");
-            }
-            Exit::Success
+    let result = match &index_location {
+        IndexLocation::Memory => worker.in_memory(args, |store| run(store)),
+        location => worker
+            .open_index(args, location, consume_kafka::token_scope(&config))
+            .map(|mut store| run(&mut store)),
+    };
+    let result = match result {
+        Ok(result) => result,
+        Err(exit) => return exit,
+    };
+    worker.finish(args, result, |e| match e {
+        // Nothing is lost: what was not committed is read again.
+        consume_kafka::KafkaError::Unavailable(_) => {
+            Ending::Stopped("uncommitted records will be read again")
         }
-        Err(e @ consume_kafka::KafkaError::Unavailable(_)) if stop.load(Ordering::Relaxed) => {
-            // Nothing is lost: what was not committed is read again.
-            eprintln!("dedup-stream: {e}; uncommitted records will be read again");
-            Exit::Success
-        }
-        Err(e @ consume_kafka::KafkaError::Settings(_)) => usage(e),
-        Err(e) => {
-            eprintln!("dedup-stream: {e}");
-            Exit::Failure
-        }
-    }
+        consume_kafka::KafkaError::Settings(_) => Ending::Usage,
+        _ => Ending::Failure,
+    })
 }
 
 /// `dedup-stream index info|drop`.

@@ -19,7 +19,7 @@
 //!     r#"not json"#,
 //! ]);
 //! let deduper = Deduper::new(EngineConfig::default())?;
-//! let mut tagged = dedup_stream::stream::dedup(lines, deduper, FieldSpec::default());
+//! let mut tagged = dedup_stream::pipeline::stream::dedup(lines, deduper, FieldSpec::default());
 //! let first = tagged.next().await.unwrap().unwrap();
 //! assert_eq!(first.verdict, Verdict::New);
 //! let second = tagged.next().await.unwrap().unwrap();

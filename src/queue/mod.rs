@@ -35,6 +35,8 @@
 //! batch in flight, then [`Adapter::finish`] waits for the
 //! acknowledgements still under way.
 
+mod memo;
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -44,6 +46,8 @@ use crate::error::StoreError;
 use crate::metrics::Metrics;
 use crate::queue_batch::{self, DecidedBatch, Tally};
 use crate::wire::record::Decoder;
+
+pub use memo::Memo;
 
 /// Default batches published and not yet acknowledged (`--in-flight`).
 pub const DEFAULT_IN_FLIGHT: usize = 16;
@@ -67,6 +71,10 @@ pub struct Settled {
     pub acknowledged: Vec<Vec<u8>>,
     /// Inputs whose acknowledgement failed: they will be delivered again.
     pub failed: u64,
+    /// Inputs acknowledged whose tokens the store keeps all the same: the
+    /// broker may yet lose the acknowledgement (Redis restarted since it
+    /// answered), and an input delivered again must find its verdict.
+    pub kept: u64,
 }
 
 /// A broker's part of a worker: how it fetches, publishes, learns that
@@ -120,6 +128,11 @@ pub struct Settings {
     /// Longest wait for an input when none is ready and nothing is in
     /// flight, before looking around (stop requests, progress).
     pub idle_wait: Duration,
+    /// Decide nothing: every batch goes to [`Adapter::publish`] undecided
+    /// ([`DecidedBatch::undecided`]), and the adapter passes its inputs
+    /// on as they came. The benchmarks' relay: the broker's own limit with
+    /// this client, batching and ordering, without the engine.
+    pub relay: bool,
 }
 
 /// What the runtime did.
@@ -241,14 +254,18 @@ impl<A: Adapter, S: IndexStore + ?Sized> Runtime<'_, '_, A, S> {
         self.metrics.queue_read.fetch_add(n, Ordering::Relaxed);
         let payloads: Vec<Option<&[u8]>> = inputs.iter().map(Input::payload).collect();
         let tokens: Vec<&[u8]> = inputs.iter().map(Input::token).collect();
-        let (decided, tally) = queue_batch::decide(
-            (self.engine.preparer, self.engine.decoder),
-            &mut *self.engine.store,
-            &payloads,
-            &tokens,
-            self.settings.max_line_bytes,
-            self.metrics,
-        )?;
+        let (decided, tally) = if self.settings.relay {
+            (DecidedBatch::undecided(), Tally::default())
+        } else {
+            queue_batch::decide(
+                (self.engine.preparer, self.engine.decoder),
+                &mut *self.engine.store,
+                &payloads,
+                &tokens,
+                self.settings.max_line_bytes,
+                self.metrics,
+            )?
+        };
         let pending = self.adapter.publish(&inputs, &decided, tally)?;
         self.flight.push_back(Flight { inputs, pending });
         Ok(())
@@ -268,6 +285,10 @@ impl<A: Adapter, S: IndexStore + ?Sized> Runtime<'_, '_, A, S> {
     /// Takes the acknowledgements completed: their tokens are forgotten.
     fn settle(&mut self) {
         let settled = self.adapter.settled();
+        self.counts.acknowledged += settled.kept;
+        self.metrics
+            .queue_acked
+            .fetch_add(settled.kept, Ordering::Relaxed);
         if !settled.acknowledged.is_empty() {
             let n = settled.acknowledged.len() as u64;
             self.counts.acknowledged += n;
@@ -430,6 +451,7 @@ mod tests {
             in_flight,
             max_line_bytes: 1 << 20,
             idle_wait: Duration::ZERO,
+            relay: false,
         };
         let engine = Engine {
             preparer: &preparer,

@@ -177,6 +177,7 @@ const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from
 /// How often a continuing outage is reported.
 const REPORT_EVERY: Duration = Duration::from_secs(10);
 
+#[derive(Clone)]
 enum Client {
     Single(redis::Client),
     Cluster(redis::cluster::ClusterClient),
@@ -269,6 +270,23 @@ impl Link {
             },
             connections: 0,
         })
+    }
+
+    /// A second link to the same Redis, with the same settings, not yet
+    /// connected: for a thread that calls Redis while this link's owner
+    /// does too (one connection answers one call at a time).
+    pub fn another(&self) -> Link {
+        Link {
+            client: self.client.clone(),
+            connection: None,
+            location: self.location.clone(),
+            metrics: self.metrics.clone(),
+            stop: self.stop.clone(),
+            timeout: self.timeout,
+            wait: self.wait,
+            seeds: self.seeds.clone(),
+            connections: 0,
+        }
     }
 
     /// Waits out an outage for at most `wait` (`--redis-wait`), then gives

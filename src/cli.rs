@@ -758,6 +758,25 @@ pub struct ServeArgs {
     #[arg(long)]
     pub explain: bool,
 
+    /// Also serve the index over HTTP/1.1 and HTTP/2 (h2c) on HOST:PORT:
+    /// POST /v1/check and /v1/query with NDJSON, and more (docs/http.md).
+    #[arg(long, value_name = "ADDR", value_parser = parse_socket_addr)]
+    pub listen_http: Option<SocketAddr>,
+
+    /// With --listen-http: most bytes in one request body; a larger one
+    /// gets 413.
+    #[arg(long, default_value_t = server::http::DEFAULT_MAX_BODY_BYTES, value_name = "BYTES", value_parser = at_least_one)]
+    pub http_max_body_bytes: usize,
+
+    /// With --listen-http: most messages in one request.
+    #[arg(long, default_value_t = server::http::DEFAULT_MAX_REQUEST_LINES, value_name = "N")]
+    pub http_max_lines: u64,
+
+    /// With --listen-http: most requests served at once; one more gets 503
+    /// with Retry-After.
+    #[arg(long, default_value_t = server::http::DEFAULT_MAX_REQUESTS, value_name = "N", value_parser = at_least_one)]
+    pub http_max_requests: usize,
+
     /// Most client connections open at once; one more gets an error line
     /// and is closed.
     #[arg(long, default_value_t = server::DEFAULT_MAX_CONNECTIONS, value_name = "N", value_parser = at_least_one)]
@@ -1476,6 +1495,12 @@ impl ServeArgs {
             drain_timeout: self.drain_timeout,
             state: self.state.state.clone(),
             snapshot_interval: non_zero(self.snapshot_interval),
+            http: server::http::HttpConfig {
+                max_body_bytes: self.http_max_body_bytes,
+                max_lines: self.http_max_lines.max(1),
+                max_requests: self.http_max_requests,
+                engine: self.engine_config()?,
+            },
             ..ServerConfig::default()
         })
     }

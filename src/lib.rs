@@ -35,6 +35,8 @@
 //! - [`batch`]: the unit of work between stages.
 //! - [`pipeline`]: reader → parallel preparation → engine → writer, over
 //!   bounded channels; the only module that knows about tasks.
+//! - [`compare`]: two texts compared as the filter would (the
+//!   `compare` command and the sidecar's `/v1/compare`).
 //! - [`config`], [`error`], [`stats`]: settings with their defaults, typed
 //!   errors, counters.
 //! - [`report`]: what a run tells as it goes: live counters (updated per
@@ -65,6 +67,7 @@
 
 pub mod batch;
 pub mod broker;
+pub mod compare;
 pub mod config;
 pub mod consume;
 pub mod consume_kafka;

@@ -17,8 +17,8 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
 
 use cli::{Command, CompareArgs, CompletionsArgs, FilterArgs, ServeArgs, ShellArg, StateArgs};
-use dedup_stream::engine::verdict::{LoneMatch, RECENT_MARGIN};
-use dedup_stream::engine::{Explained, IndexStore, Preparer, Rule};
+use dedup_stream::engine::verdict::RECENT_MARGIN;
+use dedup_stream::engine::{Explained, IndexStore, Preparer};
 use dedup_stream::input::{self, Inputs, Source};
 use dedup_stream::journal::{self, Journal, JournalError, SnapshotId};
 use dedup_stream::output::{self, AtomicFile, OutputKind};
@@ -781,6 +781,15 @@ where
                 })?;
             listeners.admin = Some(bound);
         }
+        if let Some(address) = args.listen_http {
+            let bound = tokio::net::TcpListener::bind(address)
+                .await
+                .map_err(|source| Error::Listen {
+                    address: address.to_string(),
+                    source,
+                })?;
+            listeners.http = Some(bound);
+        }
         let shutdown = stop_on_signal(Arc::clone(&signal), stop);
         server::run_with_journal(
             config, preparer, store, listeners, shutdown, metrics, journal,
@@ -848,28 +857,20 @@ fn compare(args: &CompareArgs) -> Exit {
             }
         };
         // A file (or argument) holding one JSON record is read as a record.
-        let e = match decoder.decode(text.as_bytes()) {
-            Ok(record) => preparer.explain(&record.text, &record.urls),
-            Err(_) => preparer.explain(&text, &[]),
-        };
-        explained.push(e);
+        explained.push(dedup_stream::compare::explain_input(
+            &preparer, &decoder, &text,
+        ));
     }
-    let (a, b) = (&explained[0], &explained[1]);
-    let set = |e: &Explained| e.shingles.iter().map(|(f, _)| *f).collect::<Vec<u32>>();
+    let b = explained.pop().expect("two texts");
+    let a = explained.pop().expect("two texts");
     // B is taken as the later message, as a stream would see the two.
-    // Two texts alone: every anchor they share is a copy's.
-    let hints = dedup_stream::engine::PairHints {
-        anchored: dedup_stream::engine::share_anchor(&b.anchors, b.truncated, &a.anchors, |_| true),
-        earlier_truncated: a.truncated,
-    };
-    let similarity = dedup_stream::engine::similarity(config.measure, &set(b), &set(a), hints);
-    // B right after A, alone: a lone recent match when it is one.
-    let mut lone = LoneMatch::new(config.threshold, config.lone_reach(), 1);
-    lone.offer((), similarity, 0, b.shingles.len(), a.shingles.len(), || ());
-    let duplicate = similarity >= config.threshold || lone.result().is_some();
-    let verdict = if similarity >= config.threshold {
+    let comparison = dedup_stream::compare::compare(&config, a, b);
+    let (a, b) = (&comparison.a, &comparison.b);
+    let similarity = comparison.similarity;
+    let duplicate = comparison.duplicate;
+    let verdict = if comparison.duplicate && !comparison.lone_recent {
         "duplicate".to_string()
-    } else if lone.result().is_some() {
+    } else if comparison.lone_recent {
         format!(
             "duplicate (a lone recent match: at least the threshold minus {RECENT_MARGIN}, \
              see --recent)"
@@ -921,19 +922,7 @@ fn compare(args: &CompareArgs) -> Exit {
         only_b = shown(b, a).join(", "),
     );
     let report = if args.explain {
-        let counts =
-            dedup_stream::engine::explain::pair_counts(config.measure, &set(b), &set(a), hints);
-        let rule = if set(a) == set(b) {
-            Rule::Exact
-        } else if similarity >= config.threshold && counts.anchored {
-            Rule::Anchor
-        } else if similarity >= config.threshold {
-            Rule::Threshold
-        } else if duplicate {
-            Rule::LoneRecent
-        } else {
-            Rule::BelowThreshold
-        };
+        let (counts, rule) = (&comparison.counts, comparison.rule);
         format!(
             "{report}rule: {rule} ({measure}: {shared} of {total} shingles{against}; threshold {threshold})\n",
             rule = rule.name(),

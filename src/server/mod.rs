@@ -476,7 +476,7 @@ where
     });
     let http = http_listener.map(|listener| {
         if let Ok(addr) = listener.local_addr() {
-            tracing::info!(address = %addr, "HTTP listening");
+            tracing::info!(http = %addr, "HTTP listening");
         }
         tokio::spawn(http::serve(
             listener,

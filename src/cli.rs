@@ -56,6 +56,11 @@ pub enum Command {
     /// share: the quick check when a verdict surprises you. Exit status 0
     /// when they are near-duplicates, 1 when not, 2 on an error.
     Compare(CompareArgs),
+    /// Write one self-contained HTML page of what a run decided, from its
+    /// tagged output (.gz and .zst read as they are): totals, duplicates
+    /// over time, similarities against the threshold, the largest
+    /// clusters, rules and near misses (with --explain output).
+    Report(ReportArgs),
     /// Serve one shared index over TCP and Unix sockets: a sidecar that
     /// several consumers ask per message (JSON lines in, one reply line per
     /// line out). Every option can also be set by an environment variable
@@ -815,6 +820,29 @@ pub struct ServeArgs {
     /// More logging on stderr (-v: every connection, per-line errors).
     #[arg(short, long, action = clap::ArgAction::Count, conflicts_with = "quiet")]
     pub verbose: u8,
+}
+
+/// `report`'s arguments.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Tagged output of the filter, serve or consume (JSON lines with a
+    /// "dedup" member); .gz and .zst are decompressed.
+    #[arg(required = true, value_name = "TAGGED")]
+    pub files: Vec<PathBuf>,
+
+    /// Write the page here (a file that exists must be an earlier report);
+    /// default: standard output.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// The threshold marked on the histogram when the output carries none
+    /// (--explain output does).
+    #[arg(long, value_name = "T")]
+    pub threshold: Option<f64>,
+
+    /// Largest clusters shown.
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub clusters: usize,
 }
 
 /// `compare`'s arguments.

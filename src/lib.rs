@@ -42,6 +42,8 @@
 //! - [`report`]: what a run tells as it goes: live counters (updated per
 //!   batch) for a progress line, invalid lines warned about up to a limit,
 //!   and the hint when no line was usable.
+//! - [`report_html`]: `dedup-stream report`, one self-contained HTML page
+//!   of what a run decided, from its tagged output.
 //! - [`server`]: the sidecar (`dedup-stream serve`): one shared engine behind
 //!   TCP and Unix sockets, the `dedup_op` query form, limits, an admin HTTP
 //!   endpoint with Prometheus metrics, graceful shutdown.
@@ -87,6 +89,7 @@ pub mod queue_batch;
 pub mod record;
 pub mod redis_index;
 pub mod report;
+pub mod report_html;
 pub mod server;
 pub mod snapshot;
 pub mod stats;

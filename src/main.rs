@@ -74,6 +74,7 @@ fn main() -> ExitCode {
     init_logging(level);
     let exit = match cli.command {
         Some(Command::Compare(args)) => compare(&args),
+        Some(Command::Report(args)) => report(&args),
         Some(Command::Serve(args)) => serve(&args),
         Some(Command::Consume(args)) => scale::consume(&args),
         Some(Command::Index(args)) => scale::index(&args),
@@ -836,6 +837,56 @@ async fn shutdown_signal(which: Arc<AtomicU8>) {
             which.store(SIGINT, Ordering::Relaxed);
         } else {
             std::future::pending::<()>().await;
+        }
+    }
+}
+
+fn report(args: &cli::ReportArgs) -> Exit {
+    use dedup_stream::input::Source;
+    use dedup_stream::report_html::{ReportOptions, build};
+    let sources: Vec<Source> = args.files.iter().map(|p| Source::from_arg(p)).collect();
+    if let Err(e) = dedup_stream::input::check_readable(&sources) {
+        eprintln!("dedup-stream: report: {e}");
+        return Exit::Usage;
+    }
+    if let Some(path) = &args.output
+        && let Err(e) = output::check(&[(OutputKind::Report, path)], &sources, false)
+    {
+        return usage(e);
+    }
+    let mut options = ReportOptions {
+        clusters: args.clusters,
+        title: args
+            .files
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        ..ReportOptions::default()
+    };
+    if let Some(threshold) = args.threshold {
+        options.threshold = threshold;
+    }
+    let page = match build(&sources, &options) {
+        Ok(page) => page,
+        Err(e) => {
+            eprintln!("dedup-stream: report: {e}");
+            return Exit::Failure;
+        }
+    };
+    let written = match &args.output {
+        Some(path) => output::write_file(path, page.as_bytes()),
+        None => {
+            let mut out = io::stdout().lock();
+            out.write_all(page.as_bytes()).and_then(|()| out.flush())
+        }
+    };
+    match written {
+        Ok(()) => Exit::Success,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Exit::Success,
+        Err(e) => {
+            eprintln!("dedup-stream: report: writing the page: {e}");
+            Exit::Failure
         }
     }
 }

@@ -136,6 +136,8 @@ pub struct Metrics {
     /// partition (records skipped by the broker), sought back and read
     /// again.
     pub queue_gaps: AtomicU64,
+    /// What the live page (`GET /` on the admin port) keeps between loads.
+    pub live: super::live::Live,
 }
 
 /// Appends one metric family header.

@@ -37,6 +37,7 @@
 pub mod admin;
 pub mod connection;
 pub mod http;
+pub mod live;
 pub mod metrics;
 pub mod op;
 mod owner;

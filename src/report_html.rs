@@ -518,7 +518,7 @@ fn render(counts: &Counts, clusters: &[Cluster], options: &ReportOptions) -> Str
     };
     let _ = write!(
         h,
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n{GENERATOR}\n\
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n{GENERATOR}\n<link rel=\"icon\" href=\"data:,\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
          <title>dedup-stream report: {title}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n\
          <h1>What the filter did</h1>\n<p class=\"sub\">{title}</p>\n<div class=\"cards\">\n",

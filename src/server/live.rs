@@ -138,7 +138,7 @@ pub fn page(metrics: &Metrics) -> String {
     let _ = write!(
         h,
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <meta http-equiv=\"refresh\" content=\"{REFRESH_SECONDS}\">\n\
+         <meta http-equiv=\"refresh\" content=\"{REFRESH_SECONDS}\">\n<link rel=\"icon\" href=\"data:,\">\n\
          <title>dedup-stream: live</title>\n<style>\
          body{{font:15px/1.45 system-ui,sans-serif;margin:2em auto;max-width:900px;padding:0 1em;color:#1d2330}}\
          .cards{{display:flex;flex-wrap:wrap;gap:.8em}}.card{{border:1px solid #dde;border-radius:8px;padding:.6em 1em;min-width:8em}}\

@@ -478,6 +478,12 @@ where
     let http = http_listener.map(|listener| {
         if let Ok(addr) = listener.local_addr() {
             tracing::info!(http = %addr, "HTTP listening");
+            if !addr.ip().is_loopback() {
+                tracing::warn!(
+                    address = %addr,
+                    "serving HTTP beyond loopback: the service has no authentication"
+                );
+            }
         }
         tokio::spawn(http::serve(
             listener,

@@ -40,6 +40,10 @@
 //!   [`forget`]: ids forgotten in bulk.
 //! - [`metrics`]: the counters every long-running mode keeps and the admin
 //!   endpoint serves (Prometheus text), and its health.
+//! - [`compare`]: two texts compared as the filter would (the
+//!   `compare` command and the sidecar's `/v1/compare`).
+//! - [`report_html`]: `dedup-stream report`, one self-contained HTML page
+//!   of what a run decided, from its tagged output.
 //! - [`server`]: the sidecar (`dedup-stream serve`): one shared engine behind
 //!   TCP and Unix sockets, the `dedup_op` query form, limits, an admin HTTP
 //!   endpoint with Prometheus metrics, graceful shutdown.
@@ -60,6 +64,7 @@
 #![deny(missing_docs)]
 
 pub mod broker;
+pub mod compare;
 pub mod consume;
 pub mod consume_kafka;
 pub mod consume_nats;
@@ -73,6 +78,7 @@ pub mod pipeline;
 pub mod queue;
 pub mod queue_batch;
 pub mod redis_index;
+pub mod report_html;
 pub mod server;
 pub mod state;
 pub mod tune;

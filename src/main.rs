@@ -15,8 +15,8 @@ use tracing_subscriber::filter::LevelFilter;
 use cli::args::{
     Command, CompareArgs, CompletionsArgs, FilterArgs, ServeArgs, ShellArg, StateArgs,
 };
-use dedup_stream::engine::verdict::{LoneMatch, RECENT_MARGIN};
-use dedup_stream::engine::{Explained, IndexStore, Preparer, Rule};
+use dedup_stream::engine::verdict::RECENT_MARGIN;
+use dedup_stream::engine::{Explained, IndexStore, Preparer};
 use dedup_stream::metrics::Metrics;
 use dedup_stream::pipeline::report::{DEFAULT_WARNING_LIMIT, Report};
 use dedup_stream::redis_index::IndexLocation;
@@ -72,6 +72,7 @@ fn main() -> ExitCode {
     init_logging(level);
     let exit = match cli.command {
         Some(Command::Compare(args)) => compare(&args),
+        Some(Command::Report(args)) => report(&args),
         Some(Command::Serve(args)) => serve(&args),
         Some(Command::Consume(args)) => cli::scale::consume(&args),
         Some(Command::Index(args)) => cli::scale::index(&args),
@@ -782,6 +783,15 @@ where
                 })?;
             listeners.admin = Some(bound);
         }
+        if let Some(address) = args.listen_http {
+            let bound = tokio::net::TcpListener::bind(address)
+                .await
+                .map_err(|source| Error::Listen {
+                    address: address.to_string(),
+                    source,
+                })?;
+            listeners.http = Some(bound);
+        }
         let shutdown = stop_on_signal(Arc::clone(&signal), stop);
         server::run_with_journal(
             config, preparer, store, listeners, shutdown, metrics, journal,
@@ -832,6 +842,56 @@ async fn shutdown_signal(which: Arc<AtomicU8>) {
     }
 }
 
+fn report(args: &cli::args::ReportArgs) -> Exit {
+    use dedup_stream::report_html::{ReportOptions, build};
+    use dedup_stream::wire::input::Source;
+    let sources: Vec<Source> = args.files.iter().map(|p| Source::from_arg(p)).collect();
+    if let Err(e) = dedup_stream::wire::input::check_readable(&sources) {
+        eprintln!("dedup-stream: report: {e}");
+        return Exit::Usage;
+    }
+    if let Some(path) = &args.output
+        && let Err(e) = output::check(&[(OutputKind::Report, path)], &sources, false)
+    {
+        return usage(e);
+    }
+    let mut options = ReportOptions {
+        clusters: args.clusters,
+        title: args
+            .files
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        ..ReportOptions::default()
+    };
+    if let Some(threshold) = args.threshold {
+        options.threshold = threshold;
+    }
+    let page = match build(&sources, &options) {
+        Ok(page) => page,
+        Err(e) => {
+            eprintln!("dedup-stream: report: {e}");
+            return Exit::Failure;
+        }
+    };
+    let written = match &args.output {
+        Some(path) => output::write_file(path, page.as_bytes()),
+        None => {
+            let mut out = io::stdout().lock();
+            out.write_all(page.as_bytes()).and_then(|()| out.flush())
+        }
+    };
+    match written {
+        Ok(()) => Exit::Success,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Exit::Success,
+        Err(e) => {
+            eprintln!("dedup-stream: report: writing the page: {e}");
+            Exit::Failure
+        }
+    }
+}
+
 fn compare(args: &CompareArgs) -> Exit {
     let config = match args.engine.engine_config(std::num::NonZeroUsize::MIN, 1) {
         Ok(config) => config,
@@ -849,28 +909,20 @@ fn compare(args: &CompareArgs) -> Exit {
             }
         };
         // A file (or argument) holding one JSON record is read as a record.
-        let e = match decoder.decode(text.as_bytes()) {
-            Ok(record) => preparer.explain(&record.text, &record.urls),
-            Err(_) => preparer.explain(&text, &[]),
-        };
-        explained.push(e);
+        explained.push(dedup_stream::compare::explain_input(
+            &preparer, &decoder, &text,
+        ));
     }
-    let (a, b) = (&explained[0], &explained[1]);
-    let set = |e: &Explained| e.shingles.iter().map(|(f, _)| *f).collect::<Vec<u32>>();
+    let b = explained.pop().expect("two texts");
+    let a = explained.pop().expect("two texts");
     // B is taken as the later message, as a stream would see the two.
-    // Two texts alone: every anchor they share is a copy's.
-    let hints = dedup_stream::engine::PairHints {
-        anchored: dedup_stream::engine::share_anchor(&b.anchors, b.truncated, &a.anchors, |_| true),
-        earlier_truncated: a.truncated,
-    };
-    let similarity = dedup_stream::engine::similarity(config.measure, &set(b), &set(a), hints);
-    // B right after A, alone: a lone recent match when it is one.
-    let mut lone = LoneMatch::new(config.threshold, config.lone_reach(), 1);
-    lone.offer((), similarity, 0, b.shingles.len(), a.shingles.len(), || ());
-    let duplicate = similarity >= config.threshold || lone.result().is_some();
-    let verdict = if similarity >= config.threshold {
+    let comparison = dedup_stream::compare::compare(&config, a, b);
+    let (a, b) = (&comparison.a, &comparison.b);
+    let similarity = comparison.similarity;
+    let duplicate = comparison.duplicate;
+    let verdict = if comparison.duplicate && !comparison.lone_recent {
         "duplicate".to_string()
-    } else if lone.result().is_some() {
+    } else if comparison.lone_recent {
         format!(
             "duplicate (a lone recent match: at least the threshold minus {RECENT_MARGIN}, \
              see --recent)"
@@ -922,19 +974,7 @@ fn compare(args: &CompareArgs) -> Exit {
         only_b = shown(b, a).join(", "),
     );
     let report = if args.explain {
-        let counts =
-            dedup_stream::engine::explain::pair_counts(config.measure, &set(b), &set(a), hints);
-        let rule = if set(a) == set(b) {
-            Rule::Exact
-        } else if similarity >= config.threshold && counts.anchored {
-            Rule::Anchor
-        } else if similarity >= config.threshold {
-            Rule::Threshold
-        } else if duplicate {
-            Rule::LoneRecent
-        } else {
-            Rule::BelowThreshold
-        };
+        let (counts, rule) = (&comparison.counts, comparison.rule);
         format!(
             "{report}rule: {rule} ({measure}: {shared} of {total} shingles{against}; threshold {threshold})\n",
             rule = rule.name(),

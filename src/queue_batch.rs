@@ -186,6 +186,16 @@ pub fn decide<S: IndexStore + ?Sized>(
             }
         }
     }
+    // For the live page (`GET /` on the admin port).
+    metrics
+        .live
+        .note(places.iter().filter_map(|place| match place {
+            Place::Message(item, v) => match (&prepared.items[*item], &verdicts[*v]) {
+                (Item::Message(message), Verdict::Duplicate(m)) => Some((&m.cluster, &message.id)),
+                _ => None,
+            },
+            _ => None,
+        }));
     metrics.record_index(store.stats());
     let decided = DecidedBatch {
         prepared,

@@ -23,7 +23,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         &["wire", "record", "lines", "input", "timestamp", "batch"],
     ),
     ("metrics", &["metrics"]),
-    ("tune", &["tune", "values"]),
+    ("tools", &["tune", "values", "compare", "report_html"]),
     ("state", &["state", "snapshot", "journal", "output"]),
     ("error", &["error"]),
     ("pipeline", &["pipeline", "report", "stats", "stream"]),

@@ -55,6 +55,7 @@ impl TestServer {
         let listeners = Listeners {
             data: vec![tcp, unix],
             admin: Some(admin),
+            ..Listeners::default()
         };
         let handle = tokio::spawn(server::run(
             config,

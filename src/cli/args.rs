@@ -56,6 +56,11 @@ pub enum Command {
     /// share: the quick check when a verdict surprises you. Exit status 0
     /// when they are near-duplicates, 1 when not, 2 on an error.
     Compare(CompareArgs),
+    /// Write one self-contained HTML page of what a run decided, from its
+    /// tagged output (.gz and .zst read as they are): totals, duplicates
+    /// over time, similarities against the threshold, the largest
+    /// clusters, rules and near misses (with --explain output).
+    Report(ReportArgs),
     /// Serve one shared index over TCP and Unix sockets: a sidecar that
     /// several consumers ask per message (JSON lines in, one reply line per
     /// line out). Every option can also be set by an environment variable
@@ -765,6 +770,25 @@ pub struct ServeArgs {
     #[arg(long)]
     pub explain: bool,
 
+    /// Also serve the index over HTTP/1.1 and HTTP/2 (h2c) on HOST:PORT:
+    /// POST /v1/check and /v1/query with NDJSON, and more (docs/http.md).
+    #[arg(long, value_name = "ADDR", value_parser = parse_socket_addr)]
+    pub listen_http: Option<SocketAddr>,
+
+    /// With --listen-http: most bytes in one request body; a larger one
+    /// gets 413.
+    #[arg(long, default_value_t = server::http::DEFAULT_MAX_BODY_BYTES, value_name = "BYTES", value_parser = at_least_one)]
+    pub http_max_body_bytes: usize,
+
+    /// With --listen-http: most messages in one request.
+    #[arg(long, default_value_t = server::http::DEFAULT_MAX_REQUEST_LINES, value_name = "N")]
+    pub http_max_lines: u64,
+
+    /// With --listen-http: most requests served at once; one more gets 503
+    /// with Retry-After.
+    #[arg(long, default_value_t = server::http::DEFAULT_MAX_REQUESTS, value_name = "N", value_parser = at_least_one)]
+    pub http_max_requests: usize,
+
     /// Most client connections open at once; one more gets an error line
     /// and is closed.
     #[arg(long, default_value_t = server::DEFAULT_MAX_CONNECTIONS, value_name = "N", value_parser = at_least_one)]
@@ -803,6 +827,29 @@ pub struct ServeArgs {
     /// More logging on stderr (-v: every connection, per-line errors).
     #[arg(short, long, action = clap::ArgAction::Count, conflicts_with = "quiet")]
     pub verbose: u8,
+}
+
+/// `report`'s arguments.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Tagged output of the filter, serve or consume (JSON lines with a
+    /// "dedup" member); .gz and .zst are decompressed.
+    #[arg(required = true, value_name = "TAGGED")]
+    pub files: Vec<PathBuf>,
+
+    /// Write the page here (a file that exists must be an earlier report);
+    /// default: standard output.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// The threshold marked on the histogram when the output carries none
+    /// (--explain output does).
+    #[arg(long, value_name = "T")]
+    pub threshold: Option<f64>,
+
+    /// Largest clusters shown.
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub clusters: usize,
 }
 
 /// `compare`'s arguments.
@@ -1486,6 +1533,12 @@ impl ServeArgs {
             drain_timeout: self.drain_timeout,
             state: self.state.state.clone(),
             snapshot_interval: non_zero(self.snapshot_interval),
+            http: server::http::HttpConfig {
+                max_body_bytes: self.http_max_body_bytes,
+                max_lines: self.http_max_lines.max(1),
+                max_requests: self.http_max_requests,
+                engine: self.engine_config()?,
+            },
             ..ServerConfig::default()
         })
     }

@@ -395,6 +395,7 @@ fn kind(reason: &InvalidReason) -> &'static str {
         InvalidReason::BadId(_) => "bad id",
         InvalidReason::BadOp(_) => "bad op",
         InvalidReason::LineTimeout { .. } => "line timeout",
+        InvalidReason::Refused(_) => "refused",
         InvalidReason::NothingToCompare => "nothing to compare",
     }
 }

@@ -1,5 +1,5 @@
-//! The admin endpoint: a tiny HTTP/1.1 responder for `GET /healthz` and
-//! `GET /metrics`.
+//! The admin endpoint: a tiny HTTP/1.1 responder for `GET /healthz`,
+//! `GET /metrics` and the live page, `GET /` ([`super::live`]).
 //!
 //! Two routes and no request bodies do not need a web framework: each
 //! connection gets one response and is closed (`Connection: close`). The
@@ -67,6 +67,11 @@ pub fn route(method: &str, target: &str, metrics: &Metrics) -> Response {
     }
     let path = target.split(['?', '#']).next().unwrap_or(target);
     match path {
+        "/" => Response {
+            status: "200 OK",
+            content_type: "text/html; charset=utf-8",
+            body: crate::metrics::live::page(metrics),
+        },
         "/healthz" if metrics.healthy() => Response::text("200 OK", "ok\n"),
         "/healthz" => Response::text(
             "503 Service Unavailable",
@@ -77,7 +82,7 @@ pub fn route(method: &str, target: &str, metrics: &Metrics) -> Response {
             content_type: "text/plain; version=0.0.4; charset=utf-8",
             body: metrics.render(),
         },
-        _ => Response::text("404 Not Found", "not found: try /healthz or /metrics\n"),
+        _ => Response::text("404 Not Found", "not found: try /, /healthz or /metrics\n"),
     }
 }
 
@@ -219,7 +224,8 @@ mod tests {
                 .body
                 .contains("dedup_index_entries")
         );
-        assert_eq!(route("GET", "/", &m).status, "404 Not Found");
+        assert_eq!(route("GET", "/", &m).status, "200 OK");
+        assert_eq!(route("GET", "/nowhere", &m).status, "404 Not Found");
         assert_eq!(
             route("POST", "/metrics", &m).status,
             "405 Method Not Allowed"

@@ -35,7 +35,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc::{self, OwnedPermit};
 
 use crate::error::{InvalidLine, InvalidReason};
-use crate::wire::batch::{self, Item, PreparedBatch, RawBatch, RawLine};
+use crate::wire::batch::{self, Item, Op, PreparedBatch, RawBatch, RawLine};
 use crate::wire::lines::is_blank;
 
 use super::owner::{Job, Request};
@@ -56,9 +56,9 @@ where
 {
     let mut reader = reader;
     let (reply_tx, reply_rx) = mpsc::channel(ctx.config.reply_queue.max(1));
-    let read = read_requests(&mut reader, reply_tx, &ctx, shutdown);
+    let read = read_requests(&mut reader, reply_tx, &ctx, shutdown, Limits::default());
     let write = write_replies(writer, reply_rx, ctx.config.idle_timeout);
-    let (read_end, write_end) = tokio::join!(read, write);
+    let ((read_end, _), write_end) = tokio::join!(read, write);
     if read_end == End::Stopped && write_end == End::Done {
         // Closing a socket with unread input makes the kernel send a reset,
         // and a reset can destroy replies the client has not read yet. The
@@ -88,7 +88,7 @@ const LINGER: Duration = Duration::from_secs(1);
 
 /// Why one half of a connection ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum End {
+pub(crate) enum End {
     /// The client closed its side: everything was answered.
     Done,
     /// Shutdown: every complete line received was answered, but the client
@@ -108,26 +108,78 @@ async fn within<F: Future>(limit: Option<Duration>, f: F) -> Option<F::Output> {
     }
 }
 
-/// The reading half: lines into batches into the engine.
-async fn read_requests<R: AsyncRead + Unpin>(
+/// What one stream of lines may carry: a line-protocol connection takes
+/// anything; an HTTP request has a line limit, and `/v1/query` only asks.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Limits {
+    /// Every message is a query; a removal is refused.
+    pub query_only: bool,
+    /// Most messages (non-blank lines) taken; the first line past it is
+    /// answered with an error, and nothing after it is read.
+    pub max_lines: Option<u64>,
+}
+
+/// The reading half: lines into batches into the engine. Returns why it
+/// ended, and the number of the last line read whole.
+pub(crate) async fn read_requests<R: AsyncRead + Unpin>(
     reader: &mut R,
     replies: mpsc::Sender<Vec<u8>>,
     ctx: &Context,
+    shutdown: Shutdown,
+    limits: Limits,
+) -> (End, u64) {
+    let mut lines = LineBuffer::new(ctx.config.max_line_bytes);
+    let end = read_lines(reader, &mut lines, replies, ctx, shutdown, limits).await;
+    (end, lines.line_number)
+}
+
+async fn read_lines<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    lines: &mut LineBuffer,
+    replies: mpsc::Sender<Vec<u8>>,
+    ctx: &Context,
     mut shutdown: Shutdown,
+    limits: Limits,
 ) -> End {
     let config = &ctx.config;
-    let mut lines = LineBuffer::new(config.max_line_bytes);
     let mut eof = false;
     // When the line being received began, and its number.
     let mut line_clock: Option<(Instant, u64)> = None;
+    // Messages taken so far.
+    let mut taken = 0u64;
     loop {
         let mut raw = RawBatch::default();
-        let full = lines.take_lines(&mut raw, config.batch_lines.max(1), config.batch_bytes);
+        let cap = match limits.max_lines {
+            // One more, to learn whether the limit is passed.
+            Some(max) if taken >= max => 1,
+            Some(max) => usize::try_from(max - taken)
+                .unwrap_or(usize::MAX)
+                .min(config.batch_lines.max(1)),
+            None => config.batch_lines.max(1),
+        };
+        let full = lines.take_lines(&mut raw, cap, config.batch_bytes);
         if eof && !full {
             lines.finish(&mut raw);
         }
+        if let Some(max) = limits.max_lines
+            && taken >= max
+            && let Some(first) = raw.lines.first()
+        {
+            let line = match first {
+                RawLine::Content { number, .. } | RawLine::TooLong { number, .. } => *number,
+            };
+            let reason = InvalidReason::Refused(format!(
+                "the request is over the limit of {max} lines: this line and the rest were not read"
+            ));
+            refuse(line, reason, &replies, ctx).await;
+            return End::Done;
+        }
         if !raw.is_empty() {
-            if submit(raw, Instant::now(), &replies, ctx).await.is_err() {
+            taken += raw.len() as u64;
+            if submit(raw, Instant::now(), &replies, ctx, limits)
+                .await
+                .is_err()
+            {
                 return End::Gone;
             }
             continue;
@@ -158,16 +210,7 @@ async fn read_requests<R: AsyncRead + Unpin>(
             () = sleep_until(line_deadline) => {
                 let limit = config.line_timeout.unwrap_or_default();
                 tracing::debug!(line = number, "line timeout: closing the connection");
-                // The error goes the way of every reply, through the owner,
-                // so that it comes after the replies to the lines before.
-                let mut batch = PreparedBatch::default();
-                batch.items.push(Item::Invalid(InvalidLine {
-                    line: number,
-                    reason: InvalidReason::LineTimeout { limit },
-                }));
-                if let Ok(reply) = replies.clone().reserve_owned().await {
-                    let _ = send(batch, reply, Instant::now(), ctx).await;
-                }
+                refuse(number, InvalidReason::LineTimeout { limit }, &replies, ctx).await;
                 return End::TimedOut;
             }
             read = within(config.idle_timeout, reader.read_buf(&mut lines.buf)) => read,
@@ -189,6 +232,23 @@ async fn read_requests<R: AsyncRead + Unpin>(
     }
 }
 
+/// Answers line `line` with an error, after the replies to the lines
+/// before it: the error goes the way of every reply, through the owner.
+pub(crate) async fn refuse(
+    line: u64,
+    reason: InvalidReason,
+    replies: &mpsc::Sender<Vec<u8>>,
+    ctx: &Context,
+) {
+    let mut batch = PreparedBatch::default();
+    batch
+        .items
+        .push(Item::Invalid(InvalidLine { line, reason }));
+    if let Ok(reply) = replies.clone().reserve_owned().await {
+        let _ = send(batch, reply, Instant::now(), ctx).await;
+    }
+}
+
 /// Completes at `deadline`, or never when there is none.
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
@@ -204,13 +264,17 @@ async fn submit(
     received: Instant,
     replies: &mpsc::Sender<Vec<u8>>,
     ctx: &Context,
+    limits: Limits,
 ) -> Result<(), ()> {
     let reply = replies.clone().reserve_owned().await.map_err(|_| ())?;
+    let query_only = limits.query_only;
     let batch = if raw.bytes.len() <= INLINE_PREPARE_BYTES {
-        prepare(&ctx.preparer, &ctx.decoder, raw)
+        prepare(&ctx.preparer, &ctx.decoder, raw, query_only)
     } else {
         let (preparer, decoder) = (Arc::clone(&ctx.preparer), Arc::clone(&ctx.decoder));
-        match tokio::task::spawn_blocking(move || prepare(&preparer, &decoder, raw)).await {
+        match tokio::task::spawn_blocking(move || prepare(&preparer, &decoder, raw, query_only))
+            .await
+        {
             Ok(batch) => batch,
             Err(e) => {
                 tracing::error!(error = %e, "preparing a batch failed");
@@ -243,9 +307,28 @@ fn prepare(
     preparer: &crate::engine::Preparer,
     decoder: &crate::wire::record::Decoder,
     raw: RawBatch,
+    query_only: bool,
 ) -> batch::PreparedBatch {
     let mut batch = batch::prepare(preparer, decoder, raw, None);
     op::apply(&mut batch, decoder);
+    if query_only {
+        for item in &mut batch.items {
+            let Item::Message(message) = item else {
+                continue;
+            };
+            match message.op {
+                Op::Check | Op::Query => message.op = Op::Query,
+                Op::Remove => {
+                    *item = Item::Invalid(InvalidLine {
+                        line: message.number,
+                        reason: InvalidReason::Refused(
+                            "a removal sent to /v1/query (which only asks): send it to /v1/check, or DELETE /v1/messages/{id}".into(),
+                        ),
+                    });
+                }
+            }
+        }
+    }
     batch
 }
 

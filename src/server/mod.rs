@@ -40,6 +40,7 @@
 
 pub mod admin;
 pub mod connection;
+pub mod http;
 pub mod op;
 mod owner;
 
@@ -140,6 +141,8 @@ pub struct ServerConfig {
     pub reply_queue: usize,
     /// Batches queued for the engine's owner.
     pub engine_queue: usize,
+    /// The HTTP door's limits (`--listen-http`).
+    pub http: http::HttpConfig,
 }
 
 impl Default for ServerConfig {
@@ -158,6 +161,7 @@ impl Default for ServerConfig {
             batch_bytes: DEFAULT_BATCH_BYTES,
             reply_queue: DEFAULT_REPLY_QUEUE,
             engine_queue: DEFAULT_ENGINE_QUEUE,
+            http: http::HttpConfig::default(),
         }
     }
 }
@@ -324,6 +328,8 @@ pub struct Listeners {
     pub data: Vec<Listener>,
     /// The admin HTTP endpoint, if any.
     pub admin: Option<TcpListener>,
+    /// The HTTP door to the index (see [`http`]), if any.
+    pub http: Option<TcpListener>,
 }
 
 /// Shared by every connection. The engine queue closes when the last copy
@@ -460,7 +466,11 @@ where
         config,
     });
     let (notify_shutdown, _) = broadcast::channel::<()>(1);
-    let Listeners { data, admin } = listeners;
+    let Listeners {
+        data,
+        admin,
+        http: http_listener,
+    } = listeners;
     for listener in &data {
         tracing::info!(address = %listener.local_addr(), "listening");
     }
@@ -470,6 +480,22 @@ where
         }
         let shutdown = Shutdown::new(notify_shutdown.subscribe());
         tokio::spawn(admin::serve(listener, Arc::clone(&metrics), shutdown))
+    });
+    let http = http_listener.map(|listener| {
+        if let Ok(addr) = listener.local_addr() {
+            tracing::info!(http = %addr, "HTTP listening");
+            if !addr.ip().is_loopback() {
+                tracing::warn!(
+                    address = %addr,
+                    "serving HTTP beyond loopback: the service has no authentication"
+                );
+            }
+        }
+        tokio::spawn(http::serve(
+            listener,
+            Arc::clone(&ctx),
+            notify_shutdown.subscribe(),
+        ))
     });
     let saver = match (&ctx.config.state, ctx.config.snapshot_interval) {
         (Some(path), Some(interval)) => Some(tokio::spawn(save_periodically(
@@ -511,9 +537,20 @@ where
     }
 
     // Stop accepting (and remove Unix socket files), then tell everyone.
+    let drain_timeout = ctx.config.drain_timeout;
     drop(data);
     drop(notify_shutdown);
     drop(ctx);
+    if let Some(mut http) = http {
+        // Its requests are dropped after the drain timeout; a response a
+        // client does not read is given a moment more, then dropped too.
+        let grace = drain_timeout + Duration::from_secs(1);
+        if tokio::time::timeout(grace, &mut http).await.is_err() {
+            tracing::warn!("HTTP connections did not finish within the drain timeout: dropped");
+            http.abort();
+            let _ = http.await;
+        }
+    }
     if let Some(saver) = saver {
         let _ = saver.await;
     }

@@ -155,6 +155,8 @@ fn decide<S: IndexStore>(
     // [check new, check duplicate, query new, query duplicate, invalid,
     // remove unknown, remove held]
     let mut counts = [0u64; 7];
+    // For the live page: (cluster, id) of each duplicate checked.
+    let mut clusters = Vec::new();
     for item in &batch.items {
         match item {
             Item::Invalid(invalid) => {
@@ -173,6 +175,9 @@ fn decide<S: IndexStore>(
                     _ => usize::from(verdict.is_duplicate()),
                 };
                 counts[slot] += 1;
+                if let (Op::Check, Verdict::Duplicate(m)) = (message.op, verdict) {
+                    clusters.push((&m.cluster, &message.id));
+                }
                 if verdict.is_repeat() {
                     metrics.repeats.fetch_add(1, Ordering::Relaxed);
                 }
@@ -185,6 +190,9 @@ fn decide<S: IndexStore>(
                 }
             }
         }
+    }
+    if !clusters.is_empty() {
+        metrics.live.note(clusters);
     }
     for (counter, n) in [
         &metrics.checks_new,

@@ -53,6 +53,8 @@ pub enum OutputKind {
     TuneCsv,
     /// `tune`'s table as JSON (`--json`).
     TuneJson,
+    /// `report`'s HTML page (`report -o`).
+    Report,
 }
 
 impl OutputKind {
@@ -65,6 +67,7 @@ impl OutputKind {
             OutputKind::Rejects => "--rejects",
             OutputKind::TuneCsv => "--csv",
             OutputKind::TuneJson => "--json",
+            OutputKind::Report => "--output",
         }
     }
 }
@@ -226,6 +229,10 @@ pub fn check_spelt(
             OutputKind::TuneCsv => head(path).starts_with(crate::tune::CSV_HEADER.as_bytes()),
             OutputKind::TuneJson => serde_json::from_slice::<serde_json::Value>(&head(path))
                 .is_ok_and(|v| v.get("points").is_some_and(|p| p.is_array())),
+            OutputKind::Report => {
+                memchr::memmem::find(&head(path), crate::report_html::GENERATOR.as_bytes())
+                    .is_some()
+            }
         };
         if !ours {
             return Err(match kind {
@@ -254,6 +261,10 @@ pub fn check_spelt(
                 }
                 OutputKind::TuneJson => not_ours(
                     "a tune table (JSON with \"points\")",
+                    "name a new file, or remove it first",
+                ),
+                OutputKind::Report => not_ours(
+                    "a report written by dedup-stream report",
                     "name a new file, or remove it first",
                 ),
             });

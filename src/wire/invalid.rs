@@ -53,6 +53,10 @@ pub enum InvalidReason {
         /// The limit in force.
         limit: std::time::Duration,
     },
+    /// A line of an HTTP request (server only) that the request may not
+    /// carry: past its limits, or a removal sent to `/v1/query`.
+    #[error("{0}")]
+    Refused(String),
 }
 
 /// An invalid input line: where, and why.

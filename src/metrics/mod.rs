@@ -8,6 +8,8 @@
 //! are relaxed atomic additions, once per batch where possible, so counting
 //! costs nothing next to deciding.
 
+pub mod live;
+
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -138,6 +140,8 @@ pub struct Metrics {
     /// partition (records skipped by the broker), sought back and read
     /// again.
     pub queue_gaps: AtomicU64,
+    /// What the live page (`GET /` on the admin port) keeps between loads.
+    pub live: live::Live,
 }
 
 /// Appends one metric family header.

@@ -16,8 +16,9 @@
 //!   input stream's creation time in nanoseconds and the input's stream
 //!   sequence: unique across durables and across a stream deleted and made
 //!   again), every publish acknowledgement is awaited (the output is
-//!   stored), and only then is the input acknowledged with a double ack
-//!   (`AckSync`: the server confirms it). A worker that dies between the
+//!   stored), and only then are the inputs acknowledged: plain acks and
+//!   a double ack of the batch's last (`AckSync`: the server confirms it,
+//!   after the acks before it on the connection). A worker that dies between the
 //!   two leaves the input pending; it is delivered again after `ack_wait`,
 //!   the index answers it from its memo (its first verdict: the message is
 //!   never "a duplicate of itself"), and the republish, byte for byte the

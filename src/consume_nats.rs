@@ -16,8 +16,9 @@
 //!   input stream's creation time in nanoseconds and the input's stream
 //!   sequence: unique across durables and across a stream deleted and made
 //!   again), every publish acknowledgement is awaited (the output is
-//!   stored), and only then is the input acknowledged with a double ack
-//!   (`AckSync`: the server confirms it). A worker that dies between the
+//!   stored), and only then are the inputs acknowledged: plain acks and
+//!   a double ack of the batch's last (`AckSync`: the server confirms it,
+//!   after the acks before it on the connection). A worker that dies between the
 //!   two leaves the input pending; it is delivered again after `ack_wait`,
 //!   the index answers it from its memo (its first verdict: the message is
 //!   never "a duplicate of itself"), and the republish, byte for byte the
@@ -1183,7 +1184,16 @@ impl<S: IndexStore + ?Sized> Worker<'_, S> {
         }
 
         // The outputs are stored: now the inputs may go.
-        let mut left: Vec<usize> = (0..messages.len()).collect();
+        let mut left: Vec<usize> = if self.acknowledge_at_once(&messages, &terminate).await {
+            let n = messages.len() as u64;
+            self.summary.acked += n;
+            self.metrics.queue_acked.fetch_add(n, Ordering::Relaxed);
+            let forget: Vec<&[u8]> = tokens.iter().map(String::as_bytes).collect();
+            self.store.forget(&forget);
+            Vec::new()
+        } else {
+            (0..messages.len()).collect()
+        };
         let mut tries = 0;
         while !left.is_empty() {
             tries += 1;
@@ -1229,6 +1239,44 @@ impl<S: IndexStore + ?Sized> Worker<'_, S> {
             }
         }
         Ok(())
+    }
+
+    /// Acknowledges a batch with one request-reply: every message but the
+    /// last with a plain ack (or `AckTerm`), the last with a double ack.
+    /// The server takes a consumer's acknowledgements in the order they
+    /// come on a connection, so the last one's reply says every one before
+    /// it was taken, if they all went over one connection: the client's
+    /// count of connections must not change from the first to the reply.
+    /// `false`: not known; each is then acknowledged with its own reply.
+    /// (A double ack makes a subscription of its own: one a batch, not one
+    /// a message.)
+    async fn acknowledge_at_once(
+        &self,
+        messages: &[jetstream::Message],
+        terminate: &[bool],
+    ) -> bool {
+        let Some((last, rest)) = messages.split_last() else {
+            return true;
+        };
+        let kind = |terminated: bool| {
+            if terminated {
+                AckKind::Term
+            } else {
+                AckKind::Ack
+            }
+        };
+        let statistics = self.js.client().statistics();
+        let connects = statistics.connects.load(Ordering::Relaxed);
+        for (message, &terminated) in rest.iter().zip(terminate) {
+            if message.ack_with(kind(terminated)).await.is_err() {
+                return false;
+            }
+        }
+        let replied = last
+            .double_ack_with(kind(terminate[rest.len()]))
+            .await
+            .is_ok();
+        replied && statistics.connects.load(Ordering::Relaxed) == connects
     }
 
     /// Publishes `publishes` until each is stored, retrying with backoff

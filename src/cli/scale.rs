@@ -345,6 +345,23 @@ impl Worker {
         Ok(result)
     }
 
+    /// Runs `run` on the worker's index: in memory (see
+    /// [`Worker::in_memory`]) or in Redis, its tokens under `scope`.
+    fn on_store<T>(
+        &self,
+        args: &ConsumeArgs,
+        location: &IndexLocation,
+        scope: String,
+        run: impl FnOnce(&mut dyn IndexStore) -> T,
+    ) -> Result<T, Exit> {
+        match location {
+            IndexLocation::Memory => self.in_memory(args, |store| run(store)),
+            location => self
+                .open_index(args, location, scope)
+                .map(|mut store| run(&mut store)),
+        }
+    }
+
     /// Stops the runtime, reports the store's work and the run's summary,
     /// and ends as `ending` says for an error.
     fn finish<S: std::fmt::Display, E: std::fmt::Display>(
@@ -440,18 +457,12 @@ fn consume_nats(args: &ConsumeArgs) -> Exit {
         }
     };
     let (preparer, stop, metrics) = (&worker.preparer, &worker.stop, &worker.metrics);
-    let run = |store: &mut dyn IndexStore| {
+    let scope = consume_nats::token_scope(&config);
+    let result = match worker.on_store(args, &index_location, scope, |store| {
         worker.runtime.block_on(consume_nats::run(
             client, &config, preparer, store, stop, metrics,
         ))
-    };
-    let result = match &index_location {
-        IndexLocation::Memory => worker.in_memory(args, |store| run(store)),
-        location => worker
-            .open_index(args, location, consume_nats::token_scope(&config))
-            .map(|mut store| run(&mut store)),
-    };
-    let result = match result {
+    }) {
         Ok(result) => result,
         Err(exit) => return exit,
     };
@@ -482,16 +493,10 @@ fn consume_kafka(args: &ConsumeArgs) -> Exit {
         "consuming"
     );
     let (preparer, stop, metrics) = (&worker.preparer, &worker.stop, &worker.metrics);
-    let run = |store: &mut dyn IndexStore| {
+    let scope = consume_kafka::token_scope(&config);
+    let result = match worker.on_store(args, &index_location, scope, |store| {
         consume_kafka::run(&brokers, &config, preparer, store, stop, metrics)
-    };
-    let result = match &index_location {
-        IndexLocation::Memory => worker.in_memory(args, |store| run(store)),
-        location => worker
-            .open_index(args, location, consume_kafka::token_scope(&config))
-            .map(|mut store| run(&mut store)),
-    };
-    let result = match result {
+    }) {
         Ok(result) => result,
         Err(exit) => return exit,
     };

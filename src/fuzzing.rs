@@ -64,7 +64,7 @@ pub struct StreamEntry {
 /// Reads an entry of an `XREADGROUP` or `XAUTOCLAIM` reply, the message
 /// being in `field`.
 pub fn stream_entry(item: RespValue, field: &str) -> Option<StreamEntry> {
-    let entry = crate::consume::parse_entry(item, field)?;
+    let entry = crate::queue::redis_streams::parse_entry(item, field)?;
     Some(StreamEntry {
         id: entry.id,
         message: entry.message,

@@ -50,10 +50,9 @@
 //! - [`redis_index`]: the index kept in Redis, shared by a fleet of
 //!   workers, behind the same [`engine::IndexStore`] trait as the in-memory
 //!   one.
-//! - [`queue`]: the pipelined runtime a queue worker runs on, with its
-//!   broker behind an adapter; [`consume`] (Redis Streams),
-//!   [`consume_nats`] (NATS JetStream) and [`consume_kafka`] (Kafka) are
-//!   the workers, [`queue_batch`] and [`broker`] what they share.
+//! - [`queue`]: the pipelined runtime a queue worker runs on, with one
+//!   file per broker: [`queue::redis_streams`], [`queue::nats`] and
+//!   [`queue::kafka`].
 //!
 //! The binary (`src/main.rs`, with its parts in `src/cli/`) parses the
 //! command line, sets up logging and signals, and calls into this library.
@@ -63,11 +62,7 @@
 
 #![deny(missing_docs)]
 
-pub mod broker;
 pub mod compare;
-pub mod consume;
-pub mod consume_kafka;
-pub mod consume_nats;
 pub mod engine;
 pub mod error;
 pub mod forget;
@@ -76,7 +71,6 @@ pub mod fuzzing;
 pub mod metrics;
 pub mod pipeline;
 pub mod queue;
-pub mod queue_batch;
 pub mod redis_index;
 pub mod report_html;
 pub mod server;
@@ -90,6 +84,11 @@ pub mod wire;
 pub use engine::config;
 #[doc(hidden)]
 pub use pipeline::{report, stats, stream};
+#[doc(hidden)]
+pub use queue::{
+    batch as queue_batch, broker, kafka as consume_kafka, nats as consume_nats,
+    redis_streams as consume,
+};
 #[doc(hidden)]
 pub use state::{journal, output, snapshot};
 #[doc(hidden)]

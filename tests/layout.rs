@@ -30,9 +30,17 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("forget", &["forget"]),
     ("server", &["server"]),
     ("redis_index", &["redis_index"]),
-    ("queue_batch", &["queue_batch", "broker"]),
-    ("queue", &["queue"]),
-    ("workers", &["consume", "consume_nats", "consume_kafka"]),
+    (
+        "queue",
+        &[
+            "queue",
+            "queue_batch",
+            "broker",
+            "consume",
+            "consume_nats",
+            "consume_kafka",
+        ],
+    ),
     ("fuzzing", &["fuzzing"]),
 ];
 

@@ -545,7 +545,7 @@ fn workers_started_together_all_set_up_the_streams_and_consumer_they_share() {
     // this process, so that their requests reach the server together, and
     // are told to stop before they start: each sets up, then returns.
     // Before the fix, one round in 30 to 60 lost a worker.
-    use dedup_stream::consume_nats::{self, NatsConfig};
+    use dedup_stream::queue::nats::{self, NatsConfig};
     use dedup_stream::{Deduper, EngineConfig, Preparer};
     use std::sync::atomic::AtomicBool;
 
@@ -560,7 +560,7 @@ fn workers_started_together_all_set_up_the_streams_and_consumer_they_share() {
     let preparer = Preparer::new(&engine);
     let metrics = std::sync::Arc::new(dedup_stream::metrics::Metrics::default());
     let stop = AtomicBool::new(true);
-    let nats = consume_nats::NatsServer {
+    let nats = nats::NatsServer {
         url: server.url(),
         creds: None,
         ca: None,
@@ -584,15 +584,15 @@ fn workers_started_together_all_set_up_the_streams_and_consumer_they_share() {
         let results = runtime.block_on(async {
             let mut clients = Vec::new();
             for _ in 0..4 {
-                clients.push(consume_nats::connect(&nats).await.expect("connected"));
+                clients.push(nats::connect(&nats).await.expect("connected"));
             }
             futures::future::join_all(clients.into_iter().map(|client| {
                 let (config, preparer, stop, metrics) = (&config, &preparer, &stop, &metrics);
                 let engine = &engine;
                 async move {
                     let deduper = Deduper::new(engine.clone()).expect("an engine");
-                    let mut store = consume_nats::Memo::new(deduper);
-                    consume_nats::run(client, config, preparer, &mut store, stop, metrics).await
+                    let mut store = nats::Memo::new(deduper);
+                    nats::run(client, config, preparer, &mut store, stop, metrics).await
                 }
             }))
             .await

@@ -8,9 +8,6 @@ use std::time::Duration;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 
-use dedup_stream::consume::{self, ConsumeConfig, Output};
-use dedup_stream::consume_kafka::{KafkaBrokers, KafkaConfig};
-use dedup_stream::consume_nats::{NatsConfig, NatsServer};
 use dedup_stream::engine::config::{
     DEFAULT_CAPACITY, DEFAULT_EMPTY_TEXT, DEFAULT_MAX_BUCKET, DEFAULT_MEASURE, DEFAULT_RECENT,
     DEFAULT_SAMPLE, DEFAULT_SHINGLE, DEFAULT_THRESHOLD, EmptyText, EngineConfig, Measure, Sampling,
@@ -18,6 +15,9 @@ use dedup_stream::engine::config::{
 };
 use dedup_stream::pipeline::{self, Emit, OnInvalid, PipelineConfig, Repeats};
 use dedup_stream::queue;
+use dedup_stream::queue::kafka::{KafkaBrokers, KafkaConfig};
+use dedup_stream::queue::nats::{NatsConfig, NatsServer};
+use dedup_stream::queue::redis_streams::{self, ConsumeConfig, Output};
 use dedup_stream::redis_index::{DEFAULT_INDEX_NAME, IndexLocation};
 use dedup_stream::server::{self, ListenAddr, Reply, ServerConfig};
 use dedup_stream::state::journal::Fsync;
@@ -310,7 +310,7 @@ pub struct ConsumeArgs {
     pub output: Option<String>,
 
     /// The entry field that holds the message's JSON (in and out).
-    #[arg(long, value_name = "NAME", default_value = consume::DEFAULT_FIELD, conflicts_with_all = ["nats", "kafka"])]
+    #[arg(long, value_name = "NAME", default_value = redis_streams::DEFAULT_FIELD, conflicts_with_all = ["nats", "kafka"])]
     pub field: String,
 
     /// The stream malformed entries are sent to (default: OUTPUT:invalid,
@@ -344,7 +344,7 @@ pub struct ConsumeArgs {
     pub forget_idle_consumers: Duration,
 
     /// Entries read at a time.
-    #[arg(long, default_value_t = consume::DEFAULT_BATCH, value_name = "N")]
+    #[arg(long, default_value_t = redis_streams::DEFAULT_BATCH, value_name = "N")]
     pub batch: usize,
 
     /// Batches written and not yet acknowledged (or committed), at most.

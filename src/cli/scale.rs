@@ -8,12 +8,12 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use dedup_stream::engine::{IndexStore, Preparer};
 use dedup_stream::metrics::Metrics;
+use dedup_stream::queue::{self, kafka, nats, redis_streams};
 use dedup_stream::redis_index::{IndexLocation, Link, RedisIndex, RedisOptions, admin};
 use dedup_stream::server;
 use dedup_stream::state::output::OutputKind;
 use dedup_stream::state::{output, snapshot};
 use dedup_stream::{Deduper, EngineConfig, Error, StoreError};
-use dedup_stream::{consume, consume_kafka, consume_nats, queue};
 
 use crate::cli::args::{
     ConsumeArgs, ForgetArgs, IndexAction, IndexAdminArgs, IndexArgs, StateArgs,
@@ -161,8 +161,8 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
         Err(e) => return usage(e),
     };
     let lines: Option<Box<dyn io::Write + Send>> = match config.output {
-        consume::Output::Lines => Some(unbuffered_stdout()),
-        consume::Output::Stream(_) => None,
+        redis_streams::Output::Lines => Some(unbuffered_stdout()),
+        redis_streams::Output::Stream(_) => None,
     };
     tracing::info!(
         stream = %config.stream,
@@ -176,7 +176,7 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
         IndexLocation::Memory => Deduper::new(worker.engine.clone())
             .map_err(Error::Config)
             .and_then(|mut deduper| {
-                consume::run(
+                redis_streams::run(
                     &config,
                     preparer,
                     &mut deduper,
@@ -203,7 +203,7 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
                      or write to an output stream (docs/scaling.md)"
                 );
             }
-            consume::run(
+            redis_streams::run(
                 &config, preparer, &mut store, &mut link, lines, stop, metrics,
             )
         }
@@ -220,7 +220,7 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
 
 /// Stdout with no buffer of ours between the worker's writes and the
 /// descriptor, so that each write of whole lines is one `write(2)` (see
-/// `consume::run`): a copy of the descriptor. Where it cannot be copied,
+/// `redis_streams::run`): a copy of the descriptor. Where it cannot be copied,
 /// the standard handle (line-buffered, which writes whole lines too).
 fn unbuffered_stdout() -> Box<dyn io::Write + Send> {
     #[cfg(unix)]
@@ -448,27 +448,27 @@ fn consume_nats(args: &ConsumeArgs) -> Exit {
         index = %index_location,
         "consuming"
     );
-    let client = match worker.runtime.block_on(consume_nats::connect(&server)) {
+    let client = match worker.runtime.block_on(nats::connect(&server)) {
         Ok(client) => client,
-        Err(e @ consume_nats::NatsError::Location { .. }) => return usage(e),
+        Err(e @ nats::NatsError::Location { .. }) => return usage(e),
         Err(e) => {
             eprintln!("dedup-stream: {e}");
             return Exit::Failure;
         }
     };
     let (preparer, stop, metrics) = (&worker.preparer, &worker.stop, &worker.metrics);
-    let scope = consume_nats::token_scope(&config);
+    let scope = nats::token_scope(&config);
     let result = match worker.on_store(args, &index_location, scope, |store| {
-        worker.runtime.block_on(consume_nats::run(
-            client, &config, preparer, store, stop, metrics,
-        ))
+        worker
+            .runtime
+            .block_on(nats::run(client, &config, preparer, store, stop, metrics))
     }) {
         Ok(result) => result,
         Err(exit) => return exit,
     };
     worker.finish(args, result, |e| match e {
         // Nothing is lost: what was not acknowledged is delivered again.
-        consume_nats::NatsError::Unavailable(_) => {
+        nats::NatsError::Unavailable(_) => {
             Ending::Stopped("unacknowledged messages will be delivered again")
         }
         _ => Ending::Failure,
@@ -493,19 +493,19 @@ fn consume_kafka(args: &ConsumeArgs) -> Exit {
         "consuming"
     );
     let (preparer, stop, metrics) = (&worker.preparer, &worker.stop, &worker.metrics);
-    let scope = consume_kafka::token_scope(&config);
+    let scope = kafka::token_scope(&config);
     let result = match worker.on_store(args, &index_location, scope, |store| {
-        consume_kafka::run(&brokers, &config, preparer, store, stop, metrics)
+        kafka::run(&brokers, &config, preparer, store, stop, metrics)
     }) {
         Ok(result) => result,
         Err(exit) => return exit,
     };
     worker.finish(args, result, |e| match e {
         // Nothing is lost: what was not committed is read again.
-        consume_kafka::KafkaError::Unavailable(_) => {
+        kafka::KafkaError::Unavailable(_) => {
             Ending::Stopped("uncommitted records will be read again")
         }
-        consume_kafka::KafkaError::Settings(_) => Ending::Usage,
+        kafka::KafkaError::Settings(_) => Ending::Usage,
         _ => Ending::Failure,
     })
 }

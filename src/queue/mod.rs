@@ -9,7 +9,7 @@
 //! ```
 //!
 //! The runtime fetches a batch, prepares and decides it in one call to the
-//! store ([`queue_batch::decide`], so the store has one owner and batches
+//! store ([`batch::decide`], so the store has one owner and batches
 //! are decided in the order they were fetched), and hands the outputs to
 //! the broker without waiting for them to be stored. It then fetches the
 //! next batch while the broker stores the earlier ones. Once `in_flight`
@@ -34,8 +34,22 @@
 //! its first verdict when it comes again. A stop request finishes every
 //! batch in flight, then [`Adapter::finish`] waits for the
 //! acknowledgements still under way.
+//!
+//! The folder holds the runtime and one file per broker:
+//! [`redis_streams`] (`consume --redis`), [`nats`] (`consume --nats`) and
+//! [`kafka`] (`consume --kafka`), with what they share: [`batch`] (a
+//! fetched batch made lines, decided, each payload's outcome) and
+//! [`broker`] (size limits and outage reports at the broker's door). It
+//! may import every layer below it (the engine, the wire format, the state
+//! files, the pipeline's pieces, the index in Redis, the metrics); only the
+//! binary imports it.
 
+pub mod batch;
+pub mod broker;
+pub mod kafka;
 mod memo;
+pub mod nats;
+pub mod redis_streams;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,8 +58,8 @@ use std::time::{Duration, Instant};
 use crate::engine::{IndexStore, Preparer};
 use crate::error::StoreError;
 use crate::metrics::Metrics;
-use crate::queue_batch::{self, DecidedBatch, Tally};
 use crate::wire::record::Decoder;
+use batch::{DecidedBatch, Tally};
 
 pub use memo::Memo;
 
@@ -257,7 +271,7 @@ impl<A: Adapter, S: IndexStore + ?Sized> Runtime<'_, '_, A, S> {
         let (decided, tally) = if self.settings.relay {
             (DecidedBatch::undecided(), Tally::default())
         } else {
-            queue_batch::decide(
+            batch::decide(
                 (self.engine.preparer, self.engine.decoder),
                 &mut *self.engine.store,
                 &payloads,
@@ -311,7 +325,7 @@ mod tests {
     use super::*;
     use crate::engine::Deduper;
     use crate::engine::config::EngineConfig;
-    use crate::queue_batch::Payload;
+    use crate::queue::batch::Payload;
     use crate::wire::record::FieldSpec;
 
     /// What the double saw, in order.

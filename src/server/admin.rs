@@ -1,5 +1,5 @@
 //! The admin endpoint: a tiny HTTP/1.1 responder for `GET /healthz`,
-//! `GET /metrics` and the live page, `GET /` ([`super::live`]).
+//! `GET /metrics` and the live page, `GET /` ([`crate::metrics::live`]).
 //!
 //! Two routes and no request bodies do not need a web framework: each
 //! connection gets one response and is closed (`Connection: close`). The

@@ -115,7 +115,7 @@ impl Client {
     pub fn connect(url: &str) -> Client {
         let runtime = tokio::runtime::Runtime::new().expect("a runtime");
         // The client does not log in with credentials in the URL.
-        let (url, auth) = dedup_stream::consume_nats::split_auth(url);
+        let (url, auth) = dedup_stream::queue::nats::split_auth(url);
         let mut options = async_nats::ConnectOptions::new().retry_on_initial_connect();
         if let Some((user, Some(password))) = auth {
             options = options.user_and_password(user, password);

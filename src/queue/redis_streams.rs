@@ -57,8 +57,8 @@ use crate::engine::{IndexStore, Preparer};
 use crate::error::{Error, InvalidReason, StoreError};
 use crate::metrics::Metrics;
 use crate::pipeline::Emit;
+use crate::queue::batch::{DecidedBatch, Payload, Tally};
 use crate::queue::{self, Settled};
-use crate::queue_batch::{DecidedBatch, Payload, Tally};
 use crate::redis_index::{Link, RetryError};
 use crate::wire::record::{Decoder, FieldSpec};
 

@@ -85,13 +85,13 @@ use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, Prod
 use rdkafka::statistics::Statistics;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
-use crate::broker::{self, Outage};
 use crate::engine::{IndexStore, Preparer};
 use crate::error::{InvalidReason, StoreError};
 use crate::metrics::Metrics;
 use crate::pipeline::Emit;
+use crate::queue::batch::{DecidedBatch, Payload, Tally};
+use crate::queue::broker::{self, Outage};
 use crate::queue::{self, Settled};
-use crate::queue_batch::{DecidedBatch, Payload, Tally};
 use crate::wire::record::{Decoder, FieldSpec, MessageId};
 
 /// Default records gathered at a time.

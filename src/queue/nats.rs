@@ -62,13 +62,13 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, AckKind, consumer::pull, message::PublishMessage, stream};
 use futures::StreamExt;
 
-use crate::broker::{self, Outage};
 use crate::engine::{IndexStore, Preparer};
 use crate::error::{InvalidReason, StoreError};
 use crate::metrics::Metrics;
 use crate::pipeline::Emit;
 pub use crate::queue::Memo;
-use crate::queue_batch::{self, Payload};
+use crate::queue::batch::{self, Payload};
+use crate::queue::broker::{self, Outage};
 use crate::wire::record::{Decoder, FieldSpec};
 
 /// Default time the server waits for a delivered message's acknowledgement
@@ -1060,7 +1060,7 @@ impl<S: IndexStore + ?Sized> Worker<'_, S> {
     fn decide(&mut self, payloads: &[&[u8]], tokens: &[String]) -> Result<Vec<Outcome>, NatsError> {
         let payloads: Vec<Option<&[u8]>> = payloads.iter().copied().map(Some).collect();
         let tokens: Vec<&[u8]> = tokens.iter().map(String::as_bytes).collect();
-        let (decided, tally) = queue_batch::decide(
+        let (decided, tally) = batch::decide(
             (self.preparer, &self.decoder),
             &mut *self.store,
             &payloads,

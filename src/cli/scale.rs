@@ -674,7 +674,7 @@ fn forget(args: &ForgetArgs) -> Exit {
             }
             let preparer = Preparer::new(&engine);
             let (mut deduper, mut journal) =
-                match crate::load_with_journal(&state, engine, &preparer, &fields) {
+                match crate::cli::serve::load_with_journal(&state, engine, &preparer, &fields) {
                     Ok(loaded) => loaded,
                     Err(exit) => return exit,
                 };

@@ -12,7 +12,7 @@
 //!   each non-blank line with one line, in order, streamed as decided: the
 //!   bytes a line-protocol connection would receive for the same lines
 //!   (`/v1/query` asks every line as `"dedup_op":"query"` does). The lines
-//!   go through [`super::connection::read_requests`], so the decision, the
+//!   go through the line protocol's reading half (`connection::read_requests`), so the decision, the
 //!   error lines and their numbering are the line protocol's. A body sent
 //!   as `Content-Type: application/json` is a JSON array of messages,
 //!   answered by a JSON array of the replies.

@@ -499,3 +499,35 @@ fn python_clients() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+#[test]
+fn shutdown_answers_what_an_open_request_sent() {
+    let (served, _, http) = start(&["--drain-timeout", "5s"]);
+    let host = http.trim_start_matches("http://");
+    let mut open = TcpStream::connect(host).unwrap();
+    write!(
+        open,
+        "POST /v1/check HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    .unwrap();
+    let lines = "{\"id_str\":\"1\",\"text\":\"Flooding closes the coastal highway tonight\"}\n\
+                 {\"id_str\":\"2\",\"text\":\"RT @news: Flooding closes the coastal highway tonight\"}\n";
+    write!(open, "{:x}\r\n{lines}\r\n", lines.len()).unwrap();
+    open.flush().unwrap();
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while got.windows(9).filter(|w| w == b"\"status\":").count() < 2 {
+        let n = open.read(&mut chunk).unwrap();
+        assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&chunk[..n]);
+    }
+    // The request is still open when the server is told to stop: it is
+    // ended cleanly (the chunked body's last chunk), and the server exits 0.
+    served.signal("TERM");
+    open.read_to_end(&mut got).unwrap();
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.ends_with("0\r\n\r\n"), "{text}");
+    assert!(text.contains(r#""status":"duplicate""#));
+    let (status, log) = served.wait();
+    assert!(status.success(), "{log:#?}");
+}

@@ -339,6 +339,16 @@ fn limits_are_answered_413_503_or_in_place() {
             .unwrap()
             .contains("the limit is 1")
     );
+    // Both refusals are counted, and the requests taken.
+    let metrics = curl(&[&format!("{http}/metrics")], None).text();
+    assert!(
+        metrics.contains("dedup_http_rejected_total 2\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("dedup_http_requests_total 4\n"),
+        "{metrics}"
+    );
     drop(open);
 }
 

@@ -203,6 +203,10 @@ async fn query(State(http): State<Arc<Http>>, headers: HeaderMap, body: Body) ->
 
 /// `503` with `Retry-After`: every request slot is taken.
 fn busy(http: &Http) -> Response {
+    http.ctx
+        .metrics
+        .http_rejected
+        .fetch_add(1, Ordering::Relaxed);
     let mut response = error(
         StatusCode::SERVICE_UNAVAILABLE,
         &format!(
@@ -217,14 +221,23 @@ fn busy(http: &Http) -> Response {
     response
 }
 
-fn too_large(what: &str) -> Response {
+fn too_large(http: &Http, what: &str) -> Response {
+    http.ctx
+        .metrics
+        .http_rejected
+        .fetch_add(1, Ordering::Relaxed);
     error(StatusCode::PAYLOAD_TOO_LARGE, what)
 }
 
 /// A request's place among the concurrent ones; `None` when every place
 /// is taken.
 fn admit(http: &Http) -> Option<OwnedSemaphorePermit> {
-    Arc::clone(&http.requests).try_acquire_owned().ok()
+    let permit = Arc::clone(&http.requests).try_acquire_owned().ok()?;
+    http.ctx
+        .metrics
+        .http_requests
+        .fetch_add(1, Ordering::Relaxed);
+    Some(permit)
 }
 
 /// `/v1/check` and `/v1/query`.
@@ -238,7 +251,10 @@ async fn lines(http: Arc<Http>, headers: &HeaderMap, body: Body, query_only: boo
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max_body as u64) {
-        return too_large(&format!("the body is over the limit of {max_body} bytes"));
+        return too_large(
+            &http,
+            &format!("the body is over the limit of {max_body} bytes"),
+        );
     }
     let limits = Limits {
         query_only,
@@ -355,7 +371,10 @@ async fn json_array(
             return error(StatusCode::BAD_REQUEST, "reading the body failed");
         };
         if bytes.len() + chunk.len() > max_body {
-            return too_large(&format!("the body is over the limit of {max_body} bytes"));
+            return too_large(
+                &http,
+                &format!("the body is over the limit of {max_body} bytes"),
+            );
         }
         bytes.extend_from_slice(&chunk);
     }
@@ -372,10 +391,13 @@ async fn json_array(
     };
     let max_lines = http.config().max_lines;
     if elements.len() as u64 > max_lines {
-        return too_large(&format!(
-            "the array has {} messages, over the limit of {max_lines}",
-            elements.len()
-        ));
+        return too_large(
+            &http,
+            &format!(
+                "the array has {} messages, over the limit of {max_lines}",
+                elements.len()
+            ),
+        );
     }
     // One element a line: a raw newline or carriage return in a JSON text
     // can only be white space between tokens, so a space stands in for it.
@@ -486,7 +508,7 @@ async fn compare_post(
 fn compare(http: &Http, params: &CompareParams) -> Response {
     let max = http.ctx.config.max_line_bytes;
     if params.a.len() > max || params.b.len() > max {
-        return too_large(&format!("a text is over the limit of {max} bytes"));
+        return too_large(http, &format!("a text is over the limit of {max} bytes"));
     }
     let engine = &http.config().engine;
     let explain =

@@ -541,3 +541,28 @@ fn shutdown_answers_what_an_open_request_sent() {
     let (status, log) = served.wait();
     assert!(status.success(), "{log:#?}");
 }
+
+#[test]
+fn a_request_head_sent_too_slowly_is_cut_off() {
+    let (_s, _, http) = start(&[]);
+    let host = http.trim_start_matches("http://");
+    let mut slow = TcpStream::connect(host).unwrap();
+    slow.write_all(b"POST /v1/check HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    slow.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let started = std::time::Instant::now();
+    // The head never ends: the server gives up after its head timeout
+    // (10 s), well before this test's 30 s.
+    let mut rest = Vec::new();
+    let closed = slow.read_to_end(&mut rest);
+    assert!(closed.is_ok(), "not closed by the server: {closed:?}");
+    let waited = started.elapsed();
+    assert!(
+        waited >= std::time::Duration::from_secs(9) && waited < std::time::Duration::from_secs(25),
+        "{waited:?}"
+    );
+    // And the server still answers others.
+    let got = curl(&[&format!("{http}/healthz")], None);
+    assert_eq!(got.status, 200);
+}

@@ -109,6 +109,11 @@ impl Http {
     }
 }
 
+/// Time a client has to send a request head (HTTP/1.1) once it has
+/// connected or its previous response went out: a client trickling its
+/// head a byte at a time cannot hold a connection for ever.
+pub const HEAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Serves HTTP on `listener` until shutdown; every request still being
 /// answered then is answered up to the line it had reached.
 pub(crate) async fn serve(
@@ -116,6 +121,11 @@ pub(crate) async fn serve(
     ctx: Arc<Context>,
     shutdown: broadcast::Receiver<()>,
 ) {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::server::graceful::GracefulShutdown;
+    use hyper_util::service::TowerToHyperService;
+
     let requests = Arc::new(Semaphore::new(ctx.config.http.max_requests.max(1)));
     let mut stop = Shutdown::new(shutdown.resubscribe());
     let http = Arc::new(Http {
@@ -124,12 +134,45 @@ pub(crate) async fn serve(
         shutdown,
     });
     let app = router(http);
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { stop.recv().await })
-        .await;
-    if let Err(e) = served {
-        tracing::error!(error = %e, "the HTTP listener failed");
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT);
+    builder.http2().timer(TokioTimer::new());
+    let graceful = GracefulShutdown::new();
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            () = stop.recv() => break,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of file descriptors, most likely: back off a little.
+                tracing::warn!(error = %e, "HTTP: accepting a connection failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        // Replies are flushed as soon as none is waiting: send them at once.
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        let connection = builder
+            .serve_connection(TokioIo::new(stream), service)
+            .into_owned();
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "HTTP connection ended");
+            }
+        });
     }
+    // Idle keep-alive connections are closed; those answering a request
+    // finish it (its lines are read up to a line boundary).
+    drop(listener);
+    graceful.shutdown().await;
 }
 
 fn router(http: Arc<Http>) -> Router {

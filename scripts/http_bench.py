@@ -154,17 +154,23 @@ def main():
     print(f"binary: {args.bin}; HTTP: batches of {args.batch} lines, "
           f"{args.in_flight} in flight; best of {args.rounds} rounds, a fresh server each")
     best_tcp = best_http = 0.0
+    ratios = []
     for round_no in range(1, args.rounds + 1):
         with Server(args.bin) as server:
             tcp = line_protocol(server.tcp, lines)
         with Server(args.bin) as server:
             over = over_http(server.http, lines, args.batch, args.in_flight)
+        ratios.append(over / tcp)
         print(f"round {round_no}: line protocol {tcp:,.0f} msg/s, HTTP {over:,.0f} msg/s, "
               f"ratio {over / tcp:.2f}")
         best_tcp, best_http = max(best_tcp, tcp), max(best_http, over)
     ratio = best_http / best_tcp
+    # Rounds side by side share the machine's load at that moment: the
+    # median of their ratios is the steadier figure on a busy machine.
+    median = sorted(ratios)[len(ratios) // 2]
     print(f"best: line protocol {best_tcp:,.0f} msg/s, HTTP {best_http:,.0f} msg/s, "
-          f"ratio {ratio:.2f} (target 0.70: {'met' if ratio >= 0.7 else 'NOT met'})")
+          f"ratio of the bests {ratio:.2f}, median ratio of the rounds {median:.2f} "
+          f"(target 0.70: {'met' if median >= 0.7 else 'NOT met'} by the median)")
 
 
 if __name__ == "__main__":

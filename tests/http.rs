@@ -339,6 +339,16 @@ fn limits_are_answered_413_503_or_in_place() {
             .unwrap()
             .contains("the limit is 1")
     );
+    // Both refusals are counted, and the requests taken.
+    let metrics = curl(&[&format!("{http}/metrics")], None).text();
+    assert!(
+        metrics.contains("dedup_http_rejected_total 2\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("dedup_http_requests_total 4\n"),
+        "{metrics}"
+    );
     drop(open);
 }
 
@@ -498,4 +508,61 @@ fn python_clients() {
         "schemathesis found problems:\n{report}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+#[test]
+fn shutdown_answers_what_an_open_request_sent() {
+    let (served, _, http) = start(&["--drain-timeout", "5s"]);
+    let host = http.trim_start_matches("http://");
+    let mut open = TcpStream::connect(host).unwrap();
+    write!(
+        open,
+        "POST /v1/check HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    .unwrap();
+    let lines = "{\"id_str\":\"1\",\"text\":\"Flooding closes the coastal highway tonight\"}\n\
+                 {\"id_str\":\"2\",\"text\":\"RT @news: Flooding closes the coastal highway tonight\"}\n";
+    write!(open, "{:x}\r\n{lines}\r\n", lines.len()).unwrap();
+    open.flush().unwrap();
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while got.windows(9).filter(|w| w == b"\"status\":").count() < 2 {
+        let n = open.read(&mut chunk).unwrap();
+        assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&chunk[..n]);
+    }
+    // The request is still open when the server is told to stop: it is
+    // ended cleanly (the chunked body's last chunk), and the server exits 0.
+    served.signal("TERM");
+    open.read_to_end(&mut got).unwrap();
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.ends_with("0\r\n\r\n"), "{text}");
+    assert!(text.contains(r#""status":"duplicate""#));
+    let (status, log) = served.wait();
+    assert!(status.success(), "{log:#?}");
+}
+
+#[test]
+fn a_request_head_sent_too_slowly_is_cut_off() {
+    let (_s, _, http) = start(&[]);
+    let host = http.trim_start_matches("http://");
+    let mut slow = TcpStream::connect(host).unwrap();
+    slow.write_all(b"POST /v1/check HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    slow.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let started = std::time::Instant::now();
+    // The head never ends: the server gives up after its head timeout
+    // (10 s), well before this test's 30 s.
+    let mut rest = Vec::new();
+    let closed = slow.read_to_end(&mut rest);
+    assert!(closed.is_ok(), "not closed by the server: {closed:?}");
+    let waited = started.elapsed();
+    assert!(
+        waited >= std::time::Duration::from_secs(9) && waited < std::time::Duration::from_secs(25),
+        "{waited:?}"
+    );
+    // And the server still answers others.
+    let got = curl(&[&format!("{http}/healthz")], None);
+    assert_eq!(got.status, 200);
 }

@@ -140,6 +140,11 @@ pub struct Metrics {
     /// partition (records skipped by the broker), sought back and read
     /// again.
     pub queue_gaps: AtomicU64,
+    /// HTTP requests to `/v1/check`, `/v1/query` and `DELETE
+    /// /v1/messages` taken (`--listen-http`).
+    pub http_requests: AtomicU64,
+    /// HTTP requests refused: `413`, or `503` at `--http-max-requests`.
+    pub http_rejected: AtomicU64,
     /// What the live page (`GET /` on the admin port) keeps between loads.
     pub live: live::Live,
 }
@@ -206,7 +211,7 @@ impl Metrics {
             "1 while the index store is reachable (always for an index in memory), 0 while Redis is not.",
         );
         let _ = writeln!(out, "dedup_index_store_up {}", u8::from(self.healthy()));
-        let simple: [(&str, &str, &str, &AtomicU64); 22] = [
+        let simple: [(&str, &str, &str, &AtomicU64); 24] = [
             (
                 "dedup_index_log_appended_messages_total",
                 "counter",
@@ -326,6 +331,18 @@ impl Metrics {
                 "counter",
                 "Client connections closed by --idle-timeout (idle, or not reading their replies).",
                 &self.connections_timed_out,
+            ),
+            (
+                "dedup_http_requests_total",
+                "counter",
+                "HTTP requests with messages taken (--listen-http).",
+                &self.http_requests,
+            ),
+            (
+                "dedup_http_rejected_total",
+                "counter",
+                "HTTP requests refused: 413 (over a limit) or 503 (--http-max-requests).",
+                &self.http_rejected,
             ),
             (
                 "dedup_snapshots_total",

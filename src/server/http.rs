@@ -12,7 +12,7 @@
 //!   each non-blank line with one line, in order, streamed as decided: the
 //!   bytes a line-protocol connection would receive for the same lines
 //!   (`/v1/query` asks every line as `"dedup_op":"query"` does). The lines
-//!   go through `connection::read_requests`, so the decision, the
+//!   go through the line protocol's reading half (`connection::read_requests`), so the decision, the
 //!   error lines and their numbering are the line protocol's. A body sent
 //!   as `Content-Type: application/json` is a JSON array of messages,
 //!   answered by a JSON array of the replies.
@@ -109,6 +109,11 @@ impl Http {
     }
 }
 
+/// Time a client has to send a request head (HTTP/1.1) once it has
+/// connected or its previous response went out: a client trickling its
+/// head a byte at a time cannot hold a connection for ever.
+pub const HEAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Serves HTTP on `listener` until shutdown; every request still being
 /// answered then is answered up to the line it had reached.
 pub(crate) async fn serve(
@@ -116,6 +121,11 @@ pub(crate) async fn serve(
     ctx: Arc<Context>,
     shutdown: broadcast::Receiver<()>,
 ) {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::server::graceful::GracefulShutdown;
+    use hyper_util::service::TowerToHyperService;
+
     let requests = Arc::new(Semaphore::new(ctx.config.http.max_requests.max(1)));
     let mut stop = Shutdown::new(shutdown.resubscribe());
     let http = Arc::new(Http {
@@ -124,12 +134,45 @@ pub(crate) async fn serve(
         shutdown,
     });
     let app = router(http);
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { stop.recv().await })
-        .await;
-    if let Err(e) = served {
-        tracing::error!(error = %e, "the HTTP listener failed");
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT);
+    builder.http2().timer(TokioTimer::new());
+    let graceful = GracefulShutdown::new();
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            () = stop.recv() => break,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of file descriptors, most likely: back off a little.
+                tracing::warn!(error = %e, "HTTP: accepting a connection failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        // Replies are flushed as soon as none is waiting: send them at once.
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        let connection = builder
+            .serve_connection(TokioIo::new(stream), service)
+            .into_owned();
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "HTTP connection ended");
+            }
+        });
     }
+    // Idle keep-alive connections are closed; those answering a request
+    // finish it (its lines are read up to a line boundary).
+    drop(listener);
+    graceful.shutdown().await;
 }
 
 fn router(http: Arc<Http>) -> Router {
@@ -203,6 +246,10 @@ async fn query(State(http): State<Arc<Http>>, headers: HeaderMap, body: Body) ->
 
 /// `503` with `Retry-After`: every request slot is taken.
 fn busy(http: &Http) -> Response {
+    http.ctx
+        .metrics
+        .http_rejected
+        .fetch_add(1, Ordering::Relaxed);
     let mut response = error(
         StatusCode::SERVICE_UNAVAILABLE,
         &format!(
@@ -217,14 +264,23 @@ fn busy(http: &Http) -> Response {
     response
 }
 
-fn too_large(what: &str) -> Response {
+fn too_large(http: &Http, what: &str) -> Response {
+    http.ctx
+        .metrics
+        .http_rejected
+        .fetch_add(1, Ordering::Relaxed);
     error(StatusCode::PAYLOAD_TOO_LARGE, what)
 }
 
 /// A request's place among the concurrent ones; `None` when every place
 /// is taken.
 fn admit(http: &Http) -> Option<OwnedSemaphorePermit> {
-    Arc::clone(&http.requests).try_acquire_owned().ok()
+    let permit = Arc::clone(&http.requests).try_acquire_owned().ok()?;
+    http.ctx
+        .metrics
+        .http_requests
+        .fetch_add(1, Ordering::Relaxed);
+    Some(permit)
 }
 
 /// `/v1/check` and `/v1/query`.
@@ -238,7 +294,10 @@ async fn lines(http: Arc<Http>, headers: &HeaderMap, body: Body, query_only: boo
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max_body as u64) {
-        return too_large(&format!("the body is over the limit of {max_body} bytes"));
+        return too_large(
+            &http,
+            &format!("the body is over the limit of {max_body} bytes"),
+        );
     }
     let limits = Limits {
         query_only,
@@ -355,7 +414,10 @@ async fn json_array(
             return error(StatusCode::BAD_REQUEST, "reading the body failed");
         };
         if bytes.len() + chunk.len() > max_body {
-            return too_large(&format!("the body is over the limit of {max_body} bytes"));
+            return too_large(
+                &http,
+                &format!("the body is over the limit of {max_body} bytes"),
+            );
         }
         bytes.extend_from_slice(&chunk);
     }
@@ -372,10 +434,13 @@ async fn json_array(
     };
     let max_lines = http.config().max_lines;
     if elements.len() as u64 > max_lines {
-        return too_large(&format!(
-            "the array has {} messages, over the limit of {max_lines}",
-            elements.len()
-        ));
+        return too_large(
+            &http,
+            &format!(
+                "the array has {} messages, over the limit of {max_lines}",
+                elements.len()
+            ),
+        );
     }
     // One element a line: a raw newline or carriage return in a JSON text
     // can only be white space between tokens, so a space stands in for it.
@@ -486,7 +551,7 @@ async fn compare_post(
 fn compare(http: &Http, params: &CompareParams) -> Response {
     let max = http.ctx.config.max_line_bytes;
     if params.a.len() > max || params.b.len() > max {
-        return too_large(&format!("a text is over the limit of {max} bytes"));
+        return too_large(http, &format!("a text is over the limit of {max} bytes"));
     }
     let engine = &http.config().engine;
     let explain =

@@ -45,6 +45,21 @@ fn main() -> io::Result<()> {
             .filter(|l| sonic_rs::from_slice::<serde::de::IgnoredAny>(l).is_ok())
             .count()
     };
+    let skip = |lines: &[&[u8]]| {
+        lines
+            .iter()
+            .filter(|l| {
+                let mut p = sonic_rs::parser::Parser::new(sonic_rs::Read::from(**l));
+                p.skip_one(true).is_ok() && p.skip_space().is_none()
+            })
+            .count()
+    };
+    let utf8 = |lines: &[&[u8]]| {
+        lines
+            .iter()
+            .filter(|l| simdutf8::basic::from_utf8(l).is_ok())
+            .count()
+    };
     let decode = |decoder: &Decoder, lines: &[&[u8]]| {
         lines
             .iter()
@@ -63,6 +78,8 @@ fn main() -> io::Result<()> {
             let n = match *mode {
                 "floor" => floor(&lines),
                 "sonic" => sonic(&lines),
+                "skip" => skip(&lines),
+                "utf8" => utf8(&lines),
                 "read" => lines.len(),
                 "default" => decode(&default, &lines),
                 "chosen" => decode(&chosen, &lines),

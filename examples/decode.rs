@@ -4,14 +4,16 @@
 //! parser the decoder walks).
 //!
 //! ```text
-//! cargo run --release --example decode -- [all|floor|sonic|default|chosen|read] [ROUNDS] < stream.jsonl
+//! cargo run --release --example decode -- [all|floor|sonic|skip|utf8|default|chosen|read] [ROUNDS] < stream.jsonl
 //! ```
 //!
 //! `default` is field discovery, `chosen` is `--id-field id_str --text-field
 //! text`; `all` times the three, interleaved, and keeps each one's best
 //! round (this machine is shared). One mode alone is what to run under
 //! `valgrind --tool=callgrind`; `read` only reads and splits the input, the
-//! part of every mode's count that is not decoding.
+//! part of every mode's count that is not decoding. `skip` is sonic-rs's
+//! checked skipping of each whole line alone (the validating pass the
+//! decoder before issue 42 was built on), `utf8` the UTF-8 check alone.
 
 use std::io::{self, Read};
 use std::time::Instant;

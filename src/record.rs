@@ -436,6 +436,12 @@ struct Node {
     /// Each field's name as [`key_head`] reads a key, and its length, in
     /// the order of `fields`: a key is matched by a word compare or two.
     heads: Vec<(u64, usize)>,
+    /// `fields` by a hash of a key's head and length ([`Node::slot`]): the
+    /// field's index plus one in the key's slot, 0 for none. Empty when no
+    /// multiplier tried spread the fields apart, and `heads` is searched.
+    table: Vec<u8>,
+    /// The multiplier of that hash.
+    multiplier: u64,
     each: Option<Box<Node>>,
     captures: Vec<u16>,
     /// Every capture made at this node or below it: what an earlier
@@ -473,10 +479,61 @@ impl Node {
     /// Which field `key` (a key's text, without escapes) names.
     #[inline(always)]
     fn field(&self, key: &[u8], head: u64) -> Option<usize> {
-        self.heads
-            .iter()
-            .position(|&(h, len)| h == head && len == key.len())
-            .filter(|&i| self.fields[i].0.as_bytes()[8.min(key.len())..] == key[8.min(key.len())..])
+        let candidate = if self.table.is_empty() {
+            self.heads
+                .iter()
+                .position(|&(h, len)| h == head && len == key.len())?
+        } else {
+            usize::from(self.table[Self::slot(head, key.len(), self.multiplier)]).checked_sub(1)?
+        };
+        let (h, len) = self.heads[candidate];
+        let rest = 8.min(key.len());
+        (h == head
+            && len == key.len()
+            && self.fields[candidate].0.as_bytes()[rest..] == key[rest..])
+            .then_some(candidate)
+    }
+
+    /// The slot of a key's head and length in a table of
+    /// [`Node::TABLE_SLOTS`].
+    #[inline(always)]
+    fn slot(head: u64, len: usize, multiplier: u64) -> usize {
+        ((head ^ len as u64).wrapping_mul(multiplier) >> 58) as usize
+    }
+
+    /// Slots of a node's table (a power of two, `slot` takes six bits).
+    const TABLE_SLOTS: usize = 64;
+
+    /// Builds the tables of this node and those below it, once every path
+    /// is in: a multiplier under which no two fields share a slot, tried
+    /// from a fixed list (so a spec always gets the same table).
+    fn index(&mut self) {
+        self.table.clear();
+        if self.fields.len() < Self::TABLE_SLOTS / 4 {
+            for k in 0..64u64 {
+                let multiplier = 0x9E37_79B9_7F4A_7C15u64
+                    .wrapping_add(k.wrapping_mul(0x2545_F491_4F6C_DD1D))
+                    | 1;
+                let mut table = vec![0u8; Self::TABLE_SLOTS];
+                let spread = self.heads.iter().enumerate().all(|(i, &(head, len))| {
+                    let slot = &mut table[Self::slot(head, len, multiplier)];
+                    let free = *slot == 0;
+                    *slot = u8::try_from(i + 1).unwrap_or(0);
+                    free
+                });
+                if spread {
+                    self.table = table;
+                    self.multiplier = multiplier;
+                    break;
+                }
+            }
+        }
+        for (_, child) in &mut self.fields {
+            child.index();
+        }
+        if let Some(each) = self.each.as_deref_mut() {
+            each.index();
+        }
     }
 }
 
@@ -642,6 +699,7 @@ impl Decoder {
             .iter()
             .map(|p| add(&mut tree, &parse(p)))
             .collect();
+        tree.index();
         Decoder {
             notice_ids,
             tree,
@@ -2366,6 +2424,36 @@ mod tests {
             return Err(format!("{line}\n handed to serde_json"));
         }
         Ok(())
+    }
+
+    /// Keys are matched through each node's table, which every node of the
+    /// built-in specs gets, and only a field's exact name matches: not one
+    /// sharing its first eight bytes, nor a prefix, nor an extension.
+    #[test]
+    fn keys_match_their_fields_exactly_through_the_table() {
+        fn check(node: &Node) {
+            if !node.fields.is_empty() {
+                assert!(!node.table.is_empty(), "{:?}", node.heads);
+            }
+            for (i, (name, child)) in node.fields.iter().enumerate() {
+                let name = name.as_bytes();
+                assert_eq!(node.field(name, key_head(name)), Some(i));
+                let mut other = name.to_vec();
+                *other.last_mut().unwrap() ^= 1;
+                assert_eq!(node.field(&other, key_head(&other)), None);
+                let longer = [name, b"x"].concat();
+                assert_eq!(node.field(&longer, key_head(&longer)), None);
+                let shorter = &name[..name.len() - 1];
+                assert_ne!(node.field(shorter, key_head(shorter)), Some(i));
+                check(child);
+            }
+            if let Some(each) = node.each.as_deref() {
+                check(each);
+            }
+        }
+        for decoder in decoders() {
+            check(&decoder.tree);
+        }
     }
 
     /// `line` with a character put in, taken out or replaced.

@@ -636,8 +636,8 @@ enum Reader {
     /// 42, falling back alike: today's decoder, the tests' oracle.
     #[cfg(test)]
     Sonic,
-    /// serde_json alone.
-    #[cfg(test)]
+    /// serde_json alone: the reference the tests and the fuzz targets hold
+    /// the fast path to.
     Serde,
 }
 
@@ -736,6 +736,19 @@ impl Decoder {
         record
     }
 
+    /// Whether the fast path reads `line` as serde_json alone reads it: the
+    /// same record or the same refusal, compared as their `Debug` text;
+    /// otherwise both, in words. For the fuzz targets (`crate::fuzzing`).
+    pub(crate) fn fast_path_agrees(&self, line: &[u8]) -> Result<(), String> {
+        let show = |record: Result<Record<'_>, InvalidReason>| format!("{record:?}");
+        let fast = show(self.decode_with(line, Reader::Fast));
+        let reference = show(self.decode_with(line, Reader::Serde));
+        if fast == reference {
+            return Ok(());
+        }
+        Err(format!("fast path: {fast}\nserde_json: {reference}"))
+    }
+
     /// Decodes a line that asks for a removal (the sidecar's
     /// `"dedup_op":"remove"`): only its id is needed, found where a
     /// message's is (or where a notice's is). The record is a
@@ -765,7 +778,6 @@ impl Decoder {
             Reader::Fast => self.walk(line, captures, &mut shape),
             #[cfg(test)]
             Reader::Sonic => self.walk_with_sonic(line, captures, &mut shape),
-            #[cfg(test)]
             Reader::Serde => false,
         };
         if !fast {

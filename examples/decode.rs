@@ -4,14 +4,16 @@
 //! parser the decoder walks).
 //!
 //! ```text
-//! cargo run --release --example decode -- [all|floor|sonic|default|chosen|read] [ROUNDS] < stream.jsonl
+//! cargo run --release --example decode -- [all|floor|sonic|skip|utf8|default|chosen|read] [ROUNDS] < stream.jsonl
 //! ```
 //!
 //! `default` is field discovery, `chosen` is `--id-field id_str --text-field
 //! text`; `all` times the three, interleaved, and keeps each one's best
 //! round (this machine is shared). One mode alone is what to run under
 //! `valgrind --tool=callgrind`; `read` only reads and splits the input, the
-//! part of every mode's count that is not decoding.
+//! part of every mode's count that is not decoding. `skip` is sonic-rs's
+//! checked skipping of each whole line alone (the validating pass the
+//! decoder before issue 42 was built on), `utf8` the UTF-8 check alone.
 
 use std::io::{self, Read};
 use std::time::Instant;
@@ -45,6 +47,21 @@ fn main() -> io::Result<()> {
             .filter(|l| sonic_rs::from_slice::<serde::de::IgnoredAny>(l).is_ok())
             .count()
     };
+    let skip = |lines: &[&[u8]]| {
+        lines
+            .iter()
+            .filter(|l| {
+                let mut p = sonic_rs::parser::Parser::new(sonic_rs::Read::from(**l));
+                p.skip_one(true).is_ok() && p.skip_space().is_none()
+            })
+            .count()
+    };
+    let utf8 = |lines: &[&[u8]]| {
+        lines
+            .iter()
+            .filter(|l| simdutf8::basic::from_utf8(l).is_ok())
+            .count()
+    };
     let decode = |decoder: &Decoder, lines: &[&[u8]]| {
         lines
             .iter()
@@ -63,6 +80,8 @@ fn main() -> io::Result<()> {
             let n = match *mode {
                 "floor" => floor(&lines),
                 "sonic" => sonic(&lines),
+                "skip" => skip(&lines),
+                "utf8" => utf8(&lines),
                 "read" => lines.len(),
                 "default" => decode(&default, &lines),
                 "chosen" => decode(&chosen, &lines),

@@ -11,6 +11,13 @@ use crate::error::StoreError;
 
 pub use redis::Value as RespValue;
 
+/// Whether `decoder`'s fast path reads `line` as serde_json alone reads
+/// it (see `record::Decoder::decode`): the same record or the same
+/// refusal; otherwise both, in words.
+pub fn decoder_agrees(decoder: &crate::wire::record::Decoder, line: &[u8]) -> Result<(), String> {
+    decoder.fast_path_agrees(line)
+}
+
 /// Parses bytes in the Redis protocol (RESP) into a reply value, as the
 /// `redis` client reads what the server sends; `None` when they are not
 /// one complete value.

@@ -1,6 +1,7 @@
-//! The record decoder and the tag splice, on any bytes: either a typed
-//! error, or an output line that parses as the input object plus `dedup`,
-//! every input byte kept.
+//! The record decoder and the tag splice, on any bytes: the decoder's fast
+//! path reads the line as serde_json alone does (the same record or the
+//! same refusal), and then either a typed error, or an output line that
+//! parses as the input object plus `dedup`, every input byte kept.
 #![no_main]
 
 use dedup_stream::wire::record::{Decoder, FieldSpec, write_tagged};
@@ -21,6 +22,10 @@ const TAG: &[u8] = br#"{"status":"new"}"#;
 
 fuzz_target!(|line: &[u8]| {
     for decoder in DECODERS.iter() {
+        // The fast path reads every line as serde_json alone does.
+        if let Err(e) = dedup_stream::fuzzing::decoder_agrees(decoder, line) {
+            panic!("{e}");
+        }
         let Ok(record) = decoder.decode(line) else {
             continue;
         };

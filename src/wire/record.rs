@@ -3,12 +3,13 @@
 //!
 //! # Decoding
 //!
-//! A line is parsed once, by a walk that enters only the paths it was asked
-//! for (the id, the text, URL entities, retweet originals) and skips every
-//! other value without building it, checked as JSON (sonic-rs's parser;
-//! a line it refuses is read again by serde_json, whose verdict and words
-//! stand). What it finds are offsets into the line, so a several-kilobyte
-//! v1.1 tweet costs no allocation beyond the text's unescaping.
+//! A line is read in one checked pass that enters only the paths it was
+//! asked for (the id, the text, URL entities, retweet originals) and skips
+//! every other value without building it, checked as serde_json checks what
+//! it skips (a line the pass refuses, or does not read itself, is read
+//! again by serde_json, whose verdict and words stand). What it finds are
+//! offsets into the line, so a several-kilobyte v1.1 tweet costs no
+//! allocation beyond the text's unescaping.
 //!
 //! Default discovery (no `--id-field` / `--text-field`):
 //! - id: the first present of `id_str`, `id`, `data.id`;
@@ -55,6 +56,7 @@ use std::fmt;
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
+#[cfg(test)]
 use sonic_rs::parser::Parser;
 
 pub use crate::engine::id::{MessageId, RawId};
@@ -269,6 +271,15 @@ pub struct Decoder {
 #[derive(Debug, Default)]
 struct Node {
     fields: Vec<(String, Node)>,
+    /// Each field's name as [`key_head`] reads a key, and its length, in
+    /// the order of `fields`: a key is matched by a word compare or two.
+    heads: Vec<(u64, usize)>,
+    /// `fields` by a hash of a key's head and length ([`Node::slot`]): the
+    /// field's index plus one in the key's slot, 0 for none. Empty when no
+    /// multiplier tried spread the fields apart, and `heads` is searched.
+    table: Vec<u8>,
+    /// The multiplier of that hash.
+    multiplier: u64,
     each: Option<Box<Node>>,
     captures: Vec<u16>,
     /// Every capture made at this node or below it: what an earlier
@@ -290,6 +301,7 @@ impl Node {
                     Some(i) => &mut self.fields[i].1,
                     None => {
                         self.fields.push((name.clone(), Node::default()));
+                        self.heads.push((key_head(name.as_bytes()), name.len()));
                         &mut self.fields.last_mut().expect("just pushed").1
                     }
                 };
@@ -301,6 +313,76 @@ impl Node {
     fn is_branch(&self) -> bool {
         !self.fields.is_empty() || self.each.is_some()
     }
+
+    /// Which field `key` (a key's text, without escapes) names.
+    #[inline(always)]
+    fn field(&self, key: &[u8], head: u64) -> Option<usize> {
+        let candidate = if self.table.is_empty() {
+            self.heads
+                .iter()
+                .position(|&(h, len)| h == head && len == key.len())?
+        } else {
+            usize::from(self.table[Self::slot(head, key.len(), self.multiplier)]).checked_sub(1)?
+        };
+        let (h, len) = self.heads[candidate];
+        let rest = 8.min(key.len());
+        (h == head
+            && len == key.len()
+            && self.fields[candidate].0.as_bytes()[rest..] == key[rest..])
+            .then_some(candidate)
+    }
+
+    /// The slot of a key's head and length in a table of
+    /// [`Node::TABLE_SLOTS`].
+    #[inline(always)]
+    fn slot(head: u64, len: usize, multiplier: u64) -> usize {
+        ((head ^ len as u64).wrapping_mul(multiplier) >> 58) as usize
+    }
+
+    /// Slots of a node's table (a power of two, `slot` takes six bits).
+    const TABLE_SLOTS: usize = 64;
+
+    /// Builds the tables of this node and those below it, once every path
+    /// is in: a multiplier under which no two fields share a slot, tried
+    /// from a fixed list (so a spec always gets the same table).
+    fn index(&mut self) {
+        self.table.clear();
+        if self.fields.len() < Self::TABLE_SLOTS / 4 {
+            for k in 0..64u64 {
+                let multiplier = 0x9E37_79B9_7F4A_7C15u64
+                    .wrapping_add(k.wrapping_mul(0x2545_F491_4F6C_DD1D))
+                    | 1;
+                let mut table = vec![0u8; Self::TABLE_SLOTS];
+                let spread = self.heads.iter().enumerate().all(|(i, &(head, len))| {
+                    let slot = &mut table[Self::slot(head, len, multiplier)];
+                    let free = *slot == 0;
+                    *slot = u8::try_from(i + 1).unwrap_or(0);
+                    free
+                });
+                if spread {
+                    self.table = table;
+                    self.multiplier = multiplier;
+                    break;
+                }
+            }
+        }
+        for (_, child) in &mut self.fields {
+            child.index();
+        }
+        if let Some(each) = self.each.as_deref_mut() {
+            each.index();
+        }
+    }
+}
+
+/// A key's first eight bytes (fewer when it is shorter, the rest zero) as
+/// a word: most keys differ there.
+#[inline(always)]
+fn key_head(key: &[u8]) -> u64 {
+    let mut word = [0; 8];
+    let n = key.len().min(8);
+    word[..n].copy_from_slice(&key[..n]);
+    u64::from_le_bytes(word)
 }
 
 /// One value found on a wanted path: where its JSON text lies in the line.
@@ -382,6 +464,21 @@ impl<'c> Found<'c> {
     }
 }
 
+/// Which reader decodes a line: the fast path, or a reference the tests
+/// hold it to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reader {
+    /// [`Walk`], falling back to serde_json on what it refuses.
+    Fast,
+    /// The walk over sonic-rs's parser that was the fast path before issue
+    /// 42, falling back alike: today's decoder, the tests' oracle.
+    #[cfg(test)]
+    Sonic,
+    /// serde_json alone: the reference the tests and the fuzz targets hold
+    /// the fast path to.
+    Serde,
+}
+
 thread_local! {
     /// The captures of the line being decoded, kept between lines: a fresh
     /// vector grown from empty cost an allocation or two per line, a tenth
@@ -440,6 +537,7 @@ impl Decoder {
             .iter()
             .map(|p| add(&mut tree, &parse(p)))
             .collect();
+        tree.index();
         Decoder {
             notice_ids,
             tree,
@@ -462,18 +560,31 @@ impl Decoder {
 
     /// Decodes one line (without its line terminator).
     pub fn decode<'a>(&self, line: &'a [u8]) -> Result<Record<'a>, InvalidReason> {
-        self.decode_with(line, true)
+        self.decode_with(line, Reader::Fast)
     }
 
-    /// [`Decoder::decode`], with sonic-rs's fast path or with serde_json
-    /// alone (the reference the tests compare the fast path with).
-    fn decode_with<'a>(&self, line: &'a [u8], sonic: bool) -> Result<Record<'a>, InvalidReason> {
+    /// [`Decoder::decode`], with the fast path or with a reference reader
+    /// (what the tests compare the fast path with).
+    fn decode_with<'a>(&self, line: &'a [u8], reader: Reader) -> Result<Record<'a>, InvalidReason> {
         let text = utf8(line)?;
         let mut captures = CAPTURES.take();
         captures.clear();
-        let record = self.decode_str(text, &mut captures, sonic, false);
+        let record = self.decode_str(text, &mut captures, reader, false);
         CAPTURES.set(captures);
         record
+    }
+
+    /// Whether the fast path reads `line` as serde_json alone reads it: the
+    /// same record or the same refusal, compared as their `Debug` text;
+    /// otherwise both, in words. For the fuzz targets (`crate::fuzzing`).
+    pub(crate) fn fast_path_agrees(&self, line: &[u8]) -> Result<(), String> {
+        let show = |record: Result<Record<'_>, InvalidReason>| format!("{record:?}");
+        let fast = show(self.decode_with(line, Reader::Fast));
+        let reference = show(self.decode_with(line, Reader::Serde));
+        if fast == reference {
+            return Ok(());
+        }
+        Err(format!("fast path: {fast}\nserde_json: {reference}"))
     }
 
     /// Decodes a line that asks for a removal (the sidecar's
@@ -484,7 +595,7 @@ impl Decoder {
         let text = utf8(line)?;
         let mut captures = CAPTURES.take();
         captures.clear();
-        let record = self.decode_str(text, &mut captures, true, true);
+        let record = self.decode_str(text, &mut captures, Reader::Fast, true);
         CAPTURES.set(captures);
         record
     }
@@ -493,17 +604,20 @@ impl Decoder {
         &self,
         line: &'a str,
         captures: &mut Vec<Capture>,
-        sonic: bool,
+        reader: Reader,
         removal: bool,
     ) -> Result<Record<'a>, InvalidReason> {
         let mut shape = RootShape::default();
-        // The fast path: our walk over sonic-rs's parser ([`Walk`]), on a
-        // line where it checks all that serde_json checks (see
-        // `sonic_checks_enough`). Anything it refuses
-        // goes to serde_json, whose verdict and words stand: errors read as
-        // they always did, and a line sonic-rs would wrongly refuse is
-        // still read.
-        let fast = sonic && self.walk_with_sonic(line, captures, &mut shape);
+        // The fast path: one checked pass that records where the wanted
+        // values lie ([`Walk`]). Anything it refuses goes to serde_json,
+        // whose verdict and words stand: errors read as they always did,
+        // and a line the fast path would wrongly refuse is still read.
+        let fast = match reader {
+            Reader::Fast => self.walk(line, captures, &mut shape),
+            #[cfg(test)]
+            Reader::Sonic => self.walk_with_sonic(line, captures, &mut shape),
+            Reader::Serde => false,
+        };
         if !fast {
             captures.clear();
             shape = RootShape::default();
@@ -630,8 +744,23 @@ impl Decoder {
         })
     }
 
+    /// Walks `line` with the fast path ([`Walk`]); false when it refuses
+    /// the line.
+    fn walk(&self, line: &str, captures: &mut Vec<Capture>, shape: &mut RootShape) -> bool {
+        let mut walk = Walk {
+            scan: Scan {
+                bytes: line.as_bytes(),
+                at: 0,
+            },
+            line,
+            captures,
+        };
+        walk.walked(&self.tree, 0, Some(shape)).is_ok() && walk.scan.space().is_none()
+    }
+
     /// Walks `line` with sonic-rs's parser, if it may (see
     /// `sonic_checks_enough`); false when it may not or refuses the line.
+    #[cfg(test)]
     fn walk_with_sonic(
         &self,
         line: &str,
@@ -641,7 +770,7 @@ impl Decoder {
         if !sonic_checks_enough(line.as_bytes()) {
             return false;
         }
-        let mut walk = Walk {
+        let mut walk = SonicWalk {
             parser: Parser::new(sonic_rs::Read::from(line)),
             line,
             captures,
@@ -793,7 +922,484 @@ impl<'de, 'n> Visitor<'de> for FieldMatch<'n> {
     }
 }
 
-/// The fast path: a walk over sonic-rs's parser that descends only into
+/// The fast path: one validating pass over the line that descends only into
+/// wanted paths and records where their values lie, skipping everything
+/// else with a checked scan ([`Scan`]) instead of a parser's token calls.
+/// It reads a line as serde_json's walk (`NodeSeed`) does, check for check:
+/// where a path ends, the value is skipped as serde_json skips it (checked
+/// as JSON text: escapes, control characters, the number grammar; a lone
+/// surrogate escape allowed) and its text captured; where that walk visits
+/// a value (the root, a node no path ends at), a key or string holding an
+/// escape, or a number, is read by serde_json itself (a lone surrogate
+/// refused, `1e400` refused), so nothing is judged twice in two ways. Any
+/// refusal sends the line to serde_json, whose verdict and words stand.
+struct Walk<'a, 'c> {
+    scan: Scan<'a>,
+    /// The line being decoded: captures are offsets into it.
+    line: &'a str,
+    captures: &'c mut Vec<Capture>,
+}
+
+/// The walk met something it does not read itself (serde_json says what).
+struct Refused;
+
+impl Walk<'_, '_> {
+    /// One value on a wanted path: captured if a path ends here, walked if
+    /// paths go on.
+    fn value(&mut self, node: &Node, element: u32) -> Result<(), Refused> {
+        if node.captures.is_empty() {
+            return self.walked(node, element, None);
+        }
+        let branch = node.is_branch();
+        let first = self.captures.len();
+        if branch {
+            // A path ends here and others go on (say `data` and
+            // `data.id`): walked, and its text captured too. The captures
+            // go in first, so they come before the ones made below.
+            for &path in &node.captures {
+                self.captures.push(Capture {
+                    path,
+                    element,
+                    start: 0,
+                    end: 0,
+                });
+            }
+        }
+        self.scan.space().ok_or(Refused)?;
+        let start = self.scan.at;
+        if branch {
+            self.walked(node, element, None)?;
+        } else {
+            self.scan.skip()?;
+        }
+        let end = self.scan.at;
+        if branch {
+            for capture in &mut self.captures[first..first + node.captures.len()] {
+                capture.start = start;
+                capture.end = end;
+            }
+        } else {
+            for &path in &node.captures {
+                self.captures.push(Capture {
+                    path,
+                    element,
+                    start,
+                    end,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A value serde_json's walk visits (`deserialize_any`): objects and
+    /// arrays entered, strings and numbers read, as it reads them.
+    fn walked(
+        &mut self,
+        node: &Node,
+        element: u32,
+        shape: Option<&mut RootShape>,
+    ) -> Result<(), Refused> {
+        let first = self.scan.space().ok_or(Refused)?;
+        let start = self.scan.at;
+        match first {
+            b'{' => {
+                self.scan.at += 1;
+                self.object(node, element, shape)
+            }
+            b'[' => {
+                self.scan.at += 1;
+                self.array(node)
+            }
+            b'"' => {
+                self.scan.at += 1;
+                if self.scan.string()? {
+                    // Read as a string, where an unpaired surrogate escape
+                    // is refused: serde_json's own reading, on a rare path.
+                    let text = &self.line[start..self.scan.at];
+                    serde_json::from_str::<String>(text).map_err(|_| Refused)?;
+                }
+                Ok(())
+            }
+            b'-' | b'0'..=b'9' => {
+                self.scan.number()?;
+                // Read as a number, where one past `f64` is refused.
+                let text = &self.line[start..self.scan.at];
+                serde_json::from_str::<serde_json::Number>(text).map_err(|_| Refused)?;
+                Ok(())
+            }
+            b't' => self.scan.literal(b"true"),
+            b'f' => self.scan.literal(b"false"),
+            b'n' => self.scan.literal(b"null"),
+            _ => Err(Refused),
+        }
+    }
+
+    /// An object's members, after its `{`: wanted keys walked, the others'
+    /// values skipped; of a repeated key the last occurrence wins, as in
+    /// `NodeSeed::visit_map`.
+    fn object(
+        &mut self,
+        node: &Node,
+        element: u32,
+        mut shape: Option<&mut RootShape>,
+    ) -> Result<(), Refused> {
+        if let Some(shape) = shape.as_deref_mut() {
+            shape.object = true;
+        }
+        match self.scan.space() {
+            Some(b'}') => {
+                self.scan.at += 1;
+                return Ok(());
+            }
+            Some(b'"') => {}
+            _ => return Err(Refused),
+        }
+        // Captures of this object start here; `seen` has bit `i % 64` set
+        // once wanted field `i` was met in it.
+        let start = self.captures.len();
+        let mut seen = 0u64;
+        loop {
+            let field = self.key(node)?;
+            if self.scan.space() != Some(b':') {
+                return Err(Refused);
+            }
+            self.scan.at += 1;
+            if let Some(shape) = shape.as_deref_mut() {
+                shape.members += 1;
+            }
+            match field {
+                Some(i) => {
+                    let bit = 1u64 << (i % 64);
+                    if seen & bit != 0 {
+                        drop_earlier(self.captures, start, &node.fields[i].1.below);
+                    }
+                    seen |= bit;
+                    self.value(&node.fields[i].1, element)?;
+                }
+                None => {
+                    self.scan.space().ok_or(Refused)?;
+                    self.scan.skip()?;
+                }
+            }
+            match self.scan.space() {
+                Some(b',') => {
+                    self.scan.at += 1;
+                    if self.scan.space() != Some(b'"') {
+                        return Err(Refused);
+                    }
+                }
+                Some(b'}') => {
+                    self.scan.at += 1;
+                    return Ok(());
+                }
+                _ => return Err(Refused),
+            }
+        }
+    }
+
+    /// A key of an object on a wanted path, at its opening quote: which of
+    /// `node`'s fields it names. Compared as it lies in the line; one with
+    /// an escape is read by serde_json (a lone surrogate refused), rare.
+    fn key(&mut self, node: &Node) -> Result<Option<usize>, Refused> {
+        let open = self.scan.at;
+        self.scan.at += 1;
+        let escaped = self.scan.string()?;
+        if escaped {
+            let text = &self.line[open..self.scan.at];
+            let key = serde_json::from_str::<String>(text).map_err(|_| Refused)?;
+            return Ok(node.field(key.as_bytes(), key_head(key.as_bytes())));
+        }
+        let (from, to) = (open + 1, self.scan.at - 1);
+        let key = &self.scan.bytes[from..to];
+        // The key's head read as one word from the line where eight bytes
+        // are left in it, the bytes past the key masked off.
+        let head = if from + 8 <= self.scan.bytes.len() {
+            let word = word_at(self.scan.bytes, from);
+            match key.len() {
+                0..8 => word & ((1u64 << (8 * key.len())) - 1),
+                _ => word,
+            }
+        } else {
+            key_head(key)
+        };
+        Ok(node.field(key, head))
+    }
+
+    /// An array's elements, after its `[`: each walked when a path goes
+    /// through every element, skipped otherwise.
+    fn array(&mut self, node: &Node) -> Result<(), Refused> {
+        if self.scan.space() == Some(b']') {
+            self.scan.at += 1;
+            return Ok(());
+        }
+        let mut element = 0u32;
+        loop {
+            match node.each.as_deref() {
+                Some(each) => self.value(each, element)?,
+                None => {
+                    self.scan.space().ok_or(Refused)?;
+                    self.scan.skip()?;
+                }
+            }
+            element = element.saturating_add(1);
+            match self.scan.space() {
+                Some(b',') => self.scan.at += 1,
+                Some(b']') => {
+                    self.scan.at += 1;
+                    return Ok(());
+                }
+                _ => return Err(Refused),
+            }
+        }
+    }
+}
+
+/// A checked scan of JSON text, at byte `at` of a line already known to be
+/// UTF-8: it accepts only what serde_json's skipping (`ignore_value`)
+/// accepts, and refuses the rest, which then goes to serde_json. Skipped
+/// values nest at most [`Scan::MAX_DEPTH`] deep here (a bit each on one
+/// word); deeper ones go to serde_json, which has no limit there.
+struct Scan<'a> {
+    bytes: &'a [u8],
+    /// The offset of the next byte to read.
+    at: usize,
+}
+
+/// Eight copies of a byte, for the word-at-a-time scans.
+const fn splat(byte: u8) -> u64 {
+    u64::from_ne_bytes([byte; 8])
+}
+
+/// The eight bytes from `at` (which the caller has checked are there) as a
+/// word, the first byte lowest.
+#[inline(always)]
+fn word_at(bytes: &[u8], at: usize) -> u64 {
+    let mut word = [0; 8];
+    word.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(word)
+}
+
+impl Scan<'_> {
+    /// The most containers a skipped value may nest.
+    const MAX_DEPTH: u32 = 64;
+
+    /// Skips JSON whitespace (the four bytes serde_json takes as such) and
+    /// peeks at the next byte.
+    #[inline]
+    fn space(&mut self) -> Option<u8> {
+        while let Some(&byte) = self.bytes.get(self.at) {
+            if !matches!(byte, b' ' | b'\n' | b'\t' | b'\r') {
+                return Some(byte);
+            }
+            self.at += 1;
+        }
+        None
+    }
+
+    /// A string's rest, after its opening quote, up to and past its closing
+    /// one; whether it held an escape. Eight bytes at a time: the first
+    /// quote, backslash or control character in a word is found from its
+    /// bits (a borrow only ever flags bytes after a true one).
+    #[inline(always)]
+    fn string(&mut self) -> Result<bool, Refused> {
+        let bytes = self.bytes;
+        let mut escaped = false;
+        loop {
+            while self.at + 8 <= bytes.len() {
+                let word = word_at(bytes, self.at);
+                let quote = word ^ splat(b'"');
+                let backslash = word ^ splat(b'\\');
+                let special = (quote.wrapping_sub(splat(1)) & !quote)
+                    | (backslash.wrapping_sub(splat(1)) & !backslash)
+                    | (word.wrapping_sub(splat(0x20)) & !word);
+                let special = special & splat(0x80);
+                if special != 0 {
+                    self.at += (special.trailing_zeros() / 8) as usize;
+                    break;
+                }
+                self.at += 8;
+            }
+            match *bytes.get(self.at).ok_or(Refused)? {
+                b'"' => {
+                    self.at += 1;
+                    return Ok(escaped);
+                }
+                b'\\' => {
+                    escaped = true;
+                    match bytes.get(self.at + 1) {
+                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {
+                            self.at += 2;
+                        }
+                        Some(b'u') => {
+                            let hex = bytes.get(self.at + 2..self.at + 6).ok_or(Refused)?;
+                            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                                return Err(Refused);
+                            }
+                            self.at += 6;
+                        }
+                        _ => return Err(Refused),
+                    }
+                }
+                0..0x20 => return Err(Refused),
+                _ => self.at += 1,
+            }
+        }
+    }
+
+    /// A number, at its first byte: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`.
+    /// A digit after a leading `0` ends the number, and the container
+    /// refuses it.
+    #[inline(always)]
+    fn number(&mut self) -> Result<(), Refused> {
+        let bytes = self.bytes;
+        let digits = |at: &mut usize| {
+            let from = *at;
+            // Eight at a time first: an id is nineteen digits.
+            while *at + 8 <= bytes.len() {
+                let word = word_at(bytes, *at);
+                // A byte is flagged if below `0` (borrowing), above `9`
+                // (carrying into its top bit) or non-ASCII; a borrow or a
+                // carry only ever flags bytes after a flagged one.
+                let not_digit =
+                    (word.wrapping_sub(splat(b'0')) | word.wrapping_add(splat(0x7f - b'9')) | word)
+                        & splat(0x80);
+                if not_digit != 0 {
+                    *at += (not_digit.trailing_zeros() / 8) as usize;
+                    break;
+                }
+                *at += 8;
+            }
+            while bytes.get(*at).is_some_and(u8::is_ascii_digit) {
+                *at += 1;
+            }
+            *at > from
+        };
+        let mut at = self.at;
+        if bytes.get(at) == Some(&b'-') {
+            at += 1;
+        }
+        match bytes.get(at) {
+            Some(b'0') => at += 1,
+            Some(b'1'..=b'9') => {
+                digits(&mut at);
+            }
+            _ => return Err(Refused),
+        }
+        if bytes.get(at) == Some(&b'.') {
+            at += 1;
+            if !digits(&mut at) {
+                return Err(Refused);
+            }
+        }
+        if matches!(bytes.get(at), Some(b'e' | b'E')) {
+            at += 1;
+            if matches!(bytes.get(at), Some(b'+' | b'-')) {
+                at += 1;
+            }
+            if !digits(&mut at) {
+                return Err(Refused);
+            }
+        }
+        self.at = at;
+        Ok(())
+    }
+
+    /// `true`, `false` or `null`, at its first byte.
+    fn literal(&mut self, word: &[u8]) -> Result<(), Refused> {
+        if !self.bytes[self.at..].starts_with(word) {
+            return Err(Refused);
+        }
+        self.at += word.len();
+        Ok(())
+    }
+
+    /// A whole value, at its first byte (whitespace skipped), containers
+    /// and all, without recursion: the open containers are bits of one
+    /// word, 1 for an object.
+    fn skip(&mut self) -> Result<(), Refused> {
+        let mut open = 0u64;
+        let mut depth = 0u32;
+        'value: loop {
+            match self.space().ok_or(Refused)? {
+                b'"' => {
+                    self.at += 1;
+                    self.string()?;
+                }
+                b'{' => {
+                    self.at += 1;
+                    match self.space() {
+                        Some(b'}') => self.at += 1,
+                        Some(b'"') if depth < Self::MAX_DEPTH => {
+                            open = open << 1 | 1;
+                            depth += 1;
+                            self.member_key()?;
+                            continue 'value;
+                        }
+                        _ => return Err(Refused),
+                    }
+                }
+                b'[' => {
+                    self.at += 1;
+                    match self.space() {
+                        Some(b']') => self.at += 1,
+                        Some(_) if depth < Self::MAX_DEPTH => {
+                            open <<= 1;
+                            depth += 1;
+                            continue 'value;
+                        }
+                        _ => return Err(Refused),
+                    }
+                }
+                b'-' | b'0'..=b'9' => self.number()?,
+                b't' => self.literal(b"true")?,
+                b'f' => self.literal(b"false")?,
+                b'n' => self.literal(b"null")?,
+                _ => return Err(Refused),
+            }
+            // After a value: close what it ends, until a comma calls for
+            // the next.
+            loop {
+                if depth == 0 {
+                    return Ok(());
+                }
+                let object = open & 1 == 1;
+                match self.space() {
+                    Some(b',') => {
+                        self.at += 1;
+                        if object {
+                            if self.space() != Some(b'"') {
+                                return Err(Refused);
+                            }
+                            self.member_key()?;
+                        }
+                        continue 'value;
+                    }
+                    Some(b'}') if object => {}
+                    Some(b']') if !object => {}
+                    _ => return Err(Refused),
+                }
+                self.at += 1;
+                open >>= 1;
+                depth -= 1;
+            }
+        }
+    }
+
+    /// A skipped object's key and its colon, at the key's opening quote.
+    #[inline(always)]
+    fn member_key(&mut self) -> Result<(), Refused> {
+        self.at += 1;
+        self.string()?;
+        if self.space() != Some(b':') {
+            return Err(Refused);
+        }
+        self.at += 1;
+        Ok(())
+    }
+}
+
+/// Today's fast path until issue 42, kept as a test oracle: a walk over
+/// sonic-rs's parser that descends only into
 /// wanted paths and skips everything else with the parser's checked
 /// skipping, without serde's visitor machinery. It reads a line as
 /// serde_json's walk (`NodeSeed`) does, check for check: where that walk
@@ -802,7 +1408,8 @@ impl<'de, 'n> Visitor<'de> for FieldMatch<'n> {
 /// numbers (`1e400` refused); where a path ends, the value is skipped
 /// (checked as JSON text, lone surrogates allowed) and its text captured.
 /// Any refusal sends the line to serde_json, whose verdict stands.
-struct Walk<'a, 'c> {
+#[cfg(test)]
+struct SonicWalk<'a, 'c> {
     parser: Parser<sonic_rs::Read<'a>>,
     /// The line being decoded: captures are offsets into it.
     line: &'a str,
@@ -811,16 +1418,15 @@ struct Walk<'a, 'c> {
     scratch: Vec<u8>,
 }
 
-/// The walk met something sonic-rs refuses (serde_json says what).
-struct Refused;
-
+#[cfg(test)]
 impl From<sonic_rs::Error> for Refused {
     fn from(_: sonic_rs::Error) -> Refused {
         Refused
     }
 }
 
-impl Walk<'_, '_> {
+#[cfg(test)]
+impl SonicWalk<'_, '_> {
     /// One value on a wanted path: captured if a path ends here, walked if
     /// paths go on.
     fn value(&mut self, node: &Node, element: u32) -> Result<(), Refused> {
@@ -1000,6 +1606,7 @@ fn drop_earlier(captures: &mut Vec<Capture>, start: usize, below: &[u16]) {
     captures.truncate(kept);
 }
 
+#[cfg(test)]
 /// Whether sonic-rs's checked skipping refuses every line serde_json
 /// refuses, for this line. It does not check the four hex digits of a `\u`
 /// escape (serde_json does, in values skipped too), and it skips nested
@@ -1045,6 +1652,7 @@ fn sonic_checks_enough(line: &[u8]) -> bool {
     true
 }
 
+#[cfg(test)]
 /// The most brackets and braces a line may hold for sonic-rs to read it.
 /// Its checked skipping recurses once a level, about 45 KB of stack a level
 /// in a debug build (a test thread has 2 MB): 32 keeps a test's stack safe
@@ -1539,10 +2147,11 @@ mod tests {
         assert!(FieldSpec::new(None, vec!["a..b".into()]).is_err());
     }
 
-    /// What a decoded line says, comparable: the fast path and serde_json
-    /// alone must give the same for every line, refusals included.
-    fn outcome(decoder: &Decoder, line: &str, sonic: bool) -> String {
-        match decoder.decode_with(line.as_bytes(), sonic) {
+    /// What a decoded line says, comparable: the fast path, today's
+    /// decoder and serde_json alone must give the same for every line,
+    /// refusals included.
+    fn outcome(decoder: &Decoder, line: &str, reader: Reader) -> String {
+        match decoder.decode_with(line.as_bytes(), reader) {
             Ok(r) => format!(
                 "{:?} {:?} {:?} {:?} {:?} {:?}",
                 r.id, r.text, r.urls, r.splice, r.created_at, r.deletion
@@ -1564,25 +2173,62 @@ mod tests {
     fn takes_the_fast_path(decoder: &Decoder, line: &str) -> bool {
         let mut captures = Vec::new();
         let mut shape = RootShape::default();
-        decoder.walk_with_sonic(line, &mut captures, &mut shape)
+        decoder.walk(line, &mut captures, &mut shape)
     }
 
-    /// The fast path agrees with serde_json on `line`, and reads it itself
-    /// whenever serde_json reads it as JSON and the pre-checks let it:
-    /// agreement alone would hold were every line handed over.
+    /// The fast path agrees with serde_json and with today's decoder (the
+    /// walk over sonic-rs, the fast path before issue 42) on `line`, and
+    /// reads it itself whenever serde_json reads it as JSON and it nests no
+    /// deeper than the scan's limit: agreement alone would hold were every
+    /// line handed over.
     fn agrees(decoder: &Decoder, line: &str) -> Result<(), String> {
-        let (fast, reference) = (outcome(decoder, line, true), outcome(decoder, line, false));
-        if fast != reference {
-            return Err(format!("{line}\n fast: {fast}\n serde_json: {reference}"));
+        let fast = outcome(decoder, line, Reader::Fast);
+        let reference = outcome(decoder, line, Reader::Serde);
+        let today = outcome(decoder, line, Reader::Sonic);
+        if fast != reference || fast != today {
+            return Err(format!(
+                "{line}\n fast: {fast}\n serde_json: {reference}\n before: {today}"
+            ));
         }
         let json = !matches!(
-            decoder.decode_with(line.as_bytes(), false),
+            decoder.decode_with(line.as_bytes(), Reader::Serde),
             Err(InvalidReason::Json(_) | InvalidReason::Utf8(_))
         );
-        if json && sonic_checks_enough(line.as_bytes()) && !takes_the_fast_path(decoder, line) {
+        let openings = line.bytes().filter(|&b| b == b'{' || b == b'[').count();
+        if json && openings <= Scan::MAX_DEPTH as usize && !takes_the_fast_path(decoder, line) {
             return Err(format!("{line}\n handed to serde_json"));
         }
         Ok(())
+    }
+
+    /// Keys are matched through each node's table, which every node of the
+    /// built-in specs gets, and only a field's exact name matches: not one
+    /// sharing its first eight bytes, nor a prefix, nor an extension.
+    #[test]
+    fn keys_match_their_fields_exactly_through_the_table() {
+        fn check(node: &Node) {
+            if !node.fields.is_empty() {
+                assert!(!node.table.is_empty(), "{:?}", node.heads);
+            }
+            for (i, (name, child)) in node.fields.iter().enumerate() {
+                let name = name.as_bytes();
+                assert_eq!(node.field(name, key_head(name)), Some(i));
+                let mut other = name.to_vec();
+                *other.last_mut().unwrap() ^= 1;
+                assert_eq!(node.field(&other, key_head(&other)), None);
+                let longer = [name, b"x"].concat();
+                assert_eq!(node.field(&longer, key_head(&longer)), None);
+                let shorter = &name[..name.len() - 1];
+                assert_ne!(node.field(shorter, key_head(shorter)), Some(i));
+                check(child);
+            }
+            if let Some(each) = node.each.as_deref() {
+                check(each);
+            }
+        }
+        for decoder in decoders() {
+            check(&decoder.tree);
+        }
     }
 
     /// `line` with a character put in, taken out or replaced.
@@ -1609,6 +2255,7 @@ mod tests {
             0usize..3,
             proptest::sample::select(vec![
                 '{', '}', '[', ']', '"', ',', ':', '\\', 'u', '0', 'e', '-', '.', ' ', 'x', 'é',
+                '\t', '\u{1f}', 'n', '+',
             ]),
         )
     }
@@ -1653,11 +2300,7 @@ mod tests {
             ),
         ] {
             for decoder in &decoders {
-                assert_eq!(
-                    outcome(decoder, line, true),
-                    outcome(decoder, line, false),
-                    "{line}"
-                );
+                agrees(decoder, line).unwrap_or_else(|e| panic!("{e}"));
             }
         }
         // Deep nesting, where it is walked and where it is skipped.
@@ -1669,11 +2312,7 @@ mod tests {
                 format!(r#"{{"id":1,"text":"x","entities":{{"urls":{open}{close}}}}}"#),
             ] {
                 for decoder in &decoders {
-                    assert_eq!(
-                        outcome(decoder, &line, true),
-                        outcome(decoder, &line, false),
-                        "{depth}"
-                    );
+                    agrees(decoder, &line).unwrap_or_else(|e| panic!("{depth}: {e}"));
                 }
             }
         }
@@ -1689,10 +2328,10 @@ mod tests {
     }
 
     /// The fast path is taken on ordinary tweets: were the walk to refuse
-    /// them (say sonic-rs's parser changed), every line would go to
-    /// serde_json and agreement alone could not tell.
+    /// them, every line would go to serde_json and agreement alone could
+    /// not tell.
     #[test]
-    fn sonic_rs_reads_ordinary_tweets_itself() {
+    fn the_fast_path_reads_ordinary_tweets_itself() {
         let decoder = Decoder::new(FieldSpec::default());
         for line in [
             r#"{"id_str":"1","text":"plain"}"#,
@@ -1700,15 +2339,9 @@ mod tests {
         ] {
             let mut captures = Vec::new();
             let mut shape = RootShape::default();
-            assert!(
-                decoder.walk_with_sonic(line, &mut captures, &mut shape),
-                "{line}"
-            );
+            assert!(decoder.walk(line, &mut captures, &mut shape), "{line}");
             assert!(shape.object && !captures.is_empty());
-            assert_eq!(
-                outcome(&decoder, line, true),
-                outcome(&decoder, line, false)
-            );
+            agrees(&decoder, line).unwrap_or_else(|e| panic!("{e}"));
         }
     }
 

@@ -114,6 +114,25 @@ const COMPARE: Extra = Extra {
     )],
 };
 
+const REPORT: Extra = Extra {
+    exit_status: &[
+        ("0", "The page was written (or its reader closed the pipe)."),
+        (
+            "1",
+            "An input could not be read, or the page could not be written.",
+        ),
+        (
+            "2",
+            "A usage error: an input that is not there, or an output that is another kind of file.",
+        ),
+    ],
+    environment: "RUST_LOG overrides the logging level.",
+    examples: &[(
+        "Tag a file with the rules that decided, then look at what was removed:",
+        "dedup-stream --explain tweets.jsonl.zst -o tagged.jsonl\ndedup-stream report tagged.jsonl -o report.html",
+    )],
+};
+
 const INDEX: Extra = Extra {
     exit_status: &[
         ("0", "Done."),
@@ -166,6 +185,7 @@ const OTHER: Extra = Extra {
 /// page of `index forget`).
 pub const PAGES: &[&str] = &[
     "compare",
+    "report",
     "serve",
     "consume",
     "index",
@@ -272,6 +292,7 @@ pub fn render(page: Option<&str>, out: &mut dyn Write) -> std::io::Result<()> {
                 "serve" => &SERVE,
                 "consume" => &CONSUME,
                 "compare" => &COMPARE,
+                "report" => &REPORT,
                 "index" | "index-info" | "index-drop" | "index-forget" => &INDEX,
                 "tune" => &TUNE,
                 _ => &OTHER,
@@ -346,7 +367,7 @@ mod tests {
             assert!(text.contains(".SH ENVIRONMENT"), "{page:?}");
             if matches!(
                 page,
-                None | Some("serve" | "consume" | "compare" | "index" | "tune")
+                None | Some("serve" | "consume" | "compare" | "report" | "index" | "tune")
             ) {
                 assert!(text.contains(".SH EXAMPLES"), "{page:?}");
             }

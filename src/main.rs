@@ -866,8 +866,14 @@ fn compare(args: &CompareArgs) -> Exit {
     // B right after A, alone: a lone recent match when it is one.
     let mut lone = LoneMatch::new(config.threshold, config.lone_reach(), 1);
     lone.offer((), similarity, 0, b.shingles.len(), a.shingles.len(), || ());
-    let duplicate = similarity >= config.threshold || lone.result().is_some();
-    let verdict = if similarity >= config.threshold {
+    // Two texts of one template that differ in a number are not copies,
+    // however similar (see --explain's slot_differs).
+    let slot_differs = dedup_stream::engine::verdict::slots_apply(&config)
+        && dedup_stream::engine::verdict::slots_differ(&set(b), &set(a), b.truncated, a.truncated);
+    let duplicate = !slot_differs && (similarity >= config.threshold || lone.result().is_some());
+    let verdict = if slot_differs && (similarity >= config.threshold || lone.result().is_some()) {
+        "not a duplicate (each has a number the other lacks: slot_differs)".to_string()
+    } else if similarity >= config.threshold {
         "duplicate".to_string()
     } else if lone.result().is_some() {
         format!(
@@ -925,6 +931,8 @@ fn compare(args: &CompareArgs) -> Exit {
             dedup_stream::engine::explain::pair_counts(config.measure, &set(b), &set(a), hints);
         let rule = if set(a) == set(b) {
             Rule::Exact
+        } else if slot_differs && (similarity >= config.threshold || lone.result().is_some()) {
+            Rule::SlotDiffers
         } else if similarity >= config.threshold && counts.anchored {
             Rule::Anchor
         } else if similarity >= config.threshold {

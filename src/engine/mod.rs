@@ -1214,8 +1214,7 @@ struct Guards {
 impl Guards {
     fn new(config: &EngineConfig) -> Guards {
         Guards {
-            slots: matches!(config.shingling, Shingling::WordsUpTo(_))
-                && config.sampling == Sampling::All,
+            slots: verdict::slots_apply(config),
             words: config.shingling == Shingling::WordsUpTo(2),
             far: if config.recent == 0 {
                 crate::config::DEFAULT_RECENT

@@ -447,6 +447,13 @@ pub fn slots_differ(later: &[u32], earlier: &[u32], later_cut: bool, earlier_cut
     later_has && earlier_has
 }
 
+/// Whether sets made under `config` mark numbers and are compared by them
+/// ([`slots_differ`]): under `words:1-N` without sampling.
+pub fn slots_apply(config: &crate::config::EngineConfig) -> bool {
+    matches!(config.shingling, crate::config::Shingling::WordsUpTo(_))
+        && config.sampling == crate::config::Sampling::All
+}
+
 /// The narrower shingles (single words) of a `words:1-2` set that are not
 /// stop words: its content words.
 fn content_words(set: &[u32]) -> impl Iterator<Item = u32> + '_ {

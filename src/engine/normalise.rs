@@ -129,10 +129,9 @@ impl Normaliser {
         if has_at {
             remove_retweet_markers(out, scratch);
         }
-        // Quoted retweets hold a quote mark: most texts are ruled out by
-        // one `memchr` and one substring search.
-        if (memchr::memchr(b'"', out.as_bytes()).is_some()
-            || memchr::memmem::find(out.as_bytes(), "\u{201c}".as_bytes()).is_some())
+        // Quoted retweets hold a quote mark (`"`, or `“`, whose first byte
+        // is 0xe2): most texts are ruled out by one `memchr2`.
+        if memchr::memchr2(b'"', 0xe2, out.as_bytes()).is_some()
             && remove_quote_markers(out, scratch)
         {
             // The quote's closing mark, when it ends the text, hides an

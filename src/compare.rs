@@ -9,7 +9,7 @@
 
 use crate::engine::config::EngineConfig;
 use crate::engine::explain::{PairCounts, pair_counts};
-use crate::engine::verdict::LoneMatch;
+use crate::engine::verdict::{LoneMatch, slots_apply, slots_differ};
 use crate::engine::{Explained, PairHints, Preparer, Rule, share_anchor, similarity};
 use crate::wire::record::Decoder;
 
@@ -26,6 +26,9 @@ pub struct Comparison {
     pub duplicate: bool,
     /// Whether it is one only as a lone recent match (under the threshold).
     pub lone_recent: bool,
+    /// Whether it would be one but for a number each has that the other
+    /// lacks (a template's slot: not a copy).
+    pub slot_differs: bool,
     /// The rule that decides, as `--explain` names it.
     pub rule: Rule,
     /// The counts behind the similarity.
@@ -55,9 +58,16 @@ pub fn compare(config: &EngineConfig, a: Explained, b: Explained) -> Comparison 
     lone.offer((), similarity, 0, b.shingles.len(), a.shingles.len(), || ());
     let above = similarity >= config.threshold;
     let lone_recent = !above && lone.result().is_some();
+    // Two texts of one template that differ in a number are not copies,
+    // however similar (`--explain`'s `slot_differs`).
+    let slot_differs = (above || lone_recent)
+        && slots_apply(config)
+        && slots_differ(&set_b, &set_a, b.truncated, a.truncated);
     let counts = pair_counts(config.measure, &set_b, &set_a, hints);
     let rule = if set_a == set_b {
         Rule::Exact
+    } else if slot_differs {
+        Rule::SlotDiffers
     } else if above && counts.anchored {
         Rule::Anchor
     } else if above {
@@ -71,8 +81,9 @@ pub fn compare(config: &EngineConfig, a: Explained, b: Explained) -> Comparison 
         a,
         b,
         similarity,
-        duplicate: above || lone_recent,
-        lone_recent,
+        duplicate: !slot_differs && (above || lone_recent),
+        lone_recent: lone_recent && !slot_differs,
+        slot_differs,
         rule,
         counts,
     }

@@ -293,6 +293,33 @@ fn compare_explain_names_the_rule() {
     }
 }
 
+/// Two texts of one template that differ in a number (issue 39) are not
+/// duplicates, in `compare` as in the filter; a copy that keeps the number
+/// is.
+#[test]
+fn a_number_that_differs_is_a_template_not_a_copy() {
+    const A: &str = "I'm at Los Angeles International Airport (LAX) - @lax_official (Los Angeles, CA) w/ 175 others";
+    const B: &str = "I'm at Los Angeles International Airport (LAX) - @lax_official (Los Angeles, CA) w/ 17 others";
+    let output = Command::new(bin())
+        .args(["compare", "--explain", A, B])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(text.contains("rule: slot_differs ("), "{text}");
+    let stream = [
+        tweet("1", A),
+        tweet("2", B),
+        tweet("3", &format!("RT @x: {A}")),
+    ]
+    .concat();
+    let v = verdicts(&run(&["--quiet", "--explain"], stream.as_bytes()));
+    assert_eq!(v[1]["status"], "new", "{:?}", v[1]);
+    assert_eq!(v[1]["explain"]["rule"], "slot_differs", "{:?}", v[1]);
+    assert_eq!(v[1]["explain"]["nearest"]["id"], "1", "{:?}", v[1]);
+    assert_eq!(v[2]["duplicate_of"], "1", "{:?}", v[2]);
+}
+
 /// A one-word edit of a ten-word tweet is 0.79 similar: a duplicate as a
 /// lone recent match (the only story near, right after its original), new
 /// with `--recent 0`, new when another story is near it, and new once its

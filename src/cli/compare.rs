@@ -48,6 +48,8 @@ pub fn compare(args: &CompareArgs) -> Exit {
             "duplicate (a lone recent match: at least the threshold minus {RECENT_MARGIN}, \
              see --recent)"
         )
+    } else if comparison.slot_differs {
+        "not a duplicate (each has a number the other lacks: slot_differs)".to_string()
     } else {
         "not a duplicate".to_string()
     };

@@ -12,7 +12,7 @@
 use crate::engine::config::Measure;
 use crate::engine::id::MessageId;
 
-use super::verdict::{PairHints, by_containment, intersection, ratio, write_similarity};
+use super::verdict::{PairHints, Refusal, by_containment, intersection, ratio, write_similarity};
 use super::{Deduper, Sketch, share_anchor, shingle};
 
 /// The rule that decided a verdict.
@@ -40,6 +40,16 @@ pub enum Rule {
     /// New: candidates were found, none similar enough (the nearest is
     /// given).
     BelowThreshold,
+    /// New: a candidate was similar enough, but the two differ in a number
+    /// each has and the other lacks, a template's slot ("w/ 2910 others"
+    /// and "w/ 226 others"); it is given as the nearest (see
+    /// [`super::verdict::slots_differ`]).
+    SlotDiffers,
+    /// New: a candidate was similar enough, but from beyond `--recent`,
+    /// and the shorter of two short texts has a word the other lacks ("I
+    /// don't give a fuck." and "I don't give a boo boo"); it is given as
+    /// the nearest (see [`super::verdict::words_missing`]).
+    ShortWording,
     /// A delete notice or a removal: the id left the index, or was not
     /// held (see `docs/deletions.md`); nothing was compared.
     Deleted,
@@ -59,13 +69,15 @@ impl Rule {
             Rule::Empty => "empty",
             Rule::NoCandidate => "no_candidate",
             Rule::BelowThreshold => "below_threshold",
+            Rule::SlotDiffers => "slot_differs",
+            Rule::ShortWording => "short_wording",
             Rule::Deleted => "deleted",
             Rule::Repeat => "repeat",
         }
     }
 
     /// Every rule, in the order of the documentation.
-    pub const ALL: [Rule; 9] = [
+    pub const ALL: [Rule; 11] = [
         Rule::Exact,
         Rule::Threshold,
         Rule::Anchor,
@@ -73,6 +85,8 @@ impl Rule {
         Rule::Empty,
         Rule::NoCandidate,
         Rule::BelowThreshold,
+        Rule::SlotDiffers,
+        Rule::ShortWording,
         Rule::Deleted,
         Rule::Repeat,
     ];
@@ -283,6 +297,25 @@ impl Deduper {
                 }
             }
             None if self.candidates.is_empty() => Explanation::bare(Rule::NoCandidate, threshold),
+            None if self.refused.is_some() => {
+                let (slot, _, refusal) = self.refused.expect("checked");
+                let rule = match refusal {
+                    Refusal::Slot => Rule::SlotDiffers,
+                    Refusal::ShortWording => Rule::ShortWording,
+                };
+                Explanation {
+                    rule,
+                    threshold,
+                    counts: None,
+                    nearest: self.counts_against(sketch, slot).and_then(|counts| {
+                        Some(Nearest {
+                            id: self.index.peek(slot)?.id.clone(),
+                            similarity: counts.similarity(),
+                            counts,
+                        })
+                    }),
+                }
+            }
             None => {
                 // The decision gave up on most candidates early, below its
                 // floor: each is compared again, exactly.
@@ -401,6 +434,45 @@ mod tests {
         let nearest = e.nearest.expect("a nearest candidate");
         assert!(nearest.similarity < 0.8 && nearest.similarity > 0.0);
         assert_eq!(nearest.similarity, nearest.counts.similarity());
+    }
+
+    #[test]
+    fn the_guards_are_named_with_the_candidate_they_refused() {
+        let mut d = explaining(EngineConfig::default());
+        check(
+            &mut d,
+            1,
+            "Hurricane Sandy hits the east coast: 12 photos of the damage",
+        );
+        let (v, e) = check(
+            &mut d,
+            2,
+            "Hurricane Sandy hits the east coast: 23 photos of the damage",
+        );
+        assert_eq!(
+            (v, e.rule),
+            (Verdict::New, Rule::SlotDiffers),
+            "{}",
+            json(&e)
+        );
+        let nearest = e.nearest.expect("the refused candidate");
+        assert_eq!(nearest.id, id(1));
+        assert!(nearest.similarity >= 0.8);
+        let mut d = explaining(EngineConfig::default());
+        check(&mut d, 1, "I don't give a fuck.");
+        for n in 0..crate::engine::config::DEFAULT_RECENT + 1 {
+            check(&mut d, 10 + n, &format!("filler {n} w{n}a w{n}b"));
+        }
+        let (v, e) = check(&mut d, 1_000_000, "I don't give a boo boo");
+        assert_eq!(
+            (v, e.rule),
+            (Verdict::New, Rule::ShortWording),
+            "{}",
+            json(&e)
+        );
+        assert!(
+            json(&e).starts_with(r#"{"rule":"short_wording","threshold":0.8,"nearest":{"id":1,"#)
+        );
     }
 
     #[test]

@@ -61,7 +61,7 @@ use normalise::Normaliser;
 use sketch::{LshParams, Sketcher};
 use store::StoreError;
 pub use store::{Ask, DecisionTimes, IndexStats, IndexStore, Op};
-use tokenise::{Tokeniser, token_hash};
+use tokenise::{Tokeniser, is_number, token_hash};
 pub use verdict::{Match, PairHints, Verdict, similarity};
 
 /// A message's sketch: what the index needs to find and verify candidates.
@@ -414,11 +414,18 @@ impl Preparer {
             Shingling::Words(width) => word_shingles(width),
             Shingling::WordsUpTo(longest) => {
                 let widest = longest.min(tokens.len());
+                let hashes = &hashes;
                 (1..=widest)
                     .flat_map(|width| {
                         word_shingles(width)
                             .into_iter()
-                            .map(move |(f, text)| (shingle::tag_width(f, width == widest), text))
+                            .enumerate()
+                            .map(move |(i, (f, text))| {
+                                let f = shingle::tag_width(f, width == widest);
+                                // Numbers marked as shingle_into marks them.
+                                let number = width == 1 && widest > 1 && is_number(hashes[i]);
+                                (shingle::tag_slot(f, number), text)
+                            })
                     })
                     .collect()
             }
@@ -564,6 +571,11 @@ pub struct Deduper {
     /// where a message looks for the messages the batch indexed.
     batch_keys: SlotSet,
     times: DecisionTimes,
+    /// The guards a match must pass, from the configuration.
+    guards: Guards,
+    /// The most similar candidate of the message just decided that a guard
+    /// refused, with its similarity and why (for `--explain`).
+    refused: Option<(u32, f64, verdict::Refusal)>,
 }
 
 /// A set of slots that empties in constant time: the candidates a message
@@ -651,6 +663,8 @@ impl Deduper {
         let clock = window::Clock::new(config.window.map(|w| w.millis()));
         Ok(Deduper {
             preparer: Preparer::new(&config),
+            guards: Guards::new(&config),
+            refused: None,
             index: if clock.is_on() {
                 index.with_expiry()
             } else {
@@ -951,6 +965,7 @@ impl Deduper {
         counted: Option<&overlaps::Counted>,
     ) -> (Verdict, Option<u32>) {
         self.counts.messages += 1;
+        self.refused = None;
         let mut exact = self.index.exact(sketch.set_fingerprint, sketch.shingles);
         let mut itself = None;
         if let (Some(id), Some(slot)) = (id, exact)
@@ -1090,6 +1105,8 @@ impl Deduper {
         // Whether each of the message's anchors is a copy's (see
         // MAX_ANCHOR_CLUSTERS), found out when first needed.
         let mut specific: [Option<bool>; MAX_ANCHORS] = [None; MAX_ANCHORS];
+        // The most similar candidate a guard refused (for `--explain`).
+        let mut refused: Option<(u32, f64, verdict::Refusal)> = None;
         for (at, &slot) in self.candidates.iter().enumerate() {
             // Only a candidate that reaches the best so far (or the
             // threshold, or until one does, a lone match's near bar)
@@ -1143,6 +1160,23 @@ impl Deduper {
             if id.is_some_and(|id| index::same_id(&entry.id, id)) {
                 continue;
             }
+            // The guards, asked only of a candidate that could be the
+            // match (rarer still).
+            let could_be = s >= self.config.threshold
+                || (best.is_none()
+                    && lone.could_take(s, sketch.shingles.len(), entry.shingles().len()));
+            if could_be {
+                let far = self.next_seq.saturating_sub(entry.seq) > self.guards.far;
+                if let Some(refusal) = self.guards.refusal(sketch, entry, far) {
+                    if refused.is_none_or(|(_, best_s, _)| s > best_s) {
+                        refused = Some((slot, s, refusal));
+                    }
+                    if best.is_none() {
+                        lone.near(s, || entry.cluster());
+                    }
+                    continue;
+                }
+            }
             if best.is_none() {
                 lone.offer(
                     slot,
@@ -1164,7 +1198,56 @@ impl Deduper {
                 best = Some((slot, s, entry.seq));
             }
         }
+        self.refused = refused;
         best.map(|(slot, s, _)| (slot, s)).or_else(|| lone.result())
+    }
+}
+
+/// The guards a pair that reached its bar must pass (see
+/// [`verdict::Refusal`]), as the configuration applies them.
+#[derive(Clone, Copy, Debug)]
+struct Guards {
+    /// Whether sets mark numbers and may be compared by them: under
+    /// `words:1-N` without sampling ([`verdict::slots_differ`]).
+    slots: bool,
+    /// Whether a short text's words are counted: under `words:1-2`, whose
+    /// narrower shingles are its words ([`verdict::words_missing`]).
+    words: bool,
+    /// How many arrivals back a match is far: `--recent`, or its default
+    /// when that is 0 (the lower bar off does not make every match far).
+    far: u64,
+}
+
+impl Guards {
+    fn new(config: &EngineConfig) -> Guards {
+        Guards {
+            slots: verdict::slots_apply(config),
+            words: config.shingling == Shingling::WordsUpTo(2),
+            far: if config.recent == 0 {
+                crate::engine::config::DEFAULT_RECENT
+            } else {
+                config.recent
+            },
+        }
+    }
+
+    /// Why the message (`sketch`) may not match `entry`, if it may not;
+    /// `far`: `entry` is more than [`Guards::far`] arrivals old.
+    fn refusal(
+        &self,
+        sketch: Sketch<'_>,
+        entry: &index::Entry,
+        far: bool,
+    ) -> Option<verdict::Refusal> {
+        let (later, earlier) = (sketch.shingles, entry.shingles());
+        if self.slots && verdict::slots_differ(later, earlier, sketch.truncated, entry.truncated())
+        {
+            Some(verdict::Refusal::Slot)
+        } else if self.words && far && verdict::words_missing(later, earlier) {
+            Some(verdict::Refusal::ShortWording)
+        } else {
+            None
+        }
     }
 }
 
@@ -1338,6 +1421,7 @@ impl IndexStore for Deduper {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::config::DEFAULT_RECENT;
     use std::num::NonZeroUsize;
 
     fn deduper(capacity: usize) -> Deduper {
@@ -1350,6 +1434,99 @@ mod tests {
 
     fn id(n: u64) -> MessageId {
         MessageId::Integer(n)
+    }
+
+    /// Checks `text` as message `n` and says whether it is a duplicate of
+    /// message `of`.
+    fn dup_of(d: &mut Deduper, n: u64, text: &str, of: u64) -> bool {
+        matches!(d.check_text(id(n), text), Verdict::Duplicate(m) if m.of == id(of))
+    }
+
+    /// Fills the index with `count` unrelated messages from `from` on, so
+    /// that what came before is beyond `--recent`.
+    fn pass_time(d: &mut Deduper, from: u64, count: u64) {
+        for n in from..from + count {
+            d.check_text(id(n), &format!("filler {n} message w{n}a w{n}b w{n}c"));
+        }
+    }
+
+    // Texts of one template with a number changed (issue 39, real tweets of
+    // 2012-2013): not duplicates, however close in the stream.
+    #[test]
+    fn template_texts_that_differ_in_a_number_are_not_duplicates() {
+        let pairs = [
+            (
+                "I'm at Frankenstorm Apocalypse - Hurricane Sandy (Everywhere) w/ 2910 others",
+                "I'm at Frankenstorm Apocalypse - Hurricane Sandy (Everywhere) w/ 226 others",
+            ),
+            (
+                "Hurricane Sandy hits the east coast: 12 photos of the damage",
+                "Hurricane Sandy hits the east coast: 23 photos of the damage",
+            ),
+            (
+                "Boston marathon explosions: 160 Injured, two dead, police say",
+                "Boston marathon explosions: 200 Injured, two dead, police say",
+            ),
+        ];
+        for (a, b) in pairs {
+            let mut d = deduper(100);
+            d.check_text(id(1), a);
+            assert_eq!(d.check_text(id(2), b), Verdict::New, "{b}");
+        }
+    }
+
+    // Copies keep their numbers, or lose them only where they were cut; a
+    // number written with or without separators is the same.
+    #[test]
+    fn copies_of_texts_with_numbers_are_still_duplicates() {
+        let original =
+            "Boston marathon explosions: 160 Injured, two dead, police say http://t.co/abc";
+        let copies = [
+            "RT @news: Boston marathon explosions: 160 Injured, two dead, police say",
+            "Praying for Boston +1 \u{201c}@news: Boston marathon explosions: 160 Injured, two dead, police say\u{201d}",
+            "Boston marathon explosions: 160 Injured, two dead, police…",
+        ];
+        for copy in copies {
+            let mut d = deduper(100);
+            d.check_text(id(1), original);
+            assert!(dup_of(&mut d, 2, copy, 1), "{copy}");
+        }
+        let mut d = deduper(100);
+        d.check_text(
+            id(1),
+            "Magnitude 7.2 earthquake hits Bohol, no more joke #prayforbohol",
+        );
+        assert!(dup_of(
+            &mut d,
+            2,
+            "magnitude 72 earthquake hits bohol no more joke #prayforbohol",
+            1
+        ));
+    }
+
+    // A short common phrase written again far back in the stream by someone
+    // else (issue 39: more than 6,000 tweets apart, across events).
+    #[test]
+    fn a_short_text_from_far_back_needs_all_its_words() {
+        let mut d = deduper(100_000);
+        d.check_text(id(1), "I don't give a fuck.");
+        d.check_text(id(2), "Prayers go out to everyone in Oklahoma tonight");
+        pass_time(&mut d, 10, DEFAULT_RECENT + 10);
+        assert_eq!(
+            d.check_text(id(100_000), "I don't give a boo boo"),
+            Verdict::New
+        );
+        // The same words from far back are still a copy...
+        assert!(dup_of(
+            &mut d,
+            100_001,
+            "RT @x: Prayers go out to everyone in Oklahoma tonight",
+            2
+        ));
+        // ...and a recent match needs no more than before.
+        let mut d = deduper(100);
+        d.check_text(id(1), "I don't give a fuck.");
+        assert!(d.check_text(id(2), "I don't give a boo boo").is_duplicate());
     }
 
     #[test]

@@ -12,7 +12,10 @@
 //!    to `...`, ligatures) and case is folded (Unicode lowercase).
 //! 4. Retweet markers go, wherever they stand: `RT @user:`, `RT: @user`,
 //!    `MT @user:`, and chains of them; a `via @user` or `(via @user)` that
-//!    ends or begins the text too (a credit, like a retweet marker).
+//!    ends or begins the text too (a credit, like a retweet marker); and so
+//!    do the markers of old-style quoted retweets, `“@user: …”`,
+//!    `"@user: …"`, `RT "@user: …"`, `RT: "…"` (the quote mark, the
+//!    mention, a `RT` before it, and the closing mark that ends the text).
 //! 5. A truncated text loses its trailing ellipsis and the cut word before
 //!    it. An ellipsis glued to a link that ends the text (or a link cut
 //!    short) still says the text was cut; the link's token, if it has one,
@@ -125,6 +128,16 @@ impl Normaliser {
         let has_at = memchr::memchr(b'@', out.as_bytes()).is_some();
         if has_at {
             remove_retweet_markers(out, scratch);
+        }
+        // Quoted retweets hold a quote mark (`"`, or `“`, whose first byte
+        // is 0xe2): most texts are ruled out by one `memchr2`.
+        if memchr::memchr2(b'"', 0xe2, out.as_bytes()).is_some()
+            && remove_quote_markers(out, scratch)
+        {
+            // The quote's closing mark, when it ends the text, hides an
+            // ellipsis before it (a quote cut short).
+            let end = out.trim_end().trim_end_matches(['"', '\u{201d}']).len();
+            out.truncate(end);
         }
         let trimmed = out.trim_end().len();
         out.truncate(trimmed);
@@ -543,6 +556,64 @@ fn remove_retweet_markers(text: &mut String, scratch: &mut String) {
     }
 }
 
+/// Removes the markers of old-style quoted retweets from a lowercased text,
+/// as retweet markers are removed (see [`remove_retweet_markers`]): an
+/// opening quote mark (`"` or `“`) followed by a mention and an optional
+/// colon (`Stay safe! “@user: Flooding closes …”`), with a `rt` or `mt`
+/// (and a colon) standing before it (`RT "@user: …`), and a `rt` or `rt:`
+/// standing before a quote mark alone (`RT: "…"`). A comment and a quoted
+/// copy then hold the same words as the original and are found as a copy
+/// with a comment. Returns whether it found one (the caller then drops the
+/// closing quote mark that ends the text).
+fn remove_quote_markers(text: &mut String, scratch: &mut String) -> bool {
+    let mut spans: Vec<std::ops::Range<usize>> = Vec::new();
+    for (at, quote) in text.char_indices() {
+        if quote != '"' && quote != '\u{201c}' {
+            continue;
+        }
+        let after = at + quote.len_utf8();
+        // Back over white space and a colon to a `rt` or `mt` word.
+        let before = text[..at].trim_end_matches(char::is_whitespace);
+        let before = before.strip_suffix(':').unwrap_or(before);
+        let before = before.trim_end_matches(char::is_whitespace);
+        let marker = before
+            .strip_suffix("rt")
+            .or_else(|| before.strip_suffix("mt"))
+            .filter(|head| !head.chars().next_back().is_some_and(is_word_char))
+            .map(str::len);
+        let rest = &text[after..];
+        let end = match rest.strip_prefix('@') {
+            Some(name) => {
+                let tail = name.trim_start_matches(is_word_char);
+                if tail.len() == name.len() {
+                    continue;
+                }
+                let tail = tail.strip_prefix(':').unwrap_or(tail);
+                text.len() - tail.len()
+            }
+            None if marker.is_some() => after,
+            None => continue,
+        };
+        let start = marker.unwrap_or(at);
+        if spans.last().is_none_or(|last| last.end <= start) {
+            spans.push(start..end);
+        }
+    }
+    if spans.is_empty() {
+        return false;
+    }
+    scratch.clear();
+    let mut last = 0;
+    for span in &spans {
+        scratch.push_str(&text[last..span.start]);
+        scratch.push(' ');
+        last = span.end;
+    }
+    scratch.push_str(&text[last..]);
+    std::mem::swap(text, scratch);
+    true
+}
+
 /// The retweet markers of a lowercased text: the spans
 /// [`RETWEET_MARKER_PATTERN`] matches, leftmost first, without overlaps, as
 /// `regex::Regex::find_iter` gives them.
@@ -693,6 +764,44 @@ mod tests {
         let mut scratch = String::new();
         Normaliser::new().normalise_into(text, &urls, &mut out, &mut scratch);
         out.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    #[test]
+    fn quoted_retweet_markers_go_as_retweet_markers_do() {
+        // Examples of the form from CrisisLex T26 (issue 39).
+        assert_eq!(
+            norm("Stay safe! \u{201c}@user: Flooding closes the coastal road\u{201d}"),
+            "stay safe! flooding closes the coastal road"
+        );
+        assert_eq!(
+            norm(
+                "\u{201c}@newsfromitaly: #Earthquake hits northern #Italy 3 deaths confirmed\u{201d} i've heard 4 so far :("
+            ),
+            "#earthquake hits northern #italy 3 deaths confirmed\u{201d} i've heard 4 so far :("
+        );
+        assert_eq!(norm("so true \"@bob: hello world\""), "so true hello world");
+        assert_eq!(norm("RT \"@bob: hello world\""), "hello world");
+        assert_eq!(norm("RT: \"hello world\""), "hello world");
+        assert_eq!(
+            norm("RT @a: \u{201c}@b: the quick brown fox\u{201d}"),
+            "the quick brown fox"
+        );
+        // A quote cut short is known to be cut: the ellipsis is inside it.
+        let mut out = String::new();
+        let cut = Normaliser::new().normalise_into(
+            "wow \u{201c}@bob: the quick brown fox jum\u{2026}\u{201d}",
+            &[],
+            &mut out,
+            &mut String::new(),
+        );
+        assert!(cut);
+        assert_eq!(
+            out.split_whitespace().collect::<Vec<_>>(),
+            ["wow", "the", "quick", "brown", "fox"]
+        );
+        // Quotes that are not retweets stay as they are.
+        assert_eq!(norm("she said \"start now\""), "she said \"start now\"");
+        assert_eq!(norm("\"@ is a sign\""), "\"@ is a sign\"");
     }
 
     #[test]

@@ -71,7 +71,7 @@
 
 use std::sync::OnceLock;
 
-use super::tokenise::token_hash;
+use super::tokenise::{is_number, token_hash};
 use crate::engine::config::{Sampling, Shingling};
 
 /// Most shingles a set keeps: the smallest fingerprints (see the module
@@ -131,6 +131,21 @@ fn stop_hashes() -> &'static [u64] {
         let mut hashes: Vec<u64> = STOP_WORDS.iter().map(|w| token_hash(w)).collect();
         hashes.sort_unstable();
         hashes
+    })
+}
+
+/// The `words:1-N` single-word shingles of [`STOP_WORDS`], sorted: what
+/// is left of a set without them are its content words (see
+/// `verdict::words_missing`).
+pub fn stop_word_shingles() -> &'static [u32] {
+    static SHINGLES: OnceLock<Vec<u32>> = OnceLock::new();
+    SHINGLES.get_or_init(|| {
+        let mut shingles: Vec<u32> = STOP_WORDS
+            .iter()
+            .map(|w| tag_slot(tag_width(fingerprint(&[token_hash(w)]), false), false))
+            .collect();
+        shingles.sort_unstable();
+        shingles
     })
 }
 
@@ -218,6 +233,35 @@ pub fn tag_width(fingerprint: u32, widest: bool) -> u32 {
     (fingerprint & !1) | u32::from(widest)
 }
 
+/// The low bits that mark a number's word in a `words:1-N` set (see
+/// [`tag_slot`]).
+pub const SLOT_MASK: u32 = 0xff;
+
+/// The mark of a number's word in a `words:1-N` set: its low eight bits
+/// (the lowest, clear, says a narrower shingle, see [`tag_width`]).
+pub const SLOT_MARK: u32 = 0xae;
+
+/// Marks a `words:1-N` fingerprint as a number's word (see
+/// `tokenise::is_number`), so that the set alone says which of its words
+/// are numbers (the slots of a template, see `verdict::slots_differ`) and
+/// nothing else in the index needs to. Other shingles are left as they
+/// are, so the sets (and candidates) of texts without numbers do not
+/// change; one word in 256 looks like a number by chance, and a pair is
+/// told apart by numbers only when each has one the other lacks.
+pub fn tag_slot(fingerprint: u32, number: bool) -> u32 {
+    if number {
+        (fingerprint & !SLOT_MASK) | SLOT_MARK
+    } else {
+        fingerprint
+    }
+}
+
+/// Whether a shingle of a `words:1-N` set is (or looks like) a number's
+/// word (see [`tag_slot`]).
+pub fn is_slot(fingerprint: u32) -> bool {
+    fingerprint & SLOT_MASK == SLOT_MARK
+}
+
 /// Writes the word w-grams of `tokens` into `out` (a text shorter than `w`
 /// gives one shingle, all of it).
 ///
@@ -271,8 +315,15 @@ pub fn shingle_into(
             for width in 1..=widest {
                 let from = out.len();
                 word_shingles(tokens, width, out);
-                for f in &mut out[from..] {
-                    *f = tag_width(*f, width == widest);
+                if width == 1 && widest > 1 {
+                    // One word a token, in order: numbers are marked.
+                    for (f, &token) in out[from..].iter_mut().zip(tokens) {
+                        *f = tag_slot(tag_width(*f, false), is_number(token));
+                    }
+                } else {
+                    for f in &mut out[from..] {
+                        *f = tag_width(*f, width == widest);
+                    }
                 }
             }
         }
@@ -361,7 +412,7 @@ mod tests {
         );
         let mut want: Vec<u32> = tokens
             .windows(1)
-            .map(|w| tag_width(fingerprint(w), false))
+            .map(|w| tag_slot(tag_width(fingerprint(w), false), false))
             .chain(tokens.windows(2).map(|w| tag_width(fingerprint(w), true)))
             .collect();
         want.sort_unstable();

@@ -14,6 +14,12 @@
 //!
 //! Hashes are taken directly from slices of the text: tokenising allocates
 //! nothing once its output buffers have grown.
+//!
+//! A token of ASCII digits only (`226`, `2910`, `2013`) is a *number*, and
+//! its hash says so: its high 32 bits are [`NUMBER_TAG`] (see
+//! [`is_number`]). Numbers are the slots of templates ("w/ 2910 others",
+//! "12 photos", "160 injured"), and the verdict tells a changed slot from
+//! an edit by them (see `verdict::slots_differ`).
 
 use std::sync::Arc;
 
@@ -48,10 +54,57 @@ impl Default for Tokeniser {
     }
 }
 
+/// The high 32 bits of a number token's hash (see the module
+/// documentation). Any other token has them too with odds of one in four
+/// billion.
+pub const NUMBER_TAG: u64 = 0x6e75_6d62;
+
 /// Hashes one token's text.
 #[inline]
 pub fn token_hash(token: &str) -> u64 {
-    xxh3_64_with_seed(token.as_bytes(), TOKEN_SEED)
+    hash_bytes(token.as_bytes())
+}
+
+/// Hashes one token's bytes.
+#[inline(always)]
+fn hash_bytes(bytes: &[u8]) -> u64 {
+    xxh3_64_with_seed(bytes, TOKEN_SEED)
+}
+
+/// Whether the token `text[start..end]` is a number: ASCII digits only,
+/// but not the `1` of a `+1` (a comment, not a slot) nor a part of a
+/// number written with separators (`7.2`, `23:06`, `1,000`), which copies
+/// write with or without them (`72`).
+#[inline(always)]
+fn is_number_at(bytes: &[u8], start: usize, end: usize) -> bool {
+    let token = &bytes[start..end];
+    // Most tokens begin with a letter: one comparison rules them out.
+    if !token.first().is_some_and(u8::is_ascii_digit) || !token.iter().all(u8::is_ascii_digit) {
+        return false;
+    }
+    let separator = |c: u8| matches!(c, b'.' | b':' | b',');
+    let after_digits =
+        start >= 2 && separator(bytes[start - 1]) && bytes[start - 2].is_ascii_digit();
+    let before_digits =
+        end + 1 < bytes.len() && separator(bytes[end]) && bytes[end + 1].is_ascii_digit();
+    let plus_one = start >= 1 && bytes[start - 1] == b'+';
+    !(plus_one || after_digits || before_digits)
+}
+
+/// A number's token hash: `hash` with [`NUMBER_TAG`] for its high bits.
+#[inline]
+fn tag_number(hash: u64, number: bool) -> u64 {
+    if number {
+        (hash & 0xffff_ffff) | NUMBER_TAG << 32
+    } else {
+        hash
+    }
+}
+
+/// Whether a token hash is a number's (see the module documentation).
+#[inline]
+pub fn is_number(token: u64) -> bool {
+    token >> 32 == NUMBER_TAG
 }
 
 impl Tokeniser {
@@ -151,8 +204,9 @@ impl Tokeniser {
                 }
                 joined.push_str(token);
             }
+            let number = ascii && is_number_at(bytes, start, end);
             if start > 0 && bytes[start - 1] == b'#' {
-                run.push(token, ascii, out, &mut texts);
+                run.push(token, ascii, number, out, &mut texts);
                 return;
             }
             if run.len > 0 {
@@ -160,9 +214,9 @@ impl Tokeniser {
             }
             if ascii && texts.is_none() {
                 // The hot path, kept free of calls but the hash.
-                out.push(token_hash(token));
+                out.push(tag_number(token_hash(token), number));
             } else {
-                push_token(token, ascii, out, &mut texts);
+                push_token(token, ascii, number, out, &mut texts);
             }
         });
         run.finish(out, &mut texts);
@@ -313,17 +367,17 @@ impl HashtagFold {
             self.finish(out);
         }
         if ascii {
-            let hash = xxh3_64_with_seed(&bytes[start..end], TOKEN_SEED);
+            let hash = hash_bytes(&bytes[start..end]);
             if hashtag {
                 self.fold(hash, out);
             }
-            out.push(hash);
+            out.push(tag_number(hash, is_number_at(bytes, start, end)));
         } else {
             let token = &text[start..end];
             if hashtag {
                 self.fold(token_hash(token), out);
             }
-            push_token(token, false, out, &mut None);
+            push_token(token, false, false, out, &mut None);
         }
     }
 
@@ -377,6 +431,7 @@ impl<'t> HashtagRun<'t> {
         &mut self,
         token: &'t str,
         ascii: bool,
+        number: bool,
         out: &mut Vec<u64>,
         texts: &mut Option<&mut Vec<String>>,
     ) {
@@ -390,7 +445,7 @@ impl<'t> HashtagRun<'t> {
         if texts.is_some() {
             self.words.push(token);
         }
-        push_token(token, ascii, out, texts);
+        push_token(token, ascii, number, out, texts);
     }
 
     /// Ends the run: folds it into one token if it is a block.
@@ -424,8 +479,15 @@ pub const HASHTAG_BLOCK: usize = 3;
 const HASHTAG_BLOCK_SEED: u64 = 0x6861_7368_7461_6773;
 
 /// Appends one matched token: a word, or the bigrams of a CJK run.
-/// `ascii` says the token is all ASCII, so not CJK.
-fn push_token(token: &str, ascii: bool, out: &mut Vec<u64>, texts: &mut Option<&mut Vec<String>>) {
+/// `ascii` says the token is all ASCII, so not CJK; `number` that it is a
+/// number (see [`is_number_at`]).
+fn push_token(
+    token: &str,
+    ascii: bool,
+    number: bool,
+    out: &mut Vec<u64>,
+    texts: &mut Option<&mut Vec<String>>,
+) {
     let start = out.len();
     if !ascii && starts_cjk(token) {
         push_bigrams(token, out);
@@ -438,7 +500,7 @@ fn push_token(token: &str, ascii: bool, out: &mut Vec<u64>, texts: &mut Option<&
             }
         }
     } else {
-        out.push(token_hash(token));
+        out.push(tag_number(token_hash(token), number));
         if let Some(texts) = texts.as_deref_mut() {
             texts.push(token.to_string());
         }
@@ -490,28 +552,29 @@ mod tests {
     /// bigrams, runs of three or more hashtags as one token.
     fn reference_tokens(text: &str) -> Vec<u64> {
         let mut out = Vec::new();
-        let mut block: Vec<(u64, &str)> = Vec::new();
-        let flush = |block: &mut Vec<(u64, &str)>, out: &mut Vec<u64>| {
+        let mut block: Vec<(u64, &str, bool)> = Vec::new();
+        let flush = |block: &mut Vec<(u64, &str, bool)>, out: &mut Vec<u64>| {
             if block.len() >= HASHTAG_BLOCK {
                 out.push(
                     block
                         .iter()
-                        .fold(HASHTAG_BLOCK_SEED, |h, &(t, _)| mix64(h ^ t)),
+                        .fold(HASHTAG_BLOCK_SEED, |h, &(t, _, _)| mix64(h ^ t)),
                 );
             } else {
-                for &(_, token) in block.iter() {
-                    push_token(token, false, out, &mut None);
+                for &(_, token, number) in block.iter() {
+                    push_token(token, false, number, out, &mut None);
                 }
             }
             block.clear();
         };
         for (start, end) in Tokeniser::new().regex_spans(text) {
             let token = &text[start..end];
+            let number = is_number_at(text.as_bytes(), start, end);
             if text[..start].ends_with('#') {
-                block.push((token_hash(token), token));
+                block.push((token_hash(token), token, number));
             } else {
                 flush(&mut block, &mut out);
-                push_token(token, false, &mut out, &mut None);
+                push_token(token, false, number, &mut out, &mut None);
             }
         }
         flush(&mut block, &mut out);

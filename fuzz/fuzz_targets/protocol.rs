@@ -45,7 +45,7 @@ static SERVER: LazyLock<Running> = LazyLock::new(|| {
     .unwrap();
     let listeners = Listeners {
         data: vec![listener],
-        admin: None,
+        ..Listeners::default()
     };
     runtime.spawn(server::run(
         config,

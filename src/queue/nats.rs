@@ -90,6 +90,9 @@ const IDLE_WAIT: Duration = Duration::from_secs(1);
 /// Longest time one fetch may take (it asks the server to answer within
 /// [`IDLE_WAIT`]).
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a pull for what is ready may wait for it (see [`fetch`]).
+const READY_WAIT: Duration = Duration::from_millis(50);
 /// First and longest wait between two attempts.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
 
@@ -862,39 +865,69 @@ async fn fetch(
     wait: Duration,
 ) -> Result<Vec<jetstream::Message>, async_nats::Error> {
     let mut out = Vec::new();
-    let mut ready = consumer
-        .fetch()
+    // What is ready, within a short expiry rather than `no_wait`: a server
+    // holding back at the consumer's `max_ack_pending` (the batches in
+    // flight unacknowledged) may leave a `no_wait` pull unanswered, and the
+    // worker then waited for it instead of acknowledging what it holds.
+    let ready = consumer
+        .batch()
         .max_messages(max)
         .max_bytes(max_bytes)
+        .expires(READY_WAIT)
         .messages()
         .await?;
-    while let Some(message) = ready.next().await {
-        out.push(message?);
-    }
+    take(ready, &mut out).await?;
     if out.is_empty() && !wait.is_zero() {
-        let mut first = consumer
+        let first = consumer
             .batch()
             .max_messages(1)
             .max_bytes(max_bytes)
             .expires(wait)
             .messages()
             .await?;
-        while let Some(message) = first.next().await {
-            out.push(message?);
-        }
+        take(first, &mut out).await?;
         if !out.is_empty() && max > 1 {
-            let mut ready = consumer
+            let ready = consumer
                 .fetch()
                 .max_messages(max - 1)
                 .max_bytes(max_bytes)
                 .messages()
                 .await?;
-            while let Some(message) = ready.next().await {
-                out.push(message?);
-            }
+            take(ready, &mut out).await?;
         }
     }
     Ok(out)
+}
+
+/// The batches that may be in flight at once: `in_flight`, or fewer when
+/// the consumer's `max_ack_pending` (the server's default is 1,000; 0 or
+/// less: no limit) would hold back the next batch while they wait to be
+/// acknowledged. At least one.
+fn within_ack_pending(in_flight: usize, batch: usize, max_ack_pending: i64) -> usize {
+    match usize::try_from(max_ack_pending) {
+        Ok(limit) if limit > 0 => in_flight.min(limit / batch.max(1)).max(1),
+        _ => in_flight.max(1),
+    }
+}
+
+/// Appends what a pull request delivers to `out`. The server holding back
+/// because the consumer has `max_ack_pending` messages unacknowledged (its
+/// 409 "Exceeded MaxAckPending", which the client gives as an error) ends
+/// the request as "nothing more now": the batches in flight are then
+/// stored and acknowledged, which lets it deliver again. Taken for a fault,
+/// it stalled a worker with more messages in flight than that.
+async fn take(
+    mut delivered: jetstream::consumer::pull::Batch,
+    out: &mut Vec<jetstream::Message>,
+) -> Result<(), async_nats::Error> {
+    while let Some(message) = delivered.next().await {
+        match message {
+            Ok(message) => out.push(message),
+            Err(e) if e.to_string().contains("Exceeded MaxAckPending") => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// One message fetched.
@@ -990,9 +1023,21 @@ pub fn run<S: IndexStore + ?Sized>(
     };
     // Setting up talked to the server: its INFO (and limit) is known.
     let max_payload = client.server_info().max_payload;
+    let in_flight = within_ack_pending(
+        config.in_flight,
+        config.batch,
+        reader.consumer.cached_info().config.max_ack_pending,
+    );
+    if in_flight < config.in_flight {
+        tracing::info!(
+            in_flight,
+            "the durable consumer lets fewer than --in-flight batches of --batch messages \
+             wait for their acknowledgement (its max_ack_pending): {in_flight} batches in flight"
+        );
+    }
     let settings = queue::Settings {
         batch: config.batch,
-        in_flight: config.in_flight,
+        in_flight,
         max_line_bytes: line_limit(config.max_line_bytes, max_payload),
         idle_wait: IDLE_WAIT,
         relay: config.relay,
@@ -1439,6 +1484,16 @@ fn line_limit(given: Option<usize>, max_payload: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn batches_in_flight_fit_the_consumers_max_ack_pending() {
+        assert_eq!(within_ack_pending(16, 256, 1_000), 3);
+        assert_eq!(within_ack_pending(16, 256, -1), 16);
+        assert_eq!(within_ack_pending(16, 256, 0), 16);
+        assert_eq!(within_ack_pending(16, 2_048, 1_000), 1);
+        assert_eq!(within_ack_pending(2, 100, 1_000), 2);
+    }
+
     use super::*;
 
     #[test]

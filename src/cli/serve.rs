@@ -237,23 +237,19 @@ where
         for address in &args.listen {
             listeners.data.push(address.bind().await?);
         }
-        if let Some(admin) = args.admin {
-            let bound = tokio::net::TcpListener::bind(admin)
-                .await
-                .map_err(|source| Error::Listen {
-                    address: admin.to_string(),
-                    source,
-                })?;
-            listeners.admin = Some(bound);
-        }
-        if let Some(address) = args.listen_http {
-            let bound = tokio::net::TcpListener::bind(address)
+        let bind = |address: std::net::SocketAddr| async move {
+            tokio::net::TcpListener::bind(address)
                 .await
                 .map_err(|source| Error::Listen {
                     address: address.to_string(),
                     source,
-                })?;
-            listeners.http = Some(bound);
+                })
+        };
+        if let Some(admin) = args.admin {
+            listeners.admin = Some(bind(admin).await?);
+        }
+        if let Some(address) = args.listen_http {
+            listeners.http = Some(bind(address).await?);
         }
         let shutdown = stop_on_signal(Arc::clone(&signal), stop);
         server::run_with_journal(

@@ -12,13 +12,18 @@ output stream holds one message per input. Reports, from one run:
 - worker CPU (user + system, /proc) per message, all workers together;
 - nats-server CPU per message over the same span;
 - with one worker, whether the outputs equal the in-memory filter's lines,
-  byte for byte and in order.
+  byte for byte and in order;
+- with `--relay`, first a relay round: one worker with `--relay` (the same
+  fetches, publishes and acknowledgements, no engine: the broker's own
+  limit with this client here); each worker round then gives
+  `rate_vs_relay`.
 
 It speaks the NATS text protocol itself (CONNECT, PUB, SUB, PING), so it
 needs nothing beyond Python 3.
 
 Usage: python3 scripts/nats_bench.py [--stream FILE(.gz)] [--workers 1,2]
-       [--binary target/release/dedup-stream] [--limit N]
+       [--binary target/release/dedup-stream] [--limit N] [--relay]
+       [--in-flight N]
 The default stream is ../shared/data/synthetic/dev-200k.jsonl.gz. Build
 first: cargo build --release.
 """
@@ -162,7 +167,9 @@ def read_lines(path, limit):
     return out
 
 
-def run(args, port, nats_pid, lines, workers, redis_url, round_no):
+def run(args, port, nats_pid, lines, workers, redis_url, round_no, relay=None):
+    """One round; `relay`: "relay" for the relay's own round (`--relay`),
+    else the relay's messages/s to compare with, or None."""
     stream, out_stream = f"in{round_no}", f"out{round_no}"
     client = Nats(port)
     client.request(
@@ -180,6 +187,10 @@ def run(args, port, nats_pid, lines, workers, redis_url, round_no):
     ]
     if workers > 1 and redis_url:
         cmd += ["--index", redis_url, "--index-name", f"bench{round_no}"]
+    if args.in_flight:
+        cmd += ["--in-flight", str(args.in_flight)]
+    if relay == "relay":
+        cmd.append("--relay")
     server_cpu = cpu_seconds(nats_pid)
     started = time.monotonic()
     procs = [subprocess.Popen(cmd, stderr=subprocess.PIPE) for _ in range(workers)]
@@ -203,6 +214,10 @@ def run(args, port, nats_pid, lines, workers, redis_url, round_no):
         "worker_cpu_us_per_message": round(worker_cpu / len(lines) * 1e6, 1),
         "server_cpu_us_per_message": round(server_cpu / len(lines) * 1e6, 1),
     }
+    if relay == "relay":
+        return {"relay": True, **result}
+    if relay:
+        result["rate_vs_relay"] = round(len(lines) / elapsed / relay, 3)
     if workers == 1 and args.check:
         filtered = subprocess.run(
             [args.binary, "--quiet", "--id-field", "id_str", "--text-field", "text"],
@@ -222,6 +237,8 @@ def main():
     parser.add_argument("--binary", default=os.path.join(ROOT, "target", "release", "dedup-stream"))
     parser.add_argument("--limit", type=int, default=0, help="first N lines only")
     parser.add_argument("--no-check", dest="check", action="store_false")
+    parser.add_argument("--relay", action="store_true", help="a relay round first")
+    parser.add_argument("--in-flight", type=int, default=0, help="the workers' --in-flight")
     args = parser.parse_args()
     if not shutil.which("nats-server"):
         sys.exit("nats-server is not on the PATH (apt-get install nats-server)")
@@ -250,8 +267,14 @@ def main():
             )
             redis_url = f"redis://127.0.0.1:{redis_port}"
             time.sleep(0.5)
+        relayed = None
+        if args.relay:
+            result = run(args, port, server.pid, lines, 1, None, "relay", "relay")
+            print(json.dumps(result), flush=True)
+            relayed = result["messages_per_second"]
         for i, workers in enumerate(int(w) for w in args.workers.split(",")):
-            print(json.dumps(run(args, port, server.pid, lines, workers, redis_url, i)), flush=True)
+            result = run(args, port, server.pid, lines, workers, redis_url, i, relayed)
+            print(json.dumps(result), flush=True)
     finally:
         server.terminate()
         server.wait()

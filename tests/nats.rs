@@ -281,7 +281,25 @@ fn malformed_messages_go_to_the_dead_letter_subject_and_are_terminated() {
 
 #[test]
 fn a_worker_killed_mid_stream_leaves_exactly_one_output_per_input() {
-    if !available("a_worker_killed_mid_stream_leaves_exactly_one_output_per_input") {
+    kill_a_worker_mid_stream(
+        "a_worker_killed_mid_stream_leaves_exactly_one_output_per_input",
+        &[],
+    );
+}
+
+#[test]
+fn a_worker_killed_mid_stream_with_one_batch_in_flight_leaves_one_output_per_input() {
+    kill_a_worker_mid_stream(
+        "a_worker_killed_mid_stream_with_one_batch_in_flight_leaves_one_output_per_input",
+        &["--in-flight", "1"],
+    );
+}
+
+/// A worker (with `extra` options) `kill -9`ed mid-stream, and another
+/// that finishes the stream: one output per input, the first worker's
+/// the filter's.
+fn kill_a_worker_mid_stream(test: &str, extra: &[&str]) {
+    if !available(test) {
         return;
     }
     let server = NatsServer::start();
@@ -291,7 +309,7 @@ fn a_worker_killed_mid_stream_leaves_exactly_one_output_per_input() {
     client.publish(IN_SUBJECT, &lines);
     let temp = tempfile::tempdir().unwrap();
     let log = temp.path().join("worker.log");
-    let mut first = worker(&server, &["--batch", "8"], &log);
+    let mut first = worker(&server, &[&["--batch", "8"], extra].concat(), &log);
     wait_for(Duration::from_secs(20), "some outputs", &log, || {
         client.count(OUT_STREAM) >= 100
     });
@@ -301,7 +319,7 @@ fn a_worker_killed_mid_stream_leaves_exactly_one_output_per_input() {
     assert!(done < lines.len(), "killed before the end ({done})");
 
     let log2 = temp.path().join("worker2.log");
-    let mut second = worker(&server, &["--batch", "16"], &log2);
+    let mut second = worker(&server, &[&["--batch", "16"], extra].concat(), &log2);
     wait_for(
         Duration::from_secs(25),
         "every input answered",
@@ -336,7 +354,21 @@ fn a_worker_killed_mid_stream_leaves_exactly_one_output_per_input() {
 
 #[test]
 fn a_worker_waits_out_a_server_restart_and_loses_nothing() {
-    if !available("a_worker_waits_out_a_server_restart_and_loses_nothing") {
+    restart_the_server_under_a_worker("a_worker_waits_out_a_server_restart_and_loses_nothing", &[]);
+}
+
+#[test]
+fn a_worker_with_one_batch_in_flight_waits_out_a_server_restart_and_loses_nothing() {
+    restart_the_server_under_a_worker(
+        "a_worker_with_one_batch_in_flight_waits_out_a_server_restart_and_loses_nothing",
+        &["--in-flight", "1"],
+    );
+}
+
+/// The server `kill -9`ed and started again under a worker (with `extra`
+/// options) mid-stream: every input answered once.
+fn restart_the_server_under_a_worker(test: &str, extra: &[&str]) {
+    if !available(test) {
         return;
     }
     let mut server = NatsServer::start();
@@ -349,7 +381,7 @@ fn a_worker_waits_out_a_server_restart_and_loses_nothing() {
     }
     let temp = tempfile::tempdir().unwrap();
     let log = temp.path().join("worker.log");
-    let mut child = worker(&server, &["--batch", "16"], &log);
+    let mut child = worker(&server, &[&["--batch", "16"], extra].concat(), &log);
     {
         let client = Client::connect(&server.url());
         wait_for(Duration::from_secs(20), "some outputs", &log, || {
@@ -578,24 +610,36 @@ fn workers_started_together_all_set_up_the_streams_and_consumer_they_share() {
             emit: Default::default(),
             fields: Default::default(),
             batch: 4,
+            in_flight: 2,
+            relay: false,
             max_line_bytes: Some(1 << 20),
             ack_wait: Duration::from_secs(2),
         };
-        let results = runtime.block_on(async {
+        let clients = runtime.block_on(async {
             let mut clients = Vec::new();
             for _ in 0..4 {
                 clients.push(nats::connect(&nats).await.expect("connected"));
             }
-            futures::future::join_all(clients.into_iter().map(|client| {
-                let (config, preparer, stop, metrics) = (&config, &preparer, &stop, &metrics);
-                let engine = &engine;
-                async move {
-                    let deduper = Deduper::new(engine.clone()).expect("an engine");
-                    let mut store = nats::Memo::new(deduper);
-                    nats::run(client, config, preparer, &mut store, stop, metrics).await
-                }
-            }))
-            .await
+            clients
+        });
+        // A thread each, so that their set-ups reach the server together.
+        let results: Vec<_> = std::thread::scope(|scope| {
+            let workers: Vec<_> = clients
+                .into_iter()
+                .map(|client| {
+                    let (config, preparer, stop, metrics) = (&config, &preparer, &stop, &metrics);
+                    let (engine, handle) = (&engine, runtime.handle());
+                    scope.spawn(move || {
+                        let deduper = Deduper::new(engine.clone()).expect("an engine");
+                        let mut store = nats::Memo::new(deduper);
+                        nats::run(handle, client, config, preparer, &mut store, stop, metrics)
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().expect("no panic"))
+                .collect()
         });
         for result in results {
             if let Err(e) = result {
@@ -1088,6 +1132,37 @@ fn messages_larger_together_than_a_fetchs_bytes_all_come_out() {
             output.len() > input.len() && output.starts_with(&input[..input.len() - 1]),
             "input {sequence} is not in its output"
         );
+    }
+    assert_eq!(client.consumer_backlog(IN_STREAM, "dedup"), (0, 0));
+}
+
+/// The benchmarks' relay (`--relay`) publishes every message on as it
+/// came, malformed ones too, under the same ids, and acknowledges it.
+#[test]
+fn the_relay_publishes_every_message_on_untagged_and_acknowledges_it() {
+    if !available("the_relay_publishes_every_message_on_untagged_and_acknowledges_it") {
+        return;
+    }
+    let server = NatsServer::start();
+    let client = Client::connect(&server.url());
+    let mut inputs = tweets(300);
+    inputs.insert(7, b"not json at all".to_vec());
+    client.create_stream(IN_STREAM, &[IN_SUBJECT]);
+    client.publish(IN_SUBJECT, &inputs);
+    let temp = tempfile::tempdir().unwrap();
+    let log = temp.path().join("worker.log");
+    let mut child = worker(&server, &["--relay", "--batch", "32"], &log);
+    wait_for(
+        Duration::from_secs(20),
+        "every message relayed",
+        &log,
+        || client.count(OUT_STREAM) >= inputs.len() as u64,
+    );
+    stops_cleanly(&mut child, &log);
+    let outputs = outputs(&client);
+    assert_eq!(outputs.len(), inputs.len());
+    for (sequence, payload) in by_sequence(&outputs) {
+        assert_eq!(payload, inputs[sequence as usize - 1], "message {sequence}");
     }
     assert_eq!(client.consumer_backlog(IN_STREAM, "dedup"), (0, 0));
 }

@@ -352,14 +352,14 @@ pub struct ConsumeArgs {
     /// stores the earlier ones; acknowledgements stay in order, each after
     /// its outputs are stored. 1: each batch stored and acknowledged
     /// before the next is read. A crash makes the worker write these again
-    /// (same bytes). Redis Streams and Kafka.
-    #[arg(long, default_value_t = queue::DEFAULT_IN_FLIGHT, value_name = "N", conflicts_with = "nats")]
+    /// (same bytes).
+    #[arg(long, default_value_t = queue::DEFAULT_IN_FLIGHT, value_name = "N")]
     pub in_flight: usize,
 
     /// Benchmarks only: pass every message on untagged, deciding nothing,
     /// with the same client, batching and acknowledgements (the broker's
-    /// own limit). Redis Streams and Kafka.
-    #[arg(long, hide = true, conflicts_with = "nats")]
+    /// own limit).
+    #[arg(long, hide = true)]
     pub relay: bool,
 
     /// Where the index lives (default: on the --redis server; with --nats
@@ -1449,9 +1449,9 @@ impl ConsumeArgs {
             dead_letter_subject,
             emit: self.emit.emit(),
             fields: self.message.fields().map_err(|e| e.to_string())?,
-            // A batch's publishes are all in flight before their acks are
-            // awaited: the client allows 5,000.
-            batch: self.batch.clamp(1, 4096),
+            batch: self.batch.max(1),
+            in_flight: self.in_flight.max(1),
+            relay: self.relay,
             max_line_bytes: self.message.max_line_bytes_given,
             ack_wait: self.ack_wait.max(Duration::from_secs(1)),
         };

@@ -431,8 +431,9 @@ fn start_admin(
     Ok(())
 }
 
-/// `dedup-stream consume --nats`: the worker of `consume_nats` on the
-/// binary's runtime, with the index in memory (and `--state`) or in Redis.
+/// `dedup-stream consume --nats`: the worker on this thread, its client
+/// on the binary's runtime (which also serves the admin endpoint and
+/// signals), with the index in memory (and `--state`) or in Redis.
 fn consume_nats(args: &ConsumeArgs) -> Exit {
     let ((server, config), index_location, worker) =
         match Worker::with_index(args, ConsumeArgs::nats_config) {
@@ -458,10 +459,9 @@ fn consume_nats(args: &ConsumeArgs) -> Exit {
     };
     let (preparer, stop, metrics) = (&worker.preparer, &worker.stop, &worker.metrics);
     let scope = nats::token_scope(&config);
+    let runtime = worker.runtime.handle();
     let result = match worker.on_store(args, &index_location, scope, |store| {
-        worker
-            .runtime
-            .block_on(nats::run(client, &config, preparer, store, stop, metrics))
+        nats::run(runtime, client, &config, preparer, store, stop, metrics)
     }) {
         Ok(result) => result,
         Err(exit) => return exit,

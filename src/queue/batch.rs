@@ -59,6 +59,16 @@ pub struct Tally {
     pub repeats: u64,
 }
 
+impl Tally {
+    /// Adds another batch's counts.
+    pub fn add(&mut self, other: Tally) {
+        self.new += other.new;
+        self.duplicates += other.duplicates;
+        self.deletions += other.deletions;
+        self.repeats += other.repeats;
+    }
+}
+
 impl DecidedBatch {
     /// A batch nothing was decided for (a relay's: see
     /// [`crate::queue::Settings::relay`]): every payload is

@@ -89,7 +89,7 @@ use crate::engine::{IndexStore, Preparer};
 use crate::error::{InvalidReason, StoreError};
 use crate::metrics::Metrics;
 use crate::pipeline::Emit;
-use crate::queue::batch::{DecidedBatch, Payload, Tally};
+use crate::queue::batch::{DecidedBatch, Payload};
 use crate::queue::broker::{self, Outage};
 use crate::queue::{self, Settled};
 use crate::wire::record::{Decoder, FieldSpec, MessageId};
@@ -793,6 +793,9 @@ pub fn run<S: IndexStore + ?Sized>(
     worker.summary.read = counts.read;
     worker.summary.committed = counts.acknowledged;
     worker.summary.uncommitted = counts.unacknowledged;
+    worker.summary.new = counts.verdicts.new;
+    worker.summary.duplicates = counts.verdicts.duplicates;
+    worker.summary.deletions = counts.verdicts.deletions;
     // Dropping the consumer closes it: it leaves the group, and its
     // partitions go to the others at once.
     Ok(worker.summary)
@@ -1396,11 +1399,7 @@ impl<'a> queue::Adapter for Worker<'a> {
         &mut self,
         records: &[Record],
         decided: &DecidedBatch,
-        tally: Tally,
     ) -> Result<Pending<'a>, KafkaError> {
-        self.summary.new += tally.new;
-        self.summary.duplicates += tally.duplicates;
-        self.summary.deletions += tally.deletions;
         let config: &'a KafkaConfig = self.config;
         let tokens: Vec<String> = records.iter().map(|r| r.token.clone()).collect();
         let mut produces = Vec::new();

@@ -111,7 +111,6 @@ pub trait Adapter {
         &mut self,
         inputs: &[Self::Input],
         decided: &DecidedBatch,
-        tally: Tally,
     ) -> Result<Self::Pending, Self::Error>;
 
     /// Waits until every output of `pending` is stored (retrying what the
@@ -158,6 +157,8 @@ pub struct Counts {
     pub acknowledged: u64,
     /// Inputs whose acknowledgement failed (delivered again).
     pub unacknowledged: u64,
+    /// The verdicts of the inputs decided.
+    pub verdicts: Tally,
 }
 
 /// The engine's half of a worker: how payloads become messages, and the
@@ -280,7 +281,8 @@ impl<A: Adapter, S: IndexStore + ?Sized> Runtime<'_, '_, A, S> {
                 self.metrics,
             )?
         };
-        let pending = self.adapter.publish(&inputs, &decided, tally)?;
+        self.counts.verdicts.add(tally);
+        let pending = self.adapter.publish(&inputs, &decided)?;
         self.flight.push_back(Flight { inputs, pending });
         Ok(())
     }
@@ -393,7 +395,6 @@ mod tests {
             &mut self,
             inputs: &[Message],
             decided: &DecidedBatch,
-            _tally: Tally,
         ) -> Result<u64, StoreError> {
             let batch = inputs[0].batch;
             for at in 0..inputs.len() {

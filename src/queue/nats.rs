@@ -15,16 +15,20 @@
 //!   the header `Nats-Msg-Id: dedup.STREAM.DURABLE.CREATED.SEQUENCE` (the
 //!   input stream's creation time in nanoseconds and the input's stream
 //!   sequence: unique across durables and across a stream deleted and made
-//!   again), every publish acknowledgement is awaited (the output is
-//!   stored), and only then are the inputs acknowledged: plain acks and
-//!   a double ack of the batch's last (`AckSync`: the server confirms it,
-//!   after the acks before it on the connection). A worker that dies between the
-//!   two leaves the input pending; it is delivered again after `ack_wait`,
-//!   the index answers it from its memo (its first verdict: the message is
-//!   never "a duplicate of itself"), and the republish, byte for byte the
-//!   same, is dropped by the output stream's duplicate window. That holds
-//!   while the republish comes within the window (two minutes by default):
-//!   a fleet with one live worker republishes within `ack_wait` and a batch.
+//!   again). The worker runs on the [`queue`] runtime: a batch's outputs
+//!   are sent without waiting, the next batches fetched and decided
+//!   meanwhile (up to `--in-flight` batches), and when a batch's turn
+//!   comes (the oldest first) every publish acknowledgement is awaited
+//!   (the output is stored) and only then are its inputs acknowledged:
+//!   plain acks and a double ack of the batch's last (`AckSync`: the
+//!   server confirms it, after the acks before it on the connection). A
+//!   worker that dies between the two leaves the inputs pending; they are
+//!   delivered again after `ack_wait`, the index answers them from its
+//!   memo (their first verdict: a message is never "a duplicate of
+//!   itself"), and the republish, byte for byte the same, is dropped by
+//!   the output stream's duplicate window. That holds while the republish
+//!   comes within the window (two minutes by default): a fleet with one
+//!   live worker republishes within `ack_wait` and a batch.
 //! - Malformed messages (not a JSON object with an id and a text, too long)
 //!   are published to the dead-letter subject with the reason in the
 //!   header `Dedup-Error` and the original bytes, then terminated
@@ -43,32 +47,32 @@
 //!   Workers that start together may all find them missing: the server
 //!   lets one create each, and the others check what it made.
 //! - NATS unreachable (a restart, a network cut): the client reconnects by
-//!   itself, and every step of a batch is retried with backoff, reported on
-//!   stderr every ten seconds and in the metrics (`/healthz` answers 503).
+//!   itself, and every step is retried with backoff, reported on stderr
+//!   every ten seconds and in the metrics (`/healthz` answers 503).
 //!   Nothing is acknowledged that was not stored.
-//! - A stop request (SIGTERM) finishes the batch in hand, acknowledges it
-//!   and returns.
+//! - A stop request (SIGTERM) finishes the batches in flight, acknowledges
+//!   them and returns.
 //!
-//! The engine stays synchronous: preparing and deciding a batch run under
-//! [`tokio::task::block_in_place`], so [`run`] needs a multi-threaded tokio
-//! runtime (the binary's).
+//! The engine and the runtime stay synchronous: [`run`] drives the async
+//! client on a tokio runtime's [`Handle`] from its own thread.
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind, consumer::pull, message::PublishMessage, stream};
 use futures::StreamExt;
+use tokio::runtime::Handle;
 
 use crate::engine::{IndexStore, Preparer};
 use crate::error::{InvalidReason, StoreError};
 use crate::metrics::Metrics;
 use crate::pipeline::Emit;
 pub use crate::queue::Memo;
-use crate::queue::batch::{self, Payload};
+use crate::queue::batch::{DecidedBatch, Payload};
 use crate::queue::broker::{self, Outage};
+use crate::queue::{self, Settled};
 use crate::wire::record::{Decoder, FieldSpec};
 
 /// Default time the server waits for a delivered message's acknowledgement
@@ -86,8 +90,9 @@ const IDLE_WAIT: Duration = Duration::from_secs(1);
 /// Longest time one fetch may take (it asks the server to answer within
 /// [`IDLE_WAIT`]).
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
-/// How often progress is logged.
-const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+/// How long a pull for what is ready may wait for it (see [`fetch`]).
+const READY_WAIT: Duration = Duration::from_millis(50);
 /// First and longest wait between two attempts.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
 
@@ -198,9 +203,15 @@ pub struct NatsConfig {
     pub emit: Emit,
     /// Where the id and text are in a message.
     pub fields: FieldSpec,
-    /// Messages fetched at a time (at most 4,096: a batch's publishes are
-    /// all in flight at once, and the client allows 5,000).
+    /// Messages fetched at a time.
     pub batch: usize,
+    /// Batches published and not yet acknowledged, at most
+    /// (`--in-flight`; 1: each batch acknowledged before the next is
+    /// fetched).
+    pub in_flight: usize,
+    /// Pass every message on as it came, deciding nothing (the benchmarks'
+    /// relay, `--relay`): see [`queue::Settings::relay`].
+    pub relay: bool,
     /// Longest message, in bytes (`--max-line-bytes`); `None`: the
     /// server's `max_payload` less [`broker::TAG_ROOM`].
     pub max_line_bytes: Option<usize>,
@@ -396,37 +407,50 @@ struct Publish<'a> {
     subject: &'a str,
     /// `Nats-Msg-Id`: the output stream stores one message per id.
     id: String,
-    payload: Vec<u8>,
-    /// For a dead letter: the reason and the input (`STREAM.SEQUENCE`).
-    dead: Option<(String, String)>,
+    /// The message as the client sends it (its payload shared, not copied,
+    /// when it is sent again).
+    message: PublishMessage,
+    /// Its size as the server counts it against `max_payload`.
+    size: usize,
+    /// A dead letter (rather than an output), and whether it carries its
+    /// input's bytes.
+    dead: Option<bool>,
     /// The input it answers: its place in the batch.
     input: usize,
 }
 
-impl Publish<'_> {
-    /// Its size as the server counts it against `max_payload`: the
-    /// payload and the headers block (`NATS/1.0`, one `Name: value` line
-    /// per header, a blank line).
-    fn wire_size(&self) -> usize {
+impl<'a> Publish<'a> {
+    /// The message to `subject` with `payload`, and for a dead letter the
+    /// reason and the input (`STREAM.SEQUENCE`) in its headers.
+    fn new(
+        subject: &'a str,
+        id: String,
+        payload: Vec<u8>,
+        dead: Option<(&str, &str)>,
+        input: usize,
+    ) -> Publish<'a> {
+        // As the server counts it: the payload and the headers block
+        // (`NATS/1.0`, one `Name: value` line per header, a blank line).
         let header = |name: &str, value: &str| name.len() + value.len() + 4;
-        let mut headers = "NATS/1.0\r\n\r\n".len() + header("Nats-Msg-Id", &self.id);
-        if let Some((reason, source)) = &self.dead {
-            headers += header(ERROR_HEADER, reason) + header(SOURCE_HEADER, source);
-        }
-        self.payload.len() + headers
-    }
-
-    /// The message as the client sends it.
-    fn message(&self) -> PublishMessage {
+        let mut size = payload.len() + "NATS/1.0\r\n\r\n".len() + header("Nats-Msg-Id", &id);
+        let carries_bytes = !payload.is_empty();
         let mut message = PublishMessage::build()
-            .payload(self.payload.clone().into())
-            .message_id(&self.id);
-        if let Some((reason, source)) = &self.dead {
+            .payload(payload.into())
+            .message_id(&id);
+        if let Some((reason, source)) = dead {
+            size += header(ERROR_HEADER, reason) + header(SOURCE_HEADER, source);
             message = message
-                .header(ERROR_HEADER, reason.as_str())
-                .header(SOURCE_HEADER, source.as_str());
+                .header(ERROR_HEADER, reason)
+                .header(SOURCE_HEADER, source);
         }
-        message
+        Publish {
+            subject,
+            id,
+            message,
+            size,
+            dead: dead.map(|_| carries_bytes),
+            input,
+        }
     }
 }
 
@@ -439,16 +463,6 @@ fn refused_for_size(error: &jetstream::context::PublishError) -> bool {
         || std::error::Error::source(error)
             .and_then(|source| source.downcast_ref::<jetstream::Error>())
             .is_some_and(|e| e.error_code() == jetstream::ErrorCode::STREAM_MESSAGE_EXCEEDS_MAXIMUM)
-}
-
-/// What becomes of a message once decided.
-enum Outcome {
-    /// Publish this to the output subject, then acknowledge.
-    Output(Vec<u8>),
-    /// Acknowledge only (a verdict not emitted).
-    Ack,
-    /// Publish to the dead-letter subject, then terminate.
-    Dead { reason: String, message: Vec<u8> },
 }
 
 /// The answer to a request that may be refused for good (`Err` inside) or
@@ -841,84 +855,166 @@ fn fetch_bytes(max_payload: usize) -> usize {
 }
 
 /// Fetches a batch of at most `max` messages and `max_bytes` bytes: what
-/// is ready now, else waits up to [`IDLE_WAIT`] for one message and takes
-/// what is ready with it. Low latency when the stream is quiet, full
-/// batches when it is busy.
+/// is ready now, else (unless `wait` is zero) waits up to `wait` for one
+/// message and takes what is ready with it. Low latency when the stream
+/// is quiet, full batches when it is busy.
 async fn fetch(
     consumer: &jetstream::consumer::PullConsumer,
     max: usize,
     max_bytes: usize,
+    wait: Duration,
 ) -> Result<Vec<jetstream::Message>, async_nats::Error> {
     let mut out = Vec::new();
-    let mut ready = consumer
-        .fetch()
+    // What is ready, within a short expiry rather than `no_wait`: a server
+    // holding back at the consumer's `max_ack_pending` (the batches in
+    // flight unacknowledged) may leave a `no_wait` pull unanswered, and the
+    // worker then waited for it instead of acknowledging what it holds.
+    let ready = consumer
+        .batch()
         .max_messages(max)
         .max_bytes(max_bytes)
+        .expires(READY_WAIT)
         .messages()
         .await?;
-    while let Some(message) = ready.next().await {
-        out.push(message?);
-    }
-    if out.is_empty() {
-        let mut first = consumer
+    take(ready, &mut out).await?;
+    if out.is_empty() && !wait.is_zero() {
+        let first = consumer
             .batch()
             .max_messages(1)
             .max_bytes(max_bytes)
-            .expires(IDLE_WAIT)
+            .expires(wait)
             .messages()
             .await?;
-        while let Some(message) = first.next().await {
-            out.push(message?);
-        }
+        take(first, &mut out).await?;
         if !out.is_empty() && max > 1 {
-            let mut ready = consumer
+            let ready = consumer
                 .fetch()
                 .max_messages(max - 1)
                 .max_bytes(max_bytes)
                 .messages()
                 .await?;
-            while let Some(message) = ready.next().await {
-                out.push(message?);
-            }
+            take(ready, &mut out).await?;
         }
     }
     Ok(out)
 }
 
-/// The worker's state between batches.
-struct Worker<'a, S: ?Sized> {
+/// The batches that may be in flight at once: `in_flight`, or fewer when
+/// the consumer's `max_ack_pending` (the server's default is 1,000; 0 or
+/// less: no limit) would hold back the next batch while they wait to be
+/// acknowledged. At least one.
+fn within_ack_pending(in_flight: usize, batch: usize, max_ack_pending: i64) -> usize {
+    match usize::try_from(max_ack_pending) {
+        Ok(limit) if limit > 0 => in_flight.min(limit / batch.max(1)).max(1),
+        _ => in_flight.max(1),
+    }
+}
+
+/// Appends what a pull request delivers to `out`. The server holding back
+/// because the consumer has `max_ack_pending` messages unacknowledged (its
+/// 409 "Exceeded MaxAckPending", which the client gives as an error) ends
+/// the request as "nothing more now": the batches in flight are then
+/// stored and acknowledged, which lets it deliver again. Taken for a fault,
+/// it stalled a worker with more messages in flight than that.
+async fn take(
+    mut delivered: jetstream::consumer::pull::Batch,
+    out: &mut Vec<jetstream::Message>,
+) -> Result<(), async_nats::Error> {
+    while let Some(message) = delivered.next().await {
+        match message {
+            Ok(message) => out.push(message),
+            Err(e) if e.to_string().contains("Exceeded MaxAckPending") => break,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// One message fetched.
+pub struct Delivery {
+    message: jetstream::Message,
+    /// Its input stream sequence.
+    sequence: u64,
+    /// `CREATED.SEQUENCE`: its memo token. The incarnation is in it, so
+    /// that a stream made again reuses sequences, not verdicts.
+    token: String,
+    /// `dedup.STREAM.DURABLE.CREATED.SEQUENCE`: its output's `Nats-Msg-Id`
+    /// (taken when fetched: the consumer may be set up again meanwhile).
+    id: String,
+}
+
+impl queue::Input for Delivery {
+    fn payload(&self) -> Option<&[u8]> {
+        Some(&self.message.payload)
+    }
+
+    fn token(&self) -> &[u8] {
+        self.token.as_bytes()
+    }
+}
+
+/// A batch's outputs and dead letters sent, their publish acknowledgements
+/// not yet awaited.
+pub struct Pending<'a> {
+    publishes: Vec<Publish<'a>>,
+    acks: Vec<Sent>,
+    /// Which inputs are terminated (`AckTerm`) rather than acknowledged.
+    terminate: Vec<bool>,
+    /// The batch's input sequences, by input.
+    sequences: Vec<u64>,
+}
+
+/// A publish handed to the client: its acknowledgement to come, or why the
+/// client did not take it.
+type Sent = Result<jetstream::context::PublishAckFuture, jetstream::context::PublishError>;
+
+/// The worker's NATS side: the queue runtime's adapter. The client is
+/// async; each step runs on the binary's tokio runtime with
+/// [`Handle::block_on`] from the worker's own thread.
+struct Worker<'a> {
     config: &'a NatsConfig,
-    preparer: &'a Preparer,
-    decoder: Decoder,
-    store: &'a mut S,
+    runtime: Handle,
     js: jetstream::Context,
     retry: Retry<'a>,
-    metrics: &'a Metrics,
     summary: NatsSummary,
     reader: Reader,
-    /// Longest message decided (`--max-line-bytes`, or its default).
-    max_line_bytes: usize,
+    /// The server's `max_payload`.
+    max_payload: usize,
+    /// Reports of failed fetches.
+    reading: Outage<'a>,
+    /// The wait before the next fetch after a failed one.
+    backoff: Duration,
+    /// Which inputs of the batch last stored are terminated.
+    terminate: Vec<bool>,
+    /// Acknowledgements made since the runtime last asked.
+    settled: Settled,
 }
 
 /// Runs the worker on `client`'s server until `stop` is set (or a fatal
-/// error): makes or checks the streams and the consumer, then fetches,
-/// decides, publishes and acknowledges batch after batch. Needs a
-/// multi-threaded tokio runtime (the engine runs under
-/// [`tokio::task::block_in_place`]).
-pub async fn run<S: IndexStore + ?Sized>(
+/// error): makes or checks the streams and the consumer, then runs the
+/// [`queue`] runtime on it: up to `config.in_flight` batches published
+/// ahead of their acknowledgements. Synchronous: call it from a thread
+/// that is not one of `runtime`'s workers (each step of the client is run
+/// with [`Handle::block_on`]).
+pub fn run<S: IndexStore + ?Sized>(
+    runtime: &Handle,
     client: async_nats::Client,
     config: &NatsConfig,
     preparer: &Preparer,
     store: &mut S,
     stop: &AtomicBool,
-    metrics: &Arc<Metrics>,
+    metrics: &Metrics,
 ) -> Result<NatsSummary, NatsError> {
-    let js = jetstream::new(client.clone());
-    let retry = Retry {
-        stop,
-        metrics: metrics.as_ref(),
-    };
-    let reader = match set_up(&js, config, &retry).await {
+    // Every output of the batches in flight awaits its acknowledgement at
+    // once: the client must let that many wait (it blocks past its limit).
+    let waiting = config.batch.max(1) * config.in_flight.max(1);
+    let js = runtime.block_on(async {
+        jetstream::context::ContextBuilder::new()
+            .max_ack_inflight(waiting.max(5_000))
+            .build(client.clone())
+    });
+    let retry = Retry { stop, metrics };
+    let reader = match runtime.block_on(set_up(&js, config, &retry)) {
         // Stopped while waiting for the durable consumer: nothing read.
         Err(NatsError::Unavailable(_)) if stop.load(Ordering::Relaxed) => {
             return Ok(NatsSummary::default());
@@ -927,104 +1023,435 @@ pub async fn run<S: IndexStore + ?Sized>(
     };
     // Setting up talked to the server: its INFO (and limit) is known.
     let max_payload = client.server_info().max_payload;
-    let max_line_bytes = line_limit(config.max_line_bytes, max_payload);
+    let in_flight = within_ack_pending(
+        config.in_flight,
+        config.batch,
+        reader.consumer.cached_info().config.max_ack_pending,
+    );
+    if in_flight < config.in_flight {
+        tracing::info!(
+            in_flight,
+            "the durable consumer lets fewer than --in-flight batches of --batch messages \
+             wait for their acknowledgement (its max_ack_pending): {in_flight} batches in flight"
+        );
+    }
+    let settings = queue::Settings {
+        batch: config.batch,
+        in_flight,
+        max_line_bytes: line_limit(config.max_line_bytes, max_payload),
+        idle_wait: IDLE_WAIT,
+        relay: config.relay,
+    };
     let mut worker = Worker {
         config,
-        preparer,
-        decoder: Decoder::new(config.fields.clone()),
-        store,
+        runtime: runtime.clone(),
         js,
         retry,
-        metrics: metrics.as_ref(),
         summary: NatsSummary::default(),
         reader,
-        max_line_bytes,
+        max_payload,
+        reading: Outage::new("NATS", metrics),
+        backoff: BACKOFF.0,
+        terminate: Vec::new(),
+        settled: Settled::default(),
     };
-    let started = Instant::now();
-    let mut last_report = Instant::now();
-    let mut outage = Outage::new("NATS", metrics.as_ref());
-    let mut wait = BACKOFF.0;
-    while !stop.load(Ordering::Relaxed) {
-        if last_report.elapsed() >= PROGRESS_EVERY {
-            last_report = Instant::now();
-            let s = worker.summary;
-            tracing::info!(
-                read = s.read,
-                per_second = (s.read as f64 / started.elapsed().as_secs_f64()).round(),
-                duplicates = s.duplicates,
-                redelivered = s.redelivered,
-                invalid = s.invalid,
-                acknowledged = s.acked,
-                "consuming"
-            );
+    let decoder = Decoder::new(config.fields.clone());
+    let engine = queue::Engine {
+        preparer,
+        decoder: &decoder,
+        store,
+    };
+    let counts = queue::run(&mut worker, engine, settings, stop, metrics)?;
+    worker.summary.read = counts.read;
+    worker.summary.acked = counts.acknowledged;
+    worker.summary.new = counts.verdicts.new;
+    worker.summary.duplicates = counts.verdicts.duplicates;
+    worker.summary.deletions = counts.verdicts.deletions;
+    Ok(worker.summary)
+}
+
+impl<'a> Worker<'a> {
+    /// Sets the consumer up again (deleted, or its stream made again): the
+    /// stream's incarnation is read anew. Told to stop meanwhile, keeps the
+    /// one it had: nothing more is fetched.
+    fn set_up_again(&mut self) -> Result<(), NatsError> {
+        match self
+            .runtime
+            .block_on(set_up(&self.js, self.config, &self.retry))
+        {
+            Err(NatsError::Unavailable(_)) if self.retry.stop.load(Ordering::Relaxed) => Ok(()),
+            other => {
+                self.reader = other?;
+                Ok(())
+            }
         }
-        // A pull whose server went away may never end by itself.
-        let fetched = tokio::time::timeout(
-            FETCH_TIMEOUT,
-            fetch(
-                &worker.reader.consumer,
-                config.batch,
-                fetch_bytes(max_payload),
-            ),
-        )
-        .await
-        .unwrap_or_else(|_| Err("no answer to a fetch within 10 s".into()));
+    }
+
+    /// Counts and reports a dead letter.
+    fn dead_lettered(&mut self, sequence: u64, reason: &str) {
+        self.summary.invalid += 1;
+        let metrics = self.retry.metrics;
+        metrics.invalid_lines.fetch_add(1, Ordering::Relaxed);
+        metrics.queue_dead_lettered.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            stream = %self.config.stream,
+            sequence,
+            "{reason}: sent to {}",
+            self.config.dead_letter_subject
+        );
+    }
+
+    /// Hands `publishes` to the client without awaiting their
+    /// acknowledgements.
+    fn send(&self, publishes: &[Publish<'_>]) -> Vec<Sent> {
+        self.runtime.block_on(async {
+            let mut sent = Vec::with_capacity(publishes.len());
+            for publish in publishes {
+                sent.push(
+                    self.js
+                        .send_publish(publish.subject.to_string(), publish.message.clone())
+                        .await,
+                );
+            }
+            sent
+        })
+    }
+
+    /// The dead letter, without its bytes, that stands for `publish`,
+    /// refused for its size (`error`); `Err` when `publish` is one
+    /// already: a limit this small leaves nothing to do but stop, loudly.
+    fn instead_of(
+        &self,
+        publish: Publish<'a>,
+        error: &jetstream::context::PublishError,
+        sequences: &[u64],
+    ) -> Result<(Publish<'a>, String), NatsError> {
+        let source = format!("{}.{}", self.config.stream, sequences[publish.input]);
+        if publish.dead == Some(false) {
+            return Err(NatsError::Refused {
+                what: format!("a dead letter for {source}"),
+                reason: error.to_string(),
+            });
+        }
+        let what = match publish.dead {
+            Some(_) => "dead letter",
+            None => "tagged output",
+        };
+        let reason = if publish.size > self.max_payload {
+            broker::too_large(
+                what,
+                publish.size,
+                Some((self.max_payload, "the server's max_payload")),
+            )
+        } else {
+            format!("{} ({error})", broker::too_large(what, publish.size, None))
+        };
+        let config: &'a NatsConfig = self.config;
+        let letter = Publish::new(
+            &config.dead_letter_subject,
+            publish.id,
+            Vec::new(),
+            Some((&reason, &source)),
+            publish.input,
+        );
+        Ok((letter, reason))
+    }
+
+    /// Acknowledges a batch with one request-reply: every message but the
+    /// last with a plain ack (or `AckTerm`), the last with a double ack.
+    /// The server takes a consumer's acknowledgements in the order they
+    /// come on a connection, so the last one's reply says every one before
+    /// it was taken, if they all went over one connection: the client's
+    /// count of connections must not change from the first to the reply.
+    /// `false`: not known; each is then acknowledged with its own reply.
+    async fn acknowledge_at_once(&self, inputs: &[Delivery], terminate: &[bool]) -> bool {
+        let Some((last, rest)) = inputs.split_last() else {
+            return true;
+        };
+        let statistics = self.js.client().statistics();
+        let connects = statistics.connects.load(Ordering::Relaxed);
+        for (input, &terminated) in rest.iter().zip(terminate) {
+            if input.message.ack_with(ack_kind(terminated)).await.is_err() {
+                return false;
+            }
+        }
+        let replied = last
+            .message
+            .double_ack_with(ack_kind(terminate[rest.len()]))
+            .await
+            .is_ok();
+        replied && statistics.connects.load(Ordering::Relaxed) == connects
+    }
+}
+
+/// How an input is acknowledged: `AckTerm` for one dead-lettered.
+fn ack_kind(terminated: bool) -> AckKind {
+    if terminated {
+        AckKind::Term
+    } else {
+        AckKind::Ack
+    }
+}
+
+impl<'a> queue::Adapter for Worker<'a> {
+    type Input = Delivery;
+    type Pending = Pending<'a>;
+    type Error = NatsError;
+
+    /// A batch (see [`fetch`]), once the consumer is known to be the one
+    /// set up: a consumer deleted and made again between two fetches
+    /// (another worker's `--create`) would otherwise have its messages
+    /// published under ids of the stream that was, which the output
+    /// stream may drop as seen. A failed fetch sets up again.
+    fn fetch(&mut self, max: usize, wait: Duration) -> Result<Vec<Delivery>, NatsError> {
+        let bytes = fetch_bytes(self.max_payload);
+        let consumer = &self.reader.consumer;
+        let fetched = self.runtime.block_on(async {
+            // A pull whose server went away may never end by itself.
+            tokio::time::timeout(FETCH_TIMEOUT, fetch(consumer, max, bytes, wait))
+                .await
+                .unwrap_or_else(|_| Err("no answer to a fetch within 10 s".into()))
+        });
         let messages = match fetched {
             Ok(messages) => {
-                outage.over("fetching messages");
-                wait = BACKOFF.0;
+                self.reading.over("fetching messages");
+                self.backoff = BACKOFF.0;
                 messages
             }
             Err(e) => {
-                outage.failed("fetching messages", &e);
-                if stop.load(Ordering::Relaxed) {
-                    // Stopped while NATS was away: nothing is in hand.
-                    break;
+                self.reading.failed("fetching messages", &e);
+                if !self.retry.stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(self.backoff);
+                    self.backoff = (self.backoff * 2).min(BACKOFF.1);
+                    // The consumer or its stream may be gone (deleted, or
+                    // made again with sequences from 1).
+                    self.set_up_again()?;
                 }
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(BACKOFF.1);
-                // The consumer or its stream may be gone (deleted, or made
-                // again with sequences from 1): set up again, which reads
-                // the stream's incarnation anew.
-                worker.reader = match set_up(&worker.js, config, &worker.retry).await {
-                    Err(NatsError::Unavailable(_)) if stop.load(Ordering::Relaxed) => break,
-                    other => other?,
-                };
-                continue;
+                return Ok(Vec::new());
             }
         };
         if messages.is_empty() {
-            continue;
+            return Ok(Vec::new());
         }
-        // One look a batch: were these fetched from the consumer (and so the
-        // stream incarnation) this worker set up with? A consumer deleted
-        // and made again between two fetches (another worker's --create)
-        // would otherwise have its messages published under ids of the
-        // stream that was, which the output stream may drop as seen.
-        let current = worker.reader.consumer.get_info().await;
+        let current = self.runtime.block_on(self.reader.consumer.get_info());
         if current
             .as_ref()
             .map(|info| info.created.unix_timestamp_nanos())
             .ok()
-            != Some(worker.reader.consumer_created)
+            != Some(self.reader.consumer_created)
         {
             // Not acknowledged: the consumer that holds them delivers them
             // again after the ack wait.
             tracing::warn!(
-                durable = %config.durable,
+                durable = %self.config.durable,
                 messages = messages.len(),
                 "the durable consumer was deleted or made again: setting up again, leaving \
                  the batch fetched to be delivered again"
             );
-            worker.reader = match set_up(&worker.js, config, &worker.retry).await {
-                Err(NatsError::Unavailable(_)) if stop.load(Ordering::Relaxed) => break,
-                other => other?,
-            };
-            continue;
+            self.set_up_again()?;
+            return Ok(Vec::new());
         }
-        worker.process(messages, max_payload).await?;
+        let mut deliveries = Vec::with_capacity(messages.len());
+        for message in messages {
+            let info = message.info().map_err(|e| NatsError::Refused {
+                what: "a delivered message".into(),
+                reason: format!("its reply subject is not JetStream's: {e}"),
+            })?;
+            if info.delivered > 1 {
+                self.summary.redelivered += 1;
+                let metrics = self.retry.metrics;
+                metrics.queue_claimed.fetch_add(1, Ordering::Relaxed);
+            }
+            let sequence = info.stream_sequence;
+            deliveries.push(Delivery {
+                token: format!("{}.{sequence}", self.reader.created),
+                id: format!("dedup.{}.{sequence}", self.reader.incarnation),
+                sequence,
+                message,
+            });
+        }
+        Ok(deliveries)
     }
-    Ok(worker.summary)
+
+    /// Sends the batch's outputs and dead letters; their acknowledgements
+    /// are awaited when the batch's turn comes.
+    fn publish(
+        &mut self,
+        inputs: &[Delivery],
+        decided: &DecidedBatch,
+    ) -> Result<Pending<'a>, NatsError> {
+        let mut terminate = vec![false; inputs.len()];
+        let config: &'a NatsConfig = self.config;
+        let mut publishes = Vec::new();
+        for (at, input) in inputs.iter().enumerate() {
+            let output =
+                |payload| Publish::new(&config.output_subject, input.id.clone(), payload, None, at);
+            match decided.payload(at) {
+                Payload::Missing if config.relay => {
+                    publishes.push(output(input.message.payload.to_vec()));
+                }
+                Payload::Missing => {}
+                Payload::Invalid(invalid) => {
+                    let reason = invalid.reason.to_string();
+                    self.dead_lettered(input.sequence, &reason);
+                    terminate[at] = true;
+                    let message = match invalid.reason {
+                        // Over the limit: not copied (it may not fit in a
+                        // message either); Dedup-Source names it.
+                        InvalidReason::TooLong { .. } => Vec::new(),
+                        _ => input.message.payload.to_vec(),
+                    };
+                    // A header value is one line.
+                    let reason = reason.replace(['\r', '\n'], " ");
+                    let source = format!("{}.{}", config.stream, input.sequence);
+                    publishes.push(Publish::new(
+                        &config.dead_letter_subject,
+                        input.id.clone(),
+                        message,
+                        Some((&reason, &source)),
+                        at,
+                    ));
+                }
+                Payload::Message(message, verdict) if config.emit.wants(verdict) => {
+                    publishes.push(output(decided.tagged(message, verdict)));
+                }
+                Payload::Message(..) => {}
+            }
+        }
+        let acks = self.send(&publishes);
+        Ok(Pending {
+            publishes,
+            acks,
+            terminate,
+            sequences: inputs.iter().map(|i| i.sequence).collect(),
+        })
+    }
+
+    /// Awaits the batch's publish acknowledgements, publishing again with
+    /// backoff what failed for now (an outage), until each is stored. One
+    /// the server refuses for its size is replaced by a dead letter
+    /// without its bytes (sending it again would be refused again), and
+    /// its input terminated.
+    fn stored(&mut self, pending: Pending<'a>) -> Result<(), NatsError> {
+        let Pending {
+            mut publishes,
+            mut acks,
+            mut terminate,
+            sequences,
+        } = pending;
+        let mut outage = Outage::new("NATS", self.retry.metrics);
+        let mut wait = BACKOFF.0;
+        loop {
+            let results = self
+                .runtime
+                .block_on(futures::future::join_all(acks.into_iter().map(
+                    |sent| async move {
+                        match sent {
+                            Ok(ack) => ack.await,
+                            Err(e) => Err(e),
+                        }
+                    },
+                )));
+            let mut again = Vec::new();
+            let mut error = None;
+            for (publish, result) in publishes.into_iter().zip(results) {
+                match result {
+                    Ok(ack) => self.summary.republished += u64::from(ack.duplicate),
+                    Err(e) if refused_for_size(&e) => {
+                        let input = publish.input;
+                        let (letter, reason) = self.instead_of(publish, &e, &sequences)?;
+                        self.summary.too_large += 1;
+                        if std::mem::replace(&mut terminate[input], true) {
+                            // A dead letter already (and counted): sent
+                            // without its bytes.
+                            tracing::warn!(stream = %self.config.stream, sequence = sequences[input], "{reason}");
+                        } else {
+                            self.dead_lettered(sequences[input], &reason);
+                        }
+                        again.push(letter);
+                    }
+                    Err(e) => {
+                        error = Some(e);
+                        again.push(publish);
+                    }
+                }
+            }
+            publishes = again;
+            match error {
+                None => outage.over("publishing outputs"),
+                Some(e) => {
+                    outage.failed("publishing outputs", &e);
+                    if self.retry.stop.load(Ordering::Relaxed) {
+                        return Err(NatsError::Unavailable("publishing outputs".into()));
+                    }
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(BACKOFF.1);
+                }
+            }
+            if publishes.is_empty() {
+                self.terminate = terminate;
+                return Ok(());
+            }
+            acks = self.send(&publishes);
+        }
+    }
+
+    /// Acknowledges the batch, whose outputs are stored: at once (see
+    /// [`Worker::acknowledge_at_once`]), else each with its own reply, a
+    /// few times. One left unacknowledged is delivered again after the
+    /// ack wait, answered from the memo, and its republish dropped.
+    fn acknowledge(&mut self, inputs: Vec<Delivery>) -> Result<(), NatsError> {
+        let terminate = std::mem::take(&mut self.terminate);
+        let runtime = self.runtime.clone();
+        if runtime.block_on(self.acknowledge_at_once(&inputs, &terminate)) {
+            self.settled
+                .acknowledged
+                .extend(inputs.into_iter().map(|i| i.token.into_bytes()));
+            return Ok(());
+        }
+        let mut left: Vec<usize> = (0..inputs.len()).collect();
+        for tries in 1.. {
+            let results = runtime
+                .block_on(futures::future::join_all(left.iter().map(|&i| {
+                    inputs[i].message.double_ack_with(ack_kind(terminate[i]))
+                })));
+            let mut failed = Vec::new();
+            let mut error = None;
+            for (&i, result) in left.iter().zip(results) {
+                match result {
+                    Ok(()) => self
+                        .settled
+                        .acknowledged
+                        .push(inputs[i].token.as_bytes().to_vec()),
+                    Err(e) => {
+                        failed.push(i);
+                        error = Some(e);
+                    }
+                }
+            }
+            left = failed;
+            let Some(e) = error else { break };
+            if tries >= 3 || self.retry.stop.load(Ordering::Relaxed) {
+                tracing::warn!(
+                    messages = left.len(),
+                    "acknowledging failed ({e}); they will be delivered again"
+                );
+                self.settled.failed += left.len() as u64;
+                break;
+            }
+            std::thread::sleep(BACKOFF.1);
+        }
+        Ok(())
+    }
+
+    fn settled(&mut self) -> Settled {
+        std::mem::take(&mut self.settled)
+    }
+
+    /// Nothing is left under way: each batch is acknowledged in turn.
+    fn finish(&mut self) -> Result<(), NatsError> {
+        Ok(())
+    }
 }
 
 /// The longest message the worker decides: `--max-line-bytes`, or by
@@ -1055,324 +1482,18 @@ fn line_limit(given: Option<usize>, max_payload: usize) -> usize {
     }
 }
 
-impl<S: IndexStore + ?Sized> Worker<'_, S> {
-    /// Prepares and decides a batch: one outcome per message.
-    fn decide(&mut self, payloads: &[&[u8]], tokens: &[String]) -> Result<Vec<Outcome>, NatsError> {
-        let payloads: Vec<Option<&[u8]>> = payloads.iter().copied().map(Some).collect();
-        let tokens: Vec<&[u8]> = tokens.iter().map(String::as_bytes).collect();
-        let (decided, tally) = batch::decide(
-            (self.preparer, &self.decoder),
-            &mut *self.store,
-            &payloads,
-            &tokens,
-            self.max_line_bytes,
-            self.metrics,
-        )?;
-        self.summary.new += tally.new;
-        self.summary.duplicates += tally.duplicates;
-        self.summary.deletions += tally.deletions;
-        let outcomes = payloads
-            .iter()
-            .enumerate()
-            .map(|(at, payload)| match decided.payload(at) {
-                Payload::Missing => Outcome::Ack,
-                Payload::Invalid(invalid) => Outcome::Dead {
-                    reason: invalid.reason.to_string(),
-                    message: match invalid.reason {
-                        // Over the limit: not copied (it may not fit in a
-                        // message either); Dedup-Source names it.
-                        InvalidReason::TooLong { .. } => Vec::new(),
-                        _ => payload.unwrap_or_default().to_vec(),
-                    },
-                },
-                Payload::Message(message, verdict) if self.config.emit.wants(verdict) => {
-                    Outcome::Output(decided.tagged(message, verdict))
-                }
-                Payload::Message(..) => Outcome::Ack,
-            })
-            .collect();
-        Ok(outcomes)
-    }
-
-    /// Counts and reports a dead letter.
-    fn dead_lettered(&mut self, sequence: u64, reason: &str) {
-        self.summary.invalid += 1;
-        self.metrics.invalid_lines.fetch_add(1, Ordering::Relaxed);
-        self.metrics
-            .queue_dead_lettered
-            .fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(
-            stream = %self.config.stream,
-            sequence,
-            "{reason}: sent to {}",
-            self.config.dead_letter_subject
-        );
-    }
-
-    /// Decides a batch, publishes its outputs and dead letters (every
-    /// publish acknowledged by its stream), then acknowledges its messages.
-    async fn process(
-        &mut self,
-        messages: Vec<jetstream::Message>,
-        max_payload: usize,
-    ) -> Result<(), NatsError> {
-        let n = messages.len() as u64;
-        self.summary.read += n;
-        self.metrics.queue_read.fetch_add(n, Ordering::Relaxed);
-        let mut sequences = Vec::with_capacity(messages.len());
-        for message in &messages {
-            let info = message.info().map_err(|e| NatsError::Refused {
-                what: "a delivered message".into(),
-                reason: format!("its reply subject is not JetStream's: {e}"),
-            })?;
-            if info.delivered > 1 {
-                self.summary.redelivered += 1;
-                self.metrics.queue_claimed.fetch_add(1, Ordering::Relaxed);
-            }
-            sequences.push(info.stream_sequence);
-        }
-        // The memo's tokens carry the incarnation: a stream made again
-        // reuses sequences, not verdicts.
-        let created = self.reader.created;
-        let tokens: Vec<String> = sequences.iter().map(|s| format!("{created}.{s}")).collect();
-        let payloads: Vec<&[u8]> = messages.iter().map(|m| m.payload.as_ref()).collect();
-        let outcomes = tokio::task::block_in_place(|| self.decide(&payloads, &tokens))?;
-
-        // Everything this batch publishes, in input order.
-        let stream = &self.config.stream;
-        let mut terminate = vec![false; messages.len()];
-        let mut publishes: Vec<Publish<'_>> = Vec::new();
-        let mut dead = Vec::new();
-        for (input, (outcome, sequence)) in outcomes.into_iter().zip(&sequences).enumerate() {
-            let id = format!("dedup.{}.{sequence}", self.reader.incarnation);
-            match outcome {
-                Outcome::Output(bytes) => publishes.push(Publish {
-                    subject: &self.config.output_subject,
-                    id,
-                    payload: bytes,
-                    dead: None,
-                    input,
-                }),
-                Outcome::Dead { reason, message } => {
-                    dead.push((*sequence, reason.clone()));
-                    terminate[input] = true;
-                    // A header value is one line.
-                    let reason = reason.replace(['\r', '\n'], " ");
-                    publishes.push(Publish {
-                        subject: &self.config.dead_letter_subject,
-                        id,
-                        payload: message,
-                        dead: Some((reason, format!("{stream}.{sequence}"))),
-                        input,
-                    });
-                }
-                Outcome::Ack => {}
-            }
-        }
-        for (sequence, reason) in dead {
-            self.dead_lettered(sequence, &reason);
-        }
-        let refused = self.publish(publishes, max_payload, &sequences).await?;
-        for (input, reason) in refused {
-            self.summary.too_large += 1;
-            if std::mem::replace(&mut terminate[input], true) {
-                // A dead letter already (and counted): sent without its bytes.
-                tracing::warn!(stream = %stream, sequence = sequences[input], "{reason}");
-            } else {
-                self.dead_lettered(sequences[input], &reason);
-            }
-        }
-
-        // The outputs are stored: now the inputs may go.
-        let mut left: Vec<usize> = if self.acknowledge_at_once(&messages, &terminate).await {
-            let n = messages.len() as u64;
-            self.summary.acked += n;
-            self.metrics.queue_acked.fetch_add(n, Ordering::Relaxed);
-            let forget: Vec<&[u8]> = tokens.iter().map(String::as_bytes).collect();
-            self.store.forget(&forget);
-            Vec::new()
-        } else {
-            (0..messages.len()).collect()
-        };
-        let mut tries = 0;
-        while !left.is_empty() {
-            tries += 1;
-            let results = futures::future::join_all(left.iter().map(|&i| {
-                let kind = if terminate[i] {
-                    AckKind::Term
-                } else {
-                    AckKind::Ack
-                };
-                messages[i].double_ack_with(kind)
-            }))
-            .await;
-            let mut failed = Vec::new();
-            let mut error = None;
-            let mut acked = Vec::new();
-            for (&i, result) in left.iter().zip(results) {
-                match result {
-                    Ok(()) => acked.push(i),
-                    Err(e) => {
-                        failed.push(i);
-                        error = Some(e);
-                    }
-                }
-            }
-            self.summary.acked += acked.len() as u64;
-            self.metrics
-                .queue_acked
-                .fetch_add(acked.len() as u64, Ordering::Relaxed);
-            let forget: Vec<&[u8]> = acked.iter().map(|&i| tokens[i].as_bytes()).collect();
-            self.store.forget(&forget);
-            left = failed;
-            if let Some(e) = error {
-                if tries >= 3 || self.retry.stop.load(Ordering::Relaxed) {
-                    // Not acknowledged: delivered again after the ack wait,
-                    // answered from the memo, and its republish dropped.
-                    tracing::warn!(
-                        messages = left.len(),
-                        "acknowledging failed ({e}); they will be delivered again"
-                    );
-                    break;
-                }
-                tokio::time::sleep(BACKOFF.1).await;
-            }
-        }
-        Ok(())
-    }
-
-    /// Acknowledges a batch with one request-reply: every message but the
-    /// last with a plain ack (or `AckTerm`), the last with a double ack.
-    /// The server takes a consumer's acknowledgements in the order they
-    /// come on a connection, so the last one's reply says every one before
-    /// it was taken, if they all went over one connection: the client's
-    /// count of connections must not change from the first to the reply.
-    /// `false`: not known; each is then acknowledged with its own reply.
-    /// (A double ack makes a subscription of its own: one a batch, not one
-    /// a message.)
-    async fn acknowledge_at_once(
-        &self,
-        messages: &[jetstream::Message],
-        terminate: &[bool],
-    ) -> bool {
-        let Some((last, rest)) = messages.split_last() else {
-            return true;
-        };
-        let kind = |terminated: bool| {
-            if terminated {
-                AckKind::Term
-            } else {
-                AckKind::Ack
-            }
-        };
-        let statistics = self.js.client().statistics();
-        let connects = statistics.connects.load(Ordering::Relaxed);
-        for (message, &terminated) in rest.iter().zip(terminate) {
-            if message.ack_with(kind(terminated)).await.is_err() {
-                return false;
-            }
-        }
-        let replied = last
-            .double_ack_with(kind(terminate[rest.len()]))
-            .await
-            .is_ok();
-        replied && statistics.connects.load(Ordering::Relaxed) == connects
-    }
-
-    /// Publishes `publishes` until each is stored, retrying with backoff
-    /// what fails for now. One the server refuses for its size is replaced
-    /// by a dead letter without its bytes (sending it again would be
-    /// refused again): returns those inputs with the reason.
-    async fn publish(
-        &mut self,
-        mut left: Vec<Publish<'_>>,
-        max_payload: usize,
-        sequences: &[u64],
-    ) -> Result<Vec<(usize, String)>, NatsError> {
-        let mut refused = Vec::new();
-        let mut outage = Outage::new("NATS", self.metrics);
-        let mut wait = BACKOFF.0;
-        while !left.is_empty() {
-            let js = &self.js;
-            let mut pending = Vec::with_capacity(left.len());
-            for publish in &left {
-                pending.push(
-                    match js
-                        .send_publish(publish.subject.to_string(), publish.message())
-                        .await
-                    {
-                        Ok(ack) => futures::future::Either::Left(ack.into_future()),
-                        Err(e) => futures::future::Either::Right(std::future::ready(Err(e))),
-                    },
-                );
-            }
-            let results = futures::future::join_all(pending).await;
-            let mut again = Vec::new();
-            let mut error = None;
-            for (publish, result) in left.into_iter().zip(results) {
-                match result {
-                    Ok(ack) => self.summary.republished += u64::from(ack.duplicate),
-                    Err(e) if refused_for_size(&e) => {
-                        let what = match publish.dead {
-                            Some(_) => "dead letter",
-                            None => "tagged output",
-                        };
-                        if publish.dead.is_some() && publish.payload.is_empty() {
-                            // Not even its reason fits: a limit this small
-                            // leaves nothing to do but stop, loudly.
-                            return Err(NatsError::Refused {
-                                what: format!(
-                                    "a dead letter for {}.{}",
-                                    self.config.stream, sequences[publish.input]
-                                ),
-                                reason: e.to_string(),
-                            });
-                        }
-                        let size = publish.wire_size();
-                        let reason = if size > max_payload {
-                            broker::too_large(
-                                what,
-                                size,
-                                Some((max_payload, "the server's max_payload")),
-                            )
-                        } else {
-                            format!("{} ({e})", broker::too_large(what, size, None))
-                        };
-                        let source = format!("{}.{}", self.config.stream, sequences[publish.input]);
-                        refused.push((publish.input, reason.clone()));
-                        again.push(Publish {
-                            subject: &self.config.dead_letter_subject,
-                            id: publish.id,
-                            payload: Vec::new(),
-                            dead: Some((reason, source)),
-                            input: publish.input,
-                        });
-                    }
-                    Err(e) => {
-                        error = Some(e);
-                        again.push(publish);
-                    }
-                }
-            }
-            left = again;
-            match error {
-                None => outage.over("publishing outputs"),
-                Some(e) => {
-                    outage.failed("publishing outputs", &e);
-                    if self.retry.stop.load(Ordering::Relaxed) {
-                        return Err(NatsError::Unavailable("publishing outputs".into()));
-                    }
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(BACKOFF.1);
-                }
-            }
-        }
-        Ok(refused)
-    }
-}
-
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn batches_in_flight_fit_the_consumers_max_ack_pending() {
+        assert_eq!(within_ack_pending(16, 256, 1_000), 3);
+        assert_eq!(within_ack_pending(16, 256, -1), 16);
+        assert_eq!(within_ack_pending(16, 256, 0), 16);
+        assert_eq!(within_ack_pending(16, 2_048, 1_000), 1);
+        assert_eq!(within_ack_pending(2, 100, 1_000), 2);
+    }
+
     use super::*;
 
     #[test]

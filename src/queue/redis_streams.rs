@@ -57,7 +57,7 @@ use crate::engine::{IndexStore, Preparer};
 use crate::error::{Error, InvalidReason, StoreError};
 use crate::metrics::Metrics;
 use crate::pipeline::Emit;
-use crate::queue::batch::{DecidedBatch, Payload, Tally};
+use crate::queue::batch::{DecidedBatch, Payload};
 use crate::queue::{self, Settled};
 use crate::redis_index::{Link, RetryError};
 use crate::wire::record::{Decoder, FieldSpec};
@@ -339,6 +339,9 @@ pub fn run<S: IndexStore>(
         let counts = result?;
         let mut summary = adapter.reader.summary;
         summary.acked = counts.acknowledged;
+        summary.new = counts.verdicts.new;
+        summary.duplicates = counts.verdicts.duplicates;
+        summary.deletions = counts.verdicts.deletions;
         Ok(summary)
     })
 }
@@ -611,17 +614,9 @@ impl queue::Adapter for Streams<'_> {
         Ok(entries)
     }
 
-    fn publish(
-        &mut self,
-        inputs: &[Entry],
-        decided: &DecidedBatch,
-        tally: Tally,
-    ) -> Result<(u64, u64), Error> {
+    fn publish(&mut self, inputs: &[Entry], decided: &DecidedBatch) -> Result<(u64, u64), Error> {
         let reader = &mut self.reader;
         let config = reader.config;
-        reader.summary.new += tally.new;
-        reader.summary.duplicates += tally.duplicates;
-        reader.summary.deletions += tally.deletions;
         let mut outcomes = Vec::with_capacity(inputs.len());
         let mut text = Vec::new();
         for (at, entry) in inputs.iter().enumerate() {

@@ -981,6 +981,38 @@ fn an_input_stream_made_again_stores_the_outputs_of_its_new_messages() {
     assert_eq!(client.consumer_backlog(IN_STREAM, "dedup"), (0, 0));
 }
 
+/// Regression (issue 36): with more messages in flight than the consumer
+/// lets wait unacknowledged (`max_ack_pending`), the server held back the
+/// next pull without answering it, and the worker waited 10 s a fetch
+/// instead of acknowledging what it held. A durable that lets 100 wait,
+/// batches of 64 at the default depth: the worker keeps one batch in
+/// flight, and the 2,000 come out within 60 s, each once.
+#[test]
+fn a_worker_keeps_in_flight_what_the_consumers_max_ack_pending_allows() {
+    let test = "a_worker_keeps_in_flight_what_the_consumers_max_ack_pending_allows";
+    if !available(test) {
+        return;
+    }
+    let server = NatsServer::start();
+    let client = Client::connect(&server.url());
+    client.create_stream(IN_STREAM, &[IN_SUBJECT]);
+    client.create_consumer_holding(IN_STREAM, "dedup", IN_SUBJECT, Duration::from_secs(2), 100);
+    let lines = tweets(2_000);
+    client.publish(IN_SUBJECT, &lines);
+    let temp = tempfile::tempdir().unwrap();
+    let log = temp.path().join("worker.log");
+    let mut child = worker_of(&server, "dedup", &[], &["--batch", "64"], &log);
+    wait_for(Duration::from_secs(60), "every output", &log, || {
+        by_sequence(&outputs(&client)).len() >= lines.len()
+    });
+    stops_cleanly(&mut child, &log);
+    let outputs = outputs(&client);
+    assert_eq!(outputs.len(), lines.len(), "one output per input");
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(stderr.contains("1 batches in flight"), "{stderr}");
+    assert!(!stderr.contains("no answer to a fetch"), "{stderr}");
+}
+
 #[test]
 fn a_missing_durable_is_waited_for_unless_create_is_given() {
     let test = "a_missing_durable_is_waited_for_unless_create_is_given";

@@ -90,9 +90,6 @@ const IDLE_WAIT: Duration = Duration::from_secs(1);
 /// Longest time one fetch may take (it asks the server to answer within
 /// [`IDLE_WAIT`]).
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How long a pull for what is ready may wait for it (see [`fetch`]).
-const READY_WAIT: Duration = Duration::from_millis(50);
 /// First and longest wait between two attempts.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
 
@@ -865,15 +862,10 @@ async fn fetch(
     wait: Duration,
 ) -> Result<Vec<jetstream::Message>, async_nats::Error> {
     let mut out = Vec::new();
-    // What is ready, within a short expiry rather than `no_wait`: a server
-    // holding back at the consumer's `max_ack_pending` (the batches in
-    // flight unacknowledged) may leave a `no_wait` pull unanswered, and the
-    // worker then waited for it instead of acknowledging what it holds.
     let ready = consumer
-        .batch()
+        .fetch()
         .max_messages(max)
         .max_bytes(max_bytes)
-        .expires(READY_WAIT)
         .messages()
         .await?;
     take(ready, &mut out).await?;

@@ -149,6 +149,19 @@ impl Client {
     /// Creates the durable pull consumer `durable` on `stream`, filtering
     /// `subject`, with explicit acks and this ack wait.
     pub fn create_consumer(&self, stream: &str, durable: &str, subject: &str, ack_wait: Duration) {
+        self.create_consumer_holding(stream, durable, subject, ack_wait, 0);
+    }
+
+    /// The same, letting at most `max_ack_pending` messages wait for their
+    /// acknowledgement (0: the server's default, 1,000).
+    pub fn create_consumer_holding(
+        &self,
+        stream: &str,
+        durable: &str,
+        subject: &str,
+        ack_wait: Duration,
+        max_ack_pending: i64,
+    ) {
         self.runtime.block_on(async {
             let s = self.js.get_stream(stream).await.expect("the stream");
             s.create_consumer(jetstream::consumer::pull::Config {
@@ -156,6 +169,7 @@ impl Client {
                 filter_subject: subject.into(),
                 ack_policy: jetstream::consumer::AckPolicy::Explicit,
                 ack_wait,
+                max_ack_pending,
                 ..Default::default()
             })
             .await

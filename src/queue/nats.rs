@@ -933,6 +933,8 @@ pub struct Delivery {
     /// `dedup.STREAM.DURABLE.CREATED.SEQUENCE`: its output's `Nats-Msg-Id`
     /// (taken when fetched: the consumer may be set up again meanwhile).
     id: String,
+    /// Which fetch delivered it, counted from 1.
+    fetch: u64,
 }
 
 impl queue::Input for Delivery {
@@ -980,6 +982,12 @@ struct Worker<'a> {
     terminate: Vec<bool>,
     /// Acknowledgements made since the runtime last asked.
     settled: Settled,
+    /// Fetches made so far.
+    fetches: u64,
+    /// The deliveries of fetches up to this one are acknowledged without
+    /// waiting for an answer: the server did not answer an acknowledgement
+    /// after they were fetched (see [`Adapter::acknowledge`]).
+    unanswered_through: u64,
 }
 
 /// Runs the worker on `client`'s server until `stop` is set (or a fatal
@@ -1046,6 +1054,8 @@ pub fn run<S: IndexStore + ?Sized>(
         backoff: BACKOFF.0,
         terminate: Vec::new(),
         settled: Settled::default(),
+        fetches: 0,
+        unanswered_through: 0,
     };
     let decoder = Decoder::new(config.fields.clone());
     let engine = queue::Engine {
@@ -1155,25 +1165,50 @@ impl<'a> Worker<'a> {
     /// come on a connection, so the last one's reply says every one before
     /// it was taken, if they all went over one connection: the client's
     /// count of connections must not change from the first to the reply.
-    /// `false`: not known; each is then acknowledged with its own reply.
-    async fn acknowledge_at_once(&self, inputs: &[Delivery], terminate: &[bool]) -> bool {
+    async fn acknowledge_at_once(&self, inputs: &[Delivery], terminate: &[bool]) -> AtOnce {
         let Some((last, rest)) = inputs.split_last() else {
-            return true;
+            return AtOnce::Confirmed;
         };
         let statistics = self.js.client().statistics();
         let connects = statistics.connects.load(Ordering::Relaxed);
         for (input, &terminated) in rest.iter().zip(terminate) {
             if input.message.ack_with(ack_kind(terminated)).await.is_err() {
-                return false;
+                return AtOnce::Reconnected;
             }
         }
         let replied = last
             .message
             .double_ack_with(ack_kind(terminate[rest.len()]))
-            .await
-            .is_ok();
-        replied && statistics.connects.load(Ordering::Relaxed) == connects
+            .await;
+        match replied {
+            Err(e) => AtOnce::Unanswered(e),
+            Ok(()) if statistics.connects.load(Ordering::Relaxed) == connects => AtOnce::Confirmed,
+            Ok(()) => AtOnce::Reconnected,
+        }
     }
+
+    /// Sends each of `inputs` its acknowledgement without waiting for an
+    /// answer: taken if the server still knows the delivery, else it is
+    /// delivered again.
+    async fn acknowledge_unanswered(&self, inputs: &[Delivery], terminate: &[bool]) {
+        for (input, &terminated) in inputs.iter().zip(terminate) {
+            // A failure here is a redelivery later, as an unanswered
+            // acknowledgement is.
+            let _ = input.message.ack_with(ack_kind(terminated)).await;
+        }
+    }
+}
+
+/// What acknowledging a batch at once (see
+/// [`Worker::acknowledge_at_once`]) came to.
+enum AtOnce {
+    /// Every acknowledgement taken.
+    Confirmed,
+    /// The server answered, but the connection changed meanwhile (or a
+    /// plain ack could not be sent): some may be lost.
+    Reconnected,
+    /// The server did not answer the last one.
+    Unanswered(async_nats::Error),
 }
 
 /// How an input is acknowledged: `AckTerm` for one dead-lettered.
@@ -1243,6 +1278,7 @@ impl<'a> queue::Adapter for Worker<'a> {
             self.set_up_again()?;
             return Ok(Vec::new());
         }
+        self.fetches += 1;
         let mut deliveries = Vec::with_capacity(messages.len());
         for message in messages {
             let info = message.info().map_err(|e| NatsError::Refused {
@@ -1260,6 +1296,7 @@ impl<'a> queue::Adapter for Worker<'a> {
                 id: format!("dedup.{}.{sequence}", self.reader.incarnation),
                 sequence,
                 message,
+                fetch: self.fetches,
             });
         }
         Ok(deliveries)
@@ -1389,49 +1426,70 @@ impl<'a> queue::Adapter for Worker<'a> {
     }
 
     /// Acknowledges the batch, whose outputs are stored: at once (see
-    /// [`Worker::acknowledge_at_once`]), else each with its own reply, a
-    /// few times. One left unacknowledged is delivered again after the
-    /// ack wait, answered from the memo, and its republish dropped.
+    /// [`Worker::acknowledge_at_once`]); after a reconnection, each with
+    /// its own reply. One whose acknowledgement is not confirmed stays in
+    /// the memo: if delivered again (after the ack wait) it is answered as
+    /// before and its republish dropped.
+    ///
+    /// When the server does not answer, every batch fetched until then is
+    /// acknowledged without waiting for an answer. A server restarted from
+    /// a consumer state older than these deliveries (nats-server 2.10 and
+    /// later write it lazily) never answers acknowledgements of deliveries
+    /// it no longer knows; waiting out each batch in flight in turn stalled
+    /// the worker for minutes while that state's own deliveries waited.
     fn acknowledge(&mut self, inputs: Vec<Delivery>) -> Result<(), NatsError> {
         let terminate = std::mem::take(&mut self.terminate);
+        let Some(fetch) = inputs.first().map(|input| input.fetch) else {
+            return Ok(());
+        };
         let runtime = self.runtime.clone();
-        if runtime.block_on(self.acknowledge_at_once(&inputs, &terminate)) {
-            self.settled
-                .acknowledged
-                .extend(inputs.into_iter().map(|i| i.token.into_bytes()));
+        if fetch <= self.unanswered_through {
+            runtime.block_on(self.acknowledge_unanswered(&inputs, &terminate));
+            self.settled.failed += inputs.len() as u64;
             return Ok(());
         }
-        let mut left: Vec<usize> = (0..inputs.len()).collect();
-        for tries in 1.. {
-            let results = runtime
-                .block_on(futures::future::join_all(left.iter().map(|&i| {
-                    inputs[i].message.double_ack_with(ack_kind(terminate[i]))
-                })));
-            let mut failed = Vec::new();
-            let mut error = None;
-            for (&i, result) in left.iter().zip(results) {
-                match result {
-                    Ok(()) => self
-                        .settled
-                        .acknowledged
-                        .push(inputs[i].token.as_bytes().to_vec()),
-                    Err(e) => {
-                        failed.push(i);
-                        error = Some(e);
+        match runtime.block_on(self.acknowledge_at_once(&inputs, &terminate)) {
+            AtOnce::Confirmed => {
+                self.settled
+                    .acknowledged
+                    .extend(inputs.into_iter().map(|i| i.token.into_bytes()));
+            }
+            AtOnce::Reconnected => {
+                let results = runtime.block_on(futures::future::join_all(
+                    inputs.iter().zip(&terminate).map(|(input, &terminated)| {
+                        input.message.double_ack_with(ack_kind(terminated))
+                    }),
+                ));
+                let mut failed = 0;
+                for (input, result) in inputs.iter().zip(results) {
+                    match result {
+                        Ok(()) => self
+                            .settled
+                            .acknowledged
+                            .push(input.token.as_bytes().to_vec()),
+                        Err(_) => failed += 1,
                     }
                 }
+                if failed > 0 {
+                    tracing::warn!(
+                        messages = failed,
+                        "NATS did not answer acknowledgements after reconnecting: the batches \
+                         fetched so far are acknowledged without waiting"
+                    );
+                    self.unanswered_through = self.fetches;
+                }
+                self.settled.failed += failed;
             }
-            left = failed;
-            let Some(e) = error else { break };
-            if tries >= 3 || self.retry.stop.load(Ordering::Relaxed) {
+            AtOnce::Unanswered(e) => {
                 tracing::warn!(
-                    messages = left.len(),
-                    "acknowledging failed ({e}); they will be delivered again"
+                    messages = inputs.len(),
+                    "NATS did not answer an acknowledgement ({e}): the batches fetched so far \
+                     are acknowledged without waiting; any it does not take are delivered \
+                     again and answered as before"
                 );
-                self.settled.failed += left.len() as u64;
-                break;
+                self.unanswered_through = self.fetches;
+                self.settled.failed += inputs.len() as u64;
             }
-            std::thread::sleep(BACKOFF.1);
         }
         Ok(())
     }

@@ -810,3 +810,84 @@ fn a_worker_resuming_inside_a_record_batch_reads_the_rest_of_it() {
     );
     eprintln!("{}", stderr.lines().last().unwrap_or(""));
 }
+
+#[test]
+fn a_member_that_makes_no_progress_is_reported_by_the_others() {
+    let test = "a_member_that_makes_no_progress_is_reported_by_the_others";
+    if !available(test) {
+        return;
+    }
+    let broker = Broker::start();
+    topics(&broker, 4);
+    let lines = tweets(800);
+    let (early, late) = lines.split_at(400);
+    broker.produce(IN, early);
+    let temp = tempfile::tempdir().unwrap();
+    let (log_a, log_b) = (temp.path().join("a.log"), temp.path().join("b.log"));
+    // The stopped member keeps its partitions for the whole test: its
+    // session outlasts the report (20 s without progress).
+    let frozen = [
+        "--batch",
+        "16",
+        "--kafka-option",
+        "session.timeout.ms=60000",
+        "--kafka-option",
+        "client.id=frozen-member",
+    ];
+    let mut a = worker(&broker, &frozen, &log_a);
+    wait_for(
+        Duration::from_secs(60),
+        "the first inputs committed",
+        &[&log_a],
+        || committed(&broker) >= 100,
+    );
+    let mut b = worker(&broker, &["--batch", "16"], &log_b);
+    wait_for(
+        Duration::from_secs(60),
+        "the partitions shared",
+        &[&log_a, &log_b],
+        || {
+            let log = std::fs::read_to_string(&log_b).unwrap_or_default();
+            log.contains("partitions assigned") && committed(&broker) >= early.len() as i64
+        },
+    );
+    let pid = a.id().to_string();
+    let signal = |name: &str| {
+        let status = Command::new("kill").args([name, &pid]).status().unwrap();
+        assert!(status.success());
+    };
+    signal("-STOP");
+    broker.produce(IN, late);
+    wait_for(
+        Duration::from_secs(45),
+        "the other worker's report",
+        &[&log_a, &log_b],
+        || {
+            std::fs::read_to_string(&log_b)
+                .is_ok_and(|l| l.contains("a partition makes no progress"))
+        },
+    );
+    signal("-CONT");
+    let report = std::fs::read_to_string(&log_b).unwrap();
+    let line = report
+        .lines()
+        .find(|l| l.contains("a partition makes no progress"))
+        .unwrap();
+    // Named where the brokers describe the group's assignments (Tansu
+    // 0.6 does not).
+    assert!(
+        line.contains("frozen-member") || line.contains("do not describe"),
+        "the holder named: {line}"
+    );
+    assert!(line.contains("waiting="), "{line}");
+    wait_for(
+        Duration::from_secs(120),
+        "every input answered",
+        &[&log_a, &log_b],
+        || committed(&broker) >= lines.len() as i64,
+    );
+    let (status_a, status_b) = (terminate(&mut a), terminate(&mut b));
+    assert!(status_a.success() && status_b.success());
+    let answered = by_key(&broker.read(OUT));
+    assert_eq!(answered.len(), lines.len(), "every input answered");
+}

@@ -140,6 +140,9 @@ pub struct Metrics {
     /// partition (records skipped by the broker), sought back and read
     /// again.
     pub queue_gaps: AtomicU64,
+    /// Partitions of the Kafka group, held by other members, on which
+    /// records wait while the committed offset has not moved for 20 s.
+    pub queue_partitions_stuck: AtomicU64,
     /// HTTP requests to `/v1/check`, `/v1/query` and `DELETE
     /// /v1/messages` taken (`--listen-http`).
     pub http_requests: AtomicU64,
@@ -211,7 +214,7 @@ impl Metrics {
             "1 while the index store is reachable (always for an index in memory), 0 while Redis is not.",
         );
         let _ = writeln!(out, "dedup_index_store_up {}", u8::from(self.healthy()));
-        let simple: [(&str, &str, &str, &AtomicU64); 24] = [
+        let simple: [(&str, &str, &str, &AtomicU64); 25] = [
             (
                 "dedup_index_log_appended_messages_total",
                 "counter",
@@ -283,6 +286,12 @@ impl Metrics {
                 "counter",
                 "Fetches that began past the expected position of their partition, sought back.",
                 &self.queue_gaps,
+            ),
+            (
+                "dedup_queue_partitions_stuck",
+                "gauge",
+                "Kafka partitions held by other members of the group with records waiting and no commit for 20 s.",
+                &self.queue_partitions_stuck,
             ),
             (
                 "dedup_invalid_lines_total",

@@ -64,6 +64,10 @@
 //!   requests waiting and no answer for [`STALL_AFTER`] is reported the
 //!   same way, by a thread of its own (the worker may be blocked in the
 //!   client meanwhile).
+//! - **A member that makes no progress.** A thread watches the partitions
+//!   the worker does not hold: one with records waiting whose committed
+//!   offset has not moved for [`kafka_group::STUCK_AFTER`] is reported
+//!   with the member that holds it (see [`kafka_group`]).
 //! - A stop request (SIGTERM) finishes the batches in flight, commits
 //!   them (waiting up to ten seconds for the answers), and leaves the
 //!   group.
@@ -91,6 +95,7 @@ use crate::metrics::Metrics;
 use crate::pipeline::Emit;
 use crate::queue::batch::{DecidedBatch, Payload};
 use crate::queue::broker::{self, Outage};
+use crate::queue::kafka_group;
 use crate::queue::{self, Settled};
 use crate::wire::record::{Decoder, FieldSpec, MessageId};
 
@@ -778,6 +783,8 @@ pub fn run<S: IndexStore + ?Sized>(
             )
         });
         scope.spawn(|| committer(&consumer, lists));
+        scope
+            .spawn(|| kafka_group::watch(&consumer, &config.group, &config.topics, metrics, &done));
         let engine = queue::Engine {
             preparer,
             decoder: &decoder,

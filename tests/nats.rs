@@ -1014,6 +1014,57 @@ fn a_worker_keeps_in_flight_what_the_consumers_max_ack_pending_allows() {
 }
 
 #[test]
+fn two_workers_of_one_durable_share_its_max_ack_pending_without_stalling() {
+    let test = "two_workers_of_one_durable_share_its_max_ack_pending_without_stalling";
+    if !available(test) {
+        return;
+    }
+    let server = NatsServer::start();
+    let client = Client::connect(&server.url());
+    client.create_stream(IN_STREAM, &[IN_SUBJECT]);
+    client.create_consumer_holding(IN_STREAM, "dedup", IN_SUBJECT, Duration::from_secs(2), 100);
+    let lines = tweets(3_000);
+    client.publish(IN_SUBJECT, &lines);
+    let temp = tempfile::tempdir().unwrap();
+    let logs = [temp.path().join("a.log"), temp.path().join("b.log")];
+    // Each keeps 3 batches of 32 in flight (what 100 lets one worker
+    // have): together they ask for more than the server lets wait.
+    let options = ["--batch", "32", "--in-flight", "4"];
+    let mut workers: Vec<Child> = logs
+        .iter()
+        .map(|log| worker_of(&server, "dedup", &[], &options, log))
+        .collect();
+    wait_for(Duration::from_secs(90), "every output", &logs[0], || {
+        by_sequence(&outputs(&client)).len() >= lines.len()
+    });
+    for (child, log) in workers.iter_mut().zip(&logs) {
+        stops_cleanly(child, log);
+    }
+    let mut redelivered = 0;
+    for log in &logs {
+        let stderr = std::fs::read_to_string(log).unwrap();
+        assert!(stderr.contains("3 batches in flight"), "{stderr}");
+        // Held back by the server is not an outage.
+        assert!(!stderr.contains("NATS failed while fetching"), "{stderr}");
+        let summary = stderr.lines().last().unwrap_or("");
+        eprintln!("a worker: {summary}");
+        redelivered += summary
+            .split_once(" redelivered")
+            .and_then(|(head, _)| head.rsplit('(').next()?.parse::<usize>().ok())
+            .unwrap_or_else(|| panic!("a summary: {summary}"));
+    }
+    assert_eq!(by_sequence(&outputs(&client)).len(), lines.len());
+    // A worker blocked on a pull the server held back left its batches in
+    // flight unacknowledged past the ack wait: nearly every message was
+    // delivered twice (2,848 and 2,852 of 3,000 in two runs before).
+    assert!(
+        redelivered < lines.len() / 2,
+        "{redelivered} of {} delivered again",
+        lines.len()
+    );
+}
+
+#[test]
 fn a_missing_durable_is_waited_for_unless_create_is_given() {
     let test = "a_missing_durable_is_waited_for_unless_create_is_given";
     if !available(test) {

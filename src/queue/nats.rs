@@ -61,6 +61,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use async_nats::connection::State;
 use async_nats::jetstream::{self, AckKind, consumer::pull, message::PublishMessage, stream};
 use futures::StreamExt;
 use tokio::runtime::Handle;
@@ -90,6 +91,12 @@ const IDLE_WAIT: Duration = Duration::from_secs(1);
 /// Longest time one fetch may take (it asks the server to answer within
 /// [`IDLE_WAIT`]).
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait for the answer to a pull of what is ready, made while
+/// batches are in flight: nats-server 2.9 holds such a pull unanswered
+/// while the durable's `max_ack_pending` is reached (by this worker's
+/// batches and other workers' together), and the batches in flight, whose
+/// acknowledgements would make room, must not wait behind it.
+const HELD_BACK_AFTER: Duration = Duration::from_secs(1);
 /// First and longest wait between two attempts.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
 
@@ -860,15 +867,15 @@ async fn fetch(
     max: usize,
     max_bytes: usize,
     wait: Duration,
-) -> Result<Vec<jetstream::Message>, async_nats::Error> {
-    let mut out = Vec::new();
+    out: &mut Vec<jetstream::Message>,
+) -> Result<(), async_nats::Error> {
     let ready = consumer
         .fetch()
         .max_messages(max)
         .max_bytes(max_bytes)
         .messages()
         .await?;
-    take(ready, &mut out).await?;
+    take(ready, out).await?;
     if out.is_empty() && !wait.is_zero() {
         let first = consumer
             .batch()
@@ -877,7 +884,7 @@ async fn fetch(
             .expires(wait)
             .messages()
             .await?;
-        take(first, &mut out).await?;
+        take(first, out).await?;
         if !out.is_empty() && max > 1 {
             let ready = consumer
                 .fetch()
@@ -885,10 +892,10 @@ async fn fetch(
                 .max_bytes(max_bytes)
                 .messages()
                 .await?;
-            take(ready, &mut out).await?;
+            take(ready, out).await?;
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The batches that may be in flight at once: `in_flight`, or fewer when
@@ -982,6 +989,9 @@ struct Worker<'a> {
     terminate: Vec<bool>,
     /// Acknowledgements made since the runtime last asked.
     settled: Settled,
+    /// Deliveries the durable's `max_ack_pending` had room for at the last
+    /// look (after the last batch fetched); `None`: not known, or no limit.
+    room: Option<usize>,
     /// Fetches made so far.
     fetches: u64,
     /// The deliveries of fetches up to this one are acknowledged without
@@ -1054,6 +1064,7 @@ pub fn run<S: IndexStore + ?Sized>(
         backoff: BACKOFF.0,
         terminate: Vec::new(),
         settled: Settled::default(),
+        room: None,
         fetches: 0,
         unanswered_through: 0,
     };
@@ -1230,17 +1241,47 @@ impl<'a> queue::Adapter for Worker<'a> {
     /// (another worker's `--create`) would otherwise have its messages
     /// published under ids of the stream that was, which the output
     /// stream may drop as seen. A failed fetch sets up again.
+    ///
+    /// With batches in flight (`wait` zero), at most what the durable's
+    /// `max_ack_pending` had room for at the last look is asked for, and a
+    /// pull the server holds back (see [`HELD_BACK_AFTER`]) ends with what
+    /// came: the runtime then acknowledges a batch in flight, which makes
+    /// room. Not an outage while the client is connected.
     fn fetch(&mut self, max: usize, wait: Duration) -> Result<Vec<Delivery>, NatsError> {
         let bytes = fetch_bytes(self.max_payload);
+        let max = match self.room.take() {
+            Some(room) if wait.is_zero() => max.min(room),
+            _ => max,
+        };
+        if max == 0 {
+            return Ok(Vec::new());
+        }
         let consumer = &self.reader.consumer;
+        let client = self.js.client();
+        let mut messages = Vec::new();
         let fetched = self.runtime.block_on(async {
             // A pull whose server went away may never end by itself.
-            tokio::time::timeout(FETCH_TIMEOUT, fetch(consumer, max, bytes, wait))
+            let limit = if wait.is_zero() {
+                HELD_BACK_AFTER
+            } else {
+                FETCH_TIMEOUT
+            };
+            match tokio::time::timeout(limit, fetch(consumer, max, bytes, wait, &mut messages))
                 .await
-                .unwrap_or_else(|_| Err("no answer to a fetch within 10 s".into()))
+            {
+                Ok(done) => done,
+                Err(_) if wait.is_zero() && client.connection_state() == State::Connected => {
+                    tracing::debug!(
+                        taken = messages.len(),
+                        "a pull of what is ready was held back (the durable's max_ack_pending)"
+                    );
+                    Ok(())
+                }
+                Err(_) => Err(format!("no answer to a fetch within {} s", limit.as_secs()).into()),
+            }
         });
         let messages = match fetched {
-            Ok(messages) => {
+            Ok(()) => {
                 self.reading.over("fetching messages");
                 self.backoff = BACKOFF.0;
                 messages
@@ -1261,6 +1302,10 @@ impl<'a> queue::Adapter for Worker<'a> {
             return Ok(Vec::new());
         }
         let current = self.runtime.block_on(self.reader.consumer.get_info());
+        self.room = current.as_ref().ok().and_then(|info| {
+            let limit = usize::try_from(info.config.max_ack_pending).ok()?;
+            (limit > 0).then(|| limit.saturating_sub(info.num_ack_pending))
+        });
         if current
             .as_ref()
             .map(|info| info.created.unix_timestamp_nanos())

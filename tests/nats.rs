@@ -1056,9 +1056,10 @@ fn two_workers_of_one_durable_share_its_max_ack_pending_without_stalling() {
     assert_eq!(by_sequence(&outputs(&client)).len(), lines.len());
     // A worker blocked on a pull the server held back left its batches in
     // flight unacknowledged past the ack wait: nearly every message was
-    // delivered twice (2,848 and 2,852 of 3,000 in two runs before).
+    // delivered twice (2,848 and 2,852 of 3,000 in two runs before; 95 to
+    // 402 with such pulls dropped after 1 s; none with them kept).
     assert!(
-        redelivered < lines.len() / 2,
+        redelivered < lines.len() / 4,
         "{redelivered} of {} delivered again",
         lines.len()
     );

@@ -59,7 +59,7 @@
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_nats::connection::State;
 use async_nats::jetstream::{self, AckKind, consumer::pull, message::PublishMessage, stream};
@@ -91,12 +91,13 @@ const IDLE_WAIT: Duration = Duration::from_secs(1);
 /// Longest time one fetch may take (it asks the server to answer within
 /// [`IDLE_WAIT`]).
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
-/// Longest wait for the answer to a pull of what is ready, made while
-/// batches are in flight: nats-server 2.9 holds such a pull unanswered
-/// while the durable's `max_ack_pending` is reached (by this worker's
-/// batches and other workers' together), and the batches in flight, whose
-/// acknowledgements would make room, must not wait behind it.
-const HELD_BACK_AFTER: Duration = Duration::from_secs(1);
+/// Longest wait for the end of a pull of what is ready: nats-server 2.9
+/// holds such a pull unanswered while the durable's `max_ack_pending` is
+/// reached (by this worker's batches and other workers' together), and
+/// the batches in flight, whose acknowledgements would make room, must not
+/// wait behind it. The pull is kept (see [`HeldPull`]), so a pull merely
+/// slow to end loses nothing.
+const HELD_BACK_AFTER: Duration = Duration::from_millis(200);
 /// First and longest wait between two attempts.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
 
@@ -858,44 +859,71 @@ fn fetch_bytes(max_payload: usize) -> usize {
     FETCH_BYTES.max(max_payload.saturating_mul(2))
 }
 
+/// A pull of what was ready that the server has not ended: held back
+/// while the durable's `max_ack_pending` is reached (nats-server 2.9
+/// answers nothing until there is room). Kept, not dropped: what the
+/// server delivers to it later is taken by the next fetch, where a
+/// dropped pull's deliveries would wait out the ack wait to come again.
+pub struct HeldPull {
+    batch: pull::Batch,
+    /// When the pull was made.
+    since: Instant,
+}
+
 /// Fetches a batch of at most `max` messages and `max_bytes` bytes: what
-/// is ready now, else (unless `wait` is zero) waits up to `wait` for one
-/// message and takes what is ready with it. Low latency when the stream
-/// is quiet, full batches when it is busy.
+/// is ready now (or what a pull held back has delivered since), else
+/// (unless `wait` is zero) waits up to `wait` for one message and takes
+/// what is ready with it. Low latency when the stream is quiet, full
+/// batches when it is busy. A pull of what is ready that has not ended
+/// within [`HELD_BACK_AFTER`] is handed back to be taken up again.
 async fn fetch(
     consumer: &jetstream::consumer::PullConsumer,
-    max: usize,
-    max_bytes: usize,
+    held: Option<HeldPull>,
+    (max, max_bytes): (usize, usize),
     wait: Duration,
     out: &mut Vec<jetstream::Message>,
-) -> Result<(), async_nats::Error> {
-    let ready = consumer
-        .fetch()
-        .max_messages(max)
-        .max_bytes(max_bytes)
-        .messages()
-        .await?;
-    take(ready, out).await?;
+) -> Result<Option<HeldPull>, async_nats::Error> {
+    let mut ready = match held {
+        Some(held) => held,
+        None => HeldPull {
+            batch: consumer
+                .fetch()
+                .max_messages(max)
+                .max_bytes(max_bytes)
+                .messages()
+                .await?,
+            since: Instant::now(),
+        },
+    };
+    let limit = if wait.is_zero() {
+        HELD_BACK_AFTER
+    } else {
+        wait.max(HELD_BACK_AFTER)
+    };
+    match tokio::time::timeout(limit, take(&mut ready.batch, out)).await {
+        Ok(ended) => ended?,
+        Err(_) => return Ok(Some(ready)),
+    }
     if out.is_empty() && !wait.is_zero() {
-        let first = consumer
+        let mut first = consumer
             .batch()
             .max_messages(1)
             .max_bytes(max_bytes)
             .expires(wait)
             .messages()
             .await?;
-        take(first, out).await?;
+        take(&mut first, out).await?;
         if !out.is_empty() && max > 1 {
-            let ready = consumer
+            let mut ready = consumer
                 .fetch()
                 .max_messages(max - 1)
                 .max_bytes(max_bytes)
                 .messages()
                 .await?;
-            take(ready, out).await?;
+            take(&mut ready, out).await?;
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 /// The batches that may be in flight at once: `in_flight`, or fewer when
@@ -916,7 +944,7 @@ fn within_ack_pending(in_flight: usize, batch: usize, max_ack_pending: i64) -> u
 /// stored and acknowledged, which lets it deliver again. Taken for a fault,
 /// it stalled a worker with more messages in flight than that.
 async fn take(
-    mut delivered: jetstream::consumer::pull::Batch,
+    delivered: &mut pull::Batch,
     out: &mut Vec<jetstream::Message>,
 ) -> Result<(), async_nats::Error> {
     while let Some(message) = delivered.next().await {
@@ -992,6 +1020,8 @@ struct Worker<'a> {
     /// Deliveries the durable's `max_ack_pending` had room for at the last
     /// look (after the last batch fetched); `None`: not known, or no limit.
     room: Option<usize>,
+    /// A pull of what is ready the server has not ended.
+    held: Option<HeldPull>,
     /// Fetches made so far.
     fetches: u64,
     /// The deliveries of fetches up to this one are acknowledged without
@@ -1065,6 +1095,7 @@ pub fn run<S: IndexStore + ?Sized>(
         terminate: Vec::new(),
         settled: Settled::default(),
         room: None,
+        held: None,
         fetches: 0,
         unanswered_through: 0,
     };
@@ -1095,6 +1126,8 @@ impl<'a> Worker<'a> {
             Err(NatsError::Unavailable(_)) if self.retry.stop.load(Ordering::Relaxed) => Ok(()),
             other => {
                 self.reader = other?;
+                // A pull of the consumer that was.
+                self.held = None;
                 Ok(())
             }
         }
@@ -1257,29 +1290,33 @@ impl<'a> queue::Adapter for Worker<'a> {
             return Ok(Vec::new());
         }
         let consumer = &self.reader.consumer;
-        let client = self.js.client();
+        let connected = self.js.client().connection_state() == State::Connected;
+        let held = self.held.take();
         let mut messages = Vec::new();
         let fetched = self.runtime.block_on(async {
             // A pull whose server went away may never end by itself.
-            let limit = if wait.is_zero() {
-                HELD_BACK_AFTER
-            } else {
-                FETCH_TIMEOUT
-            };
-            match tokio::time::timeout(limit, fetch(consumer, max, bytes, wait, &mut messages))
-                .await
-            {
-                Ok(done) => done,
-                Err(_) if wait.is_zero() && client.connection_state() == State::Connected => {
-                    tracing::debug!(
-                        taken = messages.len(),
-                        "a pull of what is ready was held back (the durable's max_ack_pending)"
-                    );
-                    Ok(())
-                }
-                Err(_) => Err(format!("no answer to a fetch within {} s", limit.as_secs()).into()),
-            }
+            tokio::time::timeout(
+                FETCH_TIMEOUT,
+                fetch(consumer, held, (max, bytes), wait, &mut messages),
+            )
+            .await
+            .unwrap_or_else(|_| Err("no answer to a fetch within 10 s".into()))
         });
+        let fetched = match fetched {
+            Ok(Some(held)) if !connected => {
+                drop(held);
+                Err("no answer to a fetch: not connected".into())
+            }
+            Ok(Some(held)) if messages.is_empty() && held.since.elapsed() >= FETCH_TIMEOUT => {
+                drop(held);
+                Err("no answer to a fetch within 10 s".into())
+            }
+            Ok(held) => {
+                self.held = held;
+                Ok(())
+            }
+            Err(e) => Err(e),
+        };
         let messages = match fetched {
             Ok(()) => {
                 self.reading.over("fetching messages");

@@ -1523,6 +1523,19 @@ mod tests {
             "RT @x: Prayers go out to everyone in Oklahoma tonight",
             2
         ));
+        // A cut copy whose cut fell in a run of hashtags has its words
+        // too: what is left of the run goes with the cut word.
+        d.check_text(
+            id(100_002),
+            "Quick question: she was meeting the first shop? #javascript #worldcup #photography",
+        );
+        pass_time(&mut d, 100_003, DEFAULT_RECENT + 10);
+        assert!(dup_of(
+            &mut d,
+            200_000,
+            "Quick question: she was meeting the first shop? #javascript #worldcup...",
+            100_002
+        ));
         // ...and a recent match needs no more than before.
         let mut d = deduper(100);
         d.check_text(id(1), "I don't give a fuck.");

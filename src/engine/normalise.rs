@@ -17,9 +17,9 @@
 //!    `"@user: …"`, `RT "@user: …"`, `RT: "…"` (the quote mark, the
 //!    mention, a `RT` before it, and the closing mark that ends the text).
 //! 5. A truncated text loses its trailing ellipsis and the cut word before
-//!    it. An ellipsis glued to a link that ends the text (or a link cut
-//!    short) still says the text was cut; the link's token, if it has one,
-//!    stays.
+//!    it (and, when that word was a hashtag, the hashtags left of its run).
+//!    An ellipsis glued to a link that ends the text (or a link cut short)
+//!    still says the text was cut; the link's token, if it has one, stays.
 //!
 //! The `#` and `@` signs are left for the tokeniser, which keeps only words.
 
@@ -522,9 +522,32 @@ pub const TRUNCATION_PATTERN: &str = r"\S*\.\.\.+\s*$";
 /// follows is all non-white-space, `\S*` and the dots, and the pattern
 /// allows no white space before the dots. An end-anchored regex search costs
 /// more than a thousand instructions a cut text; this is one backward scan.
+///
+/// A hashtag cut short was one of a run at the text's end, and the
+/// hashtags left of that run go too: the tokeniser makes a run of three
+/// or more one token (see `tokenise`), so what is left of a cut run (one
+/// or two hashtags, words) is in no text that has the whole run.
 fn cut_truncated_word(text: &mut String) {
     debug_assert!(text.ends_with("..."));
     let kept = text.trim_end_matches(|c: char| !c.is_whitespace()).len();
+    let mut run = kept;
+    if text[kept..].starts_with('#') {
+        loop {
+            let before = text[..run].trim_end();
+            let word = before.trim_end_matches(|c: char| !c.is_whitespace()).len();
+            if word == before.len() || !before[word..].starts_with('#') {
+                break;
+            }
+            run = word;
+        }
+    }
+    // A text of hashtags only keeps them: two such texts are compared by
+    // what is left of them, as any other cut texts are.
+    let kept = if text[..run].trim_end().is_empty() {
+        kept
+    } else {
+        run
+    };
     text.truncate(kept);
 }
 
@@ -868,6 +891,33 @@ mod tests {
         // non-ASCII text too.
         assert_eq!(norm("Ｃafé… au lait…"), "café... au");
         assert_eq!(norm("e\u{301}…x"), "é...x");
+    }
+
+    // Issue 39: a cut copy of a text that ends in a run of hashtags kept
+    // one or two of them as words, which the whole run (one token) lacks,
+    // and a short text from far back was refused for it (dev-200k).
+    #[test]
+    fn a_hashtag_run_cut_short_goes_with_the_cut_word() {
+        assert_eq!(
+            norm("Quick question: she was meeting the first shop? #javascript #worldcup..."),
+            "quick question: she was meeting the first shop?"
+        );
+        assert_eq!(
+            norm("RT @x: Prayers for quake victims #cebu #bohol #Philippines…"),
+            "prayers for quake victims"
+        );
+        // A cut word that is not a hashtag leaves the hashtags before it.
+        assert_eq!(
+            norm("A tribute to #Calgary #yyc and the fl…"),
+            "a tribute to #calgary #yyc and the"
+        );
+        // Hashtags only: what is left of them stays.
+        assert_eq!(norm("#cloudy #clouds #sky #bird…"), "#cloudy #clouds #sky");
+        // Not cut: nothing goes.
+        assert_eq!(
+            norm("Donald are supporting this night! #love #happy"),
+            "donald are supporting this night! #love #happy"
+        );
     }
 
     /// Regression (issue 12): a text cut just after a link (`...` glued to

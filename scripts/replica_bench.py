@@ -3,7 +3,8 @@
 
 Starts its own redis-server (no persistence) on a free loopback port in a
 temporary directory. One worker (the filter with `--index redis://...`)
-appends the whole stream to an index's log, with no snapshot: once as
+appends the whole stream to an index's log (each binary its own), with
+no snapshot: once as
 the filter's full batches (entries of 512 messages), once written to it
 `--small` lines at a time with a pause between, so that each entry holds
 about that many (as a queue worker's do when messages come slowly). Then, for each binary and each `--threads`
@@ -133,23 +134,27 @@ def main():
                 time.sleep(0.05)
         url = f"redis://127.0.0.1:{port}"
         index = ["--index", url, *NO_SNAPSHOT, *FIELDS]
-        # The logs, appended once by the last binary (the format is the same).
-        _, wall, _ = run([binaries[-1], *index, "--index-name", "full"], data)
-        append_slowly([binaries[-1], *index, "--index-name", "small"], lines, args.small)
+        # The logs, appended by each binary: the rule of the decision (a
+        # hash of its source) is stored with an index, and a build of
+        # other source is refused.
+        for i, binary in enumerate(binaries):
+            run([binary, *index, "--index-name", f"full{i}"], data)
+            append_slowly([binary, *index, "--index-name", f"small{i}"], lines, args.small)
         for name in ["full", "small"]:
-            entries = int(cli(port, "XLEN", f"{{{name}}}:log"))
+            entries = int(cli(port, "XLEN", f"{{{name}0}}:log"))
             print(f"log {name}: {len(lines):,} messages in {entries:,} entries "
-                  f"({len(lines) / entries:.1f} a message)")
+                  f"({len(lines) / entries:.1f} messages each)")
         print()
         print("| log | binary | --threads | applied/s (wall) | CPU µs/msg | "
               "counting CPU µs/msg | applied/s on one core of decision | ratio |")
         print("|---|---|---:|---:|---:|---:|---:|---:|")
         for log in ["full", "small"]:
             first = None
-            for binary in binaries:
+            for i, binary in enumerate(binaries):
                 for t in threads:
                     stats = os.path.join(tmp, "stats.json")
-                    _, wall, cpu = run([binary, *index, "--index-name", log, "--threads", str(t),
+                    _, wall, cpu = run([binary, *index, "--index-name", f"{log}{i}",
+                                        "--threads", str(t),
                                         "--stats", stats], b"")
                     with open(stats) as f:
                         summary = json.load(f)

@@ -92,11 +92,14 @@ impl Memo {
 }
 
 /// Most messages of consecutive entries applied as one run (see
-/// [`Replica::apply_entries`]): enough that entries of a few messages
-/// still make a run the engine counts on every thread, and that threads
-/// start once for many entries; few enough that the candidates the run
-/// itself indexes, verified in order, stay a small part of the work.
-pub const RUN_MESSAGES: usize = 2048;
+/// [`Replica::apply_entries`]): the filter's batch, so that entries of a
+/// few messages still make a run the engine counts on every thread, while
+/// full entries are applied one by one as before. Larger runs cost the
+/// deciding thread more: the candidates a run itself indexes are verified
+/// in order, and with runs of 2,048 the serial decision took 2,686
+/// instructions a message on `dev-200k` against 2,184 for entries of 512
+/// (`docs/performance.md`).
+pub const RUN_MESSAGES: usize = 512;
 
 /// What becomes of one message of a run being applied.
 #[derive(Clone, Copy, Debug)]

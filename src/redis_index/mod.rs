@@ -481,27 +481,15 @@ impl RedisIndex {
             if entries.is_empty() {
                 return Ok(false);
             }
+            // The entries that continue the replica's position, up to this
+            // worker's own, applied together (the engine counts a run of
+            // them on every thread); then a gap, if any, is dealt with.
+            let mut run: Vec<(Batch, bool)> = Vec::with_capacity(entries.len());
+            let mut next = None;
+            let mut last = None;
             for entry in entries {
-                if entry.number != self.replica.applied + 1 {
-                    resyncs += 1;
-                    if resyncs > 2 {
-                        return Err(StoreError::Refused(format!(
-                            "the log of index {:?} jumps from entry {} to {} and no snapshot \
-                             covers the gap (were keys of it deleted or evicted?)",
-                            self.name, self.replica.applied, entry.number
-                        )));
-                    }
-                    if entry.number <= self.replica.applied {
-                        tracing::warn!(
-                            index = %self.name,
-                            redis = %self.link.location(),
-                            applied = self.replica.applied,
-                            found = entry.number,
-                            "Redis lost log entries this worker had applied (it restarted and \
-                             lost its last writes): starting again from the index's snapshot"
-                        );
-                    }
-                    self.resync()?;
+                if entry.number != self.replica.applied + 1 + run.len() as u64 {
+                    next = Some(entry.number);
                     break;
                 }
                 let batch = Batch::decode(&entry.batch)
@@ -509,14 +497,47 @@ impl RedisIndex {
                 let mine = own.is_some_and(|call| {
                     entry.worker == self.worker.as_bytes() && entry.call == call
                 });
-                self.replica.apply(&batch, mine, verdicts);
-                self.since_snapshot += batch.len() as u64;
-                self.replica.applied = entry.number;
-                self.replica.applied_id = entry.id;
+                run.push((batch, mine));
+                last = Some((entry.number, entry.id));
                 if mine {
-                    return Ok(true);
+                    break;
                 }
-                self.count(|m| &m.log_applied, batch.len() as u64);
+            }
+            let refs: Vec<(&Batch, bool)> =
+                run.iter().map(|(batch, mine)| (batch, *mine)).collect();
+            self.replica.apply_entries(&refs, verdicts);
+            let messages: u64 = run.iter().map(|(batch, _)| batch.len() as u64).sum();
+            self.since_snapshot += messages;
+            if let Some((number, id)) = last {
+                self.replica.applied = number;
+                self.replica.applied_id = id;
+            }
+            if run.last().is_some_and(|(_, mine)| *mine) {
+                let own = run.last().map_or(0, |(batch, _)| batch.len() as u64);
+                self.count(|m| &m.log_applied, messages - own);
+                return Ok(true);
+            }
+            self.count(|m| &m.log_applied, messages);
+            if let Some(number) = next {
+                resyncs += 1;
+                if resyncs > 2 {
+                    return Err(StoreError::Refused(format!(
+                        "the log of index {:?} jumps from entry {} to {} and no snapshot \
+                         covers the gap (were keys of it deleted or evicted?)",
+                        self.name, self.replica.applied, number
+                    )));
+                }
+                if number <= self.replica.applied {
+                    tracing::warn!(
+                        index = %self.name,
+                        redis = %self.link.location(),
+                        applied = self.replica.applied,
+                        found = number,
+                        "Redis lost log entries this worker had applied (it restarted and \
+                         lost its last writes): starting again from the index's snapshot"
+                    );
+                }
+                self.resync()?;
             }
         }
     }

@@ -47,7 +47,7 @@
 pub mod batch;
 pub mod broker;
 pub mod kafka;
-mod kafka_group;
+pub mod kafka_group;
 mod memo;
 pub mod nats;
 pub mod redis_streams;

@@ -864,7 +864,7 @@ fn fetch_bytes(max_payload: usize) -> usize {
 /// answers nothing until there is room). Kept, not dropped: what the
 /// server delivers to it later is taken by the next fetch, where a
 /// dropped pull's deliveries would wait out the ack wait to come again.
-pub struct HeldPull {
+struct HeldPull {
     batch: pull::Batch,
     /// When the pull was made.
     since: Instant,
@@ -1290,7 +1290,6 @@ impl<'a> queue::Adapter for Worker<'a> {
             return Ok(Vec::new());
         }
         let consumer = &self.reader.consumer;
-        let connected = self.js.client().connection_state() == State::Connected;
         let held = self.held.take();
         let mut messages = Vec::new();
         let fetched = self.runtime.block_on(async {
@@ -1302,17 +1301,23 @@ impl<'a> queue::Adapter for Worker<'a> {
             .await
             .unwrap_or_else(|_| Err("no answer to a fetch within 10 s".into()))
         });
+        // A pull not ended is held back by the server, or has lost it: an
+        // outage only when nothing came of it. One on a lost connection is
+        // not kept.
+        let connected = self.js.client().connection_state() == State::Connected;
         let fetched = match fetched {
-            Ok(Some(held)) if !connected => {
-                drop(held);
-                Err("no answer to a fetch: not connected".into())
-            }
-            Ok(Some(held)) if messages.is_empty() && held.since.elapsed() >= FETCH_TIMEOUT => {
-                drop(held);
-                Err("no answer to a fetch within 10 s".into())
+            Ok(Some(held))
+                if messages.is_empty() && (!connected || held.since.elapsed() >= FETCH_TIMEOUT) =>
+            {
+                Err(if connected {
+                    "no answer to a fetch within 10 s"
+                } else {
+                    "no answer to a fetch: not connected"
+                }
+                .into())
             }
             Ok(held) => {
-                self.held = held;
+                self.held = held.filter(|_| connected);
                 Ok(())
             }
             Err(e) => Err(e),

@@ -512,9 +512,8 @@ impl RedisIndex {
                 self.replica.applied = number;
                 self.replica.applied_id = id;
             }
-            if run.last().is_some_and(|(_, mine)| *mine) {
-                let own = run.last().map_or(0, |(batch, _)| batch.len() as u64);
-                self.count(|m| &m.log_applied, messages - own);
+            if let Some((own, true)) = run.last() {
+                self.count(|m| &m.log_applied, messages - own.len() as u64);
                 return Ok(true);
             }
             self.count(|m| &m.log_applied, messages);

@@ -88,6 +88,17 @@ def commandstats(port):
     return calls
 
 
+def command_usec(port):
+    """Per command: (calls, microseconds) so far, from INFO commandstats."""
+    out = {}
+    for key, value in info(port, "commandstats").items():
+        calls = re.search(r"calls=(\d+)", value)
+        usec = re.search(r"usec=(\d+)", value)
+        if calls and usec:
+            out[key.removeprefix("cmdstat_")] = (int(calls.group(1)), int(usec.group(1)))
+    return out
+
+
 def cpu(port):
     fields = info(port, "cpu")
     return float(fields["used_cpu_user"]) + float(fields["used_cpu_sys"])
@@ -212,6 +223,7 @@ def queue_table(args, port, url, lines, base):
     print("|---|---|---|---|---|---|---|---|---|")
     engine = [a for a in base[1:] if a != "--quiet"]
     relay_rate = {}
+    breakdowns = []
     runs = []
     for depth in args.in_flight.split(","):
         runs += [("relay", depth, "-"), ("worker", depth, "memory"), ("worker", depth, "redis")]
@@ -225,11 +237,21 @@ def queue_table(args, port, url, lines, base):
         if index == "memory":
             cmd += ["--index", "memory"]
         redis_before = cpu(port)
+        commands_before = command_usec(port)
         started = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         wait_drained(port, "q:in", [proc], 0.05)
         elapsed = time.perf_counter() - started
         redis_cpu = (cpu(port) - redis_before) / len(lines) * 1e6
+        commands = command_usec(port)
+        spent = {name: (calls - commands_before.get(name, (0, 0))[0],
+                        usec - commands_before.get(name, (0, 0))[1])
+                 for name, (calls, usec) in commands.items()}
+        busiest = sorted(((u, c, n) for n, (c, u) in spent.items() if c and n != "info"),
+                         reverse=True)[:5]
+        breakdowns.append(f"{kind}, --in-flight {depth}, index {index}: " + "; ".join(
+            f"{n} {u / len(lines):.2f} µs ({len(lines) / c:,.0f} messages a call)"
+            for u, c, n in busiest))
         worker_cpu = cpu_seconds(proc.pid) / len(lines) * 1e6
         proc.terminate()
         proc.wait()
@@ -244,6 +266,12 @@ def queue_table(args, port, url, lines, base):
         print(f"| {kind} | {depth} | {index} | {rate:,.0f} | {worker_cpu:.2f} "
               f"({worker_cpu / filter_cpu:.2f}) | {redis_cpu:.2f} | {rate / filter_rate:.2f} | "
               f"{versus_relay} | {same} |")
+    print()
+    print("Redis's time by command (INFO commandstats, µs a message; scripts include the "
+          "commands they call):")
+    print()
+    for line in breakdowns:
+        print(f"- {line}")
 
 
 def consume_table(args, port, url, lines, base, tmp):

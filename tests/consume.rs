@@ -219,6 +219,82 @@ fn an_output_key_of_another_type_stops_the_worker_before_it_acknowledges_anythin
     );
 }
 
+/// The acknowledging script acknowledges each entry before it writes its
+/// output, so it must not start when Redis is over its `maxmemory`: a
+/// script that has written may go on writing past the limit. Its `#!lua`
+/// line makes Redis refuse it whole: nothing is written or acknowledged,
+/// and the entries are finished once there is room. (A worker meets this
+/// when Redis fills up between its read and its script; the script is run
+/// here directly, on entries read as the worker reads them.)
+#[test]
+fn a_redis_over_its_maxmemory_refuses_the_whole_script() {
+    if !available("a_redis_over_its_maxmemory_refuses_the_whole_script") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let mut con = redis.connection();
+    let messages: Vec<Vec<u8>> = (1..=3).map(|i| message(i, TEXT)).collect();
+    let ids: Vec<String> = messages
+        .iter()
+        .map(|m| add(&mut con, "in", "json", m))
+        .collect();
+    redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg("in")
+        .arg("g")
+        .arg("0")
+        .query::<()>(&mut con)
+        .unwrap();
+    redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("g")
+        .arg("b")
+        .arg("STREAMS")
+        .arg("in")
+        .arg(">")
+        .query::<redis::Value>(&mut con)
+        .unwrap();
+    assert_eq!(pending(&mut con, "in", "g"), 3);
+    let script = redis::Script::new(dedup_stream::queue::redis_streams::ACK_SCRIPT);
+    let run = |con: &mut redis::Connection| {
+        let mut invocation = script.key("in");
+        invocation
+            .key("out")
+            .key("out:invalid")
+            .arg("g")
+            .arg("json")
+            .arg("ooo");
+        for (id, m) in ids.iter().zip(&messages) {
+            invocation.arg(id).arg(m.as_slice());
+        }
+        invocation.invoke::<String>(con)
+    };
+    let config = |con: &mut redis::Connection, key: &str, value: &str| {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg(key)
+            .arg(value)
+            .query::<()>(con)
+            .unwrap()
+    };
+    config(&mut con, "maxmemory-policy", "noeviction");
+    config(&mut con, "maxmemory", "1");
+
+    let refused = run(&mut con).unwrap_err();
+    assert!(refused.to_string().contains("OOM"), "{refused}");
+    assert_eq!(xlen(&mut con, "out"), 0, "nothing written");
+    assert_eq!(pending(&mut con, "in", "g"), 3, "nothing acknowledged");
+
+    config(&mut con, "maxmemory", "0");
+    assert_eq!(run(&mut con).unwrap(), "111");
+    assert_eq!(xlen(&mut con, "out"), 3);
+    assert_eq!(pending(&mut con, "in", "g"), 0);
+    // Run again (a worker that finished them late): each is acknowledged
+    // already, so nothing is written twice.
+    assert_eq!(run(&mut con).unwrap(), "000");
+    assert_eq!(xlen(&mut con, "out"), 3);
+}
+
 #[test]
 fn a_dead_letter_key_of_another_type_is_refused_too() {
     if !available("a_dead_letter_key_of_another_type_is_refused_too") {

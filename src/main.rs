@@ -3,6 +3,10 @@
 
 mod cli;
 
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::io::{self, IsTerminal, Write};
 use std::path::Path;
 use std::process::ExitCode;

@@ -63,6 +63,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::connection::State;
 use async_nats::jetstream::{self, AckKind, consumer::pull, message::PublishMessage, stream};
+use bytes::Bytes;
 use futures::StreamExt;
 use tokio::runtime::Handle;
 
@@ -412,9 +413,10 @@ struct Publish<'a> {
     subject: &'a str,
     /// `Nats-Msg-Id`: the output stream stores one message per id.
     id: String,
-    /// The message as the client sends it (its payload shared, not copied,
-    /// when it is sent again).
-    message: PublishMessage,
+    /// The payload: shared, not copied, each time the message is sent.
+    payload: Bytes,
+    /// A dead letter's reason and input (`STREAM.SEQUENCE`), its headers.
+    headers: Option<(String, String)>,
     /// Its size as the server counts it against `max_payload`.
     size: usize,
     /// A dead letter (rather than an output), and whether it carries its
@@ -430,7 +432,7 @@ impl<'a> Publish<'a> {
     fn new(
         subject: &'a str,
         id: String,
-        payload: Vec<u8>,
+        payload: Bytes,
         dead: Option<(&str, &str)>,
         input: usize,
     ) -> Publish<'a> {
@@ -438,23 +440,31 @@ impl<'a> Publish<'a> {
         // (`NATS/1.0`, one `Name: value` line per header, a blank line).
         let header = |name: &str, value: &str| name.len() + value.len() + 4;
         let mut size = payload.len() + "NATS/1.0\r\n\r\n".len() + header("Nats-Msg-Id", &id);
-        let carries_bytes = !payload.is_empty();
-        let mut message = PublishMessage::build()
-            .payload(payload.into())
-            .message_id(&id);
         if let Some((reason, source)) = dead {
             size += header(ERROR_HEADER, reason) + header(SOURCE_HEADER, source);
-            message = message
-                .header(ERROR_HEADER, reason)
-                .header(SOURCE_HEADER, source);
         }
         Publish {
             subject,
             id,
-            message,
+            dead: dead.map(|_| !payload.is_empty()),
+            payload,
+            headers: dead.map(|(reason, source)| (reason.to_string(), source.to_string())),
             size,
-            dead: dead.map(|_| carries_bytes),
             input,
+        }
+    }
+
+    /// The message as the client sends it. Built for each send rather than
+    /// kept and cloned: a clone copies its header map, a build makes one.
+    fn message(&self) -> PublishMessage {
+        let message = PublishMessage::build()
+            .payload(self.payload.clone())
+            .message_id(&self.id);
+        match &self.headers {
+            Some((reason, source)) => message
+                .header(ERROR_HEADER, reason.as_str())
+                .header(SOURCE_HEADER, source.as_str()),
+            None => message,
         }
     }
 }
@@ -1155,7 +1165,7 @@ impl<'a> Worker<'a> {
             for publish in publishes {
                 sent.push(
                     self.js
-                        .send_publish(publish.subject.to_string(), publish.message.clone())
+                        .send_publish(publish.subject.to_string(), publish.message())
                         .await,
                 );
             }
@@ -1196,7 +1206,7 @@ impl<'a> Worker<'a> {
         let letter = Publish::new(
             &config.dead_letter_subject,
             publish.id,
-            Vec::new(),
+            Bytes::new(),
             Some((&reason, &source)),
             publish.input,
         );
@@ -1404,7 +1414,7 @@ impl<'a> queue::Adapter for Worker<'a> {
                 |payload| Publish::new(&config.output_subject, input.id.clone(), payload, None, at);
             match decided.payload(at) {
                 Payload::Missing if config.relay => {
-                    publishes.push(output(input.message.payload.to_vec()));
+                    publishes.push(output(input.message.payload.clone()));
                 }
                 Payload::Missing => {}
                 Payload::Invalid(invalid) => {
@@ -1414,8 +1424,8 @@ impl<'a> queue::Adapter for Worker<'a> {
                     let message = match invalid.reason {
                         // Over the limit: not copied (it may not fit in a
                         // message either); Dedup-Source names it.
-                        InvalidReason::TooLong { .. } => Vec::new(),
-                        _ => input.message.payload.to_vec(),
+                        InvalidReason::TooLong { .. } => Bytes::new(),
+                        _ => input.message.payload.clone(),
                     };
                     // A header value is one line.
                     let reason = reason.replace(['\r', '\n'], " ");
@@ -1429,7 +1439,7 @@ impl<'a> queue::Adapter for Worker<'a> {
                     ));
                 }
                 Payload::Message(message, verdict) if config.emit.wants(verdict) => {
-                    publishes.push(output(decided.tagged(message, verdict)));
+                    publishes.push(output(decided.tagged(message, verdict).into()));
                 }
                 Payload::Message(..) => {}
             }

@@ -64,6 +64,8 @@ pub use crate::engine::id::{MessageId, RawId};
 use crate::engine::config::ConfigError;
 use crate::wire::invalid::InvalidReason;
 
+mod stops;
+
 /// A dotted field path such as `data.text`; `[]` after a name means "every
 /// element of this array".
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -395,12 +397,27 @@ struct Capture {
     element: u32,
     start: usize,
     end: usize,
+    /// Whether the fast path's scan found the value a string without an
+    /// escape: its contents are then what lies between its quotes, with
+    /// no second look for a backslash ([`json_str`]).
+    plain: bool,
 }
 
 impl Capture {
     /// The captured value's JSON text in `line`, the text it was found in.
     fn raw<'a>(&self, line: &'a str) -> &'a str {
         &line[self.start..self.end]
+    }
+
+    /// The captured value's contents as a string ([`json_str`]), `None`
+    /// when it is not one.
+    fn text<'a>(&self, line: &'a str) -> Option<Cow<'a, str>> {
+        if self.plain
+            && let Some(text) = line.get(self.start + 1..self.end - 1)
+        {
+            return Some(Cow::Borrowed(text));
+        }
+        json_str(self.raw(line))
     }
 }
 
@@ -484,6 +501,9 @@ thread_local! {
     /// vector grown from empty cost an allocation or two per line, a tenth
     /// of decoding a v1.1 tweet.
     static CAPTURES: std::cell::Cell<Vec<Capture>> = const { std::cell::Cell::new(Vec::new()) };
+    /// The stop masks of the line being walked ([`stops::classify`]),
+    /// kept between lines for the same reason.
+    static STOPS: std::cell::Cell<Vec<u64>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 impl Decoder {
@@ -645,10 +665,7 @@ impl Decoder {
         // The first path with a non-null value: its position and the value.
         let first_present = |paths: &[u16]| {
             paths.iter().enumerate().find_map(|(index, &p)| {
-                found(p)
-                    .map(|c| c.raw(line))
-                    .find(|raw| *raw != "null")
-                    .map(|raw| (index, raw))
+                found(p).find(|c| c.raw(line) != "null").map(|c| (index, c))
             })
         };
 
@@ -656,11 +673,11 @@ impl Decoder {
         let notice = first_present(&self.notice_ids);
         if notice.is_some() || removal {
             let (id_raw, path) = match notice {
-                Some((index, raw)) => (raw, NOTICE_ID_PATHS[index].to_string()),
+                Some((index, c)) => (c.raw(line), NOTICE_ID_PATHS[index].to_string()),
                 None => {
-                    let (index, raw) = first_present(&self.ids)
+                    let (index, c) = first_present(&self.ids)
                         .ok_or_else(|| InvalidReason::NoId(FieldSpec::looked_for(&self.spec.id)))?;
-                    (raw, self.spec.id[index].to_string())
+                    (c.raw(line), self.spec.id[index].to_string())
                 }
             };
             return Ok(Record {
@@ -673,19 +690,19 @@ impl Decoder {
             });
         }
 
-        let (id_index, id_raw) = first_present(&self.ids)
+        let (id_index, id_capture) = first_present(&self.ids)
             .ok_or_else(|| InvalidReason::NoId(FieldSpec::looked_for(&self.spec.id)))?;
-        let id = MessageId::from_json(id_raw)
+        let id = MessageId::from_json(id_capture.raw(line))
             .ok_or_else(|| InvalidReason::BadId(self.spec.id[id_index].to_string()))?;
 
         let text = if self.spec.discover_text {
             match self.retweet_text(line, &captures) {
                 Some(text) => text,
                 None => {
-                    let (index, raw) = first_present(&self.texts).ok_or_else(|| {
+                    let (index, c) = first_present(&self.texts).ok_or_else(|| {
                         InvalidReason::NoText(FieldSpec::looked_for(&self.spec.text))
                     })?;
-                    json_str(raw).ok_or_else(|| {
+                    c.text(line).ok_or_else(|| {
                         InvalidReason::TextNotString(self.spec.text[index].to_string())
                     })?
                 }
@@ -693,11 +710,8 @@ impl Decoder {
         } else {
             let mut joined: Option<Cow<'a, str>> = None;
             for (index, &path) in self.texts.iter().enumerate() {
-                for raw in found(path)
-                    .map(|c| c.raw(line))
-                    .filter(|raw| *raw != "null")
-                {
-                    let part = json_str(raw).ok_or_else(|| {
+                for c in found(path).filter(|c| c.raw(line) != "null") {
+                    let part = c.text(line).ok_or_else(|| {
                         InvalidReason::TextNotString(self.spec.text[index].to_string())
                     })?;
                     joined = Some(match joined {
@@ -720,19 +734,16 @@ impl Decoder {
         for &(short, long) in pairs {
             for s in found(short) {
                 let l = found(long).find(|l| l.element == s.element);
-                if let (Some(s), Some(l)) =
-                    (json_str(s.raw(line)), l.and_then(|l| json_str(l.raw(line))))
-                {
+                if let (Some(s), Some(l)) = (s.text(line), l.and_then(|l| l.text(line))) {
                     urls.push((s, l));
                 }
             }
         }
         // A date has no escapes: a string with one is no date.
         let created_at = self.created_at.iter().find_map(|&path| {
-            let raw = found(path).next()?.raw(line);
-            raw.strip_prefix('"')?
-                .strip_suffix('"')
-                .filter(|text| !text.contains('\\'))
+            let c = found(path).next()?;
+            let text = c.raw(line).strip_prefix('"')?.strip_suffix('"')?;
+            (c.plain || !text.contains('\\')).then_some(text)
         });
         Ok(Record {
             id,
@@ -747,15 +758,20 @@ impl Decoder {
     /// Walks `line` with the fast path ([`Walk`]); false when it refuses
     /// the line.
     fn walk(&self, line: &str, captures: &mut Vec<Capture>, shape: &mut RootShape) -> bool {
+        let mut stops = STOPS.take();
+        stops::classify(line.as_bytes(), &mut stops);
         let mut walk = Walk {
             scan: Scan {
                 bytes: line.as_bytes(),
+                stops: &stops,
                 at: 0,
             },
             line,
             captures,
         };
-        walk.walked(&self.tree, 0, Some(shape)).is_ok() && walk.scan.space().is_none()
+        let read = walk.walked(&self.tree, 0, Some(shape)).is_ok() && walk.scan.space().is_none();
+        STOPS.set(stops);
+        read
     }
 
     /// Walks `line` with sonic-rs's parser, if it may (see
@@ -783,7 +799,7 @@ impl Decoder {
     /// carries it.
     fn retweet_text<'a>(&self, line: &'a str, captures: &Found<'_>) -> Option<Cow<'a, str>> {
         for &path in &self.retweet_texts {
-            if let Some(text) = captures.of(path).next().and_then(|c| json_str(c.raw(line))) {
+            if let Some(text) = captures.of(path).next().and_then(|c| c.text(line)) {
                 return Some(text);
             }
         }
@@ -792,7 +808,7 @@ impl Decoder {
                 let text = captures
                     .of(self.referenced_text)
                     .find(|c| c.element == kind.element)
-                    .and_then(|c| json_str(c.raw(line)));
+                    .and_then(|c| c.text(line));
                 if text.is_some() {
                     return text;
                 }
@@ -962,13 +978,20 @@ impl Walk<'_, '_> {
                     element,
                     start: 0,
                     end: 0,
+                    plain: false,
                 });
             }
         }
-        self.scan.space().ok_or(Refused)?;
+        let first_byte = self.scan.space().ok_or(Refused)?;
         let start = self.scan.at;
+        let mut plain = false;
         if branch {
             self.walked(node, element, None)?;
+        } else if first_byte == b'"' {
+            // A string, skipped as `skip` would, noting whether it held an
+            // escape.
+            self.scan.at += 1;
+            plain = !self.scan.string()?;
         } else {
             self.scan.skip()?;
         }
@@ -985,6 +1008,7 @@ impl Walk<'_, '_> {
                     element,
                     start,
                     end,
+                    plain,
                 });
             }
         }
@@ -1161,6 +1185,9 @@ impl Walk<'_, '_> {
 /// word); deeper ones go to serde_json, which has no limit there.
 struct Scan<'a> {
     bytes: &'a [u8],
+    /// The line's stops (quotes, backslashes, control characters), a word
+    /// per 64 bytes ([`stops::classify`]).
+    stops: &'a [u64],
     /// The offset of the next byte to read.
     at: usize,
 }
@@ -1196,52 +1223,51 @@ impl Scan<'_> {
         None
     }
 
+    /// The offset of the first stop at or after `from`, if the line has
+    /// one.
+    #[inline(always)]
+    fn next_stop(&self, from: usize) -> Option<usize> {
+        let mut block = from / stops::BLOCK;
+        let mut mask = *self.stops.get(block)? & (!0u64 << (from % stops::BLOCK));
+        while mask == 0 {
+            block += 1;
+            mask = *self.stops.get(block)?;
+        }
+        Some(block * stops::BLOCK + mask.trailing_zeros() as usize)
+    }
+
     /// A string's rest, after its opening quote, up to and past its closing
-    /// one; whether it held an escape. Eight bytes at a time: the first
-    /// quote, backslash or control character in a word is found from its
-    /// bits (a borrow only ever flags bytes after a true one).
+    /// one; whether it held an escape. Only the stops are looked at: the
+    /// first one is the closing quote, an escape (checked, then the search
+    /// goes on after it) or a control character (refused).
     #[inline(always)]
     fn string(&mut self) -> Result<bool, Refused> {
         let bytes = self.bytes;
         let mut escaped = false;
         loop {
-            while self.at + 8 <= bytes.len() {
-                let word = word_at(bytes, self.at);
-                let quote = word ^ splat(b'"');
-                let backslash = word ^ splat(b'\\');
-                let special = (quote.wrapping_sub(splat(1)) & !quote)
-                    | (backslash.wrapping_sub(splat(1)) & !backslash)
-                    | (word.wrapping_sub(splat(0x20)) & !word);
-                let special = special & splat(0x80);
-                if special != 0 {
-                    self.at += (special.trailing_zeros() / 8) as usize;
-                    break;
-                }
-                self.at += 8;
-            }
-            match *bytes.get(self.at).ok_or(Refused)? {
+            let at = self.next_stop(self.at).ok_or(Refused)?;
+            match *bytes.get(at).ok_or(Refused)? {
                 b'"' => {
-                    self.at += 1;
+                    self.at = at + 1;
                     return Ok(escaped);
                 }
                 b'\\' => {
                     escaped = true;
-                    match bytes.get(self.at + 1) {
+                    match bytes.get(at + 1) {
                         Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {
-                            self.at += 2;
+                            self.at = at + 2;
                         }
                         Some(b'u') => {
-                            let hex = bytes.get(self.at + 2..self.at + 6).ok_or(Refused)?;
+                            let hex = bytes.get(at + 2..at + 6).ok_or(Refused)?;
                             if !hex.iter().all(u8::is_ascii_hexdigit) {
                                 return Err(Refused);
                             }
-                            self.at += 6;
+                            self.at = at + 6;
                         }
                         _ => return Err(Refused),
                     }
                 }
-                0..0x20 => return Err(Refused),
-                _ => self.at += 1,
+                _ => return Err(Refused),
             }
         }
     }
@@ -1444,6 +1470,7 @@ impl SonicWalk<'_, '_> {
                     element,
                     start: 0,
                     end: 0,
+                    plain: false,
                 });
             }
             self.parser.skip_space_peek().ok_or(Refused)?;
@@ -1470,6 +1497,7 @@ impl SonicWalk<'_, '_> {
                     element,
                     start,
                     end,
+                    plain: false,
                 });
             }
         }
@@ -1699,6 +1727,7 @@ impl<'de> DeserializeSeed<'de> for NodeSeed<'_, '_, '_> {
                 element: self.element,
                 start,
                 end: start + len,
+                plain: false,
             });
         }
         if self.node.is_branch() {

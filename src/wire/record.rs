@@ -1124,6 +1124,7 @@ impl Walk<'_, '_> {
     /// A key of an object on a wanted path, at its opening quote: which of
     /// `node`'s fields it names. Compared as it lies in the line; one with
     /// an escape is read by serde_json (a lone surrogate refused), rare.
+    #[inline(always)]
     fn key(&mut self, node: &Node) -> Result<Option<usize>, Refused> {
         let open = self.scan.at;
         self.scan.at += 1;
@@ -1212,8 +1213,13 @@ impl Scan<'_> {
 
     /// Skips JSON whitespace (the four bytes serde_json takes as such) and
     /// peeks at the next byte.
-    #[inline]
+    #[inline(always)]
     fn space(&mut self) -> Option<u8> {
+        // Compact JSON first: every whitespace byte is at most a space.
+        let &byte = self.bytes.get(self.at)?;
+        if byte > b' ' {
+            return Some(byte);
+        }
         while let Some(&byte) = self.bytes.get(self.at) {
             if !matches!(byte, b' ' | b'\n' | b'\t' | b'\r') {
                 return Some(byte);

@@ -3,8 +3,9 @@
 //! at (a quote, a backslash, a control character). With it, finding the
 //! end of a string is a `trailing_zeros` per 64 bytes instead of a loop
 //! over the string's words, and the classification is one pass over the
-//! line with SSE2 (the x86_64 baseline, so it needs no runtime detection
-//! and inlines where it is called) or, elsewhere, eight bytes a step.
+//! line: with AVX2 where the processor has it (detected at run time, as
+//! `engine::bitmap` and the MinHash code do), else with SSE2 (the x86_64
+//! baseline), or, elsewhere, eight bytes a step.
 
 /// The bytes of a block that count: a line's last block is padded with
 /// spaces, which are never stops.
@@ -22,6 +23,19 @@ fn is_stop(byte: u8) -> bool {
 /// the end are not stops.
 pub(super) fn classify(bytes: &[u8], masks: &mut Vec<u64>) {
     masks.clear();
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the processor has AVX2, the one feature
+        // `avx2::classify` enables: checked just above.
+        unsafe { avx2::classify(bytes, masks) };
+        return;
+    }
+    classify_with(bytes, masks, block_mask);
+}
+
+/// [`classify`], each block's mask computed by `block_mask`.
+#[inline(always)]
+fn classify_with(bytes: &[u8], masks: &mut Vec<u64>, block_mask: impl Fn(&[u8; BLOCK]) -> u64) {
     let mut blocks = bytes.chunks_exact(BLOCK);
     for block in &mut blocks {
         masks.push(block_mask(block.try_into().expect("64-byte chunk")));
@@ -46,6 +60,51 @@ fn block_mask(block: &[u8; BLOCK]) -> u64 {
 
 #[cfg(not(target_arch = "x86_64"))]
 use portable::block_mask;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    /// [`super::classify`] with AVX2: thirty-two bytes a step.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn classify(bytes: &[u8], masks: &mut Vec<u64>) {
+        let mut blocks = bytes.chunks_exact(super::BLOCK);
+        for block in &mut blocks {
+            masks.push(block_mask(block.try_into().expect("64-byte chunk")));
+        }
+        let rest = blocks.remainder();
+        if !rest.is_empty() {
+            let mut last = [b' '; super::BLOCK];
+            last[..rest.len()].copy_from_slice(rest);
+            masks.push(block_mask(&last));
+        }
+    }
+
+    /// One block's stops, as [`super::sse2::block_mask`] finds them.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) fn block_mask(block: &[u8; super::BLOCK]) -> u64 {
+        let (lo, hi) = block.split_at(32);
+        // SAFETY: each half is 32 bytes, what an unaligned 256-bit load
+        // reads.
+        let (lo, hi) = unsafe {
+            (
+                _mm256_loadu_si256(lo.as_ptr().cast()),
+                _mm256_loadu_si256(hi.as_ptr().cast()),
+            )
+        };
+        let stops = |x: __m256i| {
+            // `x <= 0x1f` unsigned: the unsigned minimum with 0x1f is x.
+            let control = _mm256_cmpeq_epi8(_mm256_min_epu8(x, _mm256_set1_epi8(0x1f)), x);
+            let quote = _mm256_cmpeq_epi8(x, _mm256_set1_epi8(b'"' as i8));
+            let backslash = _mm256_cmpeq_epi8(x, _mm256_set1_epi8(b'\\' as i8));
+            _mm256_movemask_epi8(_mm256_or_si256(_mm256_or_si256(quote, backslash), control)) as u32
+        };
+        // Through `black_box`: seeing the two masks as one vector of 64
+        // flags, LLVM rebuilt it byte by byte (thirty times the work).
+        u64::from(std::hint::black_box(stops(lo))) | u64::from(stops(hi)) << 32
+    }
+}
 
 #[cfg(target_arch = "x86_64")]
 mod sse2 {
@@ -148,6 +207,18 @@ mod tests {
                 portable.push(portable::block_mask(&padded));
             }
             prop_assert_eq!(&portable, &by_bytes(&bytes));
+            #[cfg(target_arch = "x86_64")]
+            {
+                let mut sse2 = Vec::new();
+                classify_with(&bytes, &mut sse2, block_mask);
+                prop_assert_eq!(&sse2, &by_bytes(&bytes));
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    let mut avx2 = Vec::new();
+                    // SAFETY: the processor has AVX2, checked just above.
+                    unsafe { avx2::classify(&bytes, &mut avx2) };
+                    prop_assert_eq!(&avx2, &by_bytes(&bytes));
+                }
+            }
         }
     }
 }

@@ -273,9 +273,11 @@ pub struct Decoder {
 #[derive(Debug, Default)]
 struct Node {
     fields: Vec<(String, Node)>,
-    /// Each field's name as [`key_head`] reads a key, and its length, in
-    /// the order of `fields`: a key is matched by a word compare or two.
-    heads: Vec<(u64, usize)>,
+    /// Each field's name as [`key_head`] reads a key, its next eight bytes
+    /// read the same way ([`key_words`]), and its length, in the order of
+    /// `fields`: a key of up to sixteen bytes is matched by word compares
+    /// alone, without a call of `memcmp`.
+    heads: Vec<(u64, u64, usize)>,
     /// `fields` by a hash of a key's head and length ([`Node::slot`]): the
     /// field's index plus one in the key's slot, 0 for none. Empty when no
     /// multiplier tried spread the fields apart, and `heads` is searched.
@@ -303,7 +305,8 @@ impl Node {
                     Some(i) => &mut self.fields[i].1,
                     None => {
                         self.fields.push((name.clone(), Node::default()));
-                        self.heads.push((key_head(name.as_bytes()), name.len()));
+                        let (head, tail) = key_words(name.as_bytes());
+                        self.heads.push((head, tail, name.len()));
                         &mut self.fields.last_mut().expect("just pushed").1
                     }
                 };
@@ -316,21 +319,22 @@ impl Node {
         !self.fields.is_empty() || self.each.is_some()
     }
 
-    /// Which field `key` (a key's text, without escapes) names.
+    /// Which field `key` (a key's text, without escapes) names; `head`
+    /// and `tail` are its [`key_words`].
     #[inline(always)]
-    fn field(&self, key: &[u8], head: u64) -> Option<usize> {
+    fn field(&self, key: &[u8], head: u64, tail: u64) -> Option<usize> {
         let candidate = if self.table.is_empty() {
             self.heads
                 .iter()
-                .position(|&(h, len)| h == head && len == key.len())?
+                .position(|&(h, _, len)| h == head && len == key.len())?
         } else {
             usize::from(self.table[Self::slot(head, key.len(), self.multiplier)]).checked_sub(1)?
         };
-        let (h, len) = self.heads[candidate];
-        let rest = 8.min(key.len());
+        let (h, t, len) = self.heads[candidate];
         (h == head
             && len == key.len()
-            && self.fields[candidate].0.as_bytes()[rest..] == key[rest..])
+            && t == tail
+            && (len <= 16 || self.fields[candidate].0.as_bytes()[16..] == key[16..]))
             .then_some(candidate)
     }
 
@@ -355,7 +359,7 @@ impl Node {
                     .wrapping_add(k.wrapping_mul(0x2545_F491_4F6C_DD1D))
                     | 1;
                 let mut table = vec![0u8; Self::TABLE_SLOTS];
-                let spread = self.heads.iter().enumerate().all(|(i, &(head, len))| {
+                let spread = self.heads.iter().enumerate().all(|(i, &(head, _, len))| {
                     let slot = &mut table[Self::slot(head, len, multiplier)];
                     let free = *slot == 0;
                     *slot = u8::try_from(i + 1).unwrap_or(0);
@@ -385,6 +389,12 @@ fn key_head(key: &[u8]) -> u64 {
     let n = key.len().min(8);
     word[..n].copy_from_slice(&key[..n]);
     u64::from_le_bytes(word)
+}
+
+/// A key's first eight bytes and its next eight, each as [`key_head`]
+/// reads them (0 for none).
+fn key_words(key: &[u8]) -> (u64, u64) {
+    (key_head(key), key.get(8..).map_or(0, key_head))
 }
 
 /// One value found on a wanted path: where its JSON text lies in the line.
@@ -1132,22 +1142,30 @@ impl Walk<'_, '_> {
         if escaped {
             let text = &self.line[open..self.scan.at];
             let key = serde_json::from_str::<String>(text).map_err(|_| Refused)?;
-            return Ok(node.field(key.as_bytes(), key_head(key.as_bytes())));
+            let (head, tail) = key_words(key.as_bytes());
+            return Ok(node.field(key.as_bytes(), head, tail));
         }
         let (from, to) = (open + 1, self.scan.at - 1);
-        let key = &self.scan.bytes[from..to];
-        // The key's head read as one word from the line where eight bytes
-        // are left in it, the bytes past the key masked off.
-        let head = if from + 8 <= self.scan.bytes.len() {
-            let word = word_at(self.scan.bytes, from);
-            match key.len() {
-                0..8 => word & ((1u64 << (8 * key.len())) - 1),
+        let bytes = self.scan.bytes;
+        let key = &bytes[from..to];
+        // The key's two words read from the line where sixteen bytes are
+        // left in it (the closing quote and what follows are there), the
+        // bytes past the key masked off.
+        let (head, tail) = if from + 16 <= bytes.len() {
+            let keep = |word: u64, n: usize| match n {
+                0..8 => word & ((1u64 << (8 * n)) - 1),
                 _ => word,
-            }
+            };
+            let head = keep(word_at(bytes, from), key.len());
+            let tail = match key.len() {
+                0..=8 => 0,
+                n => keep(word_at(bytes, from + 8), n - 8),
+            };
+            (head, tail)
         } else {
-            key_head(key)
+            key_words(key)
         };
-        Ok(node.field(key, head))
+        Ok(node.field(key, head, tail))
     }
 
     /// An array's elements, after its `[`: each walked when a path goes
@@ -2247,14 +2265,22 @@ mod tests {
             }
             for (i, (name, child)) in node.fields.iter().enumerate() {
                 let name = name.as_bytes();
-                assert_eq!(node.field(name, key_head(name)), Some(i));
-                let mut other = name.to_vec();
-                *other.last_mut().unwrap() ^= 1;
-                assert_eq!(node.field(&other, key_head(&other)), None);
+                let field = |key: &[u8]| {
+                    let (head, tail) = key_words(key);
+                    node.field(key, head, tail)
+                };
+                assert_eq!(field(name), Some(i));
+                // A byte changed anywhere: at the head, in the tail or past
+                // sixteen bytes.
+                for at in 0..name.len() {
+                    let mut other = name.to_vec();
+                    other[at] ^= 1;
+                    assert_eq!(field(&other), None);
+                }
                 let longer = [name, b"x"].concat();
-                assert_eq!(node.field(&longer, key_head(&longer)), None);
+                assert_eq!(field(&longer), None);
                 let shorter = &name[..name.len() - 1];
-                assert_ne!(node.field(shorter, key_head(shorter)), Some(i));
+                assert_ne!(field(shorter), Some(i));
                 check(child);
             }
             if let Some(each) = node.each.as_deref() {

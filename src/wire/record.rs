@@ -2254,6 +2254,39 @@ mod tests {
         Ok(())
     }
 
+    /// Strings are found from 64-byte blocks' stop masks (`stops`): a
+    /// quote, an escape, a control character or the line's end at every
+    /// offset around a block's edges, in a wanted value and in a skipped
+    /// one, is read as serde_json reads it.
+    #[test]
+    fn strings_across_block_edges_agree() {
+        let ends = [
+            "\"",
+            "\\\"x\"",
+            "\\\\\"",
+            "\\u00e9\"",
+            "\\u00\"",
+            "\u{1}\"",
+            "\\",
+            "\u{e9}\"",
+            "",
+        ];
+        for decoder in decoders() {
+            for pad in 0..140 {
+                for end in ends {
+                    let run = "a".repeat(pad);
+                    for line in [
+                        format!(r#"{{"id_str":"1","text":"{run}{end}}}"#),
+                        format!(r#"{{"id_str":"1","skip":"{run}{end},"text":"t"}}"#),
+                        format!(r#"{{"{run}{end}:1,"id_str":"1","text":"t"}}"#),
+                    ] {
+                        agrees(&decoder, &line).unwrap();
+                    }
+                }
+            }
+        }
+    }
+
     /// Keys are matched through each node's table, which every node of the
     /// built-in specs gets, and only a field's exact name matches: not one
     /// sharing its first eight bytes, nor a prefix, nor an extension.

@@ -1,0 +1,224 @@
+//! The first stage of the decoder's scan: a line classified 64 bytes at a
+//! time into one bitmask a block, of the bytes a JSON string's scan stops
+//! at (a quote, a backslash, a control character). With it, finding the
+//! end of a string is a `trailing_zeros` per 64 bytes instead of a loop
+//! over the string's words, and the classification is one pass over the
+//! line: with AVX2 where the processor has it (detected at run time, as
+//! `engine::bitmap` and the MinHash code do), else with SSE2 (the x86_64
+//! baseline), or, elsewhere, eight bytes a step.
+
+/// The bytes of a block that count: a line's last block is padded with
+/// spaces, which are never stops.
+pub(super) const BLOCK: usize = 64;
+
+/// Whether a byte is a stop: where a string's scan must look at it (what
+/// the tests hold the masks to).
+#[cfg(test)]
+fn is_stop(byte: u8) -> bool {
+    byte == b'"' || byte == b'\\' || byte < 0x20
+}
+
+/// Fills `masks` with one word per 64-byte block of `bytes`: bit `i` of
+/// word `b` set when byte `64 * b + i` is a stop ([`is_stop`]). Bytes past
+/// the end are not stops.
+pub(super) fn classify(bytes: &[u8], masks: &mut Vec<u64>) {
+    masks.clear();
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the processor has AVX2, the one feature
+        // `avx2::classify` enables: checked just above.
+        unsafe { avx2::classify(bytes, masks) };
+        return;
+    }
+    classify_with(bytes, masks, block_mask);
+}
+
+/// [`classify`], each block's mask computed by `block_mask`.
+#[inline(always)]
+fn classify_with(bytes: &[u8], masks: &mut Vec<u64>, block_mask: impl Fn(&[u8; BLOCK]) -> u64) {
+    let mut blocks = bytes.chunks_exact(BLOCK);
+    for block in &mut blocks {
+        masks.push(block_mask(block.try_into().expect("64-byte chunk")));
+    }
+    let rest = blocks.remainder();
+    if !rest.is_empty() {
+        let mut last = [b' '; BLOCK];
+        last[..rest.len()].copy_from_slice(rest);
+        masks.push(block_mask(&last));
+    }
+}
+
+/// One block's stops.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn block_mask(block: &[u8; BLOCK]) -> u64 {
+    // SAFETY: SSE2, the one feature `sse2::block_mask` enables, is part of
+    // the x86_64 baseline: every processor this code is compiled for has
+    // it (the crate's own `engine::bitmap` relies on the same).
+    unsafe { sse2::block_mask(block) }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+use portable::block_mask;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    /// [`super::classify`] with AVX2: thirty-two bytes a step.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn classify(bytes: &[u8], masks: &mut Vec<u64>) {
+        let mut blocks = bytes.chunks_exact(super::BLOCK);
+        for block in &mut blocks {
+            masks.push(block_mask(block.try_into().expect("64-byte chunk")));
+        }
+        let rest = blocks.remainder();
+        if !rest.is_empty() {
+            let mut last = [b' '; super::BLOCK];
+            last[..rest.len()].copy_from_slice(rest);
+            masks.push(block_mask(&last));
+        }
+    }
+
+    /// One block's stops, as [`super::sse2::block_mask`] finds them.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) fn block_mask(block: &[u8; super::BLOCK]) -> u64 {
+        let (lo, hi) = block.split_at(32);
+        // SAFETY: each half is 32 bytes, what an unaligned 256-bit load
+        // reads.
+        let (lo, hi) = unsafe {
+            (
+                _mm256_loadu_si256(lo.as_ptr().cast()),
+                _mm256_loadu_si256(hi.as_ptr().cast()),
+            )
+        };
+        let stops = |x: __m256i| {
+            // `x <= 0x1f` unsigned: the unsigned minimum with 0x1f is x.
+            let control = _mm256_cmpeq_epi8(_mm256_min_epu8(x, _mm256_set1_epi8(0x1f)), x);
+            let quote = _mm256_cmpeq_epi8(x, _mm256_set1_epi8(b'"' as i8));
+            let backslash = _mm256_cmpeq_epi8(x, _mm256_set1_epi8(b'\\' as i8));
+            _mm256_movemask_epi8(_mm256_or_si256(_mm256_or_si256(quote, backslash), control)) as u32
+        };
+        // Through `black_box`: seeing the two masks as one vector of 64
+        // flags, LLVM rebuilt it byte by byte (thirty times the work).
+        u64::from(std::hint::black_box(stops(lo))) | u64::from(stops(hi)) << 32
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod sse2 {
+    use std::arch::x86_64::*;
+
+    /// One block's stops, sixteen bytes a step. SSE2 is part of x86_64's
+    /// baseline: it needs no detection, and is inlined where it is called.
+    #[inline]
+    #[target_feature(enable = "sse2")]
+    pub(crate) fn block_mask(block: &[u8; super::BLOCK]) -> u64 {
+        let quote = _mm_set1_epi8(b'"' as i8);
+        let backslash = _mm_set1_epi8(b'\\' as i8);
+        let below_space = _mm_set1_epi8(0x1f);
+        let mut mask = 0u64;
+        for (i, lane) in block.chunks_exact(16).enumerate() {
+            let lo = u64::from_le_bytes(lane[..8].try_into().expect("8 bytes"));
+            let hi = u64::from_le_bytes(lane[8..].try_into().expect("8 bytes"));
+            let x = _mm_set_epi64x(hi as i64, lo as i64);
+            // `x <= 0x1f` unsigned: the unsigned minimum with 0x1f is x.
+            let control = _mm_cmpeq_epi8(_mm_min_epu8(x, below_space), x);
+            let stop = _mm_or_si128(
+                _mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, backslash)),
+                control,
+            );
+            mask |= u64::from(_mm_movemask_epi8(stop) as u16) << (16 * i);
+        }
+        mask
+    }
+}
+
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+pub(super) mod portable {
+    /// Eight copies of a byte.
+    const fn splat(byte: u8) -> u64 {
+        u64::from_ne_bytes([byte; 8])
+    }
+
+    /// One block's stops, eight bytes a step: a byte's top bit flags it,
+    /// from sums that stay within their byte (seven low bits plus at most
+    /// 0x7f), and a multiply gathers the eight top bits into one byte.
+    #[inline(always)]
+    pub(crate) fn block_mask(block: &[u8; super::BLOCK]) -> u64 {
+        let low = splat(0x7f);
+        // Top bit set when the byte is zero.
+        let zero = |x: u64| !(((x & low).wrapping_add(low)) | x);
+        let mut mask = 0u64;
+        for (i, lane) in block.chunks_exact(8).enumerate() {
+            let word = u64::from_le_bytes(lane.try_into().expect("8 bytes"));
+            let control = !(((word & low).wrapping_add(splat(0x80 - 0x20))) | word);
+            let flagged =
+                (zero(word ^ splat(b'"')) | zero(word ^ splat(b'\\')) | control) & splat(0x80);
+            let bits = flagged.wrapping_mul(0x0002_0408_1020_4081) >> 56;
+            mask |= bits << (8 * i);
+        }
+        mask
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn by_bytes(bytes: &[u8]) -> Vec<u64> {
+        let mut masks = vec![0u64; bytes.len().div_ceil(BLOCK)];
+        for (i, &b) in bytes.iter().enumerate() {
+            if is_stop(b) {
+                masks[i / BLOCK] |= 1 << (i % BLOCK);
+            }
+        }
+        masks
+    }
+
+    /// Bytes drawn mostly from the ones near the tests' edges.
+    fn bytes() -> impl Strategy<Value = Vec<u8>> {
+        let byte = prop_oneof![
+            Just(b'"'),
+            Just(b'\\'),
+            Just(0x1f),
+            Just(0x20),
+            Just(0x00),
+            Just(0x7f),
+            Just(0x80),
+            Just(0xff),
+            any::<u8>(),
+        ];
+        proptest::collection::vec(byte, 0..300)
+    }
+
+    proptest! {
+        #[test]
+        fn every_stop_and_only_stops_are_flagged(bytes in bytes()) {
+            let mut masks = Vec::new();
+            classify(&bytes, &mut masks);
+            prop_assert_eq!(&masks, &by_bytes(&bytes));
+            let mut portable = Vec::new();
+            for block in bytes.chunks(BLOCK) {
+                let mut padded = [b' '; BLOCK];
+                padded[..block.len()].copy_from_slice(block);
+                portable.push(portable::block_mask(&padded));
+            }
+            prop_assert_eq!(&portable, &by_bytes(&bytes));
+            #[cfg(target_arch = "x86_64")]
+            {
+                let mut sse2 = Vec::new();
+                classify_with(&bytes, &mut sse2, block_mask);
+                prop_assert_eq!(&sse2, &by_bytes(&bytes));
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    let mut avx2 = Vec::new();
+                    // SAFETY: the processor has AVX2, checked just above.
+                    unsafe { avx2::classify(&bytes, &mut avx2) };
+                    prop_assert_eq!(&avx2, &by_bytes(&bytes));
+                }
+            }
+        }
+    }
+}

@@ -765,6 +765,9 @@ fn a_replica_reading_the_log_ahead_applies_what_deciding_in_memory_gives() {
     let (head, tail) = messages.split_at(5_000);
     // Entries of 8 messages: 625 of them, ten pages of the log, which a
     // replica opening the index reads ahead of the one it applies.
+    // One replica follows from the start: it reads the entries when it
+    // decides next, up to its own (a page here, the rest read ahead).
+    let mut follower = open_index(&redis, "ahead").unwrap();
     let mut writer = open_index(&redis, "ahead").unwrap();
     let mut memory = dedup_stream::Deduper::new(dedup_stream::EngineConfig::default()).unwrap();
     let (mut written, mut decided) = (Vec::new(), Vec::new());
@@ -779,6 +782,7 @@ fn a_replica_reading_the_log_ahead_applies_what_deciding_in_memory_gives() {
     assert_eq!(written, decided);
     assert_eq!(writer.applied(), 625);
 
+    // Another opens the index now: it reads the whole log ahead.
     let mut replica = open_index(&redis, "ahead").unwrap();
     assert_eq!(replica.applied(), 625);
     let held = |s: dedup_stream::engine::IndexStats| (s.len, s.evictions, s.bytes);
@@ -797,6 +801,13 @@ fn a_replica_reading_the_log_ahead_applies_what_deciding_in_memory_gives() {
         .count();
     assert!(duplicates > 100, "only {duplicates} duplicates in the tail");
     assert_eq!(found, expected);
+    let mut followed = Vec::new();
+    follower
+        .decide(&asks(tail, Op::Query), &mut followed)
+        .unwrap();
+    assert_eq!(follower.applied(), 627);
+    assert_eq!(held(follower.stats()), held(memory.stats()));
+    assert_eq!(followed, expected);
 
     // An entry that cannot be read, deep in the log: the replica opening
     // the index stops there, naming the index, whichever thread read it.
@@ -805,7 +816,7 @@ fn a_replica_reading_the_log_ahead_applies_what_deciding_in_memory_gives() {
         .arg("{ahead}:log")
         .arg("*")
         .arg("n")
-        .arg(627)
+        .arg(628)
         .arg("w")
         .arg("someone")
         .arg("c")

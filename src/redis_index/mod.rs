@@ -582,18 +582,22 @@ impl RedisIndex {
                 next: self.replica.applied + 1,
                 own: own.map(|call| (self.worker.as_bytes().to_vec(), call)),
             };
-            // Pages are read here until one comes full: a worker reading
-            // up to its own entry most often needs one page, and a thread
-            // would only cost it. Past a full page the log is long (a
-            // worker starting, or catching up), and the rest is read
-            // ahead while each page is applied.
-            let step = loop {
-                let page = read_page(&mut self.link, &mut cursor)?;
-                let full = page.entries == PAGE_ENTRIES;
-                match self.apply_page(page, verdicts) {
-                    Step::More if full => break self.apply_read_ahead(cursor, verdicts)?,
-                    Step::More => {}
-                    step => break step,
+            // A worker reading up to its own entry most often needs one
+            // page, and a thread would only cost it: pages are read here
+            // until one comes full. Past a full page the log is long (a
+            // worker catching up), and the rest is read ahead while each
+            // page is applied; so is the whole log when a worker starts.
+            let step = if own.is_none() {
+                self.apply_read_ahead(cursor, verdicts)?
+            } else {
+                loop {
+                    let page = read_page(&mut self.link, &mut cursor)?;
+                    let full = page.entries == PAGE_ENTRIES;
+                    match self.apply_page(page, verdicts) {
+                        Step::More if full => break self.apply_read_ahead(cursor, verdicts)?,
+                        Step::More => {}
+                        step => break step,
+                    }
                 }
             };
             let number = match step {

@@ -173,7 +173,7 @@ pub(crate) struct Entry {
 }
 
 /// Where reading the log stands, and what ends it.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Cursor {
     /// The log's key.
     log: String,
@@ -633,9 +633,12 @@ impl RedisIndex {
     /// the order they were read, each decoded as [`read_page`] here would,
     /// so what is applied is what reading page by page applies. An error
     /// reading ahead stops the applying where it stands, as it would here.
+    ///
+    /// A thread that cannot be started (the process is out of threads or
+    /// memory) is said on stderr, and the pages are read here instead.
     fn apply_read_ahead(
         &mut self,
-        mut cursor: Cursor,
+        cursor: Cursor,
         verdicts: &mut Vec<Verdict>,
     ) -> Result<Step, StoreError> {
         let cancel = Arc::clone(&self.reader_cancel);
@@ -647,20 +650,30 @@ impl RedisIndex {
         });
         let (pages, ahead) = std::sync::mpsc::sync_channel(PAGES_AHEAD);
         std::thread::scope(|scope| {
-            let reader = std::thread::Builder::new()
+            let mut ahead_of = cursor.clone();
+            let spawned = std::thread::Builder::new()
                 .name("log-reader".into())
                 .spawn_scoped(scope, move || {
+                    let cursor = &mut ahead_of;
                     loop {
-                        let page = read_page(&mut link, &mut cursor);
+                        let page = read_page(&mut link, cursor);
                         let last = page.as_ref().map_or(true, Page::ends_reading);
                         if pages.send(page).is_err() || last {
                             return link;
                         }
                     }
-                })
-                .map_err(|e| {
-                    StoreError::Unavailable(format!("cannot start a thread to read the log: {e}"))
-                })?;
+                });
+            let reader = match spawned {
+                Ok(reader) => reader,
+                Err(e) => {
+                    tracing::warn!(
+                        index = %self.name,
+                        error = %e,
+                        "cannot start a thread to read the index's log ahead: reading it on this one"
+                    );
+                    return self.apply_in_turn(cursor, verdicts);
+                }
+            };
             let result = loop {
                 // The reader sends the page that ends the reading before it
                 // returns, and returns on an error after sending it: a
@@ -683,6 +696,22 @@ impl RedisIndex {
             }
             result
         })
+    }
+
+    /// Applies the pages after `cursor`, each read on this thread, until
+    /// one ends the reading.
+    fn apply_in_turn(
+        &mut self,
+        mut cursor: Cursor,
+        verdicts: &mut Vec<Verdict>,
+    ) -> Result<Step, StoreError> {
+        loop {
+            let page = read_page(&mut self.link, &mut cursor)?;
+            match self.apply_page(page, verdicts) {
+                Step::More => {}
+                step => return Ok(step),
+            }
+        }
     }
 
     /// Applies one page's entries (see [`read_page`]) and moves the

@@ -703,3 +703,131 @@ fn a_tls_handshake_or_a_silent_server_is_bounded_by_the_waits_and_named() {
         "{stderr}"
     );
 }
+
+/// The first `n` messages of the synthetic stream, as ids and sketches.
+fn sketched(n: usize) -> Vec<(dedup_stream::MessageId, dedup_stream::SketchBuf)> {
+    let preparer = dedup_stream::Preparer::new(&dedup_stream::EngineConfig::default());
+    let mut scratch = dedup_stream::engine::Scratch::default();
+    synthetic(n)
+        .iter()
+        .map(|line| {
+            let value: serde_json::Value = serde_json::from_slice(line).unwrap();
+            let id = value["id_str"].as_str().unwrap().parse::<u64>().unwrap();
+            let text = value["text"].as_str().unwrap();
+            let sketch = preparer.sketch(text, &[], &mut scratch);
+            (dedup_stream::MessageId::DigitString(id), sketch)
+        })
+        .collect()
+}
+
+/// The asks of `messages`, all of `op`.
+fn asks(
+    messages: &[(dedup_stream::MessageId, dedup_stream::SketchBuf)],
+    op: dedup_stream::engine::Op,
+) -> Vec<dedup_stream::engine::Ask<'_>> {
+    messages
+        .iter()
+        .map(|(id, sketch)| dedup_stream::engine::Ask {
+            id,
+            sketch: sketch.as_sketch(),
+            op,
+            token: None,
+            time: 0,
+        })
+        .collect()
+}
+
+/// Opens the index `name` on `redis` with the default settings.
+fn open_index(
+    redis: &RedisServer,
+    name: &str,
+) -> Result<dedup_stream::redis_index::RedisIndex, dedup_stream::StoreError> {
+    let location = redis.url().parse().unwrap();
+    dedup_stream::redis_index::RedisIndex::open(
+        &location,
+        name,
+        &dedup_stream::EngineConfig::default(),
+        dedup_stream::redis_index::RedisOptions {
+            snapshot_every: Some(u64::MAX),
+            ..Default::default()
+        },
+    )
+}
+
+#[test]
+fn a_replica_reading_the_log_ahead_applies_what_deciding_in_memory_gives() {
+    use dedup_stream::engine::{IndexStore, Op};
+    if !available("a_replica_reading_the_log_ahead_applies_what_deciding_in_memory_gives") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let messages = sketched(6_000);
+    let (head, tail) = messages.split_at(5_000);
+    // Entries of 8 messages: 625 of them, ten pages of the log, which a
+    // replica opening the index reads ahead of the one it applies.
+    // One replica follows from the start: it reads the entries when it
+    // decides next, up to its own (a page here, the rest read ahead).
+    let mut follower = open_index(&redis, "ahead").unwrap();
+    let mut writer = open_index(&redis, "ahead").unwrap();
+    let mut memory = dedup_stream::Deduper::new(dedup_stream::EngineConfig::default()).unwrap();
+    let (mut written, mut decided) = (Vec::new(), Vec::new());
+    for entry in head.chunks(8) {
+        writer
+            .decide(&asks(entry, Op::Check), &mut written)
+            .unwrap();
+        memory
+            .decide(&asks(entry, Op::Check), &mut decided)
+            .unwrap();
+    }
+    assert_eq!(written, decided);
+    assert_eq!(writer.applied(), 625);
+
+    // Another opens the index now: it reads the whole log ahead.
+    let mut replica = open_index(&redis, "ahead").unwrap();
+    assert_eq!(replica.applied(), 625);
+    let held = |s: dedup_stream::engine::IndexStats| (s.len, s.evictions, s.bytes);
+    assert_eq!(held(replica.stats()), held(memory.stats()));
+    // The rest asked without indexing it: each verdict depends on what
+    // the replica holds, and a page applied twice, left out or out of
+    // order would change some of them.
+    let (mut found, mut expected) = (Vec::new(), Vec::new());
+    replica.decide(&asks(tail, Op::Query), &mut found).unwrap();
+    memory
+        .decide(&asks(tail, Op::Query), &mut expected)
+        .unwrap();
+    let duplicates = expected
+        .iter()
+        .filter(|v| !matches!(v, dedup_stream::Verdict::New))
+        .count();
+    assert!(duplicates > 100, "only {duplicates} duplicates in the tail");
+    assert_eq!(found, expected);
+    let mut followed = Vec::new();
+    follower
+        .decide(&asks(tail, Op::Query), &mut followed)
+        .unwrap();
+    assert_eq!(follower.applied(), 627);
+    assert_eq!(held(follower.stats()), held(memory.stats()));
+    assert_eq!(followed, expected);
+
+    // An entry that cannot be read, deep in the log: the replica opening
+    // the index stops there, naming the index, whichever thread read it.
+    let mut redis_cli = redis.connection();
+    let _: String = redis::cmd("XADD")
+        .arg("{ahead}:log")
+        .arg("*")
+        .arg("n")
+        .arg(628)
+        .arg("w")
+        .arg("someone")
+        .arg("c")
+        .arg(1)
+        .arg("b")
+        .arg(&b"\xff"[..])
+        .query(&mut redis_cli)
+        .unwrap();
+    let error = open_index(&redis, "ahead").unwrap_err().to_string();
+    assert!(
+        error.contains("index \"ahead\": a log entry is corrupt: unknown version"),
+        "{error}"
+    );
+}

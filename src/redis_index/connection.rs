@@ -208,6 +208,9 @@ pub struct Link {
     metrics: Option<Arc<Metrics>>,
     /// Set when the worker should stop waiting for Redis.
     stop: Option<Arc<AtomicBool>>,
+    /// Set when the one thread this link serves no longer wants its
+    /// answers (see [`Link::with_cancel`]).
+    cancel: Option<Arc<AtomicBool>>,
     /// Time Redis has to answer a call.
     timeout: Duration,
     /// Longest an outage is waited out; `None`: until told to stop.
@@ -262,6 +265,7 @@ impl Link {
             location: location.to_string(),
             metrics: None,
             stop: None,
+            cancel: None,
             timeout,
             wait: None,
             seeds: match location {
@@ -282,6 +286,7 @@ impl Link {
             location: self.location.clone(),
             metrics: self.metrics.clone(),
             stop: self.stop.clone(),
+            cancel: None,
             timeout: self.timeout,
             wait: self.wait,
             seeds: self.seeds.clone(),
@@ -335,6 +340,15 @@ impl Link {
     /// Stops waiting out an outage once `stop` is set.
     pub fn with_stop(mut self, stop: Arc<AtomicBool>) -> Link {
         self.stop = Some(stop);
+        self
+    }
+
+    /// Also stops waiting out an outage once `cancel` is set: for a link
+    /// of a thread working ahead of another (reading the index's log),
+    /// which the other may stop wanting while Redis is away, and then
+    /// must not wait for.
+    pub fn with_cancel(mut self, cancel: Arc<AtomicBool>) -> Link {
+        self.cancel = Some(cancel);
         self
     }
 
@@ -481,9 +495,10 @@ impl Link {
 
     /// Whether the worker was told to stop.
     fn stopping(&self) -> bool {
-        self.stop
-            .as_ref()
-            .is_some_and(|s| s.load(Ordering::Relaxed))
+        [&self.stop, &self.cancel]
+            .into_iter()
+            .flatten()
+            .any(|s| s.load(Ordering::Relaxed))
     }
 
     /// Says so when Redis answers again after an outage.

@@ -83,6 +83,12 @@ const CHUNK_BYTES: usize = 4 << 20;
 /// Log entries read at a time.
 const PAGE_ENTRIES: usize = 64;
 
+/// Pages of the log a replica reads and decodes ahead of the one it
+/// applies, when the log is long: what bounds the memory reading ahead
+/// takes, while the thread that applies never waits for Redis between
+/// pages.
+const PAGES_AHEAD: usize = 1;
+
 /// How long a worker may take to write a snapshot before another may.
 const SNAPSHOT_LOCK_MS: u64 = 120_000;
 
@@ -166,6 +172,101 @@ pub(crate) struct Entry {
     batch: Vec<u8>,
 }
 
+/// Where reading the log stands, and what ends it.
+#[derive(Clone, Debug)]
+struct Cursor {
+    /// The log's key.
+    log: String,
+    /// The index's name, for errors.
+    name: String,
+    /// The `XRANGE` start of the next page.
+    start: String,
+    /// Its end (a stream id, or `+`).
+    end: String,
+    /// The entry number that continues the run read so far.
+    next: u64,
+    /// This worker and the call whose entry ends the reading.
+    own: Option<(Vec<u8>, u64)>,
+}
+
+/// One page of the log, read and decoded: the entries that continue the
+/// replica's position, up to this worker's own or a gap.
+#[derive(Debug)]
+struct Page {
+    /// Entries of the page read.
+    entries: usize,
+    /// Those that continue the position, decoded, each with whether it is
+    /// this worker's own (which ends the run).
+    run: Vec<(Batch, bool)>,
+    /// The last of the run's number and stream id.
+    last: Option<(u64, String)>,
+    /// The number of the entry found where the run's next was expected.
+    gap: Option<u64>,
+}
+
+impl Page {
+    /// Whether nothing after this page is to be read: the log's end, a
+    /// gap (the replica starts again from a snapshot), or the worker's
+    /// own entry.
+    fn ends_reading(&self) -> bool {
+        self.entries == 0 || self.gap.is_some() || self.run.last().is_some_and(|(_, mine)| *mine)
+    }
+}
+
+/// What applying a page leaves to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// Read the next page.
+    More,
+    /// The worker's own entry was applied.
+    Found,
+    /// The log was read to its end.
+    End,
+    /// The log jumps to this entry number.
+    Gap(u64),
+}
+
+/// Reads the page of the log at `cursor` and decodes its entries that
+/// continue the run (see [`Page`]); moves the cursor past them.
+fn read_page(link: &mut Link, cursor: &mut Cursor) -> Result<Page, StoreError> {
+    let reply: Value = link.retry("reading the index's log", |c, _| {
+        redis::cmd("XRANGE")
+            .arg(&cursor.log)
+            .arg(&cursor.start)
+            .arg(&cursor.end)
+            .arg("COUNT")
+            .arg(PAGE_ENTRIES)
+            .query(c)
+    })?;
+    let entries = parse_entries(reply)?;
+    let mut page = Page {
+        entries: entries.len(),
+        run: Vec::with_capacity(entries.len()),
+        last: None,
+        gap: None,
+    };
+    for entry in entries {
+        if entry.number != cursor.next {
+            page.gap = Some(entry.number);
+            break;
+        }
+        let batch = Batch::decode(&entry.batch)
+            .map_err(|e| StoreError::Refused(format!("index {:?}: {e}", cursor.name)))?;
+        let mine = cursor
+            .own
+            .as_ref()
+            .is_some_and(|(worker, call)| entry.worker == *worker && entry.call == *call);
+        page.run.push((batch, mine));
+        cursor.next += 1;
+        cursor.start = format!("({}", entry.id);
+        page.last = Some((entry.number, entry.id));
+        if mine {
+            break;
+        }
+    }
+    Ok(page)
+}
+
 /// The index of one name on one Redis (or Redis Cluster).
 pub struct RedisIndex {
     link: Link,
@@ -176,6 +277,11 @@ pub struct RedisIndex {
     /// The incarnation of the index this replica follows.
     epoch: String,
     replica: Replica,
+    /// The link a thread reads the log ahead on (see
+    /// [`RedisIndex::read_until`]), kept between reads; and what tells
+    /// that thread its pages are no longer wanted.
+    reader: Option<Link>,
+    reader_cancel: Arc<AtomicBool>,
     /// This worker's name in the log.
     worker: String,
     /// Its calls so far.
@@ -299,6 +405,8 @@ impl RedisIndex {
             config: config.clone(),
             epoch: String::new(),
             replica: Replica::new(deduper),
+            reader: None,
+            reader_cancel: Arc::new(AtomicBool::new(false)),
             worker,
             call: 0,
             token_scope: options
@@ -462,82 +570,174 @@ impl RedisIndex {
     ) -> Result<bool, StoreError> {
         let mut resyncs = 0;
         loop {
-            let start = if self.replica.applied == 0 && self.replica.applied_id == "0-0" {
-                "-".to_string()
-            } else {
-                format!("({}", self.replica.applied_id)
+            let mut cursor = Cursor {
+                log: self.keys.log.clone(),
+                name: self.name.clone(),
+                start: if self.replica.applied == 0 && self.replica.applied_id == "0-0" {
+                    "-".to_string()
+                } else {
+                    format!("({}", self.replica.applied_id)
+                },
+                end: end.to_string(),
+                next: self.replica.applied + 1,
+                own: own.map(|call| (self.worker.as_bytes().to_vec(), call)),
             };
-            let log = &self.keys.log;
-            let reply: Value = self.link.retry("reading the index's log", |c, _| {
-                redis::cmd("XRANGE")
-                    .arg(log)
-                    .arg(&start)
-                    .arg(end)
-                    .arg("COUNT")
-                    .arg(PAGE_ENTRIES)
-                    .query(c)
-            })?;
-            let entries = parse_entries(reply)?;
-            if entries.is_empty() {
-                return Ok(false);
-            }
-            // The entries that continue the replica's position, up to this
-            // worker's own, applied together (the engine counts a run of
-            // them on every thread); then a gap, if any, is dealt with.
-            let mut run: Vec<(Batch, bool)> = Vec::with_capacity(entries.len());
-            let mut next = None;
-            let mut last = None;
-            for entry in entries {
-                if entry.number != self.replica.applied + 1 + run.len() as u64 {
-                    next = Some(entry.number);
-                    break;
+            // A worker reading up to its own entry most often needs one
+            // page, and a thread would only cost it: pages are read here
+            // until one comes full. Past a full page the log is long (a
+            // worker catching up), and the rest is read ahead while each
+            // page is applied; so is the whole log when a worker starts.
+            let step = if own.is_none() {
+                self.apply_read_ahead(cursor, verdicts)?
+            } else {
+                loop {
+                    let page = read_page(&mut self.link, &mut cursor)?;
+                    let full = page.entries == PAGE_ENTRIES;
+                    match self.apply_page(page, verdicts) {
+                        Step::More if full => break self.apply_read_ahead(cursor, verdicts)?,
+                        Step::More => {}
+                        step => break step,
+                    }
                 }
-                let batch = Batch::decode(&entry.batch)
-                    .map_err(|e| StoreError::Refused(format!("index {:?}: {e}", self.name)))?;
-                let mine = own.is_some_and(|call| {
-                    entry.worker == self.worker.as_bytes() && entry.call == call
+            };
+            let number = match step {
+                Step::Found => return Ok(true),
+                Step::End | Step::More => return Ok(false),
+                Step::Gap(number) => number,
+            };
+            resyncs += 1;
+            if resyncs > 2 {
+                return Err(StoreError::Refused(format!(
+                    "the log of index {:?} jumps from entry {} to {} and no snapshot \
+                     covers the gap (were keys of it deleted or evicted?)",
+                    self.name, self.replica.applied, number
+                )));
+            }
+            if number <= self.replica.applied {
+                tracing::warn!(
+                    index = %self.name,
+                    redis = %self.link.location(),
+                    applied = self.replica.applied,
+                    found = number,
+                    "Redis lost log entries this worker had applied (it restarted and \
+                     lost its last writes): starting again from the index's snapshot"
+                );
+            }
+            self.resync()?;
+        }
+    }
+
+    /// Applies the pages after `cursor`, read and decoded on another
+    /// thread (on a link of its own) at most [`PAGES_AHEAD`] pages ahead
+    /// of the one applied, until one ends the reading. The pages come in
+    /// the order they were read, each decoded as [`read_page`] here would,
+    /// so what is applied is what reading page by page applies. An error
+    /// reading ahead stops the applying where it stands, as it would here.
+    ///
+    /// A thread that cannot be started (the process is out of threads or
+    /// memory) is said on stderr, and the pages are read here instead.
+    fn apply_read_ahead(
+        &mut self,
+        cursor: Cursor,
+        verdicts: &mut Vec<Verdict>,
+    ) -> Result<Step, StoreError> {
+        let cancel = Arc::clone(&self.reader_cancel);
+        cancel.store(false, Ordering::Relaxed);
+        let mut link = self.reader.take().unwrap_or_else(|| {
+            self.link
+                .another()
+                .with_cancel(Arc::clone(&self.reader_cancel))
+        });
+        let (pages, ahead) = std::sync::mpsc::sync_channel(PAGES_AHEAD);
+        std::thread::scope(|scope| {
+            let mut ahead_of = cursor.clone();
+            let spawned = std::thread::Builder::new()
+                .name("log-reader".into())
+                .spawn_scoped(scope, move || {
+                    let cursor = &mut ahead_of;
+                    loop {
+                        let page = read_page(&mut link, cursor);
+                        let last = page.as_ref().map_or(true, Page::ends_reading);
+                        if pages.send(page).is_err() || last {
+                            return link;
+                        }
+                    }
                 });
-                run.push((batch, mine));
-                last = Some((entry.number, entry.id));
-                if mine {
-                    break;
-                }
-            }
-            let refs: Vec<(&Batch, bool)> =
-                run.iter().map(|(batch, mine)| (batch, *mine)).collect();
-            self.replica.apply_entries(&refs, verdicts);
-            let messages: u64 = run.iter().map(|(batch, _)| batch.len() as u64).sum();
-            self.since_snapshot += messages;
-            if let Some((number, id)) = last {
-                self.replica.applied = number;
-                self.replica.applied_id = id;
-            }
-            if let Some((own, true)) = run.last() {
-                self.count(|m| &m.log_applied, messages - own.len() as u64);
-                return Ok(true);
-            }
-            self.count(|m| &m.log_applied, messages);
-            if let Some(number) = next {
-                resyncs += 1;
-                if resyncs > 2 {
-                    return Err(StoreError::Refused(format!(
-                        "the log of index {:?} jumps from entry {} to {} and no snapshot \
-                         covers the gap (were keys of it deleted or evicted?)",
-                        self.name, self.replica.applied, number
-                    )));
-                }
-                if number <= self.replica.applied {
+            let reader = match spawned {
+                Ok(reader) => reader,
+                Err(e) => {
                     tracing::warn!(
                         index = %self.name,
-                        redis = %self.link.location(),
-                        applied = self.replica.applied,
-                        found = number,
-                        "Redis lost log entries this worker had applied (it restarted and \
-                         lost its last writes): starting again from the index's snapshot"
+                        error = %e,
+                        "cannot start a thread to read the index's log ahead: reading it on this one"
                     );
+                    return self.apply_in_turn(cursor, verdicts);
                 }
-                self.resync()?;
+            };
+            let result = loop {
+                // The reader sends the page that ends the reading before it
+                // returns, and returns on an error after sending it: a
+                // closed channel means it panicked, which join reports.
+                let Ok(page) = ahead.recv() else {
+                    break Ok(Step::End);
+                };
+                match page.map(|page| self.apply_page(page, verdicts)) {
+                    Ok(Step::More) => {}
+                    other => break other,
+                };
+            };
+            // A reader still waiting out an outage of Redis, ahead of a
+            // step that ended the reading, is not waited for.
+            cancel.store(true, Ordering::Relaxed);
+            drop(ahead);
+            match reader.join() {
+                Ok(link) => self.reader = Some(link),
+                Err(panic) => std::panic::resume_unwind(panic),
             }
+            result
+        })
+    }
+
+    /// Applies the pages after `cursor`, each read on this thread, until
+    /// one ends the reading.
+    fn apply_in_turn(
+        &mut self,
+        mut cursor: Cursor,
+        verdicts: &mut Vec<Verdict>,
+    ) -> Result<Step, StoreError> {
+        loop {
+            let page = read_page(&mut self.link, &mut cursor)?;
+            match self.apply_page(page, verdicts) {
+                Step::More => {}
+                step => return Ok(step),
+            }
+        }
+    }
+
+    /// Applies one page's entries (see [`read_page`]) and moves the
+    /// replica's position past them.
+    fn apply_page(&mut self, page: Page, verdicts: &mut Vec<Verdict>) -> Step {
+        let refs: Vec<(&Batch, bool)> = page
+            .run
+            .iter()
+            .map(|(batch, mine)| (batch, *mine))
+            .collect();
+        self.replica.apply_entries(&refs, verdicts);
+        let messages: u64 = page.run.iter().map(|(batch, _)| batch.len() as u64).sum();
+        self.since_snapshot += messages;
+        if let Some((number, id)) = page.last {
+            self.replica.applied = number;
+            self.replica.applied_id = id;
+        }
+        if let Some((own, true)) = page.run.last() {
+            self.count(|m| &m.log_applied, messages - own.len() as u64);
+            return Step::Found;
+        }
+        self.count(|m| &m.log_applied, messages);
+        match page.gap {
+            Some(number) => Step::Gap(number),
+            None if page.entries == 0 => Step::End,
+            None => Step::More,
         }
     }
 

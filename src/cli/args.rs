@@ -124,6 +124,38 @@ pub enum ShellArg {
     Powershell,
 }
 
+/// The index's name in Redis and how calls to Redis are waited for: the
+/// same for the filter, `serve` and `consume` (whose streams are in Redis
+/// too).
+#[derive(Debug, Args)]
+pub struct RedisArgs {
+    /// Name of the index in Redis: the prefix and hash tag of its keys, so
+    /// that several indexes share one Redis.
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_INDEX_NAME)]
+    pub index_name: String,
+
+    /// How long a call may wait for Redis's answer before the connection
+    /// is taken for dead, made again, and the call repeated (safely: Redis
+    /// remembers what it answered). Units: ms, s, m.
+    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
+    pub redis_timeout: Duration,
+
+    /// How long an outage of Redis is waited out (the input held, calls
+    /// retried; a worker's unacknowledged entries stay pending) before the
+    /// run stops with an error; `forever` waits until Redis is back or a
+    /// signal comes. Units: ms, s, m. A host name that does not resolve, a
+    /// refused password, or a cluster location that is not a cluster stop
+    /// the run at once.
+    #[arg(long, default_value = "forever", value_name = "DURATION|forever", value_parser = parse_wait)]
+    pub redis_wait: Wait,
+
+    /// With the index in Redis: messages logged between two snapshots of
+    /// the index stored there (the log is trimmed behind them). Default:
+    /// half the capacity.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub log_snapshot_every: Option<u64>,
+}
+
 /// Where the index lives.
 #[derive(Debug, Args)]
 pub struct IndexArgs {
@@ -133,30 +165,9 @@ pub struct IndexArgs {
     #[arg(long, value_name = "URL", default_value = "memory", value_parser = LocationParser)]
     pub index: IndexLocation,
 
-    /// Name of the index in Redis: the prefix and hash tag of its keys, so
-    /// that several indexes share one Redis.
-    #[arg(long, value_name = "NAME", default_value = DEFAULT_INDEX_NAME)]
-    pub index_name: String,
-
-    /// With the index in Redis: how long a call may wait for Redis's answer
-    /// before the connection is taken for dead, made again, and the call
-    /// repeated (safely: Redis remembers what it answered). Units: ms, s, m.
-    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
-    pub redis_timeout: Duration,
-
-    /// With the index in Redis: how long an outage of Redis is waited out
-    /// (the input held, calls retried) before the run stops with an error;
-    /// `forever` waits until Redis is back or a signal comes. Units: ms, s,
-    /// m. A host name that does not resolve, a refused password, or a
-    /// cluster location that is not a cluster stop the run at once.
-    #[arg(long, default_value = "forever", value_name = "DURATION|forever", value_parser = parse_wait)]
-    pub redis_wait: Wait,
-
-    /// With the index in Redis: messages logged between two snapshots of
-    /// the index stored there (the log is trimmed behind them). Default:
-    /// half the capacity.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub log_snapshot_every: Option<u64>,
+    /// The index's name in Redis, and how calls to Redis are waited for.
+    #[command(flatten)]
+    pub in_redis: RedisArgs,
 
     /// With the index in memory: the most memory it may hold (its entries,
     /// shingle sets and postings), in bytes or with a unit, K, M or G
@@ -367,25 +378,9 @@ pub struct ConsumeArgs {
     #[arg(long, value_name = "URL", value_parser = LocationParser)]
     pub index: Option<IndexLocation>,
 
-    /// Name of the index in Redis.
-    #[arg(long, value_name = "NAME", default_value = DEFAULT_INDEX_NAME)]
-    pub index_name: String,
-
-    /// How long a call may wait for Redis's answer before the connection is
-    /// taken for dead, made again, and the call repeated. Units: ms, s, m.
-    #[arg(long, default_value = "30s", value_name = "DURATION", value_parser = parse_duration)]
-    pub redis_timeout: Duration,
-
-    /// How long an outage of Redis is waited out before the worker stops
-    /// with an error (its unacknowledged entries stay pending); `forever`
-    /// waits until Redis is back or a signal comes.
-    #[arg(long, default_value = "forever", value_name = "DURATION|forever", value_parser = parse_wait)]
-    pub redis_wait: Wait,
-
-    /// Messages logged between two snapshots of the index in Redis.
-    /// Default: half the capacity.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub log_snapshot_every: Option<u64>,
+    /// The index's name in Redis, and how calls to Redis are waited for.
+    #[command(flatten)]
+    pub in_redis: RedisArgs,
 
     /// Serve GET /healthz and GET /metrics (Prometheus) over HTTP on
     /// IP:PORT.

@@ -312,7 +312,7 @@ pub fn filter(args: &FilterArgs) -> Exit {
             options.threads = Some(run.pipeline_config.threads);
             let store = match crate::cli::scale::open_index(
                 location,
-                &args.index.index_name,
+                &args.index.in_redis.index_name,
                 &config,
                 options,
             ) {

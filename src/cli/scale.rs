@@ -16,7 +16,7 @@ use dedup_stream::state::{output, snapshot};
 use dedup_stream::{Deduper, EngineConfig, Error, StoreError};
 
 use crate::cli::args::{
-    ConsumeArgs, ForgetArgs, IndexAction, IndexAdminArgs, IndexArgs, StateArgs,
+    ConsumeArgs, ForgetArgs, IndexAction, IndexAdminArgs, IndexArgs, RedisArgs, StateArgs,
 };
 use crate::{Exit, load_state, runtime, stop_on_signal, usage};
 
@@ -51,13 +51,24 @@ pub fn index_options(
     stop: &Arc<AtomicBool>,
     metrics: &Arc<Metrics>,
 ) -> RedisOptions {
+    redis_options(&index.in_redis, stop, metrics, None)
+}
+
+/// The options of an index in Redis, from the options every mode takes
+/// for it; `token_scope`: a queue worker's (see [`RedisOptions`]).
+fn redis_options(
+    in_redis: &RedisArgs,
+    stop: &Arc<AtomicBool>,
+    metrics: &Arc<Metrics>,
+    token_scope: Option<String>,
+) -> RedisOptions {
     RedisOptions {
         metrics: Some(Arc::clone(metrics)),
         stop: Some(Arc::clone(stop)),
-        token_scope: None,
-        timeout: Some(index.redis_timeout),
-        wait: index.redis_wait.0,
-        snapshot_every: index.log_snapshot_every,
+        token_scope,
+        timeout: Some(in_redis.redis_timeout),
+        wait: in_redis.redis_wait.0,
+        snapshot_every: in_redis.log_snapshot_every,
         threads: None,
     }
 }
@@ -153,9 +164,9 @@ pub fn consume(args: &ConsumeArgs) -> Exit {
         Ok(worker) => worker,
         Err(exit) => return exit,
     };
-    let mut link = match Link::new(&streams, args.redis_timeout) {
+    let mut link = match Link::new(&streams, args.in_redis.redis_timeout) {
         Ok(link) => link
-            .with_wait(args.redis_wait.0)
+            .with_wait(args.in_redis.redis_wait.0)
             .with_metrics(Arc::clone(&worker.metrics))
             .with_stop(Arc::clone(&worker.stop)),
         Err(e) => return usage(e),
@@ -313,16 +324,8 @@ impl Worker {
         location: &IndexLocation,
         scope: String,
     ) -> Result<RedisIndex, Exit> {
-        let options = RedisOptions {
-            metrics: Some(Arc::clone(&self.metrics)),
-            stop: Some(Arc::clone(&self.stop)),
-            token_scope: Some(scope),
-            timeout: Some(args.redis_timeout),
-            wait: args.redis_wait.0,
-            snapshot_every: args.log_snapshot_every,
-            threads: None,
-        };
-        open_index(location, &args.index_name, &self.engine, options)
+        let options = redis_options(&args.in_redis, &self.stop, &self.metrics, Some(scope));
+        open_index(location, &args.in_redis.index_name, &self.engine, options)
     }
 
     /// The index in memory, from `--state` if given, in a memo (a message
@@ -705,10 +708,11 @@ fn forget(args: &ForgetArgs) -> Exit {
             let metrics = Arc::new(Metrics::default());
             let stop = Arc::new(AtomicBool::new(false));
             let options = index_options(&args.index, &stop, &metrics);
-            let mut store = match open_index(location, &args.index.index_name, &engine, options) {
-                Ok(store) => store,
-                Err(exit) => return exit,
-            };
+            let mut store =
+                match open_index(location, &args.index.in_redis.index_name, &engine, options) {
+                    Ok(store) => store,
+                    Err(exit) => return exit,
+                };
             match dedup_stream::forget::forget(input, max_line, &decoder, &mut store, report) {
                 Ok(done) => done,
                 Err(e) => {

@@ -60,7 +60,7 @@ pub fn serve(args: &ServeArgs) -> Exit {
             let options = crate::cli::scale::index_options(&args.index, &stop, &metrics);
             let store = match crate::cli::scale::open_index(
                 location,
-                &args.index.index_name,
+                &args.index.in_redis.index_name,
                 &engine,
                 options,
             ) {

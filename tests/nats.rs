@@ -611,6 +611,7 @@ fn workers_started_together_all_set_up_the_streams_and_consumer_they_share() {
             fields: Default::default(),
             batch: 4,
             in_flight: 2,
+            prepare_threads: 0,
             relay: false,
             max_line_bytes: Some(1 << 20),
             ack_wait: Duration::from_secs(2),

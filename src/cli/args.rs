@@ -367,6 +367,13 @@ pub struct ConsumeArgs {
     #[arg(long, default_value_t = queue::DEFAULT_IN_FLIGHT, value_name = "N")]
     pub in_flight: usize,
 
+    /// Threads that parse and sketch the batches read while the worker
+    /// decides, writes and acknowledges on one more; with 1, one thread
+    /// does all. Default (and 0): the number of CPUs. The output does not
+    /// depend on it.
+    #[arg(long, value_name = "N", value_parser = parse_threads_arg)]
+    pub threads: Option<Threads>,
+
     /// Benchmarks only: pass every message on untagged, deciding nothing,
     /// with the same client, batching and acknowledgements (the broker's
     /// own limit).
@@ -1408,9 +1415,20 @@ impl ConsumeArgs {
             forget_idle_consumers: self.forget_idle_consumers,
             batch: self.batch.max(1),
             in_flight: self.in_flight.max(1),
+            prepare_threads: self.prepare_threads(),
             relay: self.relay,
             max_line_bytes: self.message.max_line_bytes(),
         })
+    }
+
+    /// Threads that prepare the batches read (`--threads`): none with 1
+    /// (the worker's own thread prepares).
+    fn prepare_threads(&self) -> usize {
+        let threads = self.threads.and_then(|t| t.0);
+        match threads.unwrap_or(PipelineConfig::default().threads).get() {
+            1 => 0,
+            threads => threads,
+        }
     }
 
     /// With --nats: the server and the worker's config.
@@ -1446,6 +1464,7 @@ impl ConsumeArgs {
             fields: self.message.fields().map_err(|e| e.to_string())?,
             batch: self.batch.max(1),
             in_flight: self.in_flight.max(1),
+            prepare_threads: self.prepare_threads(),
             relay: self.relay,
             max_line_bytes: self.message.max_line_bytes_given,
             ack_wait: self.ack_wait.max(Duration::from_secs(1)),
@@ -1486,6 +1505,7 @@ impl ConsumeArgs {
             fields: self.message.fields().map_err(|e| e.to_string())?,
             batch: self.batch.max(1),
             in_flight: self.in_flight.max(1),
+            prepare_threads: self.prepare_threads(),
             relay: self.relay,
             max_line_bytes: self.message.max_line_bytes_given,
         };

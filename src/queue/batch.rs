@@ -1,7 +1,8 @@
 //! What every queue worker (Redis Streams, NATS JetStream, Kafka) does to a
-//! batch it has read: its payloads made lines as the filter reads them, one
-//! call to the index store for the batch, and each payload's outcome with
-//! its verdict counted. Only how a worker reads, publishes and acknowledges
+//! batch it has read: its payloads made lines as the filter reads them
+//! ([`Lines`]), decoded and sketched on any thread ([`prepare`]), one call
+//! to the index store for the batch ([`decide`]), and each payload's
+//! outcome with its verdict counted. Only how a worker reads, publishes and acknowledges
 //! is its own.
 
 use std::sync::atomic::Ordering;
@@ -107,40 +108,69 @@ impl DecidedBatch {
     }
 }
 
-/// Prepares `payloads` as the filter prepares lines (a leading byte-order
-/// mark skipped, one over `max_line_bytes` refused unread) and decides
-/// their messages in one call to `store`, each under its redelivery token
-/// (`tokens`, one per payload). Counts the verdicts in `metrics` and
-/// returns them counted.
+/// A fetched batch's payloads made lines, as the filter reads them, for
+/// [`prepare`] (on any thread: it owns its bytes).
+#[derive(Debug)]
+pub struct Lines {
+    raw: RawBatch,
+    /// Each payload's line in `raw`; `None`: it had none.
+    items: Vec<Option<usize>>,
+}
+
+impl Lines {
+    /// Copies `payloads` into lines as the filter reads them: a leading
+    /// byte-order mark skipped, one over `max_line_bytes` refused unread.
+    pub fn new(payloads: &[Option<&[u8]>], max_line_bytes: usize) -> Lines {
+        let mut raw = RawBatch::default();
+        let mut items = Vec::with_capacity(payloads.len());
+        for payload in payloads {
+            items.push(payload.map(|payload| {
+                let number = raw.len() as u64 + 1;
+                // Some producers write a byte-order mark in every message.
+                let payload = payload.strip_prefix(BOM).unwrap_or(payload);
+                if payload.len() > max_line_bytes {
+                    raw.lines.push(RawLine::TooLong {
+                        number,
+                        max: max_line_bytes,
+                    });
+                } else {
+                    raw.push_line(number, payload);
+                }
+                raw.len() - 1
+            }));
+        }
+        Lines { raw, items }
+    }
+}
+
+/// A batch decoded and sketched, not yet decided.
+#[derive(Debug)]
+pub struct Prepared {
+    prepared: PreparedBatch,
+    items: Vec<Option<usize>>,
+}
+
+/// Decodes and sketches a batch's lines (pure work, any thread).
+pub fn prepare((preparer, decoder): (&Preparer, &Decoder), lines: Lines) -> Prepared {
+    Prepared {
+        prepared: batch::prepare(preparer, decoder, lines.raw, None),
+        items: lines.items,
+    }
+}
+
+/// Decides a prepared batch's messages in one call to `store`, each under
+/// its redelivery token (`tokens`, one per payload, in the order given to
+/// [`Lines::new`]). Counts the verdicts in `metrics` and returns them
+/// counted.
 pub fn decide<S: IndexStore + ?Sized>(
-    (preparer, decoder): (&Preparer, &Decoder),
     store: &mut S,
-    payloads: &[Option<&[u8]>],
+    prepared: Prepared,
     tokens: &[&[u8]],
-    max_line_bytes: usize,
     metrics: &Metrics,
 ) -> Result<(DecidedBatch, Tally), StoreError> {
-    let mut raw = RawBatch::default();
-    let mut items = Vec::with_capacity(payloads.len());
-    for payload in payloads {
-        items.push(payload.map(|payload| {
-            let number = raw.len() as u64 + 1;
-            // Some producers write a byte-order mark in every message.
-            let payload = payload.strip_prefix(BOM).unwrap_or(payload);
-            if payload.len() > max_line_bytes {
-                raw.lines.push(RawLine::TooLong {
-                    number,
-                    max: max_line_bytes,
-                });
-            } else {
-                raw.push_line(number, payload);
-            }
-            raw.len() - 1
-        }));
-    }
-    let prepared = batch::prepare(preparer, decoder, raw, None);
-    let mut asks = Vec::with_capacity(payloads.len());
-    let mut places = Vec::with_capacity(payloads.len());
+    let Prepared { prepared, items } = prepared;
+    let mut asks = Vec::with_capacity(items.len());
+    let mut places = Vec::with_capacity(items.len());
     for (item, token) in items.iter().zip(tokens) {
         places.push(match item.map(|item| (item, &prepared.items[item])) {
             None => Place::Missing,
@@ -241,15 +271,8 @@ mod tests {
             Some(br#"{"delete":{"status":{"id":1,"id_str":"1"}}}"#),
         ];
         let tokens: Vec<&[u8]> = vec![b"a", b"b", b"c", b"d", b"e", b"f"];
-        let (decided, tally) = decide(
-            (&preparer, &decoder),
-            &mut deduper,
-            &payloads,
-            &tokens,
-            200,
-            &metrics,
-        )
-        .unwrap();
+        let prepared = prepare((&preparer, &decoder), Lines::new(&payloads, 200));
+        let (decided, tally) = decide(&mut deduper, prepared, &tokens, &metrics).unwrap();
         assert!(matches!(
             decided.payload(0),
             Payload::Message(_, Verdict::New)

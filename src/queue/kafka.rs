@@ -193,6 +193,9 @@ pub struct KafkaConfig {
     pub batch: usize,
     /// Batches produced and not yet committed, at most (`--in-flight`).
     pub in_flight: usize,
+    /// Threads that prepare the batches fetched (`--threads`): see
+    /// [`queue::Settings::prepare_threads`].
+    pub prepare_threads: usize,
     /// Pass every record on as it came, deciding nothing (the benchmarks'
     /// relay, `--relay`): see [`queue::Settings::relay`].
     pub relay: bool,
@@ -769,6 +772,7 @@ pub fn run<S: IndexStore + ?Sized>(
         max_line_bytes,
         idle_wait: IDLE_WAIT,
         relay: config.relay,
+        prepare_threads: config.prepare_threads,
     };
     let done = AtomicBool::new(false);
     let result = std::thread::scope(|scope| {

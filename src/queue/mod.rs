@@ -3,19 +3,23 @@
 //! an [`Adapter`].
 //!
 //! ```text
-//!  fetch ──▶ decide (one store call) ──▶ publish ──┐   up to --in-flight batches
-//!    ▲                                             ▼   published, not yet stored
-//!    └─────────── acknowledge, oldest first ◀── stored?
+//!  fetch ──▶ prepare ──▶ decide (one store call) ──▶ publish ──┐   up to --in-flight batches
+//!    ▲      (--threads)                                        ▼   fetched, not yet acknowledged
+//!    └───────────────── acknowledge, oldest first ◀──────── stored?
 //! ```
 //!
-//! The runtime fetches a batch, prepares and decides it in one call to the
-//! store ([`batch::decide`], so the store has one owner and batches
-//! are decided in the order they were fetched), and hands the outputs to
-//! the broker without waiting for them to be stored. It then fetches the
-//! next batch while the broker stores the earlier ones. Once `in_flight`
-//! batches are published and unacknowledged (or when nothing new comes),
-//! it waits for the *oldest* batch's outputs to be stored and only then
-//! acknowledges that batch's inputs. So:
+//! The runtime fetches a batch and hands it to the preparation threads
+//! ([`preparing`]: decoding and sketching, the engine's pure work, as the
+//! filter spreads it over every core), then fetches the next while they
+//! work. It takes the batches back prepared in the order fetched, decides
+//! each in one call to the store ([`batch::decide`], so the store has one
+//! owner and batches are decided in the order they were fetched), and
+//! hands the outputs to the broker without waiting for them to be stored.
+//! It goes on fetching while the broker stores the earlier ones. Once
+//! `in_flight` batches are held (preparing, or published and
+//! unacknowledged), or when nothing new comes, it waits for the *oldest*
+//! batch's outputs to be stored and only then acknowledges that batch's
+//! inputs. So:
 //!
 //! - inputs are acknowledged in the order they were fetched, each only
 //!   after its own outputs and those of every batch before it are stored:
@@ -26,7 +30,9 @@
 //!   and answered from the memo (or the index's repeat rule), so their
 //!   outputs are the first ones byte for byte;
 //! - `in_flight = 1` is the stop-and-wait of before: each batch is stored
-//!   and acknowledged before the next is fetched.
+//!   and acknowledged before the next is fetched;
+//! - the outputs do not depend on the number of preparation threads, only
+//!   how far ahead batches are fetched does.
 //!
 //! Acknowledgements may complete later (Kafka commits asynchronously):
 //! [`Adapter::settled`] reports them, and only then are their tokens
@@ -38,7 +44,8 @@
 //! The folder holds the runtime and one file per broker:
 //! [`redis_streams`] (`consume --redis`), [`nats`] (`consume --nats`) and
 //! [`kafka`] (`consume --kafka`), with what they share: [`batch`] (a
-//! fetched batch made lines, decided, each payload's outcome) and
+//! fetched batch made lines, prepared, decided, each payload's outcome),
+//! [`preparing`] (the preparation threads) and
 //! [`broker`] (size limits and outage reports at the broker's door). It
 //! may import every layer below it (the engine, the wire format, the state
 //! files, the pipeline's pieces, the index in Redis, the metrics); only the
@@ -50,6 +57,7 @@ pub mod kafka;
 pub mod kafka_group;
 mod memo;
 pub mod nats;
+pub mod preparing;
 pub mod redis_streams;
 
 use std::collections::VecDeque;
@@ -60,7 +68,8 @@ use crate::engine::{IndexStore, Preparer};
 use crate::error::StoreError;
 use crate::metrics::Metrics;
 use crate::wire::record::Decoder;
-use batch::{DecidedBatch, Tally};
+use batch::{DecidedBatch, Lines, Tally};
+use preparing::Preparers;
 
 pub use memo::Memo;
 
@@ -147,6 +156,9 @@ pub struct Settings {
     /// on as they came. The benchmarks' relay: the broker's own limit with
     /// this client, batching and ordering, without the engine.
     pub relay: bool,
+    /// Threads that decode and sketch the batches fetched while this one
+    /// decides, publishes and acknowledges; 0: this one does it all.
+    pub prepare_threads: usize,
 }
 
 /// What the runtime did.
@@ -180,9 +192,9 @@ struct Flight<A: Adapter> {
 }
 
 /// Runs a worker until `stop` is set (then finishes what is in flight) or
-/// an error: fetches, decides and publishes batch after batch with up to
-/// `settings.in_flight` of them awaiting storage, and acknowledges each in
-/// order once stored.
+/// an error: fetches, prepares (on `settings.prepare_threads` threads),
+/// decides and publishes batch after batch with up to `settings.in_flight`
+/// of them held, and acknowledges each in order once stored.
 pub fn run<A: Adapter, S: IndexStore + ?Sized>(
     adapter: &mut A,
     engine: Engine<'_, S>,
@@ -190,32 +202,52 @@ pub fn run<A: Adapter, S: IndexStore + ?Sized>(
     stop: &AtomicBool,
     metrics: &Metrics,
 ) -> Result<Counts, A::Error> {
-    let mut runtime = Runtime {
-        adapter,
-        engine,
-        settings: Settings {
-            in_flight: settings.in_flight.max(1),
-            batch: settings.batch.max(1),
-            ..settings
-        },
-        metrics,
-        flight: VecDeque::new(),
-        counts: Counts::default(),
-    };
-    runtime.pump(stop)?;
-    // Stopping: every batch in flight is stored and acknowledged first.
-    while !runtime.flight.is_empty() {
-        runtime.retire()?;
-    }
-    runtime.adapter.finish()?;
-    runtime.settle();
-    Ok(runtime.counts)
+    let Engine {
+        preparer,
+        decoder,
+        store,
+    } = engine;
+    std::thread::scope(|scope| {
+        let threads = if settings.relay {
+            0
+        } else {
+            settings.prepare_threads
+        };
+        let mut runtime = Runtime {
+            adapter,
+            store,
+            preparers: Preparers::start(scope, threads, preparer, decoder),
+            preparing: VecDeque::new(),
+            settings: Settings {
+                in_flight: settings.in_flight.max(1),
+                batch: settings.batch.max(1),
+                ..settings
+            },
+            metrics,
+            flight: VecDeque::new(),
+            counts: Counts::default(),
+        };
+        runtime.pump(stop)?;
+        // Stopping: every batch fetched is decided, published, stored and
+        // acknowledged first.
+        while runtime.publish_next(true)? {}
+        while !runtime.flight.is_empty() {
+            runtime.retire()?;
+        }
+        runtime.adapter.finish()?;
+        runtime.settle();
+        Ok(runtime.counts)
+    })
 }
 
 /// The runtime's state.
-struct Runtime<'r, 'e, A: Adapter, S: ?Sized> {
+struct Runtime<'r, 's, A: Adapter, S: ?Sized> {
     adapter: &'r mut A,
-    engine: Engine<'e, S>,
+    store: &'r mut S,
+    /// The threads that prepare what is fetched.
+    preparers: Preparers<'s>,
+    /// Inputs of the batches given to `preparers`, in the order given.
+    preparing: VecDeque<Vec<A::Input>>,
     settings: Settings,
     metrics: &'r Metrics,
     flight: VecDeque<Flight<A>>,
@@ -223,10 +255,13 @@ struct Runtime<'r, 'e, A: Adapter, S: ?Sized> {
 }
 
 impl<A: Adapter, S: IndexStore + ?Sized> Runtime<'_, '_, A, S> {
-    /// Fetches, decides and publishes until `stop` is set.
+    /// Fetches, prepares, decides and publishes until `stop` is set.
     fn pump(&mut self, stop: &AtomicBool) -> Result<(), A::Error> {
         let started = Instant::now();
         let mut last_report = Instant::now();
+        // Batches prepared ahead of the one to decide: one a thread keeps
+        // every thread busy.
+        let ahead = self.preparers.threads().max(1);
         while !stop.load(Ordering::Relaxed) {
             if last_report.elapsed() >= PROGRESS_EVERY {
                 last_report = Instant::now();
@@ -235,16 +270,30 @@ impl<A: Adapter, S: IndexStore + ?Sized> Runtime<'_, '_, A, S> {
                     read = c.read,
                     per_second = (c.read as f64 / started.elapsed().as_secs_f64()).round(),
                     acknowledged = c.acknowledged,
-                    in_flight = self.flight.len(),
+                    in_flight = self.flight.len() + self.preparing.len(),
                     "consuming"
                 );
             }
-            while self.flight.len() >= self.settings.in_flight {
-                self.retire()?;
+            // What is prepared already is decided and published, in order.
+            while self.publish_next(false)? {}
+            // A batch fetched is held until acknowledged, prepared or not.
+            let held = self.preparing.len() + self.flight.len();
+            if held >= self.settings.in_flight {
+                // No room: the oldest batch moves on.
+                if self.flight.is_empty() {
+                    self.publish_next(true)?;
+                } else {
+                    self.retire()?;
+                }
+                continue;
             }
-            // With batches in flight, only what is ready now: waiting for
-            // more would hold their acknowledgements back.
-            let wait = if self.flight.is_empty() {
+            if self.preparing.len() >= ahead {
+                self.publish_next(true)?;
+                continue;
+            }
+            // With batches held, only what is ready now: waiting for more
+            // would hold their acknowledgements back.
+            let wait = if held == 0 {
                 self.settings.idle_wait
             } else {
                 Duration::ZERO
@@ -252,40 +301,58 @@ impl<A: Adapter, S: IndexStore + ?Sized> Runtime<'_, '_, A, S> {
             let inputs = self.adapter.fetch(self.settings.batch, wait)?;
             self.settle();
             if inputs.is_empty() {
-                if !self.flight.is_empty() {
+                if !self.publish_next(true)? && !self.flight.is_empty() {
                     self.retire()?;
                 }
                 continue;
             }
-            self.decide_and_publish(inputs)?;
+            self.fetched(inputs)?;
         }
         Ok(())
     }
 
-    /// Decides a batch in one store call and hands its outputs to the
-    /// broker.
-    fn decide_and_publish(&mut self, inputs: Vec<A::Input>) -> Result<(), A::Error> {
+    /// Counts a batch fetched and hands it to the preparation threads (a
+    /// relay publishes it at once, undecided).
+    fn fetched(&mut self, inputs: Vec<A::Input>) -> Result<(), A::Error> {
         let n = inputs.len() as u64;
         self.counts.read += n;
         self.metrics.queue_read.fetch_add(n, Ordering::Relaxed);
+        if self.settings.relay {
+            let pending = self.adapter.publish(&inputs, &DecidedBatch::undecided())?;
+            self.flight.push_back(Flight { inputs, pending });
+            return Ok(());
+        }
         let payloads: Vec<Option<&[u8]>> = inputs.iter().map(Input::payload).collect();
-        let tokens: Vec<&[u8]> = inputs.iter().map(Input::token).collect();
-        let (decided, tally) = if self.settings.relay {
-            (DecidedBatch::undecided(), Tally::default())
+        self.preparers
+            .give(Lines::new(&payloads, self.settings.max_line_bytes));
+        drop(payloads);
+        self.preparing.push_back(inputs);
+        Ok(())
+    }
+
+    /// Decides the oldest batch given to the preparation threads in one
+    /// store call and hands its outputs to the broker; `wait`: until it is
+    /// prepared, else only if it is already. False: none was.
+    fn publish_next(&mut self, wait: bool) -> Result<bool, A::Error> {
+        let prepared = if wait {
+            self.preparers.take()
         } else {
-            batch::decide(
-                (self.engine.preparer, self.engine.decoder),
-                &mut *self.engine.store,
-                &payloads,
-                &tokens,
-                self.settings.max_line_bytes,
-                self.metrics,
-            )?
+            self.preparers.try_take()
         };
+        let Some(prepared) = prepared else {
+            return Ok(false);
+        };
+        let inputs = self
+            .preparing
+            .pop_front()
+            .expect("the inputs of every batch given to prepare");
+        let tokens: Vec<&[u8]> = inputs.iter().map(Input::token).collect();
+        let (decided, tally) = batch::decide(&mut *self.store, prepared, &tokens, self.metrics)?;
+        drop(tokens);
         self.counts.verdicts.add(tally);
         let pending = self.adapter.publish(&inputs, &decided)?;
         self.flight.push_back(Flight { inputs, pending });
-        Ok(())
+        Ok(true)
     }
 
     /// Waits for the oldest batch's outputs to be stored, then
@@ -311,7 +378,7 @@ impl<A: Adapter, S: IndexStore + ?Sized> Runtime<'_, '_, A, S> {
             self.counts.acknowledged += n;
             self.metrics.queue_acked.fetch_add(n, Ordering::Relaxed);
             let tokens: Vec<&[u8]> = settled.acknowledged.iter().map(Vec::as_slice).collect();
-            self.engine.store.forget(&tokens);
+            self.store.forget(&tokens);
         }
         self.counts.unacknowledged += settled.failed;
     }
@@ -440,10 +507,21 @@ mod tests {
     /// The outputs a run published: (batch, tagged bytes).
     type Outputs = Vec<(u64, Vec<u8>)>;
 
-    /// Runs `batches` batches of 3 through the runtime at `in_flight`.
+    /// Runs `batches` batches of 3 through the runtime at `in_flight`,
+    /// prepared on the runtime's thread.
     fn run_double(
         batches: u64,
         in_flight: usize,
+        fail_at: Option<u64>,
+    ) -> (Result<Counts, StoreError>, Vec<Event>, Outputs) {
+        run_double_on(batches, in_flight, 0, fail_at)
+    }
+
+    /// The same, prepared on `threads` threads.
+    fn run_double_on(
+        batches: u64,
+        in_flight: usize,
+        threads: usize,
         fail_at: Option<u64>,
     ) -> (Result<Counts, StoreError>, Vec<Event>, Outputs) {
         let mut deduper = Deduper::new(EngineConfig::default()).unwrap();
@@ -468,6 +546,7 @@ mod tests {
             max_line_bytes: 1 << 20,
             idle_wait: Duration::ZERO,
             relay: false,
+            prepare_threads: threads,
         };
         let engine = Engine {
             preparer: &preparer,
@@ -562,5 +641,62 @@ mod tests {
         let (_, _, four) = run_double(6, 4, None);
         assert_eq!(one, four);
         assert_eq!(one.len(), 18);
+    }
+
+    #[test]
+    fn preparing_on_threads_changes_nothing_but_when_batches_are_fetched() {
+        let (_, alone_events, alone) = run_double(12, 4, None);
+        for threads in [1, 2, 3] {
+            let (result, events, outputs) = run_double_on(12, 4, threads, None);
+            let counts = result.unwrap();
+            assert_eq!((counts.read, counts.acknowledged), (36, 36));
+            assert_eq!(outputs, alone, "{threads} threads");
+            assert_acknowledged_in_order_after_storage(&events);
+            let published: Vec<u64> = events
+                .iter()
+                .filter_map(|e| match e {
+                    Event::Published(b) => Some(*b),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(published, (0..12).collect::<Vec<_>>());
+            // Batches fetched and preparing count against the depth: never
+            // more than 4 published and unacknowledged.
+            let mut open = 0i64;
+            for event in &events {
+                match event {
+                    Event::Published(_) => open += 1,
+                    Event::Acknowledged(_) => open -= 1,
+                    Event::Stored(_) => {}
+                }
+                assert!(open <= 4, "{events:?}");
+            }
+        }
+        assert_eq!(alone.len(), 36);
+        assert_eq!(alone_events.len(), 36);
+    }
+
+    #[test]
+    fn one_in_flight_stays_stop_and_wait_with_preparation_threads() {
+        let (result, events, _) = run_double_on(3, 1, 2, None);
+        assert_eq!(result.unwrap().acknowledged, 9);
+        let expected: Vec<Event> = (0..3)
+            .flat_map(|b| {
+                [
+                    Event::Published(b),
+                    Event::Stored(b),
+                    Event::Acknowledged(b),
+                ]
+            })
+            .collect();
+        assert_eq!(events, expected);
+    }
+
+    #[test]
+    fn a_batch_not_stored_stops_acknowledgements_with_preparation_threads() {
+        let (result, events, _) = run_double_on(10, 4, 2, Some(2));
+        assert!(result.is_err());
+        assert_acknowledged_in_order_after_storage(&events);
+        assert!(!events.contains(&Event::Acknowledged(2)), "{events:?}");
     }
 }

@@ -215,6 +215,9 @@ pub struct NatsConfig {
     /// (`--in-flight`; 1: each batch acknowledged before the next is
     /// fetched).
     pub in_flight: usize,
+    /// Threads that prepare the batches fetched (`--threads`): see
+    /// [`queue::Settings::prepare_threads`].
+    pub prepare_threads: usize,
     /// Pass every message on as it came, deciding nothing (the benchmarks'
     /// relay, `--relay`): see [`queue::Settings::relay`].
     pub relay: bool,
@@ -1091,6 +1094,7 @@ pub fn run<S: IndexStore + ?Sized>(
         max_line_bytes: line_limit(config.max_line_bytes, max_payload),
         idle_wait: IDLE_WAIT,
         relay: config.relay,
+        prepare_threads: config.prepare_threads,
     };
     let mut worker = Worker {
         config,

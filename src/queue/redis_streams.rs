@@ -115,6 +115,9 @@ pub struct ConsumeConfig {
     /// Batches decided and not yet written and acknowledged, at most
     /// (`--in-flight`; 1: each batch acknowledged before the next is read).
     pub in_flight: usize,
+    /// Threads that prepare the batches fetched (`--threads`): see
+    /// [`queue::Settings::prepare_threads`].
+    pub prepare_threads: usize,
     /// Pass every entry on as it came, deciding nothing (the benchmarks'
     /// relay, `--relay`): see [`queue::Settings::relay`].
     pub relay: bool,
@@ -337,6 +340,7 @@ pub fn run<S: IndexStore>(
             max_line_bytes: config.max_line_bytes,
             idle_wait: BLOCK,
             relay: config.relay,
+            prepare_threads: config.prepare_threads,
         };
         let engine = queue::Engine {
             preparer,

@@ -191,6 +191,23 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
+def busiest_thread(pid):
+    """The name and CPU seconds of the process's busiest thread: the
+    worker's rate on a machine with a core for each of its threads."""
+    busiest = ("-", 0.0)
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                head, tail = f.read().rsplit(")", 1)
+        except OSError:
+            continue
+        fields = tail.split()
+        seconds = (int(fields[11]) + int(fields[12])) / TICKS
+        if seconds > busiest[1]:
+            busiest = (head.split("(", 1)[1], seconds)
+    return busiest
+
+
 def children_cpu():
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -219,8 +236,9 @@ def queue_table(args, port, url, lines, base):
           "(`--output`); the relay (`--relay`) passes entries on undecided:")
     print()
     print("| run | `--in-flight` | index | messages/s | worker CPU µs/msg (× filter) | "
-          "Redis CPU µs/msg | rate vs filter | rate vs relay | output = filter's |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "busiest worker thread µs/msg | Redis CPU µs/msg | rate vs filter | rate vs relay | "
+          "output = filter's |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     engine = [a for a in base[1:] if a != "--quiet"]
     relay_rate = {}
     breakdowns = []
@@ -232,6 +250,8 @@ def queue_table(args, port, url, lines, base):
         cmd = [args.binary, "consume", *engine, "--redis", url, "--stream", "q:in",
                "--group", "g", "--consumer", "c", "--output", "q:out", "--quiet",
                "--batch", str(args.batch), "--in-flight", depth]
+        if args.threads is not None:
+            cmd += ["--threads", str(args.threads)]
         if kind == "relay":
             cmd.append("--relay")
         if index == "memory":
@@ -253,6 +273,7 @@ def queue_table(args, port, url, lines, base):
             f"{n} {u / len(lines):.2f} µs ({len(lines) / c:,.0f} messages a call)"
             for u, c, n in busiest))
         worker_cpu = cpu_seconds(proc.pid) / len(lines) * 1e6
+        thread, thread_cpu = busiest_thread(proc.pid)
         proc.terminate()
         proc.wait()
         rate = len(lines) / elapsed
@@ -264,7 +285,8 @@ def queue_table(args, port, url, lines, base):
             versus_relay = f"{rate / relay_rate[depth]:.2f}" if depth in relay_rate else "-"
             same = "yes" if out == memory else "NO"
         print(f"| {kind} | {depth} | {index} | {rate:,.0f} | {worker_cpu:.2f} "
-              f"({worker_cpu / filter_cpu:.2f}) | {redis_cpu:.2f} | {rate / filter_rate:.2f} | "
+              f"({worker_cpu / filter_cpu:.2f}) | {thread_cpu / len(lines) * 1e6:.2f} ({thread}) | "
+              f"{redis_cpu:.2f} | {rate / filter_rate:.2f} | "
               f"{versus_relay} | {same} |")
     print()
     print("Redis's time by command (INFO commandstats, µs a message; scripts include the "
@@ -337,6 +359,8 @@ def main():
                          "and the relay, worker and Redis CPU per message (issue 36)")
     ap.add_argument("--limit", type=int, default=0, help="the first N lines only")
     ap.add_argument("--batch", type=int, default=256, help="with --queue: the worker's --batch")
+    ap.add_argument("--threads", type=int, help="with --queue: the worker's --threads "
+                    "(default: theirs, one a CPU)")
     ap.add_argument("--in-flight", default="1,16",
                     help="with --queue: the worker's --in-flight values, one run each")
     args = ap.parse_args()

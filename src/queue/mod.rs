@@ -157,7 +157,8 @@ pub struct Settings {
     /// this client, batching and ordering, without the engine.
     pub relay: bool,
     /// Threads that decode and sketch the batches fetched while this one
-    /// decides, publishes and acknowledges; 0: this one does it all.
+    /// decides, publishes and acknowledges; 0 (or `in_flight` 1: nothing
+    /// to overlap): this one does it all.
     pub prepare_threads: usize,
 }
 
@@ -208,7 +209,9 @@ pub fn run<A: Adapter, S: IndexStore + ?Sized>(
         store,
     } = engine;
     std::thread::scope(|scope| {
-        let threads = if settings.relay {
+        // One batch held at a time leaves nothing to overlap: a thread
+        // would only add a hand-off.
+        let threads = if settings.relay || settings.in_flight <= 1 {
             0
         } else {
             settings.prepare_threads

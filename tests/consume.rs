@@ -1295,21 +1295,6 @@ fn the_relay_passes_every_entry_on_untagged_and_acknowledges_it() {
     assert_eq!(xlen(&mut con, "out:invalid"), 0, "nothing dead-lettered");
 }
 
-/// The first `n` lines of the synthetic stream (tweets shaped as the API
-/// gives them, with their retweets, copies and edits), without newlines.
-fn synthetic(n: usize) -> Vec<Vec<u8>> {
-    let file = std::fs::File::open(common::fixture("synthetic/dev.jsonl.gz")).unwrap();
-    let mut text = Vec::new();
-    flate2::read::GzDecoder::new(file)
-        .read_to_end(&mut text)
-        .unwrap();
-    text.split(|&b| b == b'\n')
-        .filter(|l| !l.is_empty())
-        .take(n)
-        .map(<[u8]>::to_vec)
-        .collect()
-}
-
 /// Issue 36: batches are parsed and sketched on preparation threads
 /// while the worker decides earlier ones; they are decided in the order
 /// read, so the output is the filter's whatever `--threads`.
@@ -1318,12 +1303,9 @@ fn the_output_is_the_filters_whatever_the_preparation_threads() {
     if !available("the_output_is_the_filters_whatever_the_preparation_threads") {
         return;
     }
-    let lines = synthetic(2000);
+    let lines = common::synthetic(2000);
     let fields = ["--id-field", "id_str", "--text-field", "text"];
-    let input: Vec<u8> = lines
-        .iter()
-        .flat_map(|l| [l, &b"\n"[..]].concat())
-        .collect();
+    let input: Vec<u8> = lines.concat();
     let (code, filtered, stderr) = run_to_end(&[&["--quiet"][..], &fields].concat(), &input);
     assert_eq!(code, Some(0), "{stderr}");
     let expected = filtered.lines().count();
@@ -1335,7 +1317,7 @@ fn the_output_is_the_filters_whatever_the_preparation_threads() {
         let redis = RedisServer::start();
         let mut con = redis.connection();
         for line in &lines {
-            add(&mut con, "in", "json", line);
+            add(&mut con, "in", "json", line.trim_ascii_end());
         }
         // Small batches, many held: several are being prepared at once.
         let extra = [

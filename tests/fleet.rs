@@ -14,22 +14,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use common::redis::{RedisServer, available};
-use common::{bin, run};
-
-/// The first `n` messages of the synthetic stream, as lines.
-fn synthetic(n: usize) -> Vec<Vec<u8>> {
-    use std::io::Read;
-    let file = std::fs::File::open(common::fixture("synthetic/dev.jsonl.gz")).unwrap();
-    let mut text = Vec::new();
-    flate2::read::GzDecoder::new(file)
-        .read_to_end(&mut text)
-        .unwrap();
-    text.split(|&b| b == b'\n')
-        .filter(|l| !l.is_empty())
-        .take(n)
-        .map(|l| [l, b"\n"].concat())
-        .collect()
-}
+use common::{bin, run, synthetic};
 
 const FIELDS: [&str; 5] = ["--quiet", "--id-field", "id_str", "--text-field", "text"];
 

@@ -112,35 +112,23 @@ impl<'scope> Preparers<'scope> {
         }
     }
 
-    /// The next batch in the order given, if prepared already.
-    pub fn try_take(&mut self) -> Option<Prepared> {
+    /// The next batch in the order given; `wait`: until it is prepared,
+    /// else only if it is already. `None`: none was given (or, not
+    /// waiting, it is not ready).
+    pub fn take(&mut self, wait: bool) -> Option<Prepared> {
         if self.given == 0 {
             return None;
         }
         let prepared = match self.lanes.get(self.next_out) {
-            None => self.ready.pop_front()?,
+            None => return self.ready.pop_front().map(|p| self.taken(p)),
+            Some(lane) if wait => lane.done.recv().ok(),
             Some(lane) => match lane.done.try_recv() {
-                Ok(prepared) => prepared,
+                Ok(prepared) => Some(prepared),
                 Err(mpsc::TryRecvError::Empty) => return None,
-                Err(mpsc::TryRecvError::Disconnected) => self.lost(self.next_out),
+                Err(mpsc::TryRecvError::Disconnected) => None,
             },
-        };
-        Some(self.taken(prepared))
-    }
-
-    /// The next batch in the order given, waiting for it; `None`: none was
-    /// given.
-    pub fn take(&mut self) -> Option<Prepared> {
-        if self.given == 0 {
-            return None;
         }
-        let prepared = match self.lanes.get(self.next_out) {
-            None => self.ready.pop_front()?,
-            Some(lane) => match lane.done.recv() {
-                Ok(prepared) => prepared,
-                Err(mpsc::RecvError) => self.lost(self.next_out),
-            },
-        };
+        .unwrap_or_else(|| self.lost(self.next_out));
         Some(self.taken(prepared))
     }
 
@@ -193,7 +181,7 @@ mod tests {
         std::thread::scope(|scope| {
             let mut preparers = Preparers::start(scope, threads, &preparer, &decoder);
             assert_eq!(preparers.threads(), threads);
-            assert!(preparers.try_take().is_none() && preparers.take().is_none());
+            assert!(preparers.take(false).is_none() && preparers.take(true).is_none());
             let mut next = 0;
             while ids.len() < batches {
                 while next < batches && next < ids.len() + given {
@@ -201,7 +189,7 @@ mod tests {
                     next += 1;
                 }
                 // Taken back without waiting where ready, else waited for.
-                let prepared = preparers.try_take().or_else(|| preparers.take());
+                let prepared = preparers.take(false).or_else(|| preparers.take(true));
                 let (decided, _) =
                     decide(&mut store, prepared.unwrap(), &[b"t"], &metrics).unwrap();
                 match decided.payload(0) {
@@ -209,7 +197,7 @@ mod tests {
                     other => panic!("{other:?}"),
                 }
             }
-            assert!(preparers.take().is_none());
+            assert!(preparers.take(true).is_none());
         });
         ids
     }

@@ -198,6 +198,23 @@ pub fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The first `n` lines of the bundled synthetic stream (tweets shaped as
+/// the API gives them, with their retweets, copies and edits), each with
+/// its newline.
+pub fn synthetic(n: usize) -> Vec<Vec<u8>> {
+    use std::io::Read;
+    let file = std::fs::File::open(fixture("synthetic/dev.jsonl.gz")).unwrap();
+    let mut text = Vec::new();
+    flate2::read::GzDecoder::new(file)
+        .read_to_end(&mut text)
+        .unwrap();
+    text.split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .take(n)
+        .map(|l| [l, b"\n"].concat())
+        .collect()
+}
+
 /// Runs the binary with `args`, feeding `input` on stdin.
 pub fn run(args: &[&str], input: &[u8]) -> Output {
     let mut child = Command::new(bin())

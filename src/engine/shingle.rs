@@ -69,6 +69,8 @@
 //! long document is not found as contained in it. Sampling is for streams
 //! of long documents, where that is the rare case.
 
+mod sort;
+
 use std::sync::OnceLock;
 
 use super::tokenise::{is_number, token_hash};
@@ -356,7 +358,7 @@ pub fn shingle_into(
             }
         }
     }
-    out.sort_unstable();
+    sort::sort(out);
     out.dedup();
     sample(sampling, out);
     out.truncate(MAX_SHINGLES);

@@ -5,7 +5,7 @@
 //! A tweet's set is a few dozen fingerprints, and std's sort spent about
 //! 1,200 instructions a message on it (partitions, then small sorts that
 //! branch on every comparison). A bitonic network over the same values,
-//! padded with `u32::MAX` to 8, 16, 32 or 64 lanes, is a fixed sequence of
+//! padded with `u32::MAX` to 8, 16, 32, 64 or 128 lanes, is a fixed sequence of
 //! lane-wise minima and maxima with no branch on the data: each step pairs
 //! every lane with the one `d` places away, either in another register
 //! (two instructions a pair) or in the same one (a shuffle, a minimum, a
@@ -14,9 +14,9 @@
 //! fingerprint (or equals one, which is then indistinguishable): the
 //! first `n` lanes of the sorted registers are the set, sorted.
 
-/// Most fingerprints the network sorts: eight registers of eight lanes.
+/// Most fingerprints the network sorts: sixteen registers of eight lanes.
 /// A longer set (a long text) goes to `sort_unstable`.
-pub const NETWORK_MAX: usize = 64;
+pub const NETWORK_MAX: usize = 128;
 
 /// Sorts `set` ascending.
 #[inline]
@@ -46,7 +46,8 @@ mod avx2 {
             0..=8 => sort_in::<1>(set),
             9..=16 => sort_in::<2>(set),
             17..=32 => sort_in::<4>(set),
-            _ => sort_in::<8>(set),
+            33..=64 => sort_in::<8>(set),
+            _ => sort_in::<16>(set),
         }
     }
 
@@ -86,7 +87,11 @@ mod avx2 {
                 let sorted = sort_8::<true>([v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]]);
                 v[..8].copy_from_slice(&sorted);
             }
-            _ => unreachable!("one, two, four or eight registers"),
+            16 => {
+                let sorted = sort_16::<true>(v[..16].try_into().expect("sixteen registers"));
+                v[..16].copy_from_slice(&sorted);
+            }
+            _ => unreachable!("one, two, four, eight or sixteen registers"),
         }
         for j in 0..K {
             // SAFETY: as for the load: only lanes within the set are
@@ -171,12 +176,10 @@ mod avx2 {
         merge_4::<UP>([a, b, c, d])
     }
 
-    /// Sorts eight registers' lanes.
+    /// Merges eight registers' bitonic lanes.
     #[target_feature(enable = "avx2")]
     #[inline]
-    fn sort_8<const UP: bool>(v: [__m256i; 8]) -> [__m256i; 8] {
-        let [a, b, c, d] = sort_4::<true>([v[0], v[1], v[2], v[3]]);
-        let [e, f, g, h] = sort_4::<false>([v[4], v[5], v[6], v[7]]);
+    fn merge_8<const UP: bool>([a, b, c, d, e, f, g, h]: [__m256i; 8]) -> [__m256i; 8] {
         let (a, e) = exchange::<UP>(a, e);
         let (b, f) = exchange::<UP>(b, f);
         let (c, g) = exchange::<UP>(c, g);
@@ -184,6 +187,31 @@ mod avx2 {
         let [a, b, c, d] = merge_4::<UP>([a, b, c, d]);
         let [e, f, g, h] = merge_4::<UP>([e, f, g, h]);
         [a, b, c, d, e, f, g, h]
+    }
+
+    /// Sorts eight registers' lanes.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn sort_8<const UP: bool>(v: [__m256i; 8]) -> [__m256i; 8] {
+        let [a, b, c, d] = sort_4::<true>([v[0], v[1], v[2], v[3]]);
+        let [e, f, g, h] = sort_4::<false>([v[4], v[5], v[6], v[7]]);
+        merge_8::<UP>([a, b, c, d, e, f, g, h])
+    }
+
+    /// Sorts sixteen registers' lanes.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn sort_16<const UP: bool>(v: [__m256i; 16]) -> [__m256i; 16] {
+        let mut low = sort_8::<true>(v[..8].try_into().expect("eight registers"));
+        let mut high = sort_8::<false>(v[8..].try_into().expect("eight registers"));
+        for (a, b) in low.iter_mut().zip(&mut high) {
+            (*a, *b) = exchange::<UP>(*a, *b);
+        }
+        let (low, high) = (merge_8::<UP>(low), merge_8::<UP>(high));
+        let mut sorted = [low[0]; 16];
+        sorted[..8].copy_from_slice(&low);
+        sorted[8..].copy_from_slice(&high);
+        sorted
     }
 
     /// Puts lanes `i` and `i ^ 1` in order: lane `i` takes the larger of
@@ -259,8 +287,8 @@ mod tests {
     proptest! {
         #[test]
         fn the_network_sorts_as_sort_unstable_does(
-            set in proptest::collection::vec(any::<u32>(), 0..80),
-            small in proptest::collection::vec(0u32..8, 0..80),
+            set in proptest::collection::vec(any::<u32>(), 0..150),
+            small in proptest::collection::vec(0u32..8, 0..150),
         ) {
             for set in [set, small] {
                 let mut want = set.clone();

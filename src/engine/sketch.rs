@@ -190,7 +190,7 @@ fn avx2_only() -> bool {
 /// in the even lanes, `xh·al` in the odd). The keys are the same bits.
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{MAX_BANDS, MAX_ROWS, fold_bands, mix_into, mix64};
+    use super::{MAX_BANDS, MAX_ROWS, fold_bands, mix_into};
     use std::arch::x86_64::*;
 
     /// Four hash functions side by side, one a 64-bit lane: the three
@@ -247,6 +247,7 @@ mod avx2 {
                         let least = min_of_groups::<$groups>(
                             lanes.first_chunk().expect("as many groups as matched"),
                             shingles,
+                            mixed,
                         );
                         let mut stored = [0u32; 8 * $groups];
                         for (group, least) in least.iter().enumerate() {
@@ -289,11 +290,41 @@ mod avx2 {
     /// coefficients are read from memory by the multiplies themselves.
     #[target_feature(enable = "avx2")]
     #[inline]
-    fn min_of_groups<const G: usize>(lanes: &[Lanes; G], shingles: &[u32]) -> [__m256i; G] {
+    fn min_of_groups<const G: usize>(
+        lanes: &[Lanes; G],
+        shingles: &[u32],
+        mixed: &mut Vec<u64>,
+    ) -> [__m256i; G] {
         debug_assert!(G <= MAX_GROUPS);
+        // Every shingle mixed first, four at a time (a 64-bit multiply is
+        // six instructions on four lanes; mixing one shingle alone took
+        // fourteen). The last few are padded with copies of the first of
+        // them, never read.
+        mixed.clear();
+        mixed.resize(shingles.len().next_multiple_of(4), 0);
+        let mut fours = shingles.chunks_exact(4);
+        let rest = fours.remainder();
+        let mut last = [0u32; 4];
+        if let Some(&first) = rest.first() {
+            last = [first; 4];
+            last[..rest.len()].copy_from_slice(rest);
+        }
+        let tail = (!rest.is_empty()).then_some(&last[..]);
+        for (four, into) in (&mut fours).chain(tail).zip(mixed.chunks_exact_mut(4)) {
+            // SAFETY: `four` is four u32s and `into` four u64s (an
+            // unaligned load and store).
+            unsafe {
+                let four = _mm_loadu_si128(four.as_ptr().cast());
+                let xs = mix64_x4(_mm256_or_si256(
+                    _mm256_cvtepu32_epi64(four),
+                    _mm256_set1_epi64x(1 << 32),
+                ));
+                _mm256_storeu_si256(into.as_mut_ptr().cast(), xs);
+            }
+        }
         let mut least = [_mm256_set1_epi32(-1); G];
-        for &shingle in shingles {
-            let x = _mm256_set1_epi64x(mix64(u64::from(shingle) | 1 << 32) as i64);
+        for &x in &mixed[..shingles.len()] {
+            let x = _mm256_set1_epi64x(x as i64);
             for (least, [low, b, cross]) in least.iter_mut().zip(lanes) {
                 // SAFETY: each is four u64s (unaligned loads).
                 let (low, b, cross) = unsafe {
@@ -314,6 +345,31 @@ mod avx2 {
             }
         }
         least
+    }
+
+    /// [`mix64`](super::mix64) of each 64-bit lane.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn mix64_x4(x: __m256i) -> __m256i {
+        let x = _mm256_xor_si256(x, _mm256_srli_epi64::<30>(x));
+        let x = times(x, 0xbf58_476d_1ce4_e5b9);
+        let x = _mm256_xor_si256(x, _mm256_srli_epi64::<27>(x));
+        let x = times(x, 0x94d0_49bb_1331_11eb);
+        _mm256_xor_si256(x, _mm256_srli_epi64::<31>(x))
+    }
+
+    /// `x * c` (wrapping) in each 64-bit lane, from 32-bit multiplies: the
+    /// low halves' full product, plus the cross terms `xh·cl + xl·ch`
+    /// (modulo 2³², as the module says) in the high half.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn times(x: __m256i, c: u64) -> __m256i {
+        let low = _mm256_mul_epu32(x, _mm256_set1_epi64x(i64::from(c as u32)));
+        // Per 32-bit lane: `ch` against `xl`, `cl` against `xh`.
+        let terms = _mm256_mullo_epi32(x, _mm256_set1_epi64x(c.rotate_left(32) as i64));
+        let cross = _mm256_add_epi32(terms, _mm256_slli_epi64::<32>(terms));
+        let high = _mm256_and_si256(cross, _mm256_set1_epi64x(-1 << 32));
+        _mm256_add_epi64(low, high)
     }
 
     /// [`min_of_groups`] for any number of functions: two functions a

@@ -69,6 +69,8 @@
 //! long document is not found as contained in it. Sampling is for streams
 //! of long documents, where that is the rare case.
 
+mod sort;
+
 use std::sync::OnceLock;
 
 use super::tokenise::{is_number, token_hash};
@@ -262,17 +264,51 @@ pub fn is_slot(fingerprint: u32) -> bool {
     fingerprint & SLOT_MASK == SLOT_MARK
 }
 
+/// How [`word_shingles`] marks the fingerprints it writes (see
+/// [`tag_width`] and [`tag_slot`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tag {
+    /// Left as they are (`words:N`, `spots:N`).
+    None,
+    /// Marked by width: the widest runs of the text or narrower ones.
+    Width(bool),
+    /// Single words, narrower than the widest runs, numbers marked.
+    Slot,
+}
+
 /// Writes the word w-grams of `tokens` into `out` (a text shorter than `w`
-/// gives one shingle, all of it).
+/// gives one shingle, all of it), each marked as `tag` says (in the same
+/// pass: a second pass over the set to mark it cost about 400
+/// instructions a message).
 ///
 /// Compiled once per instruction set and chosen when first called: with
 /// AVX2 or AVX-512 the compiler mixes four or eight windows at once, the
 /// same hashes (400 instructions a message fewer on `dev-200k` with AVX2).
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl", "x86_64+avx2"))]
-fn word_shingles(tokens: &[u64], width: usize, out: &mut Vec<u32>) {
+fn word_shingles(tokens: &[u64], width: usize, tag: Tag, out: &mut Vec<u32>) {
+    // One loop for each kind of mark, so that each is compiled (and
+    // vectorised) without a branch on the kind inside it.
+    match tag {
+        Tag::None => marked_word_shingles(tokens, width, out, |f, _| f),
+        Tag::Width(widest) => marked_word_shingles(tokens, width, out, |f, _| tag_width(f, widest)),
+        Tag::Slot => marked_word_shingles(tokens, width, out, |f, token| {
+            tag_slot(tag_width(f, false), is_number(token))
+        }),
+    }
+}
+
+/// The body of [`word_shingles`], each fingerprint marked by `mark(f,
+/// first token of its window)`. Inlined into every version of it.
+#[inline(always)]
+fn marked_word_shingles(
+    tokens: &[u64],
+    width: usize,
+    out: &mut Vec<u32>,
+    mark: impl Fn(u32, u64) -> u32,
+) {
     if tokens.len() <= width {
-        if !tokens.is_empty() {
-            out.push(fingerprint(tokens));
+        if let Some(&first) = tokens.first() {
+            out.push(mark(fingerprint(tokens), first));
         }
     } else {
         // `fingerprint` unrolled for the common widths: the same hash,
@@ -281,14 +317,19 @@ fn word_shingles(tokens: &[u64], width: usize, out: &mut Vec<u32>) {
             1 => out.extend(
                 tokens
                     .iter()
-                    .map(|&t| (mix64(SHINGLE_SEED ^ 1 ^ t) >> 32) as u32),
+                    .map(|&t| mark((mix64(SHINGLE_SEED ^ 1 ^ t) >> 32) as u32, t)),
             ),
-            2 => out.extend(
+            2 => out.extend(tokens.windows(2).map(|pair| {
+                mark(
+                    (mix64(mix64(SHINGLE_SEED ^ 2 ^ pair[0]) ^ pair[1]) >> 32) as u32,
+                    pair[0],
+                )
+            })),
+            _ => out.extend(
                 tokens
-                    .windows(2)
-                    .map(|pair| (mix64(mix64(SHINGLE_SEED ^ 2 ^ pair[0]) ^ pair[1]) >> 32) as u32),
+                    .windows(width)
+                    .map(|window| mark(fingerprint(window), window[0])),
             ),
-            _ => out.extend(tokens.windows(width).map(fingerprint)),
         }
     }
 }
@@ -309,22 +350,18 @@ pub fn shingle_into(
 ) {
     out.clear();
     match shingling {
-        Shingling::Words(width) => word_shingles(tokens, width, out),
+        Shingling::Words(width) => word_shingles(tokens, width, Tag::None, out),
         Shingling::WordsUpTo(longest) => {
             let widest = longest.min(tokens.len().max(1));
             for width in 1..=widest {
-                let from = out.len();
-                word_shingles(tokens, width, out);
-                if width == 1 && widest > 1 {
-                    // One word a token, in order: numbers are marked.
-                    for (f, &token) in out[from..].iter_mut().zip(tokens) {
-                        *f = tag_slot(tag_width(*f, false), is_number(token));
-                    }
+                // Single words below the widest runs are one a token, in
+                // order: numbers are marked.
+                let tag = if width == 1 && widest > 1 {
+                    Tag::Slot
                 } else {
-                    for f in &mut out[from..] {
-                        *f = tag_width(*f, width == widest);
-                    }
-                }
+                    Tag::Width(width == widest)
+                };
+                word_shingles(tokens, width, tag, out);
             }
         }
         Shingling::Spots(width) => {
@@ -335,7 +372,7 @@ pub fn shingle_into(
                         .map(|chain| spot_fingerprint(chain.iter().map(|&at| tokens[at]))),
                 );
             } else {
-                word_shingles(tokens, width + 1, out);
+                word_shingles(tokens, width + 1, Tag::None, out);
             }
         }
         Shingling::Chars(width) => {
@@ -356,7 +393,7 @@ pub fn shingle_into(
             }
         }
     }
-    out.sort_unstable();
+    sort::sort(out);
     out.dedup();
     sample(sampling, out);
     out.truncate(MAX_SHINGLES);
@@ -715,13 +752,68 @@ mod tests {
             width in 1usize..5,
         ) {
             let mut out = Vec::new();
-            word_shingles(&tokens, width, &mut out);
+            word_shingles(&tokens, width, Tag::None, &mut out);
             let expected: Vec<u32> = if tokens.len() <= width {
                 (!tokens.is_empty()).then(|| fingerprint(&tokens)).into_iter().collect()
             } else {
                 tokens.windows(width).map(fingerprint).collect()
             };
             proptest::prop_assert_eq!(out, expected);
+        }
+    }
+
+    /// `words:1-N` as it was built before the marks were put on in
+    /// `word_shingles`'s own pass: each width unmarked, then marked in a
+    /// second pass over it (the oracle of the one-pass marking).
+    fn words_up_to_in_two_passes(tokens: &[u64], longest: usize) -> Vec<u32> {
+        let mut out = Vec::new();
+        let widest = longest.min(tokens.len().max(1));
+        for width in 1..=widest {
+            let from = out.len();
+            word_shingles(tokens, width, Tag::None, &mut out);
+            if width == 1 && widest > 1 {
+                for (f, &token) in out[from..].iter_mut().zip(tokens) {
+                    *f = tag_slot(tag_width(*f, false), is_number(token));
+                }
+            } else {
+                for f in &mut out[from..] {
+                    *f = tag_width(*f, width == widest);
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out.truncate(MAX_SHINGLES);
+        out
+    }
+
+    proptest::proptest! {
+        /// Marking widths and numbers in the hashing pass gives the set
+        /// that marking them afterwards gave, numbers among the words or
+        /// not, for texts shorter and longer than the widest runs.
+        #[test]
+        fn words_up_to_marks_as_the_two_passes_did(
+            tokens in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::prelude::any::<u64>(),
+                    proptest::strategy::Strategy::prop_map(0u64..1 << 32, |low| {
+                        crate::engine::tokenise::NUMBER_TAG << 32 | low
+                    }),
+                ],
+                0..40,
+            ),
+            longest in 1usize..5,
+        ) {
+            let mut set = Vec::new();
+            shingle_into(
+                Shingling::WordsUpTo(longest),
+                Sampling::All,
+                &tokens,
+                "",
+                &mut Vec::new(),
+                &mut set,
+            );
+            proptest::prop_assert_eq!(set, words_up_to_in_two_passes(&tokens, longest));
         }
     }
 

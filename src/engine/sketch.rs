@@ -112,6 +112,10 @@ pub struct Sketcher {
     /// Whether [`avx2::min_hash_bands`] computes the keys.
     #[cfg(target_arch = "x86_64")]
     avx2_only: bool,
+    /// The coefficients as [`avx2::min_hash_bands`] reads them (see
+    /// [`avx2::lanes`]).
+    #[cfg(target_arch = "x86_64")]
+    lanes: Vec<avx2::Lanes>,
 }
 
 impl Sketcher {
@@ -122,11 +126,13 @@ impl Sketcher {
             state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
             mix64(state)
         };
-        let coefficients = (0..params.bands * params.rows)
+        let coefficients: Vec<(u64, u64)> = (0..params.bands * params.rows)
             .map(|_| (next() | 1, next()))
             .collect();
         Sketcher {
             params,
+            #[cfg(target_arch = "x86_64")]
+            lanes: avx2::lanes(&coefficients),
             coefficients,
             #[cfg(target_arch = "x86_64")]
             avx2_only: avx2_only(),
@@ -150,7 +156,14 @@ impl Sketcher {
         if self.avx2_only {
             // SAFETY: the processor has AVX2 (checked in `Sketcher::new`).
             unsafe {
-                avx2::min_hash_bands(&self.coefficients, self.params.rows, shingles, mixed, out)
+                avx2::min_hash_bands(
+                    &self.coefficients,
+                    &self.lanes,
+                    self.params.rows,
+                    shingles,
+                    mixed,
+                    out,
+                )
             };
             return;
         }
@@ -177,60 +190,252 @@ fn avx2_only() -> bool {
 /// in the even lanes, `xh·al` in the odd). The keys are the same bits.
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{fold_bands, mix_into};
+    use super::{MAX_BANDS, MAX_ROWS, fold_bands, mix_into};
     use std::arch::x86_64::*;
 
-    /// [`super::min_hash_bands`], computed as the module says.
+    /// Four hash functions side by side, one a 64-bit lane: the three
+    /// vectors [`min_of_groups`] multiplies and adds by (`al`, `b`, and
+    /// `a` with its halves swapped, so that `ah` meets `xl` and `al`
+    /// meets `xh`).
+    pub(super) type Lanes = [[u64; 4]; 3];
+
+    /// The coefficients four functions a group, the last group padded with
+    /// copies of the last function (whose minima are then not read).
+    pub(super) fn lanes(coefficients: &[(u64, u64)]) -> Vec<Lanes> {
+        coefficients
+            .chunks(4)
+            .map(|four| {
+                let mut lanes = [[0; 4]; 3];
+                for i in 0..4 {
+                    let (a, b) = four[i.min(four.len() - 1)];
+                    lanes[0][i] = a & 0xffff_ffff;
+                    lanes[1][i] = b;
+                    lanes[2][i] = a.rotate_left(32);
+                }
+                lanes
+            })
+            .collect()
+    }
+
+    /// Most groups of four functions [`min_of_groups`] is compiled for (a
+    /// register each, and a few for the work); more go two functions a
+    /// pass over the shingles instead ([`min_of_two`]).
+    const MAX_GROUPS: usize = 8;
+
+    /// [`super::min_hash_bands`], computed as the module says. `lanes` are
+    /// the coefficients laid out by [`lanes`].
     ///
     /// # Safety
     /// The processor must have AVX2.
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn min_hash_bands(
         coefficients: &[(u64, u64)],
+        lanes: &[Lanes],
         rows: usize,
         shingles: &[u32],
         mixed: &mut Vec<u64>,
         out: &mut Vec<u32>,
+    ) {
+        if shingles.is_empty() {
+            fold_bands(coefficients, rows, out, |_, _| u32::MAX);
+            return;
+        }
+        macro_rules! by_groups {
+            ($($groups:literal)*) => {
+                match lanes.len() {
+                    $($groups => {
+                        let least = min_of_groups::<$groups>(
+                            lanes.first_chunk().expect("as many groups as matched"),
+                            shingles,
+                            mixed,
+                        );
+                        let mut stored = [0u32; 8 * $groups];
+                        for (group, least) in least.iter().enumerate() {
+                            // SAFETY: the store is to lanes `8 * group ..
+                            // 8 * group + 8` of `stored` (unaligned).
+                            unsafe {
+                                _mm256_storeu_si256(
+                                    stored.as_mut_ptr().add(8 * group).cast(),
+                                    *least,
+                                )
+                            };
+                        }
+                        // A function's minimum is the odd lane of its own.
+                        let mut next = stored.iter().skip(1).step_by(2);
+                        fold_bands(coefficients, rows, out, |_, _| {
+                            *next.next().expect("a minimum for every function")
+                        });
+                    })*
+                    _ => {
+                        let mut minima = [u32::MAX; MAX_BANDS * MAX_ROWS];
+                        min_of_pairs(coefficients, shingles, mixed, &mut minima);
+                        let mut next = minima.iter();
+                        fold_bands(coefficients, rows, out, |_, _| {
+                            *next.next().expect("a minimum for every function")
+                        });
+                    }
+                }
+            };
+        }
+        by_groups!(1 2 3 4 5 6 7 8);
+    }
+
+    /// The least `(a * x + b) >> 32` (as u32, wrapping arithmetic) over
+    /// the mixed `shingles`, for each of the `4 * G` functions of `lanes`:
+    /// the odd 32-bit lanes of the registers returned, in order.
+    ///
+    /// A shingle is mixed once, its `x` broadcast to four lanes, and every
+    /// function takes it in turn, four at a time: the minima stay in `G`
+    /// registers until the end (no reduction across lanes), and the
+    /// coefficients are read from memory by the multiplies themselves.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn min_of_groups<const G: usize>(
+        lanes: &[Lanes; G],
+        shingles: &[u32],
+        mixed: &mut Vec<u64>,
+    ) -> [__m256i; G] {
+        debug_assert!(G <= MAX_GROUPS);
+        // Every shingle mixed first, four at a time (a 64-bit multiply is
+        // six instructions on four lanes; mixing one shingle alone took
+        // fourteen). The last few are padded with copies of the first of
+        // them, never read.
+        mixed.clear();
+        mixed.resize(shingles.len().next_multiple_of(4), 0);
+        let mut fours = shingles.chunks_exact(4);
+        let rest = fours.remainder();
+        let mut last = [0u32; 4];
+        if let Some(&first) = rest.first() {
+            last = [first; 4];
+            last[..rest.len()].copy_from_slice(rest);
+        }
+        let tail = (!rest.is_empty()).then_some(&last[..]);
+        for (four, into) in (&mut fours).chain(tail).zip(mixed.chunks_exact_mut(4)) {
+            // SAFETY: `four` is four u32s and `into` four u64s (an
+            // unaligned load and store).
+            unsafe {
+                let four = _mm_loadu_si128(four.as_ptr().cast());
+                let xs = mix64_x4(_mm256_or_si256(
+                    _mm256_cvtepu32_epi64(four),
+                    _mm256_set1_epi64x(1 << 32),
+                ));
+                _mm256_storeu_si256(into.as_mut_ptr().cast(), xs);
+            }
+        }
+        let mut least = [_mm256_set1_epi32(-1); G];
+        for &x in &mixed[..shingles.len()] {
+            let x = _mm256_set1_epi64x(x as i64);
+            for (least, [low, b, cross]) in least.iter_mut().zip(lanes) {
+                // SAFETY: each is four u64s (unaligned loads).
+                let (low, b, cross) = unsafe {
+                    (
+                        _mm256_loadu_si256(low.as_ptr().cast()),
+                        _mm256_loadu_si256(b.as_ptr().cast()),
+                        _mm256_loadu_si256(cross.as_ptr().cast()),
+                    )
+                };
+                // Odd lanes: high half + xh·al + xl·ah; even lanes: unused.
+                let high = _mm256_add_epi64(_mm256_mul_epu32(x, low), b);
+                let terms = _mm256_mullo_epi32(x, cross);
+                let value = _mm256_add_epi32(
+                    _mm256_add_epi32(high, terms),
+                    _mm256_slli_epi64::<32>(terms),
+                );
+                *least = _mm256_min_epu32(*least, value);
+            }
+        }
+        least
+    }
+
+    /// [`mix64`](super::mix64) of each 64-bit lane.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn mix64_x4(x: __m256i) -> __m256i {
+        let x = _mm256_xor_si256(x, _mm256_srli_epi64::<30>(x));
+        let x = times(x, 0xbf58_476d_1ce4_e5b9);
+        let x = _mm256_xor_si256(x, _mm256_srli_epi64::<27>(x));
+        let x = times(x, 0x94d0_49bb_1331_11eb);
+        _mm256_xor_si256(x, _mm256_srli_epi64::<31>(x))
+    }
+
+    /// `x * c` (wrapping) in each 64-bit lane, from 32-bit multiplies: the
+    /// low halves' full product, plus the cross terms `xh·cl + xl·ch`
+    /// (modulo 2³², as the module says) in the high half.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn times(x: __m256i, c: u64) -> __m256i {
+        let low = _mm256_mul_epu32(x, _mm256_set1_epi64x(i64::from(c as u32)));
+        // Per 32-bit lane: `ch` against `xl`, `cl` against `xh`.
+        let terms = _mm256_mullo_epi32(x, _mm256_set1_epi64x(c.rotate_left(32) as i64));
+        let cross = _mm256_add_epi32(terms, _mm256_slli_epi64::<32>(terms));
+        let high = _mm256_and_si256(cross, _mm256_set1_epi64x(-1 << 32));
+        _mm256_add_epi64(low, high)
+    }
+
+    /// [`min_of_groups`] for any number of functions: two functions a
+    /// pass over the shingles, mixed once into `mixed`.
+    #[target_feature(enable = "avx2")]
+    fn min_of_pairs(
+        coefficients: &[(u64, u64)],
+        shingles: &[u32],
+        mixed: &mut Vec<u64>,
+        minima: &mut [u32],
     ) {
         mix_into(shingles, mixed);
         // Whole groups of four: a copy of a shingle changes no minimum.
         if let Some(&first) = mixed.first() {
             mixed.resize(mixed.len().next_multiple_of(4), first);
         }
-        fold_bands(coefficients, rows, out, |a, b| {
-            if mixed.is_empty() {
-                u32::MAX
-            } else {
-                min_of(mixed, a, b)
-            }
-        });
+        let mut pairs = coefficients.chunks_exact(2);
+        for (pair, least) in (&mut pairs).zip(minima.chunks_exact_mut(2)) {
+            (least[0], least[1]) = min_of_two(mixed, pair[0], pair[1]);
+        }
+        if let [(a, b)] = pairs.remainder() {
+            minima[coefficients.len() - 1] = min_of_two(mixed, (*a, *b), (*a, *b)).0;
+        }
     }
 
     /// The least `(a * x + b) >> 32` (as u32, wrapping arithmetic) over
-    /// `mixed`, whose length is a non-zero multiple of four.
+    /// `mixed`, whose length is a non-zero multiple of four, for two
+    /// functions `(a, b)` at once.
     #[target_feature(enable = "avx2")]
-    fn min_of(mixed: &[u64], a: u64, b: u64) -> u32 {
-        let low = _mm256_set1_epi64x(i64::from(a as u32));
-        let b = _mm256_set1_epi64x(b as i64);
+    fn min_of_two(mixed: &[u64], (a1, b1): (u64, u64), (a2, b2): (u64, u64)) -> (u32, u32) {
+        let (low1, low2) = (
+            _mm256_set1_epi64x(i64::from(a1 as u32)),
+            _mm256_set1_epi64x(i64::from(a2 as u32)),
+        );
+        let (b1, b2) = (_mm256_set1_epi64x(b1 as i64), _mm256_set1_epi64x(b2 as i64));
         // Per 32-bit lane: `ah` against each `xl`, `al` against each `xh`.
-        let cross = _mm256_set1_epi64x((u64::from(a as u32) << 32 | a >> 32) as i64);
-        let mut least = _mm256_set1_epi32(-1);
+        let cross1 = _mm256_set1_epi64x((u64::from(a1 as u32) << 32 | a1 >> 32) as i64);
+        let cross2 = _mm256_set1_epi64x((u64::from(a2 as u32) << 32 | a2 >> 32) as i64);
+        let (mut least1, mut least2) = (_mm256_set1_epi32(-1), _mm256_set1_epi32(-1));
         for group in mixed.chunks_exact(4) {
             // SAFETY: the group is four u64s (an unaligned load).
             let x = unsafe { _mm256_loadu_si256(group.as_ptr().cast()) };
-            let high = _mm256_add_epi64(_mm256_mul_epu32(x, low), b);
-            let terms = _mm256_mullo_epi32(x, cross);
             // Odd lanes: high half + xh·al + xl·ah; even lanes: unused.
+            let high = _mm256_add_epi64(_mm256_mul_epu32(x, low1), b1);
+            let terms = _mm256_mullo_epi32(x, cross1);
             let value = _mm256_add_epi32(
                 _mm256_add_epi32(high, terms),
                 _mm256_slli_epi64::<32>(terms),
             );
-            least = _mm256_min_epu32(least, value);
+            least1 = _mm256_min_epu32(least1, value);
+            let high = _mm256_add_epi64(_mm256_mul_epu32(x, low2), b2);
+            let terms = _mm256_mullo_epi32(x, cross2);
+            let value = _mm256_add_epi32(
+                _mm256_add_epi32(high, terms),
+                _mm256_slli_epi64::<32>(terms),
+            );
+            least2 = _mm256_min_epu32(least2, value);
         }
-        let mut lanes = [0u32; 8];
-        // SAFETY: `lanes` is 32 bytes (an unaligned store).
-        unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast(), least) };
-        lanes[1].min(lanes[3]).min(lanes[5]).min(lanes[7])
+        // The second function's minima into the even lanes, beside the
+        // first's in the odd ones, then the least of each over the four
+        // 64-bit lanes.
+        let both = _mm256_blend_epi32::<0b0101_0101>(least1, _mm256_srli_epi64::<32>(least2));
+        let both = _mm256_min_epu32(both, _mm256_permute4x64_epi64::<0b01_00_11_10>(both));
+        let both = _mm256_min_epu32(both, _mm256_shuffle_epi32::<0b01_00_11_10>(both));
+        let lane = _mm_cvtsi128_si64(_mm256_castsi256_si128(both)) as u64;
+        ((lane >> 32) as u32, lane as u32)
     }
 }
 
@@ -355,21 +560,26 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     proptest::proptest! {
         /// The AVX2 version, which this machine may not pick, computes the
-        /// same keys as the portable one.
+        /// same keys as the portable one: for every banding, so with one
+        /// to eight groups of four functions, a last group padded, and
+        /// more groups than [`avx2::min_of_groups`] takes (two functions
+        /// a pass then).
         #[test]
         fn the_avx2_version_computes_the_same_keys(
             shingles in proptest::collection::vec(proptest::num::u32::ANY, 0..70),
-            threshold in 0.3f64..1.0,
+            bands in 1..=MAX_BANDS,
+            rows in 1..=MAX_ROWS,
         ) {
             if !std::arch::is_x86_feature_detected!("avx2") {
                 return Ok(());
             }
-            let sketcher = Sketcher::new(LshParams::for_threshold(threshold));
+            let sketcher = Sketcher::new(LshParams { bands, rows });
             let (mut keys, mut mixed) = (Vec::new(), Vec::new());
             // SAFETY: the processor has AVX2 (checked above).
             unsafe {
                 avx2::min_hash_bands(
                     &sketcher.coefficients,
+                    &sketcher.lanes,
                     sketcher.params.rows,
                     &shingles,
                     &mut mixed,

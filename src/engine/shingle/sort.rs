@@ -1,0 +1,302 @@
+//! Sorting a shingle set: a bitonic network in AVX2 registers for the sets
+//! of tweets (at most [`NETWORK_MAX`] fingerprints), `sort_unstable`
+//! otherwise.
+//!
+//! A tweet's set is a few dozen fingerprints, and std's sort spent about
+//! 1,200 instructions a message on it (partitions, then small sorts that
+//! branch on every comparison). A bitonic network over the same values,
+//! padded with `u32::MAX` to 8, 16, 32, 64 or 128 lanes, is a fixed sequence of
+//! lane-wise minima and maxima with no branch on the data: each step pairs
+//! every lane with the one `d` places away, either in another register
+//! (two instructions a pair) or in the same one (a shuffle, a minimum, a
+//! maximum and a blend). Fingerprints are plain integers, so any correct
+//! sort gives the same order, and the padding sorts after every
+//! fingerprint (or equals one, which is then indistinguishable): the
+//! first `n` lanes of the sorted registers are the set, sorted.
+
+/// Most fingerprints the network sorts: sixteen registers of eight lanes.
+/// A longer set (a long text) goes to `sort_unstable`.
+pub const NETWORK_MAX: usize = 128;
+
+/// Sorts `set` ascending.
+#[inline]
+pub fn sort(set: &mut [u32]) {
+    #[cfg(target_arch = "x86_64")]
+    if (2..=NETWORK_MAX).contains(&set.len()) && std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the processor has AVX2 (checked just above).
+        unsafe { avx2::sort(set) };
+        return;
+    }
+    set.sort_unstable();
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    /// Sorts a set of at most [`super::NETWORK_MAX`] fingerprints in the
+    /// fewest registers that hold it.
+    ///
+    /// # Safety
+    /// The processor must have AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn sort(set: &mut [u32]) {
+        debug_assert!(set.len() <= super::NETWORK_MAX);
+        match set.len() {
+            0..=8 => sort_in::<1>(set),
+            9..=16 => sort_in::<2>(set),
+            17..=32 => sort_in::<4>(set),
+            33..=64 => sort_in::<8>(set),
+            _ => sort_in::<16>(set),
+        }
+    }
+
+    /// Loads `set` into `K` registers (the lanes past its end set to
+    /// `u32::MAX`), sorts them as one sequence of `8 * K` lanes and stores
+    /// the first `set.len()` lanes back.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn sort_in<const K: usize>(set: &mut [u32]) {
+        debug_assert!(set.len() <= 8 * K);
+        let count = _mm256_set1_epi32(set.len() as i32);
+        let mut place = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let mut masks = [_mm256_setzero_si256(); K];
+        let mut v = [_mm256_setzero_si256(); K];
+        for j in 0..K {
+            // The lanes of register `j` that hold an element of the set.
+            let mask = _mm256_cmpgt_epi32(count, place);
+            place = _mm256_add_epi32(place, _mm256_set1_epi32(8));
+            // SAFETY: only the lanes in `mask` are read, and they lie
+            // within the set; a masked load touches no other memory, so
+            // the pointer of a register past the set's end (wrapping_add,
+            // never dereferenced there) is not read at all.
+            let loaded =
+                unsafe { _mm256_maskload_epi32(set.as_ptr().wrapping_add(8 * j).cast(), mask) };
+            // The other lanes, loaded as zero, become `u32::MAX`.
+            v[j] = _mm256_or_si256(loaded, _mm256_xor_si256(mask, _mm256_set1_epi32(-1)));
+            masks[j] = mask;
+        }
+        match K {
+            1 => v[0] = sort_1::<true>(v[0]),
+            2 => (v[0], v[1]) = sort_2::<true>(v[0], v[1]),
+            4 => {
+                let sorted = sort_4::<true>([v[0], v[1], v[2], v[3]]);
+                v[..4].copy_from_slice(&sorted);
+            }
+            8 => {
+                let sorted = sort_8::<true>([v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]]);
+                v[..8].copy_from_slice(&sorted);
+            }
+            16 => {
+                let sorted = sort_16::<true>(v[..16].try_into().expect("sixteen registers"));
+                v[..16].copy_from_slice(&sorted);
+            }
+            _ => unreachable!("one, two, four, eight or sixteen registers"),
+        }
+        for j in 0..K {
+            // SAFETY: as for the load: only lanes within the set are
+            // written (a masked store).
+            unsafe {
+                _mm256_maskstore_epi32(set.as_mut_ptr().wrapping_add(8 * j).cast(), masks[j], v[j])
+            };
+        }
+    }
+
+    // The bitonic network, register by register (lane `i` of register `j`
+    // is element `8 * j + i`): a sequence is sorted by sorting its first
+    // half ascending and its second half descending, which makes it
+    // bitonic, then merging it. A merge puts the elements `d` apart in
+    // order, for `d` from half the sequence down to 1: across registers
+    // while `d` is 8 or more, within each register below.
+
+    /// Sorts one register's eight lanes.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn sort_1<const UP: bool>(x: __m256i) -> __m256i {
+        // Blocks of 2 and 4 lanes, the direction changing from block to
+        // block (lane `i` takes the larger where bit `i` is set).
+        let x = exchange_1::<0x66>(x);
+        let x = exchange_2::<0x3c>(x);
+        let x = exchange_1::<0x5a>(x);
+        merge_1::<UP>(x)
+    }
+
+    /// Merges one register's bitonic lanes (distances 4, 2, 1).
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn merge_1<const UP: bool>(x: __m256i) -> __m256i {
+        if UP {
+            exchange_1::<0xaa>(exchange_2::<0xcc>(exchange_4::<0xf0>(x)))
+        } else {
+            exchange_1::<0x55>(exchange_2::<0x33>(exchange_4::<0x0f>(x)))
+        }
+    }
+
+    /// Puts registers `a` and `b` in order lane by lane (the smaller in
+    /// `a` when `UP`).
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn exchange<const UP: bool>(a: __m256i, b: __m256i) -> (__m256i, __m256i) {
+        let (least, most) = (_mm256_min_epu32(a, b), _mm256_max_epu32(a, b));
+        if UP { (least, most) } else { (most, least) }
+    }
+
+    /// Merges two registers' bitonic lanes.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn merge_2<const UP: bool>(a: __m256i, b: __m256i) -> (__m256i, __m256i) {
+        let (a, b) = exchange::<UP>(a, b);
+        (merge_1::<UP>(a), merge_1::<UP>(b))
+    }
+
+    /// Sorts two registers' lanes.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn sort_2<const UP: bool>(a: __m256i, b: __m256i) -> (__m256i, __m256i) {
+        merge_2::<UP>(sort_1::<true>(a), sort_1::<false>(b))
+    }
+
+    /// Merges four registers' bitonic lanes.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn merge_4<const UP: bool>([a, b, c, d]: [__m256i; 4]) -> [__m256i; 4] {
+        let (a, c) = exchange::<UP>(a, c);
+        let (b, d) = exchange::<UP>(b, d);
+        let (a, b) = merge_2::<UP>(a, b);
+        let (c, d) = merge_2::<UP>(c, d);
+        [a, b, c, d]
+    }
+
+    /// Sorts four registers' lanes.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn sort_4<const UP: bool>([a, b, c, d]: [__m256i; 4]) -> [__m256i; 4] {
+        let (a, b) = sort_2::<true>(a, b);
+        let (c, d) = sort_2::<false>(c, d);
+        merge_4::<UP>([a, b, c, d])
+    }
+
+    /// Merges eight registers' bitonic lanes.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn merge_8<const UP: bool>([a, b, c, d, e, f, g, h]: [__m256i; 8]) -> [__m256i; 8] {
+        let (a, e) = exchange::<UP>(a, e);
+        let (b, f) = exchange::<UP>(b, f);
+        let (c, g) = exchange::<UP>(c, g);
+        let (d, h) = exchange::<UP>(d, h);
+        let [a, b, c, d] = merge_4::<UP>([a, b, c, d]);
+        let [e, f, g, h] = merge_4::<UP>([e, f, g, h]);
+        [a, b, c, d, e, f, g, h]
+    }
+
+    /// Sorts eight registers' lanes.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn sort_8<const UP: bool>(v: [__m256i; 8]) -> [__m256i; 8] {
+        let [a, b, c, d] = sort_4::<true>([v[0], v[1], v[2], v[3]]);
+        let [e, f, g, h] = sort_4::<false>([v[4], v[5], v[6], v[7]]);
+        merge_8::<UP>([a, b, c, d, e, f, g, h])
+    }
+
+    /// Sorts sixteen registers' lanes.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn sort_16<const UP: bool>(v: [__m256i; 16]) -> [__m256i; 16] {
+        let mut low = sort_8::<true>(v[..8].try_into().expect("eight registers"));
+        let mut high = sort_8::<false>(v[8..].try_into().expect("eight registers"));
+        for (a, b) in low.iter_mut().zip(&mut high) {
+            (*a, *b) = exchange::<UP>(*a, *b);
+        }
+        let (low, high) = (merge_8::<UP>(low), merge_8::<UP>(high));
+        let mut sorted = [low[0]; 16];
+        sorted[..8].copy_from_slice(&low);
+        sorted[8..].copy_from_slice(&high);
+        sorted
+    }
+
+    /// Puts lanes `i` and `i ^ 1` in order: lane `i` takes the larger of
+    /// the two where bit `i` of `MORE` is set, the smaller elsewhere.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn exchange_1<const MORE: i32>(x: __m256i) -> __m256i {
+        let other = _mm256_shuffle_epi32::<0b10_11_00_01>(x);
+        _mm256_blend_epi32::<MORE>(_mm256_min_epu32(x, other), _mm256_max_epu32(x, other))
+    }
+
+    /// [`exchange_1`] for lanes `i` and `i ^ 2`.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn exchange_2<const MORE: i32>(x: __m256i) -> __m256i {
+        let other = _mm256_shuffle_epi32::<0b01_00_11_10>(x);
+        _mm256_blend_epi32::<MORE>(_mm256_min_epu32(x, other), _mm256_max_epu32(x, other))
+    }
+
+    /// [`exchange_1`] for lanes `i` and `i ^ 4` (the register's halves).
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn exchange_4<const MORE: i32>(x: __m256i) -> __m256i {
+        let other = _mm256_permute2x128_si256::<0x01>(x, x);
+        _mm256_blend_epi32::<MORE>(_mm256_min_epu32(x, other), _mm256_max_epu32(x, other))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Every length the network takes, and a few past it, against
+    /// `sort_unstable` (the oracle), on values drawn from a small range
+    /// (many repeats), from the whole range, and at its ends.
+    #[test]
+    fn every_length_sorts_as_sort_unstable_does() {
+        let mut state = 0x5eed_u64;
+        let mut next = move || {
+            state = super::super::mix64(state.wrapping_add(0x9e37_79b9_7f4a_7c15));
+            state
+        };
+        for len in 0..=NETWORK_MAX + 8 {
+            for round in 0..50 {
+                let set: Vec<u32> = (0..len)
+                    .map(|_| match round % 4 {
+                        0 => next() as u32,
+                        1 => (next() % 5) as u32,
+                        2 => u32::MAX - (next() % 3) as u32,
+                        _ => (next() % 3) as u32,
+                    })
+                    .collect();
+                let mut want = set.clone();
+                want.sort_unstable();
+                let mut got = set.clone();
+                sort(&mut got);
+                assert_eq!(got, want, "length {len}, round {round}: {set:?}");
+            }
+        }
+        // Already sorted and reversed.
+        for len in 0..=NETWORK_MAX {
+            let mut up: Vec<u32> = (0..len as u32).collect();
+            let want = up.clone();
+            sort(&mut up);
+            assert_eq!(up, want);
+            let mut down: Vec<u32> = (0..len as u32).rev().collect();
+            sort(&mut down);
+            assert_eq!(down, want);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn the_network_sorts_as_sort_unstable_does(
+            set in proptest::collection::vec(any::<u32>(), 0..150),
+            small in proptest::collection::vec(0u32..8, 0..150),
+        ) {
+            for set in [set, small] {
+                let mut want = set.clone();
+                want.sort_unstable();
+                let mut got = set;
+                sort(&mut got);
+                prop_assert_eq!(got, want);
+            }
+        }
+    }
+}

@@ -1098,10 +1098,7 @@ impl Walk<'_, '_> {
         let mut seen = 0u64;
         loop {
             let field = self.key(node)?;
-            if self.scan.space() != Some(b':') {
-                return Err(Refused);
-            }
-            self.scan.at += 1;
+            self.scan.colon()?;
             if let Some(shape) = shape.as_deref_mut() {
                 shape.members += 1;
             }
@@ -1115,6 +1112,9 @@ impl Walk<'_, '_> {
                     self.value(&node.fields[i].1, element)?;
                 }
                 None => self.scan.skip_value()?,
+            }
+            if self.scan.next_key() {
+                continue;
             }
             match self.scan.space() {
                 Some(b',') => {
@@ -1426,6 +1426,10 @@ impl Scan<'_> {
                     return Ok(());
                 }
                 let object = open & 1 == 1;
+                if object && self.next_key() {
+                    self.member_key()?;
+                    continue 'value;
+                }
                 match self.space() {
                     Some(b',') => {
                         self.at += 1;
@@ -1453,11 +1457,31 @@ impl Scan<'_> {
     fn member_key(&mut self) -> Result<(), Refused> {
         self.at += 1;
         self.string()?;
-        if self.space() != Some(b':') {
+        self.colon()
+    }
+
+    /// The colon after a key, whitespace first; compact JSON's colon right
+    /// after the key's quote is taken without the whitespace test.
+    #[inline(always)]
+    fn colon(&mut self) -> Result<(), Refused> {
+        if self.bytes.get(self.at) != Some(&b':') && self.space() != Some(b':') {
             return Err(Refused);
         }
         self.at += 1;
         Ok(())
+    }
+
+    /// After a member's value: whether the next two bytes are compact
+    /// JSON's `,"`, the comma then taken and the scan left at the next
+    /// key's quote. Anything else (whitespace, the object's end, an error)
+    /// is left for the general test.
+    #[inline(always)]
+    fn next_key(&mut self) -> bool {
+        let next = self.bytes.get(self.at..self.at + 2) == Some(b",\"");
+        if next {
+            self.at += 1;
+        }
+        next
     }
 }
 

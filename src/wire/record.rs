@@ -1264,10 +1264,22 @@ impl Scan<'_> {
     /// goes on after it) or a control character (refused).
     #[inline(always)]
     fn string(&mut self) -> Result<bool, Refused> {
+        let at = self.next_stop(self.at).ok_or(Refused)?;
+        if self.bytes.get(at) == Some(&b'"') {
+            self.at = at + 1;
+            return Ok(false);
+        }
+        self.string_from(at)
+    }
+
+    /// [`Scan::string`] past its first stop, at `at`, when that is not the
+    /// closing quote: escapes are rare, and kept out of the many places
+    /// the scan of a plain string is inlined into.
+    #[inline(never)]
+    fn string_from(&mut self, mut at: usize) -> Result<bool, Refused> {
         let bytes = self.bytes;
         let mut escaped = false;
         loop {
-            let at = self.next_stop(self.at).ok_or(Refused)?;
             match *bytes.get(at).ok_or(Refused)? {
                 b'"' => {
                     self.at = at + 1;
@@ -1291,6 +1303,7 @@ impl Scan<'_> {
                 }
                 _ => return Err(Refused),
             }
+            at = self.next_stop(self.at).ok_or(Refused)?;
         }
     }
 

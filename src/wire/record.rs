@@ -279,9 +279,10 @@ struct Node {
     /// alone, without a call of `memcmp`.
     heads: Vec<(u64, u64, usize)>,
     /// `fields` by a hash of a key's head and length ([`Node::slot`]): the
-    /// field's index plus one in the key's slot, 0 for none. Empty when no
-    /// multiplier tried spread the fields apart, and `heads` is searched.
-    table: Vec<u8>,
+    /// field's index plus one in the key's slot, 0 for none. `None` when
+    /// no multiplier tried spread the fields apart, and `heads` is
+    /// searched. A fixed size, so a slot (six bits) needs no bounds check.
+    table: Option<Box<[u8; Node::TABLE_SLOTS]>>,
     /// The multiplier of that hash.
     multiplier: u64,
     each: Option<Box<Node>>,
@@ -323,12 +324,14 @@ impl Node {
     /// and `tail` are its [`key_words`].
     #[inline(always)]
     fn field(&self, key: &[u8], head: u64, tail: u64) -> Option<usize> {
-        let candidate = if self.table.is_empty() {
-            self.heads
+        let candidate = match &self.table {
+            Some(table) => {
+                usize::from(table[Self::slot(head, key.len(), self.multiplier)]).checked_sub(1)?
+            }
+            None => self
+                .heads
                 .iter()
-                .position(|&(h, _, len)| h == head && len == key.len())?
-        } else {
-            usize::from(self.table[Self::slot(head, key.len(), self.multiplier)]).checked_sub(1)?
+                .position(|&(h, _, len)| h == head && len == key.len())?,
         };
         let (h, t, len) = self.heads[candidate];
         (h == head
@@ -352,13 +355,13 @@ impl Node {
     /// is in: a multiplier under which no two fields share a slot, tried
     /// from a fixed list (so a spec always gets the same table).
     fn index(&mut self) {
-        self.table.clear();
+        self.table = None;
         if self.fields.len() < Self::TABLE_SLOTS / 4 {
             for k in 0..64u64 {
                 let multiplier = 0x9E37_79B9_7F4A_7C15u64
                     .wrapping_add(k.wrapping_mul(0x2545_F491_4F6C_DD1D))
                     | 1;
-                let mut table = vec![0u8; Self::TABLE_SLOTS];
+                let mut table = Box::new([0u8; Self::TABLE_SLOTS]);
                 let spread = self.heads.iter().enumerate().all(|(i, &(head, _, len))| {
                     let slot = &mut table[Self::slot(head, len, multiplier)];
                     let free = *slot == 0;
@@ -366,7 +369,7 @@ impl Node {
                     free
                 });
                 if spread {
-                    self.table = table;
+                    self.table = Some(table);
                     self.multiplier = multiplier;
                     break;
                 }
@@ -972,6 +975,7 @@ struct Refused;
 impl Walk<'_, '_> {
     /// One value on a wanted path: captured if a path ends here, walked if
     /// paths go on.
+    #[inline(always)]
     fn value(&mut self, node: &Node, element: u32) -> Result<(), Refused> {
         if node.captures.is_empty() {
             return self.walked(node, element, None);
@@ -1094,10 +1098,7 @@ impl Walk<'_, '_> {
         let mut seen = 0u64;
         loop {
             let field = self.key(node)?;
-            if self.scan.space() != Some(b':') {
-                return Err(Refused);
-            }
-            self.scan.at += 1;
+            self.scan.colon()?;
             if let Some(shape) = shape.as_deref_mut() {
                 shape.members += 1;
             }
@@ -1110,10 +1111,10 @@ impl Walk<'_, '_> {
                     seen |= bit;
                     self.value(&node.fields[i].1, element)?;
                 }
-                None => {
-                    self.scan.space().ok_or(Refused)?;
-                    self.scan.skip()?;
-                }
+                None => self.scan.skip_value()?,
+            }
+            if self.scan.next_key() {
+                continue;
             }
             match self.scan.space() {
                 Some(b',') => {
@@ -1179,10 +1180,7 @@ impl Walk<'_, '_> {
         loop {
             match node.each.as_deref() {
                 Some(each) => self.value(each, element)?,
-                None => {
-                    self.scan.space().ok_or(Refused)?;
-                    self.scan.skip()?;
-                }
+                None => self.scan.skip_value()?,
             }
             element = element.saturating_add(1);
             match self.scan.space() {
@@ -1266,10 +1264,22 @@ impl Scan<'_> {
     /// goes on after it) or a control character (refused).
     #[inline(always)]
     fn string(&mut self) -> Result<bool, Refused> {
+        let at = self.next_stop(self.at).ok_or(Refused)?;
+        if self.bytes.get(at) == Some(&b'"') {
+            self.at = at + 1;
+            return Ok(false);
+        }
+        self.string_from(at)
+    }
+
+    /// [`Scan::string`] past its first stop, at `at`, when that is not the
+    /// closing quote: escapes are rare, and kept out of the many places
+    /// the scan of a plain string is inlined into.
+    #[inline(never)]
+    fn string_from(&mut self, mut at: usize) -> Result<bool, Refused> {
         let bytes = self.bytes;
         let mut escaped = false;
         loop {
-            let at = self.next_stop(self.at).ok_or(Refused)?;
             match *bytes.get(at).ok_or(Refused)? {
                 b'"' => {
                     self.at = at + 1;
@@ -1293,6 +1303,7 @@ impl Scan<'_> {
                 }
                 _ => return Err(Refused),
             }
+            at = self.next_stop(self.at).ok_or(Refused)?;
         }
     }
 
@@ -1363,6 +1374,21 @@ impl Scan<'_> {
         Ok(())
     }
 
+    /// A whole value, whitespace first: a string, the commonest value an
+    /// unwanted member holds, is scanned here, without a call of
+    /// [`Scan::skip`].
+    #[inline(always)]
+    fn skip_value(&mut self) -> Result<(), Refused> {
+        match self.space() {
+            Some(b'"') => {
+                self.at += 1;
+                self.string().map(drop)
+            }
+            Some(_) => self.skip(),
+            None => Err(Refused),
+        }
+    }
+
     /// A whole value, at its first byte (whitespace skipped), containers
     /// and all, without recursion: the open containers are bits of one
     /// word, 1 for an object.
@@ -1413,6 +1439,10 @@ impl Scan<'_> {
                     return Ok(());
                 }
                 let object = open & 1 == 1;
+                if object && self.next_key() {
+                    self.member_key()?;
+                    continue 'value;
+                }
                 match self.space() {
                     Some(b',') => {
                         self.at += 1;
@@ -1440,11 +1470,31 @@ impl Scan<'_> {
     fn member_key(&mut self) -> Result<(), Refused> {
         self.at += 1;
         self.string()?;
-        if self.space() != Some(b':') {
+        self.colon()
+    }
+
+    /// The colon after a key, whitespace first; compact JSON's colon right
+    /// after the key's quote is taken without the whitespace test.
+    #[inline(always)]
+    fn colon(&mut self) -> Result<(), Refused> {
+        if self.bytes.get(self.at) != Some(&b':') && self.space() != Some(b':') {
             return Err(Refused);
         }
         self.at += 1;
         Ok(())
+    }
+
+    /// After a member's value: whether the next two bytes are compact
+    /// JSON's `,"`, the comma then taken and the scan left at the next
+    /// key's quote. Anything else (whitespace, the object's end, an error)
+    /// is left for the general test.
+    #[inline(always)]
+    fn next_key(&mut self) -> bool {
+        let next = self.bytes.get(self.at..self.at + 2) == Some(b",\"");
+        if next {
+            self.at += 1;
+        }
+        next
     }
 }
 
@@ -2294,7 +2344,7 @@ mod tests {
     fn keys_match_their_fields_exactly_through_the_table() {
         fn check(node: &Node) {
             if !node.fields.is_empty() {
-                assert!(!node.table.is_empty(), "{:?}", node.heads);
+                assert!(node.table.is_some(), "{:?}", node.heads);
             }
             for (i, (name, child)) in node.fields.iter().enumerate() {
                 let name = name.as_bytes();

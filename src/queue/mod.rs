@@ -220,7 +220,6 @@ pub fn run<A: Adapter, S: IndexStore + ?Sized>(
             adapter,
             store,
             preparers: Preparers::start(scope, threads, preparer, decoder),
-            preparing: VecDeque::new(),
             settings: Settings {
                 in_flight: settings.in_flight.max(1),
                 batch: settings.batch.max(1),
@@ -247,10 +246,9 @@ pub fn run<A: Adapter, S: IndexStore + ?Sized>(
 struct Runtime<'r, 's, A: Adapter, S: ?Sized> {
     adapter: &'r mut A,
     store: &'r mut S,
-    /// The threads that prepare what is fetched.
-    preparers: Preparers<'s>,
-    /// Inputs of the batches given to `preparers`, in the order given.
-    preparing: VecDeque<Vec<A::Input>>,
+    /// The threads that prepare what is fetched; each batch carries its
+    /// inputs.
+    preparers: Preparers<'s, Vec<A::Input>>,
     settings: Settings,
     metrics: &'r Metrics,
     flight: VecDeque<Flight<A>>,
@@ -273,14 +271,14 @@ impl<A: Adapter, S: IndexStore + ?Sized> Runtime<'_, '_, A, S> {
                     read = c.read,
                     per_second = (c.read as f64 / started.elapsed().as_secs_f64()).round(),
                     acknowledged = c.acknowledged,
-                    in_flight = self.flight.len() + self.preparing.len(),
+                    in_flight = self.flight.len() + self.preparers.len(),
                     "consuming"
                 );
             }
             // What is prepared already is decided and published, in order.
             while self.publish_next(false)? {}
             // A batch fetched is held until acknowledged, prepared or not.
-            let held = self.preparing.len() + self.flight.len();
+            let held = self.preparers.len() + self.flight.len();
             if held >= self.settings.in_flight {
                 // No room: the oldest batch moves on.
                 if self.flight.is_empty() {
@@ -290,7 +288,7 @@ impl<A: Adapter, S: IndexStore + ?Sized> Runtime<'_, '_, A, S> {
                 }
                 continue;
             }
-            if self.preparing.len() >= ahead {
+            if self.preparers.len() >= ahead {
                 self.publish_next(true)?;
                 continue;
             }
@@ -326,10 +324,9 @@ impl<A: Adapter, S: IndexStore + ?Sized> Runtime<'_, '_, A, S> {
             return Ok(());
         }
         let payloads: Vec<Option<&[u8]>> = inputs.iter().map(Input::payload).collect();
-        self.preparers
-            .give(Lines::new(&payloads, self.settings.max_line_bytes));
+        let lines = Lines::new(&payloads, self.settings.max_line_bytes);
         drop(payloads);
-        self.preparing.push_back(inputs);
+        self.preparers.give(inputs, lines);
         Ok(())
     }
 
@@ -337,13 +334,9 @@ impl<A: Adapter, S: IndexStore + ?Sized> Runtime<'_, '_, A, S> {
     /// store call and hands its outputs to the broker; `wait`: until it is
     /// prepared, else only if it is already. False: none was.
     fn publish_next(&mut self, wait: bool) -> Result<bool, A::Error> {
-        let Some(prepared) = self.preparers.take(wait) else {
+        let Some((inputs, prepared)) = self.preparers.take(wait) else {
             return Ok(false);
         };
-        let inputs = self
-            .preparing
-            .pop_front()
-            .expect("the inputs of every batch given to prepare");
         let tokens: Vec<&[u8]> = inputs.iter().map(Input::token).collect();
         let (decided, tally) = batch::decide(&mut *self.store, prepared, &tokens, self.metrics)?;
         drop(tokens);

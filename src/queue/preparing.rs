@@ -7,8 +7,10 @@
 //! to lane `n % lanes`, and a lane answers in the order it was given, so
 //! the batches come back in the order they were fetched without a ticket
 //! or a reordering buffer; how many are given at a time is the runtime's
-//! to bound. With no lane (`--threads 1`, or no thread could be started)
-//! a batch is prepared on the caller's thread when given.
+//! to bound. Each batch carries a value of the caller's (its inputs),
+//! kept here, on the caller's side, and handed back with it. With no lane
+//! (`--threads 1`, or no thread could be started) a batch is prepared on
+//! the caller's thread when given.
 
 use std::collections::VecDeque;
 use std::sync::mpsc;
@@ -18,19 +20,19 @@ use crate::engine::Preparer;
 use crate::queue::batch::{self, Lines, Prepared};
 use crate::wire::record::Decoder;
 
-/// The preparation threads of one run, started in a thread scope.
-pub struct Preparers<'scope> {
+/// The preparation threads of one run, started in a thread scope; `T`:
+/// what each batch carries back.
+pub struct Preparers<'scope, T> {
     lanes: Vec<Lane<'scope>>,
     /// The lane of the next batch given.
     next_in: usize,
     /// The lane of the next batch taken back.
     next_out: usize,
-    /// Batches given and not taken back.
-    given: usize,
+    /// The batches given and not taken back, in order: what each carries,
+    /// and, without lanes, the batch prepared.
+    given: VecDeque<(T, Option<Prepared>)>,
     /// Without lanes: how batches are prepared when given.
     inline: (&'scope Preparer, &'scope Decoder),
-    /// Without lanes: the batches prepared, not taken back.
-    ready: VecDeque<Prepared>,
 }
 
 /// One preparation thread and its queues.
@@ -40,7 +42,7 @@ struct Lane<'scope> {
     thread: Option<ScopedJoinHandle<'scope, ()>>,
 }
 
-impl<'scope> Preparers<'scope> {
+impl<'scope, T> Preparers<'scope, T> {
     /// Starts `threads` preparation threads in `scope` (fewer, with a
     /// warning, if the system refuses some; none prepares on the caller's
     /// thread).
@@ -49,7 +51,7 @@ impl<'scope> Preparers<'scope> {
         threads: usize,
         preparer: &'scope Preparer,
         decoder: &'scope Decoder,
-    ) -> Preparers<'scope> {
+    ) -> Preparers<'scope, T> {
         let mut lanes = Vec::with_capacity(threads);
         for n in 0..threads {
             let (jobs, queued) = mpsc::channel::<Lines>();
@@ -87,9 +89,8 @@ impl<'scope> Preparers<'scope> {
             lanes,
             next_in: 0,
             next_out: 0,
-            given: 0,
+            given: VecDeque::new(),
             inline: (preparer, decoder),
-            ready: VecDeque::new(),
         }
     }
 
@@ -98,11 +99,21 @@ impl<'scope> Preparers<'scope> {
         self.lanes.len()
     }
 
-    /// Hands a batch over to be prepared.
-    pub fn give(&mut self, lines: Lines) {
-        self.given += 1;
+    /// Batches given and not taken back.
+    pub fn len(&self) -> usize {
+        self.given.len()
+    }
+
+    /// Whether every batch given was taken back.
+    pub fn is_empty(&self) -> bool {
+        self.given.is_empty()
+    }
+
+    /// Hands a batch over to be prepared, with what it carries back.
+    pub fn give(&mut self, carried: T, lines: Lines) {
         if self.lanes.is_empty() {
-            self.ready.push_back(batch::prepare(self.inline, lines));
+            let prepared = batch::prepare(self.inline, lines);
+            self.given.push_back((carried, Some(prepared)));
             return;
         }
         let at = self.next_in;
@@ -110,34 +121,34 @@ impl<'scope> Preparers<'scope> {
         if self.lanes[at].jobs.send(lines).is_err() {
             self.lost(at);
         }
+        self.given.push_back((carried, None));
     }
 
-    /// The next batch in the order given; `wait`: until it is prepared,
-    /// else only if it is already. `None`: none was given (or, not
-    /// waiting, it is not ready).
-    pub fn take(&mut self, wait: bool) -> Option<Prepared> {
-        if self.given == 0 {
-            return None;
-        }
-        let prepared = match self.lanes.get(self.next_out) {
-            None => return self.ready.pop_front().map(|p| self.taken(p)),
-            Some(lane) if wait => lane.done.recv().ok(),
-            Some(lane) => match lane.done.try_recv() {
-                Ok(prepared) => Some(prepared),
-                Err(mpsc::TryRecvError::Empty) => return None,
-                Err(mpsc::TryRecvError::Disconnected) => None,
-            },
-        }
-        .unwrap_or_else(|| self.lost(self.next_out));
-        Some(self.taken(prepared))
-    }
-
-    fn taken(&mut self, prepared: Prepared) -> Prepared {
-        self.given -= 1;
-        if !self.lanes.is_empty() {
-            self.next_out = (self.next_out + 1) % self.lanes.len();
-        }
-        prepared
+    /// The next batch in the order given, with what it carries; `wait`:
+    /// until it is prepared, else only if it is already. `None`: none was
+    /// given (or, not waiting, it is not ready).
+    pub fn take(&mut self, wait: bool) -> Option<(T, Prepared)> {
+        let prepared = match self.given.front_mut()? {
+            (_, prepared @ Some(_)) => prepared.take(),
+            (_, None) => {
+                let at = self.next_out;
+                let done = &self.lanes[at].done;
+                let answer = if wait {
+                    done.recv().ok()
+                } else {
+                    match done.try_recv() {
+                        Ok(prepared) => Some(prepared),
+                        Err(mpsc::TryRecvError::Empty) => return None,
+                        Err(mpsc::TryRecvError::Disconnected) => None,
+                    }
+                };
+                let answer = answer.unwrap_or_else(|| self.lost(at));
+                self.next_out = (at + 1) % self.lanes.len();
+                Some(answer)
+            }
+        };
+        let (carried, _) = self.given.pop_front()?;
+        Some((carried, prepared?))
     }
 
     /// Lane `at`'s thread ended while the runtime still wants it: it
@@ -185,13 +196,16 @@ mod tests {
             let mut next = 0;
             while ids.len() < batches {
                 while next < batches && next < ids.len() + given {
-                    preparers.give(lines(next));
+                    preparers.give(next, lines(next));
                     next += 1;
                 }
                 // Taken back without waiting where ready, else waited for.
-                let prepared = preparers.take(false).or_else(|| preparers.take(true));
-                let (decided, _) =
-                    decide(&mut store, prepared.unwrap(), &[b"t"], &metrics).unwrap();
+                let (carried, prepared) = preparers
+                    .take(false)
+                    .or_else(|| preparers.take(true))
+                    .unwrap();
+                assert_eq!(carried, ids.len(), "each batch carries back its own");
+                let (decided, _) = decide(&mut store, prepared, &[b"t"], &metrics).unwrap();
                 match decided.payload(0) {
                     Payload::Message(message, _) => ids.push(message.id.clone()),
                     other => panic!("{other:?}"),

@@ -1340,3 +1340,63 @@ fn the_output_is_the_filters_whatever_the_preparation_threads() {
         );
     }
 }
+
+/// Entries the group has delivered (Redis 7's `entries-read`).
+fn delivered(con: &mut redis::Connection, stream: &str) -> usize {
+    let groups: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("XINFO")
+        .arg("GROUPS")
+        .arg(stream)
+        .query(con)
+        .unwrap();
+    match groups[0].get("entries-read") {
+        Some(redis::Value::Int(n)) => *n as usize,
+        other => panic!("entries-read: {other:?}"),
+    }
+}
+
+#[test]
+fn a_worker_stopped_mid_stream_decides_the_batch_it_read_ahead() {
+    if !available("a_worker_stopped_mid_stream_decides_the_batch_it_read_ahead") {
+        return;
+    }
+    let lines = common::synthetic(5000);
+    let fields = ["--id-field", "id_str", "--text-field", "text"];
+    let (code, filtered, stderr) =
+        run_to_end(&[&["--quiet"][..], &fields].concat(), &lines.concat());
+    assert_eq!(code, Some(0), "{stderr}");
+    let redis = RedisServer::start();
+    let mut con = redis.connection();
+    for line in &lines {
+        add(&mut con, "in", "json", line.trim_ascii_end());
+    }
+    // With more than one batch in flight, a thread reads the next batch
+    // while this one is decided: stopped, the worker must decide and
+    // acknowledge it too, not leave it pending.
+    let extra = [&fields[..], &["--batch", "16", "--in-flight", "4"]].concat();
+    let consuming = worker(&redis.url(), "a", "out", &extra);
+    wait_until("some entries written", Duration::from_secs(60), || {
+        xlen(&mut con, "out") >= 100
+    });
+    let (code, stderr) = terminate(consuming);
+    assert_eq!(code, Some(0), "{stderr}");
+    let written = xlen(&mut con, "out");
+    assert!(written < lines.len(), "stopped before the end: {written}");
+    assert_eq!(pending(&mut con, "in", "g"), 0, "nothing left pending");
+    assert_eq!(
+        delivered(&mut con, "in"),
+        written,
+        "every entry read was written"
+    );
+    // Another worker takes up where it stopped: the output is the filter's.
+    let finishing = worker(&redis.url(), "b", "out", &extra);
+    wait_until("every entry acknowledged", Duration::from_secs(60), || {
+        xlen(&mut con, "out") == lines.len() && pending(&mut con, "in", "g") == 0
+    });
+    let (code, stderr) = terminate(finishing);
+    assert_eq!(code, Some(0), "{stderr}");
+    let out: String = entries(&mut con, "out")
+        .iter()
+        .map(|entry| format!("{}\n", entry[0].1))
+        .collect();
+    assert!(out == filtered, "not the filter's output");
+}

@@ -137,6 +137,13 @@ pub trait Adapter {
     /// At a stop, with nothing in flight: waits (a bounded time) for the
     /// acknowledgements still under way.
     fn finish(&mut self) -> Result<(), Self::Error>;
+
+    /// At a stop: the inputs the adapter took from the broker ahead of
+    /// [`Adapter::fetch`], which the runtime decides and acknowledges
+    /// before it stops (none by default).
+    fn take_read_ahead(&mut self) -> Result<Vec<Self::Input>, Self::Error> {
+        Ok(Vec::new())
+    }
 }
 
 /// How the runtime runs.
@@ -231,7 +238,11 @@ pub fn run<A: Adapter, S: IndexStore + ?Sized>(
         };
         runtime.pump(stop)?;
         // Stopping: every batch fetched is decided, published, stored and
-        // acknowledged first.
+        // acknowledged first, with what the adapter read ahead.
+        let ahead = runtime.adapter.take_read_ahead()?;
+        if !ahead.is_empty() {
+            runtime.fetched(ahead)?;
+        }
         while runtime.publish_next(true)? {}
         while !runtime.flight.is_empty() {
             runtime.retire()?;

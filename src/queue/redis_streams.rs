@@ -3,19 +3,21 @@
 //!
 //! ```text
 //!  IN ──XREADGROUP / XAUTOCLAIM──▶ prepare ──▶ index store ──▶ writer thread: one script a batch ──▶ OUT
-//!       (a batch of entries)      (sketch)    (one call a     (per entry its XACK, then its XADD;     (or OUT:invalid)
-//!                                              batch)          in the order read; up to --in-flight)
+//!       (reading thread: a batch    (sketch)    (one call a     (per entry its XACK, then its XADD;     (or OUT:invalid)
+//!        of entries, one ahead)                  batch)          in the order read; up to --in-flight)
 //! ```
 //!
 //! - Each entry's message is the JSON in one of its fields (`--field`,
 //!   default `json`), tagged exactly as the filter tags a line, and
 //!   appended to the output stream under the same field.
-//! - **Batches in flight.** This thread reads and decides batch after
-//!   batch; a writer thread, on a connection of its own, runs each batch's
-//!   script in the order read. Up to `--in-flight` batches are decided and
-//!   not yet acknowledged; the runtime waits for the oldest when that many
-//!   are out. `--in-flight 1` is read, decide, write and acknowledge, in
-//!   turn.
+//! - **Batches in flight.** A reading thread reads one batch ahead, on a
+//!   connection of its own (parsing Redis's reply costs as much as
+//!   deciding its messages); this thread decides batch after batch; a
+//!   writer thread, on a third connection, runs each batch's script in the
+//!   order read. Up to `--in-flight` batches are decided and not yet
+//!   acknowledged, and one more read ahead; the runtime waits for the
+//!   oldest when that many are out. `--in-flight 1` is read, decide, write
+//!   and acknowledge, in turn, with no reading thread.
 //! - **Exactly once in the output.** The tagged messages of a batch are
 //!   written and its entries acknowledged in one Lua script, and only for
 //!   the entries still pending in the group: when two workers finish the
@@ -48,7 +50,7 @@
 //!   them and returns.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
@@ -280,7 +282,8 @@ return table.concat(flags)
 /// The batches run through the queue runtime ([`queue::run`]): up to
 /// `config.in_flight` of them decided and handed to a writer thread, which
 /// runs each one's acknowledging script (on a connection of its own) in
-/// the order they were read, while this thread reads and decides the next.
+/// the order they were read, while this thread decides the next and a
+/// reading thread reads the one after.
 ///
 /// `lines` (for [`Output::Lines`]) should be unbuffered, each write one
 /// `write(2)`: the lines are handed to it in pieces of whole lines.
@@ -295,17 +298,26 @@ pub fn run<S: IndexStore>(
 ) -> Result<ConsumeSummary, Error> {
     let script = Script::new(ACK_SCRIPT);
     let mut writer_link = link.another();
+    let progress = ReadProgress::default();
+    let quit = Arc::new(AtomicBool::new(false));
+    // Reading one batch ahead needs room for two: with one batch in flight,
+    // each is read only once the one before is acknowledged.
+    let ahead = config.in_flight > 1;
     let mut reader = Reader {
         config,
-        link,
+        link: if ahead {
+            link.another().with_cancel(Arc::clone(&quit))
+        } else {
+            link.another()
+        },
         stop,
         metrics: metrics.as_ref(),
+        progress: &progress,
         summary: ConsumeSummary::default(),
         claim_every: (config.claim_idle / 2).max(Duration::from_millis(100)),
         last_claim: None,
         claim_cursor: "0-0".into(),
         own_pending: Some("0".into()),
-        epoch: 0,
     };
     reader.create_group(false)?;
     // An empty acknowledgement only checks the keys' types: a key that
@@ -325,14 +337,29 @@ pub fn run<S: IndexStore>(
         let writer = scope.spawn(move || {
             write_batches(writer_link, config, script, lines, queued, answers, abort);
         });
+        let source = if ahead {
+            // No room in the channel: the thread holds the batch it read
+            // until the runtime takes it, so one batch is read ahead.
+            let (reads, ready) = mpsc::sync_channel(0);
+            let quit = Arc::clone(&quit);
+            let thread = scope.spawn(move || read_ahead(reader, &reads, &quit));
+            Source::Ahead { ready, thread }
+        } else {
+            Source::Inline(Box::new(reader))
+        };
         let mut adapter = Streams {
-            reader,
+            config,
+            metrics: metrics.as_ref(),
+            source,
+            stop,
+            progress: &progress,
             jobs: Some(jobs),
             answered,
             stored: Vec::new(),
             stored_on: 0,
             held: Vec::new(),
             settled: Settled::default(),
+            invalid: 0,
         };
         let settings = queue::Settings {
             batch: config.batch,
@@ -349,14 +376,28 @@ pub fn run<S: IndexStore>(
         };
         let result = queue::run(&mut adapter, engine, settings, stop, metrics);
         // On an error, the batches still queued are not written: the worker
-        // stops now, and they stay pending.
+        // stops now, and they stay pending; so does a batch read ahead.
         abort.store(result.is_err(), Ordering::Relaxed);
+        quit.store(true, Ordering::Relaxed);
         drop(adapter.jobs.take());
+        let Streams {
+            source, invalid, ..
+        } = adapter;
+        let mut summary = match source {
+            Source::Inline(reader) => reader.summary,
+            Source::Ahead { ready, thread } => {
+                // The reading thread ends once it cannot hand over a batch.
+                drop(ready);
+                thread
+                    .join()
+                    .map_err(|_| Error::Internal("the stream reader panicked".into()))?
+            }
+        };
         if writer.join().is_err() {
             return Err(Error::Internal("the stream writer panicked".into()));
         }
         let counts = result?;
-        let mut summary = adapter.reader.summary;
+        summary.invalid += invalid;
         summary.acked = counts.acknowledged;
         summary.new = counts.verdicts.new;
         summary.duplicates = counts.verdicts.duplicates;
@@ -486,10 +527,15 @@ fn acknowledge(
     }
 }
 
-/// The Redis Streams adapter of the queue runtime: the reading half here,
-/// the writing half on the writer thread.
-struct Streams<'a> {
-    reader: Reader<'a>,
+/// The Redis Streams adapter of the queue runtime: the reading half on a
+/// thread of its own (or this one, with one batch in flight), the writing
+/// half on the writer thread.
+struct Streams<'a, 's> {
+    config: &'a ConsumeConfig,
+    metrics: &'a Metrics,
+    source: Source<'a, 's>,
+    stop: &'a AtomicBool,
+    progress: &'a ReadProgress,
     /// Batches to the writer thread (`None` once the run is over, which
     /// ends the thread).
     jobs: Option<mpsc::SyncSender<Job>>,
@@ -500,20 +546,329 @@ struct Streams<'a> {
     /// The reading link's count of connections when that batch was
     /// published.
     stored_on: u64,
-    /// The tokens of the batches acknowledged since the last read, each
-    /// with the reading link's count of connections when it was
-    /// published: forgotten after the next read if that count still
-    /// stands (see [`queue::Adapter::fetch`] below).
-    held: Vec<(Vec<Vec<u8>>, u64)>,
+    /// The batches acknowledged and not yet known to have held: see
+    /// [`Held`].
+    held: Vec<Held>,
     /// What the runtime has not yet been told.
     settled: Settled,
+    /// Entries sent to the dead-letter stream.
+    invalid: u64,
 }
 
-impl Streams<'_> {
-    /// Reads a batch: entries to claim, this consumer's own pending ones,
-    /// else new ones.
-    fn read(&mut self, max: usize, wait: Duration) -> Result<Vec<Entry>, Error> {
-        let reader = &mut self.reader;
+/// Where the runtime's batches come from.
+enum Source<'a, 's> {
+    /// Read by this thread when the runtime fetches.
+    Inline(Box<Reader<'a>>),
+    /// Read one batch ahead by a thread of its own (see [`read_ahead`]),
+    /// so that reading Redis's replies, which costs this worker's thread
+    /// as much as deciding their messages, overlaps the decision.
+    Ahead {
+        ready: mpsc::Receiver<Result<Read, Error>>,
+        thread: std::thread::ScopedJoinHandle<'s, ConsumeSummary>,
+    },
+}
+
+/// A batch read, with what shows whether acknowledgements made before it
+/// held.
+struct Read {
+    entries: Vec<Entry>,
+    /// Its number: reads completed, this one included.
+    number: u64,
+    /// The reading link's count of connections when it completed.
+    connections: u64,
+}
+
+/// What the reading half tells the rest as it reads.
+#[derive(Default)]
+struct ReadProgress {
+    /// Reads completed.
+    completed: AtomicU64,
+    /// The reading link's count of connections after the last read.
+    connections: AtomicU64,
+}
+
+/// The tokens of a batch acknowledged, forgotten once a read shows that
+/// its acknowledgement held: a read completed after the script answered,
+/// on a reading connection that stood since before the script ran. One
+/// made again since may reach a Redis that restarted and lost the
+/// acknowledgement (an `everysec` AOF loses its last second), and an entry
+/// read again must find its remembered verdict. (The index in Redis checks
+/// its own connection too.)
+struct Held {
+    tokens: Vec<Vec<u8>>,
+    /// The reading link's count of connections when the batch was
+    /// published.
+    on: u64,
+    /// Reads completed when its script had answered: a read numbered
+    /// higher completed after.
+    after: u64,
+}
+
+impl Streams<'_, '_> {
+    /// Forgets the batches acknowledged whose acknowledgement `read` shows
+    /// held; keeps, saying so, those it shows may have been lost.
+    fn settle_held(&mut self, read: &Read) {
+        let shown = self
+            .held
+            .iter()
+            .take_while(|held| held.after < read.number)
+            .count();
+        for held in self.held.drain(..shown) {
+            if held.on == read.connections {
+                self.settled.acknowledged.extend(held.tokens);
+            } else {
+                tracing::warn!(
+                    entries = held.tokens.len(),
+                    "the connection to Redis was made again since entries were acknowledged \
+                     (Redis may have restarted and lost the acknowledgements): their remembered \
+                     verdicts are kept"
+                );
+                self.settled.kept += held.tokens.len() as u64;
+            }
+        }
+    }
+}
+
+impl queue::Adapter for Streams<'_, '_> {
+    type Input = Entry;
+    /// The reading link's count of connections when the batch was
+    /// published.
+    type Pending = u64;
+    type Error = Error;
+
+    fn fetch(&mut self, max: usize, wait: Duration) -> Result<Vec<Entry>, Error> {
+        let read = match &mut self.source {
+            Source::Inline(reader) => reader.next(max, wait)?,
+            Source::Ahead { ready, .. } => {
+                let got = if wait.is_zero() {
+                    ready.try_recv().map_err(|e| match e {
+                        mpsc::TryRecvError::Empty => None,
+                        mpsc::TryRecvError::Disconnected => Some(()),
+                    })
+                } else {
+                    ready.recv_timeout(wait).map_err(|e| match e {
+                        mpsc::RecvTimeoutError::Timeout => None,
+                        mpsc::RecvTimeoutError::Disconnected => Some(()),
+                    })
+                };
+                match got {
+                    Ok(read) => read?,
+                    Err(None) => return Ok(Vec::new()),
+                    // The reading thread ends only at a stop, or after
+                    // handing over its error.
+                    Err(Some(())) if self.stop.load(Ordering::Relaxed) => return Ok(Vec::new()),
+                    Err(Some(())) => {
+                        return Err(Error::Internal("the stream reader stopped".into()));
+                    }
+                }
+            }
+        };
+        self.settle_held(&read);
+        Ok(read.entries)
+    }
+
+    fn publish(&mut self, inputs: &[Entry], decided: &DecidedBatch) -> Result<u64, Error> {
+        let config = self.config;
+        let mut outcomes = Vec::with_capacity(inputs.len());
+        let mut text = Vec::new();
+        for (at, entry) in inputs.iter().enumerate() {
+            let outcome = match decided.payload(at) {
+                Payload::Missing if entry.deleted => Outcome::Ack,
+                Payload::Missing if config.relay => match (&entry.message, &config.output) {
+                    (Some(message), Output::Stream(_)) => Outcome::Output(message.clone()),
+                    (Some(message), Output::Lines) => {
+                        text.extend_from_slice(message);
+                        text.push(b'\n');
+                        Outcome::Ack
+                    }
+                    (None, _) => Outcome::Ack,
+                },
+                Payload::Missing => Outcome::DeadWithFields {
+                    reason: format!("no field {:?}", config.field),
+                },
+                // A message over the limit is not copied: the dead letter
+                // names its entry (`source`), which is still in the stream.
+                Payload::Invalid(invalid) => Outcome::Dead {
+                    reason: invalid.reason.to_string(),
+                    message: match invalid.reason {
+                        InvalidReason::TooLong { .. } => Vec::new(),
+                        _ => entry.message.clone().unwrap_or_default(),
+                    },
+                },
+                Payload::Message(_, verdict) if !config.emit.wants(verdict) => Outcome::Ack,
+                Payload::Message(message, verdict) => {
+                    let tagged = decided.tagged(message, verdict);
+                    match config.output {
+                        Output::Stream(_) => Outcome::Output(tagged),
+                        Output::Lines => {
+                            text.extend_from_slice(&tagged);
+                            text.push(b'\n');
+                            Outcome::Ack
+                        }
+                    }
+                }
+            };
+            if let Outcome::Dead { reason, .. } | Outcome::DeadWithFields { reason } = &outcome {
+                self.invalid += 1;
+                self.metrics.invalid_lines.fetch_add(1, Ordering::Relaxed);
+                self.metrics
+                    .queue_dead_lettered
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    entry = %entry.id,
+                    stream = %config.stream,
+                    "{reason}: sent to {}",
+                    config.invalid_stream
+                );
+            }
+            outcomes.push((entry.id.clone(), outcome));
+        }
+        let job = Job {
+            kinds: outcomes.iter().map(|(_, outcome)| outcome.kind()).collect(),
+            outcomes,
+            text,
+        };
+        if let Some(jobs) = &self.jobs {
+            // A send fails only if the writer stopped at a failure: its
+            // answer to an earlier batch says which, when that is awaited.
+            let _ = jobs.send(job);
+        }
+        Ok(self.progress.connections.load(Ordering::Relaxed))
+    }
+
+    fn stored(&mut self, on: u64) -> Result<(), Error> {
+        let answer = self
+            .answered
+            .recv()
+            .map_err(|_| Error::Internal("the stream writer stopped".into()))?;
+        match answer {
+            Ok(flags) => {
+                self.stored = flags;
+                self.stored_on = on;
+                Ok(())
+            }
+            // Nothing of the batch was acknowledged. The reading half
+            // meets the loss at its next read (`NOGROUP`, or `UNBLOCKED` for
+            // a read waiting on a stream deleted), says so and makes the
+            // group again; the batches in flight behind this one meet the
+            // same loss, or the group made again.
+            Err(Written::GroupLost) => {
+                self.stored.clear();
+                self.stored_on = on;
+                Ok(())
+            }
+            Err(Written::Failed(e)) => Err(e),
+        }
+    }
+
+    fn acknowledge(&mut self, inputs: Vec<Entry>) -> Result<(), Error> {
+        // Only the entries this script acknowledged: one it found not
+        // pending was claimed by another worker (which forgets it), or its
+        // delivery was lost with Redis's last second, and it comes back as
+        // a new entry that must find its remembered verdict.
+        let tokens: Vec<Vec<u8>> = inputs
+            .into_iter()
+            .zip(std::mem::take(&mut self.stored))
+            .filter_map(|(entry, acked)| acked.then(|| entry.id.into_bytes()))
+            .collect();
+        self.held.push(Held {
+            tokens,
+            on: self.stored_on,
+            after: self.progress.completed.load(Ordering::Relaxed),
+        });
+        Ok(())
+    }
+
+    fn settled(&mut self) -> Settled {
+        std::mem::take(&mut self.settled)
+    }
+
+    fn finish(&mut self) -> Result<(), Error> {
+        // No read comes after the last batches to show their
+        // acknowledgements held: their verdicts are kept.
+        for held in self.held.drain(..) {
+            self.settled.kept += held.tokens.len() as u64;
+        }
+        Ok(())
+    }
+
+    fn take_read_ahead(&mut self) -> Result<Vec<Entry>, Error> {
+        let Source::Ahead { ready, .. } = &self.source else {
+            return Ok(Vec::new());
+        };
+        // The reading thread hands over what it read, then sees the stop
+        // and ends.
+        let mut entries = Vec::new();
+        let mut reads = Vec::new();
+        for read in ready.iter() {
+            reads.push(read?);
+        }
+        for mut read in reads {
+            self.settle_held(&read);
+            entries.append(&mut read.entries);
+        }
+        Ok(entries)
+    }
+}
+
+/// The reading thread: reads batch after batch and hands each over (an
+/// error too, and then ends), until the worker stops, `quit` is set, or
+/// nobody takes them.
+fn read_ahead(
+    mut reader: Reader<'_>,
+    reads: &mpsc::SyncSender<Result<Read, Error>>,
+    quit: &AtomicBool,
+) -> ConsumeSummary {
+    while !reader.stop.load(Ordering::Relaxed) && !quit.load(Ordering::Relaxed) {
+        let read = reader.next(reader.config.batch, BLOCK);
+        let failed = read.is_err();
+        if reads.send(read).is_err() || failed {
+            break;
+        }
+    }
+    reader.summary
+}
+
+/// The reading half of the worker: the group, reads and claims.
+struct Reader<'a> {
+    config: &'a ConsumeConfig,
+    link: Link,
+    stop: &'a AtomicBool,
+    metrics: &'a Metrics,
+    progress: &'a ReadProgress,
+    summary: ConsumeSummary,
+    /// How often the pending entries of others are looked through.
+    claim_every: Duration,
+    /// When they were last looked through to the end.
+    last_claim: Option<Instant>,
+    /// Where the look through goes on (`0-0`: from the start).
+    claim_cursor: String,
+    /// Read this consumer's own pending entries after this id; `None`: all
+    /// are read, only new ones now.
+    own_pending: Option<String>,
+}
+
+impl Reader<'_> {
+    /// Reads a batch (entries to claim, this consumer's own pending ones,
+    /// else new ones, waiting up to `wait` for them) and counts the read.
+    fn next(&mut self, max: usize, wait: Duration) -> Result<Read, Error> {
+        let entries = self.entries(max, wait)?;
+        let connections = self.link.connections();
+        self.progress
+            .connections
+            .store(connections, Ordering::Relaxed);
+        let number = self.progress.completed.fetch_add(1, Ordering::Relaxed) + 1;
+        Ok(Read {
+            entries,
+            number,
+            connections,
+        })
+    }
+
+    /// The entries of a batch: entries to claim, this consumer's own
+    /// pending ones, else new ones.
+    fn entries(&mut self, max: usize, wait: Duration) -> Result<Vec<Entry>, Error> {
+        let reader = self;
         if reader
             .last_claim
             .is_none_or(|at| at.elapsed() >= reader.claim_every)
@@ -565,188 +920,7 @@ impl Streams<'_> {
             read => read,
         }
     }
-}
 
-impl queue::Adapter for Streams<'_> {
-    type Input = Entry;
-    /// The group's incarnation, and the reading link's count of
-    /// connections, when the batch was published.
-    type Pending = (u64, u64);
-    type Error = Error;
-
-    fn fetch(&mut self, max: usize, wait: Duration) -> Result<Vec<Entry>, Error> {
-        let acknowledged = std::mem::take(&mut self.held);
-        let entries = self.read(max, wait)?;
-        // A batch is forgotten only if the reading connection stood from
-        // before its script ran until after this read: one made again
-        // since may reach a Redis that restarted and lost the
-        // acknowledgement (an `everysec` AOF loses its last second), and an
-        // entry read again must find its remembered verdict. (The index in
-        // Redis checks its own connection too.)
-        let now = self.reader.link.connections();
-        for (tokens, on) in acknowledged {
-            if on == now {
-                self.settled.acknowledged.extend(tokens);
-            } else {
-                tracing::warn!(
-                    stream = %self.reader.config.stream,
-                    entries = tokens.len(),
-                    "the connection to Redis was made again since entries were acknowledged \
-                     (Redis may have restarted and lost the acknowledgements): their remembered \
-                     verdicts are kept"
-                );
-                self.settled.kept += tokens.len() as u64;
-            }
-        }
-        Ok(entries)
-    }
-
-    fn publish(&mut self, inputs: &[Entry], decided: &DecidedBatch) -> Result<(u64, u64), Error> {
-        let reader = &mut self.reader;
-        let config = reader.config;
-        let mut outcomes = Vec::with_capacity(inputs.len());
-        let mut text = Vec::new();
-        for (at, entry) in inputs.iter().enumerate() {
-            let outcome = match decided.payload(at) {
-                Payload::Missing if entry.deleted => Outcome::Ack,
-                Payload::Missing if config.relay => match (&entry.message, &config.output) {
-                    (Some(message), Output::Stream(_)) => Outcome::Output(message.clone()),
-                    (Some(message), Output::Lines) => {
-                        text.extend_from_slice(message);
-                        text.push(b'\n');
-                        Outcome::Ack
-                    }
-                    (None, _) => Outcome::Ack,
-                },
-                Payload::Missing => Outcome::DeadWithFields {
-                    reason: format!("no field {:?}", config.field),
-                },
-                // A message over the limit is not copied: the dead letter
-                // names its entry (`source`), which is still in the stream.
-                Payload::Invalid(invalid) => Outcome::Dead {
-                    reason: invalid.reason.to_string(),
-                    message: match invalid.reason {
-                        InvalidReason::TooLong { .. } => Vec::new(),
-                        _ => entry.message.clone().unwrap_or_default(),
-                    },
-                },
-                Payload::Message(_, verdict) if !config.emit.wants(verdict) => Outcome::Ack,
-                Payload::Message(message, verdict) => {
-                    let tagged = decided.tagged(message, verdict);
-                    match config.output {
-                        Output::Stream(_) => Outcome::Output(tagged),
-                        Output::Lines => {
-                            text.extend_from_slice(&tagged);
-                            text.push(b'\n');
-                            Outcome::Ack
-                        }
-                    }
-                }
-            };
-            if let Outcome::Dead { reason, .. } | Outcome::DeadWithFields { reason } = &outcome {
-                reader.summary.invalid += 1;
-                reader.metrics.invalid_lines.fetch_add(1, Ordering::Relaxed);
-                reader
-                    .metrics
-                    .queue_dead_lettered
-                    .fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(
-                    entry = %entry.id,
-                    stream = %config.stream,
-                    "{reason}: sent to {}",
-                    config.invalid_stream
-                );
-            }
-            outcomes.push((entry.id.clone(), outcome));
-        }
-        let job = Job {
-            kinds: outcomes.iter().map(|(_, outcome)| outcome.kind()).collect(),
-            outcomes,
-            text,
-        };
-        if let Some(jobs) = &self.jobs {
-            // A send fails only if the writer stopped at a failure: its
-            // answer to an earlier batch says which, when that is awaited.
-            let _ = jobs.send(job);
-        }
-        Ok((reader.epoch, reader.link.connections()))
-    }
-
-    fn stored(&mut self, (epoch, on): (u64, u64)) -> Result<(), Error> {
-        let answer = self
-            .answered
-            .recv()
-            .map_err(|_| Error::Internal("the stream writer stopped".into()))?;
-        match answer {
-            Ok(flags) => {
-                self.stored = flags;
-                self.stored_on = on;
-                Ok(())
-            }
-            Err(Written::GroupLost) => {
-                self.stored.clear();
-                self.stored_on = on;
-                // Once per loss: the batches in flight behind this one meet
-                // the same loss, or the group made again.
-                if epoch == self.reader.epoch {
-                    self.reader.group_lost()?;
-                }
-                Ok(())
-            }
-            Err(Written::Failed(e)) => Err(e),
-        }
-    }
-
-    fn acknowledge(&mut self, inputs: Vec<Entry>) -> Result<(), Error> {
-        // Only the entries this script acknowledged: one it found not
-        // pending was claimed by another worker (which forgets it), or its
-        // delivery was lost with Redis's last second, and it comes back as
-        // a new entry that must find its remembered verdict.
-        let tokens: Vec<Vec<u8>> = inputs
-            .into_iter()
-            .zip(std::mem::take(&mut self.stored))
-            .filter_map(|(entry, acked)| acked.then(|| entry.id.into_bytes()))
-            .collect();
-        self.held.push((tokens, self.stored_on));
-        Ok(())
-    }
-
-    fn settled(&mut self) -> Settled {
-        std::mem::take(&mut self.settled)
-    }
-
-    fn finish(&mut self) -> Result<(), Error> {
-        // No read comes after the last batches to show their
-        // acknowledgements held: their verdicts are kept.
-        for (last, _) in self.held.drain(..) {
-            self.settled.kept += last.len() as u64;
-        }
-        Ok(())
-    }
-}
-
-/// The reading half of the worker: the group, reads and claims.
-struct Reader<'a> {
-    config: &'a ConsumeConfig,
-    link: &'a mut Link,
-    stop: &'a AtomicBool,
-    metrics: &'a Metrics,
-    summary: ConsumeSummary,
-    /// How often the pending entries of others are looked through.
-    claim_every: Duration,
-    /// When they were last looked through to the end.
-    last_claim: Option<Instant>,
-    /// Where the look through goes on (`0-0`: from the start).
-    claim_cursor: String,
-    /// Read this consumer's own pending entries after this id; `None`: all
-    /// are read, only new ones now.
-    own_pending: Option<String>,
-    /// How many times the group was made again: a batch published before
-    /// does not make it again.
-    epoch: u64,
-}
-
-impl Reader<'_> {
     /// Creates the consumer group at the start of the stream (and the
     /// stream with `--create`), first waiting for the stream without it.
     /// `gone`: the stream existed and was deleted under the worker.
@@ -895,7 +1069,6 @@ impl Reader<'_> {
                  with it: creating both again, empty (--create)"
             );
         }
-        self.epoch += 1;
         self.create_group(!exists)
     }
 

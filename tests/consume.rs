@@ -1295,6 +1295,40 @@ fn the_relay_passes_every_entry_on_untagged_and_acknowledges_it() {
     assert_eq!(xlen(&mut con, "out:invalid"), 0, "nothing dead-lettered");
 }
 
+/// The fields the synthetic stream's messages are read by.
+const SYNTHETIC_FIELDS: [&str; 4] = ["--id-field", "id_str", "--text-field", "text"];
+
+/// `n` lines of the synthetic stream, loaded into the stream `in`, and the
+/// filter's output for them.
+fn synthetic_stream(con: &mut redis::Connection, n: usize) -> (Vec<Vec<u8>>, String) {
+    let lines = common::synthetic(n);
+    let args = [&["--quiet"][..], &SYNTHETIC_FIELDS].concat();
+    let (code, filtered, stderr) = run_to_end(&args, &lines.concat());
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        filtered.lines().count() == n && filtered.contains("duplicate_of"),
+        "every line tagged, some duplicates"
+    );
+    for line in &lines {
+        add(con, "in", "json", line.trim_ascii_end());
+    }
+    (lines, filtered)
+}
+
+/// Waits until the stream `out` holds `n` messages and nothing is pending,
+/// stops the worker, and returns the messages as lines.
+fn finished(con: &mut redis::Connection, consuming: Child, n: usize) -> String {
+    wait_until("every entry acknowledged", Duration::from_secs(60), || {
+        xlen(con, "out") == n && pending(con, "in", "g") == 0
+    });
+    let (code, stderr) = terminate(consuming);
+    assert_eq!(code, Some(0), "{stderr}");
+    entries(con, "out")
+        .iter()
+        .map(|entry| format!("{}\n", entry[0].1))
+        .collect()
+}
+
 /// Issue 36: batches are parsed and sketched on preparation threads
 /// while the worker decides earlier ones; they are decided in the order
 /// read, so the output is the filter's whatever `--threads`.
@@ -1303,37 +1337,17 @@ fn the_output_is_the_filters_whatever_the_preparation_threads() {
     if !available("the_output_is_the_filters_whatever_the_preparation_threads") {
         return;
     }
-    let lines = common::synthetic(2000);
-    let fields = ["--id-field", "id_str", "--text-field", "text"];
-    let input: Vec<u8> = lines.concat();
-    let (code, filtered, stderr) = run_to_end(&[&["--quiet"][..], &fields].concat(), &input);
-    assert_eq!(code, Some(0), "{stderr}");
-    let expected = filtered.lines().count();
-    assert!(
-        expected > 1900 && filtered.contains("duplicate_of"),
-        "{expected}"
-    );
     for threads in ["1", "3"] {
         let redis = RedisServer::start();
         let mut con = redis.connection();
-        for line in &lines {
-            add(&mut con, "in", "json", line.trim_ascii_end());
-        }
+        let (lines, filtered) = synthetic_stream(&mut con, 2000);
         // Small batches, many held: several are being prepared at once.
         let extra = [
-            &fields[..],
+            &SYNTHETIC_FIELDS[..],
             &["--threads", threads, "--batch", "16", "--in-flight", "8"],
         ];
         let consuming = worker(&redis.url(), "a", "out", &extra.concat());
-        wait_until("every entry acknowledged", Duration::from_secs(60), || {
-            xlen(&mut con, "out") == expected && pending(&mut con, "in", "g") == 0
-        });
-        let (code, stderr) = terminate(consuming);
-        assert_eq!(code, Some(0), "{stderr}");
-        let out: String = entries(&mut con, "out")
-            .iter()
-            .map(|entry| format!("{}\n", entry[0].1))
-            .collect();
+        let out = finished(&mut con, consuming, lines.len());
         assert!(
             out == filtered,
             "--threads {threads}: not the filter's output"
@@ -1354,25 +1368,22 @@ fn delivered(con: &mut redis::Connection, stream: &str) -> usize {
     }
 }
 
+/// With more than one batch in flight, a thread reads the next batch while
+/// the worker decides: stopped, the worker must decide and acknowledge that
+/// batch too, not leave it pending.
 #[test]
 fn a_worker_stopped_mid_stream_decides_the_batch_it_read_ahead() {
     if !available("a_worker_stopped_mid_stream_decides_the_batch_it_read_ahead") {
         return;
     }
-    let lines = common::synthetic(5000);
-    let fields = ["--id-field", "id_str", "--text-field", "text"];
-    let (code, filtered, stderr) =
-        run_to_end(&[&["--quiet"][..], &fields].concat(), &lines.concat());
-    assert_eq!(code, Some(0), "{stderr}");
     let redis = RedisServer::start();
     let mut con = redis.connection();
-    for line in &lines {
-        add(&mut con, "in", "json", line.trim_ascii_end());
-    }
-    // With more than one batch in flight, a thread reads the next batch
-    // while this one is decided: stopped, the worker must decide and
-    // acknowledge it too, not leave it pending.
-    let extra = [&fields[..], &["--batch", "16", "--in-flight", "4"]].concat();
+    let (lines, filtered) = synthetic_stream(&mut con, 5000);
+    let extra = [
+        &SYNTHETIC_FIELDS[..],
+        &["--batch", "16", "--in-flight", "4"],
+    ]
+    .concat();
     let consuming = worker(&redis.url(), "a", "out", &extra);
     wait_until("some entries written", Duration::from_secs(60), || {
         xlen(&mut con, "out") >= 100
@@ -1389,14 +1400,6 @@ fn a_worker_stopped_mid_stream_decides_the_batch_it_read_ahead() {
     );
     // Another worker takes up where it stopped: the output is the filter's.
     let finishing = worker(&redis.url(), "b", "out", &extra);
-    wait_until("every entry acknowledged", Duration::from_secs(60), || {
-        xlen(&mut con, "out") == lines.len() && pending(&mut con, "in", "g") == 0
-    });
-    let (code, stderr) = terminate(finishing);
-    assert_eq!(code, Some(0), "{stderr}");
-    let out: String = entries(&mut con, "out")
-        .iter()
-        .map(|entry| format!("{}\n", entry[0].1))
-        .collect();
+    let out = finished(&mut con, finishing, lines.len());
     assert!(out == filtered, "not the filter's output");
 }

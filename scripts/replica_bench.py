@@ -7,7 +7,10 @@ appends the whole stream to an index's log (each binary its own), with
 no snapshot: once as
 the filter's full batches (entries of 512 messages), once written to it
 `--small` lines at a time with a pause between, so that each entry holds
-about that many (as a queue worker's do when messages come slowly). Then, for each binary and each `--threads`
+about that many (as a queue worker's do when messages come slowly), and
+once as full batches with a snapshot published every `--snapshot-every`
+messages, so that a worker opening it restores the newest snapshot and
+applies the entries after it. Then, for each binary and each `--threads`
 given, a second worker that appended none of it opens the index with no
 input: it applies the whole log, then exits. From one run it prints, for
 each:
@@ -28,11 +31,12 @@ It also checks verdicts: one worker appends all but the last `--tail`
 lines to another index, a second worker that did not append them decides
 the last lines, and its output must equal the in-memory filter's on those
 lines, byte for byte (exit status 1 otherwise); for each binary and
-`--threads`, and once more with the head appended in small entries.
+`--threads`, once more with the head appended in small entries, and once
+with the head's log snapshotted (the replica restores the snapshot).
 
 Usage: python3 scripts/replica_bench.py [--stream FILE(.gz)] [--limit N]
        [--binaries target/release/dedup-stream[,OTHER]] [--threads 1,2,4]
-       [--tail N] [--small N]
+       [--tail N] [--small N] [--snapshot-every N]
 
 To compare with an earlier build in one run, copy its binary aside and
 name both: --binaries before/dedup-stream,target/release/dedup-stream.
@@ -105,6 +109,7 @@ def main():
     p.add_argument("--threads", default="1,2,4")
     p.add_argument("--tail", type=int, default=10_000)
     p.add_argument("--small", type=int, default=32)
+    p.add_argument("--snapshot-every", type=int, default=50_000)
     args = p.parse_args()
     if not shutil.which("redis-server"):
         sys.exit("redis-server is not installed")
@@ -134,21 +139,26 @@ def main():
                 time.sleep(0.05)
         url = f"redis://127.0.0.1:{port}"
         index = ["--index", url, *NO_SNAPSHOT, *FIELDS]
+        snapshotted = ["--index", url, "--log-snapshot-every", str(args.snapshot_every), *FIELDS]
         # The logs, appended by each binary: the rule of the decision (a
         # hash of its source) is stored with an index, and a build of
         # other source is refused.
         for i, binary in enumerate(binaries):
             run([binary, *index, "--index-name", f"full{i}"], data)
             append_slowly([binary, *index, "--index-name", f"small{i}"], lines, args.small)
-        for name in ["full", "small"]:
+            run([binary, *snapshotted, "--index-name", f"snap{i}"], data)
+        for name in ["full", "small", "snap"]:
             entries = int(cli(port, "XLEN", f"{{{name}0}}:log"))
-            print(f"log {name}: {len(lines):,} messages in {entries:,} entries "
-                  f"({len(lines) / entries:.1f} messages each)")
+            if name == "snap":
+                print(f"log snap: {entries:,} entries left after the newest snapshot")
+            else:
+                print(f"log {name}: {len(lines):,} messages in {entries:,} entries "
+                      f"({len(lines) / entries:.1f} messages each)")
         print()
         print("| log | binary | --threads | applied/s (wall) | CPU µs/msg | "
               "counting CPU µs/msg | applied/s on one core of decision | ratio |")
         print("|---|---|---:|---:|---:|---:|---:|---:|")
-        for log in ["full", "small"]:
+        for log in ["full", "small", "snap"]:
             first = None
             for i, binary in enumerate(binaries):
                 for t in threads:
@@ -172,19 +182,26 @@ def main():
         head, tail = lines[: -args.tail], lines[-args.tail:]
         memory, _, _ = run([binaries[-1], *FIELDS], data)
         expected = b"".join(memory.splitlines(keepends=True)[-args.tail:])
-        checks = [(binary, t, False) for binary in binaries for t in threads]
-        checks.append((binaries[-1], threads[-1], True))
-        for n, (binary, t, slowly) in enumerate(checks):
+        checks = [(binary, t, "full") for binary in binaries for t in threads]
+        checks.append((binaries[-1], threads[-1], "small"))
+        checks.append((binaries[-1], threads[-1], "snap"))
+        for n, (binary, t, how) in enumerate(checks):
             name = f"check{n}"
-            if slowly:
+            if how == "small":
                 append_slowly([binary, *index, "--index-name", name], head, args.small)
+            elif how == "snap":
+                run([binary, *snapshotted, "--index-name", name], b"".join(head))
             else:
                 run([binary, *index, "--index-name", name], b"".join(head))
             out, _, _ = run([binary, *index, "--index-name", name, "--threads", str(t)],
                             b"".join(tail))
             same = out == expected
             failed |= not same
-            entries = f"entries of about {args.small}" if slowly else "full entries"
+            entries = {
+                "full": "full entries",
+                "small": f"entries of about {args.small}",
+                "snap": f"full entries, snapshotted every {args.snapshot_every:,}",
+            }[how]
             print(f"{os.path.relpath(binary, ROOT)} --threads {t}, the head in {entries}: the "
                   f"last {len(tail):,} lines decided by a replica "
                   f"{'equal' if same else 'DIFFER FROM'} the in-memory filter's, byte for byte")

@@ -648,6 +648,22 @@ impl Index {
         self.evictions = evictions;
     }
 
+    /// Makes room at once for `messages` more messages that will be
+    /// inserted with exactly `postings` postings in all (restored from a
+    /// snapshot, with their posted keys: see [`Index::insert_posted`]), so
+    /// that the postings table grows once instead of doubling as they come
+    /// (see [`Postings::reserve`]). It ends the size growing would have
+    /// made it, so memory is the same. Nothing is reserved when inserting
+    /// them could evict (the capacity or a byte budget reached): the table
+    /// would then hold fewer postings than it was sized for.
+    pub fn reserve_restored(&mut self, messages: usize, postings: usize) {
+        let fits = self.len().saturating_add(messages) <= self.capacity();
+        if fits && self.max_bytes.is_none() {
+            self.postings
+                .reserve(self.postings.len().saturating_add(postings));
+        }
+    }
+
     /// Entries from least to most recently used, with their slots.
     pub fn iter_lru_first_with_slots(&self) -> impl Iterator<Item = (u32, &Entry)> {
         self.recency

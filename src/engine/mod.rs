@@ -912,6 +912,29 @@ impl Deduper {
         self.next_seq = self.next_seq.max(seq.saturating_add(1));
     }
 
+    /// Makes room at once for the messages a snapshot is about to restore,
+    /// given for each the posted mask it was recorded with and its number
+    /// of anchor keys (see [`Deduper::restore`]): the index's postings
+    /// table then grows once, to the size restoring them one by one would
+    /// grow it to, instead of doubling as they come.
+    pub fn reserve_restored(&mut self, restored: impl IntoIterator<Item = (u32, usize)>) {
+        let bands = self.preparer.lsh_params().bands;
+        let (mut messages, mut postings) = (0usize, 0usize);
+        for (posted, anchors) in restored {
+            // Only the bits of keys the message has are posted (see
+            // Index::insert_posted).
+            let keys = bands + anchors + 1;
+            let held = if keys >= 32 {
+                posted
+            } else {
+                posted & ((1 << keys) - 1)
+            };
+            messages += 1;
+            postings += held.count_ones() as usize;
+        }
+        self.index.reserve_restored(messages, postings);
+    }
+
     /// Restores the count of evictions (from a replica's snapshot, see
     /// [`crate::redis_index::replica`]).
     pub fn restore_evictions(&mut self, evictions: u64) {

@@ -234,6 +234,9 @@ impl Postings {
 
     /// Adds `(key, slot)` unless `key` has `max_bucket` postings already.
     /// Returns whether it was added.
+    ///
+    /// Inlined, with growing kept out of line (it is rare).
+    #[inline]
     pub fn insert_capped(&mut self, key: u32, slot: u32, max_bucket: usize) -> bool {
         if self.len >= self.grow_at {
             self.grow();
@@ -302,16 +305,49 @@ impl Postings {
         }
     }
 
-    /// Doubles the table, or grows it to its full size if that is nearer,
-    /// in place (see [`Cells`]): only the added cells are new memory, and
-    /// the postings are rehashed where they lie.
-    fn grow(&mut self) {
-        let old_size = self.cells.len();
-        let size = if old_size < self.full_size {
-            (old_size * 2).min(self.full_size)
+    /// Grows the table at once to the size it would grow to by the time
+    /// it held `total` postings, inserted one by one with nothing removed,
+    /// so that inserting them rehashes nothing. A caller that knows how
+    /// many it will insert (restoring a snapshot, whose postings are
+    /// recorded) reserves no more cells than growing would have added, so
+    /// the table ends the same size: only where the postings lie within
+    /// their runs differs, which no lookup depends on.
+    pub fn reserve(&mut self, total: usize) {
+        let mut size = self.cells.len();
+        // Inserting with `len` held grows when `len >= grow_at`, so holding
+        // `total` needs a size whose `grow_at` is at least `total`.
+        while total > grow_at(size, self.full_size) {
+            size = self.grown_size(size);
+        }
+        if size > self.cells.len() {
+            self.grow_to(size);
+        }
+    }
+
+    /// The size a table of `size` cells grows to: double, or its full size
+    /// if that is nearer.
+    fn grown_size(&self, size: usize) -> usize {
+        if size < self.full_size {
+            (size * 2).min(self.full_size)
         } else {
-            old_size * 2
-        };
+            size * 2
+        }
+    }
+
+    /// Doubles the table, or grows it to its full size if that is nearer
+    /// (see [`Postings::grow_to`]). Out of line: it is rare, and kept out of
+    /// [`Postings::insert_capped`], which is inlined.
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self) {
+        self.grow_to(self.grown_size(self.cells.len()));
+    }
+
+    /// Grows the table to `size` cells in place (see [`Cells`]): only the
+    /// added cells are new memory, and the postings are rehashed where they
+    /// lie.
+    fn grow_to(&mut self, size: usize) {
+        let old_size = self.cells.len();
         // The last growth's thread must be done before the cells can move.
         if let Some(populating) = self.populating.take() {
             populating.join();
@@ -475,6 +511,39 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// A table reserved for the postings it will hold ends the size
+        /// growing one by one makes it, does not grow again while they come,
+        /// and finds the same slots under every key.
+        #[test]
+        fn reserving_ends_the_size_growing_makes_it(
+            expected in proptest::sample::select(vec![0usize, 10, 30, 1_000]),
+            held in 0usize..3_000,
+            keys in 1u32..500,
+            already in 0usize..40,
+        ) {
+            let (mut grown, mut reserved) =
+                (Postings::with_capacity(expected), Postings::with_capacity(expected));
+            let key = |n: usize| (n as u32 % keys).wrapping_mul(0x9e37_79b1);
+            // Some held before the reservation, as when a snapshot is
+            // restored into a table that is not empty.
+            for n in 0..already {
+                grown.insert_capped(key(n), n as u32, usize::MAX);
+                reserved.insert_capped(key(n), n as u32, usize::MAX);
+            }
+            reserved.reserve(already + held);
+            let cells = reserved.cells();
+            for n in already..already + held {
+                grown.insert_capped(key(n), n as u32, usize::MAX);
+                reserved.insert_capped(key(n), n as u32, usize::MAX);
+                proptest::prop_assert_eq!(reserved.cells(), cells, "grew after reserving");
+            }
+            proptest::prop_assert_eq!(reserved.cells(), grown.cells());
+            proptest::prop_assert_eq!(reserved.len(), grown.len());
+            for k in 0..keys as usize {
+                proptest::prop_assert_eq!(slots(&reserved, key(k)), slots(&grown, key(k)));
+            }
+        }
+
         /// Rehashing in place into a table of any larger size finds every
         /// posting at the end of a run from its home, whatever wrapped round
         /// the end of either table or collided.

@@ -551,6 +551,15 @@ pub fn decode_into(bytes: &[u8], deduper: &mut Deduper) -> Result<usize, ErrorKi
     }
     let restored = entries.len();
     deduper.restore_newest_time(newest);
+    // With every message's posted keys known, the postings it will hold are
+    // known: its table grows once, not by doubling as they come.
+    if entries.iter().all(|entry| entry.7.is_some()) {
+        deduper.reserve_restored(
+            entries
+                .iter()
+                .map(|entry| (entry.7.unwrap_or(0), entry.6.len())),
+        );
+    }
     for (id, seq, joined, time, truncated, shingle_range, anchor_range, posted) in entries {
         let restored = Restored {
             joined: joined.as_ref(),
@@ -1123,6 +1132,98 @@ mod tests {
         let mut again = deduper(Shingling::Words(2));
         decode_into(&bytes, &mut again).unwrap();
         assert_eq!(encode(&again), bytes);
+    }
+
+    /// `n` texts of a few hundred words, every third a near copy of an
+    /// earlier one.
+    fn many_texts(n: usize) -> Vec<String> {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut texts: Vec<String> = Vec::new();
+        for i in 0..n {
+            let text = if i % 3 == 2 {
+                let earlier = &texts[next() as usize % texts.len()];
+                format!("{earlier} also{}", next() % 50)
+            } else {
+                (0..14)
+                    .map(|_| format!("w{}", next() % 400))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            };
+            texts.push(text);
+        }
+        texts
+    }
+
+    #[test]
+    fn restoring_with_the_table_reserved_holds_and_answers_what_growing_does() {
+        let config = || EngineConfig {
+            capacity: NonZeroUsize::new(5_000).unwrap(),
+            shingling: Shingling::Words(2),
+            ..EngineConfig::default()
+        };
+        let texts = many_texts(3_000);
+        let mut original = Deduper::new(config()).unwrap();
+        for (n, text) in texts[..2_000].iter().enumerate() {
+            original.check_text(MessageId::Integer(n as u64), text);
+        }
+        let bytes = encode(&original);
+        // Restored through the file: the table reserved once.
+        let mut reserved = Deduper::new(config()).unwrap();
+        decode_into(&bytes, &mut reserved).unwrap();
+        // Restored message by message, as before: the table grows.
+        let mut grown = Deduper::new(config()).unwrap();
+        let index = original.index();
+        for (slot, entry) in index.iter_lru_first_with_slots() {
+            grown.restore(
+                entry.id.clone(),
+                entry.seq,
+                entry.shingles(),
+                original.anchor_keys(entry),
+                Restored {
+                    joined: entry.joined(),
+                    time: entry.time,
+                    truncated: entry.truncated(),
+                    posted: Some(index.posted_mask(slot)),
+                },
+            );
+        }
+        grown.restore_next_seq(original.next_seq());
+        assert!(grown.index().postings_cells() >= 1 << 12, "it grew");
+        // Reserving alone sizes the table as restoring everything grows it.
+        let mut sized = Deduper::new(config()).unwrap();
+        sized.reserve_restored(
+            index
+                .iter_lru_first_with_slots()
+                .map(|(slot, entry)| (index.posted_mask(slot), original.anchor_keys(entry).len())),
+        );
+        assert_eq!(
+            sized.index().postings_cells(),
+            grown.index().postings_cells()
+        );
+        assert_eq!(
+            reserved.index().postings_cells(),
+            grown.index().postings_cells()
+        );
+        assert_eq!(reserved.index().postings(), grown.index().postings());
+        assert_eq!(reserved.index().bytes(), grown.index().bytes());
+        assert_eq!(encode(&reserved), encode(&grown));
+        assert_eq!(encode(&reserved), bytes);
+        // Every later message gets the same verdict from both.
+        let mut duplicates = 0;
+        for (n, text) in texts.iter().enumerate().skip(1_000) {
+            let id = MessageId::Integer(10_000 + n as u64);
+            let verdict = reserved.check_text(id.clone(), text);
+            duplicates += usize::from(verdict.is_duplicate());
+            assert_eq!(verdict, grown.check_text(id, text), "{text}");
+        }
+        assert!(duplicates > 500, "{duplicates} duplicates");
+        assert_eq!(encode(&reserved), encode(&grown));
     }
 
     #[test]

@@ -1408,27 +1408,31 @@ impl ConsumeArgs {
             output,
             invalid_stream,
             field: self.field.clone(),
-            emit: self.emit.emit(),
-            fields: self.message.fields()?,
+            options: self.queue_options()?,
             claim_idle: self.claim_idle,
             create: self.create,
             forget_idle_consumers: self.forget_idle_consumers,
-            batch: self.batch.max(1),
-            in_flight: self.in_flight.max(1),
-            prepare_threads: self.prepare_threads(),
-            relay: self.relay,
             max_line_bytes: self.message.max_line_bytes(),
         })
     }
 
-    /// Threads that prepare the batches read (`--threads`): none with 1
-    /// (the worker's own thread prepares).
-    fn prepare_threads(&self) -> usize {
+    /// The options every worker takes, whatever its broker.
+    fn queue_options(&self) -> Result<queue::Options, ConfigError> {
+        // Threads that prepare the batches read (`--threads`): none with 1
+        // (the worker's own thread prepares).
         let threads = self.threads.and_then(|t| t.0);
-        match threads.unwrap_or(PipelineConfig::default().threads).get() {
+        let prepare_threads = match threads.unwrap_or(PipelineConfig::default().threads).get() {
             1 => 0,
             threads => threads,
-        }
+        };
+        Ok(queue::Options {
+            emit: self.emit.emit(),
+            fields: self.message.fields()?,
+            batch: self.batch.max(1),
+            in_flight: self.in_flight.max(1),
+            prepare_threads,
+            relay: self.relay,
+        })
     }
 
     /// With --nats: the server and the worker's config.
@@ -1460,12 +1464,7 @@ impl ConsumeArgs {
             output_subject,
             output_stream: self.output_stream.clone(),
             dead_letter_subject,
-            emit: self.emit.emit(),
-            fields: self.message.fields().map_err(|e| e.to_string())?,
-            batch: self.batch.max(1),
-            in_flight: self.in_flight.max(1),
-            prepare_threads: self.prepare_threads(),
-            relay: self.relay,
+            options: self.queue_options().map_err(|e| e.to_string())?,
             max_line_bytes: self.message.max_line_bytes_given,
             ack_wait: self.ack_wait.max(Duration::from_secs(1)),
         };
@@ -1501,12 +1500,7 @@ impl ConsumeArgs {
             group,
             output_topic,
             dead_letter_topic,
-            emit: self.emit.emit(),
-            fields: self.message.fields().map_err(|e| e.to_string())?,
-            batch: self.batch.max(1),
-            in_flight: self.in_flight.max(1),
-            prepare_threads: self.prepare_threads(),
-            relay: self.relay,
+            options: self.queue_options().map_err(|e| e.to_string())?,
             max_line_bytes: self.message.max_line_bytes_given,
         };
         Ok((brokers, config))

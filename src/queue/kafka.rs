@@ -92,12 +92,11 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use crate::engine::{IndexStore, Preparer};
 use crate::error::{InvalidReason, StoreError};
 use crate::metrics::Metrics;
-use crate::pipeline::Emit;
 use crate::queue::batch::{DecidedBatch, Payload};
 use crate::queue::broker::{self, Outage};
 use crate::queue::kafka_group;
 use crate::queue::{self, Settled};
-use crate::wire::record::{Decoder, FieldSpec, MessageId};
+use crate::wire::record::{Decoder, MessageId};
 
 /// Default records gathered at a time.
 pub const DEFAULT_BATCH: usize = 256;
@@ -185,20 +184,8 @@ pub struct KafkaConfig {
     pub output_topic: String,
     /// The topic malformed records are produced to.
     pub dead_letter_topic: String,
-    /// Which verdicts are produced (every record is committed).
-    pub emit: Emit,
-    /// Where the id and text are in a message.
-    pub fields: FieldSpec,
-    /// Records gathered at a time.
-    pub batch: usize,
-    /// Batches produced and not yet committed, at most (`--in-flight`).
-    pub in_flight: usize,
-    /// Threads that prepare the batches fetched (`--threads`): see
-    /// [`queue::Settings::prepare_threads`].
-    pub prepare_threads: usize,
-    /// Pass every record on as it came, deciding nothing (the benchmarks'
-    /// relay, `--relay`): see [`queue::Settings::relay`].
-    pub relay: bool,
+    /// The options every worker takes, whatever its broker.
+    pub options: queue::Options,
     /// Longest message, in bytes (`--max-line-bytes`); `None`: the
     /// brokers' size limit less [`broker::TAG_ROOM`].
     pub max_line_bytes: Option<usize>,
@@ -765,15 +752,8 @@ pub fn run<S: IndexStore + ?Sized>(
         commits: VecDeque::new(),
         settled: Settled::default(),
     };
-    let decoder = Decoder::new(config.fields.clone());
-    let runtime = queue::Settings {
-        batch: config.batch,
-        in_flight: config.in_flight,
-        max_line_bytes,
-        idle_wait: IDLE_WAIT,
-        relay: config.relay,
-        prepare_threads: config.prepare_threads,
-    };
+    let decoder = Decoder::new(config.options.fields.clone());
+    let runtime = config.options.settings(max_line_bytes, IDLE_WAIT);
     let done = AtomicBool::new(false);
     let result = std::thread::scope(|scope| {
         scope.spawn(|| {
@@ -1070,7 +1050,7 @@ impl<'a> Worker<'a> {
             .enumerate()
             .map(|(at, record)| match decided.payload(at) {
                 Payload::Missing => match &record.value {
-                    Some(value) if self.config.relay => Outcome::Output {
+                    Some(value) if self.config.options.relay => Outcome::Output {
                         key: record.token.as_bytes().to_vec(),
                         value: value.clone(),
                     },
@@ -1088,7 +1068,7 @@ impl<'a> Worker<'a> {
                         _ => record.value.clone().unwrap_or_default(),
                     },
                 },
-                Payload::Message(message, verdict) if self.config.emit.wants(verdict) => {
+                Payload::Message(message, verdict) if self.config.options.emit.wants(verdict) => {
                     Outcome::Output {
                         key: record_key(&message.id),
                         value: decided.tagged(message, verdict),

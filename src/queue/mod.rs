@@ -67,7 +67,8 @@ use std::time::{Duration, Instant};
 use crate::engine::{IndexStore, Preparer};
 use crate::error::StoreError;
 use crate::metrics::Metrics;
-use crate::wire::record::Decoder;
+use crate::pipeline::Emit;
+use crate::wire::record::{Decoder, FieldSpec};
 use batch::{DecidedBatch, Lines, Tally};
 use preparing::Preparers;
 
@@ -167,6 +168,42 @@ pub struct Settings {
     /// decides, publishes and acknowledges; 0 (or `in_flight` 1: nothing
     /// to overlap): this one does it all.
     pub prepare_threads: usize,
+}
+
+/// What every worker is told whatever its broker: the `consume` options
+/// that are not the broker's.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Which verdicts are written (every input is acknowledged).
+    pub emit: Emit,
+    /// Where the id and text are in a message.
+    pub fields: FieldSpec,
+    /// Inputs fetched at a time.
+    pub batch: usize,
+    /// Batches decided and not yet acknowledged, at most (`--in-flight`;
+    /// 1: each batch acknowledged before the next is fetched).
+    pub in_flight: usize,
+    /// Threads that prepare the batches fetched (`--threads`): see
+    /// [`Settings::prepare_threads`].
+    pub prepare_threads: usize,
+    /// Pass every input on as it came, deciding nothing (the benchmarks'
+    /// relay, `--relay`): see [`Settings::relay`].
+    pub relay: bool,
+}
+
+impl Options {
+    /// The runtime's settings for these options, with the longest payload
+    /// decided and the longest idle wait of the broker's worker.
+    pub fn settings(&self, max_line_bytes: usize, idle_wait: Duration) -> Settings {
+        Settings {
+            batch: self.batch,
+            in_flight: self.in_flight,
+            max_line_bytes,
+            idle_wait,
+            relay: self.relay,
+            prepare_threads: self.prepare_threads,
+        }
+    }
 }
 
 /// What the runtime did.

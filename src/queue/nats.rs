@@ -70,12 +70,11 @@ use tokio::runtime::Handle;
 use crate::engine::{IndexStore, Preparer};
 use crate::error::{InvalidReason, StoreError};
 use crate::metrics::Metrics;
-use crate::pipeline::Emit;
 pub use crate::queue::Memo;
 use crate::queue::batch::{DecidedBatch, Payload};
 use crate::queue::broker::{self, Outage};
 use crate::queue::{self, Settled};
-use crate::wire::record::{Decoder, FieldSpec};
+use crate::wire::record::Decoder;
 
 /// Default time the server waits for a delivered message's acknowledgement
 /// before it delivers it again (to this worker or another).
@@ -205,22 +204,8 @@ pub struct NatsConfig {
     pub output_stream: Option<String>,
     /// The subject malformed messages are published to.
     pub dead_letter_subject: String,
-    /// Which verdicts are published (every message is acknowledged).
-    pub emit: Emit,
-    /// Where the id and text are in a message.
-    pub fields: FieldSpec,
-    /// Messages fetched at a time.
-    pub batch: usize,
-    /// Batches published and not yet acknowledged, at most
-    /// (`--in-flight`; 1: each batch acknowledged before the next is
-    /// fetched).
-    pub in_flight: usize,
-    /// Threads that prepare the batches fetched (`--threads`): see
-    /// [`queue::Settings::prepare_threads`].
-    pub prepare_threads: usize,
-    /// Pass every message on as it came, deciding nothing (the benchmarks'
-    /// relay, `--relay`): see [`queue::Settings::relay`].
-    pub relay: bool,
+    /// The options every worker takes, whatever its broker.
+    pub options: queue::Options,
     /// Longest message, in bytes (`--max-line-bytes`); `None`: the
     /// server's `max_payload` less [`broker::TAG_ROOM`].
     pub max_line_bytes: Option<usize>,
@@ -1045,7 +1030,7 @@ struct Worker<'a> {
 
 /// Runs the worker on `client`'s server until `stop` is set (or a fatal
 /// error): makes or checks the streams and the consumer, then runs the
-/// [`queue`] runtime on it: up to `config.in_flight` batches published
+/// [`queue`] runtime on it: up to `config.options.in_flight` batches published
 /// ahead of their acknowledgements. Synchronous: call it from a thread
 /// that is not one of `runtime`'s workers (each step of the client is run
 /// with [`Handle::block_on`]).
@@ -1060,7 +1045,7 @@ pub fn run<S: IndexStore + ?Sized>(
 ) -> Result<NatsSummary, NatsError> {
     // Every output of the batches in flight awaits its acknowledgement at
     // once: the client must let that many wait (it blocks past its limit).
-    let waiting = config.batch.max(1) * config.in_flight.max(1);
+    let waiting = config.options.batch.max(1) * config.options.in_flight.max(1);
     let js = runtime.block_on(async {
         jetstream::context::ContextBuilder::new()
             .max_ack_inflight(waiting.max(5_000))
@@ -1077,11 +1062,11 @@ pub fn run<S: IndexStore + ?Sized>(
     // Setting up talked to the server: its INFO (and limit) is known.
     let max_payload = client.server_info().max_payload;
     let in_flight = within_ack_pending(
-        config.in_flight,
-        config.batch,
+        config.options.in_flight,
+        config.options.batch,
         reader.consumer.cached_info().config.max_ack_pending,
     );
-    if in_flight < config.in_flight {
+    if in_flight < config.options.in_flight {
         tracing::info!(
             in_flight,
             "the durable consumer lets fewer than --in-flight batches of --batch messages \
@@ -1089,12 +1074,10 @@ pub fn run<S: IndexStore + ?Sized>(
         );
     }
     let settings = queue::Settings {
-        batch: config.batch,
         in_flight,
-        max_line_bytes: line_limit(config.max_line_bytes, max_payload),
-        idle_wait: IDLE_WAIT,
-        relay: config.relay,
-        prepare_threads: config.prepare_threads,
+        ..config
+            .options
+            .settings(line_limit(config.max_line_bytes, max_payload), IDLE_WAIT)
     };
     let mut worker = Worker {
         config,
@@ -1113,7 +1096,7 @@ pub fn run<S: IndexStore + ?Sized>(
         fetches: 0,
         unanswered_through: 0,
     };
-    let decoder = Decoder::new(config.fields.clone());
+    let decoder = Decoder::new(config.options.fields.clone());
     let engine = queue::Engine {
         preparer,
         decoder: &decoder,
@@ -1417,7 +1400,7 @@ impl<'a> queue::Adapter for Worker<'a> {
             let output =
                 |payload| Publish::new(&config.output_subject, input.id.clone(), payload, None, at);
             match decided.payload(at) {
-                Payload::Missing if config.relay => {
+                Payload::Missing if config.options.relay => {
                     publishes.push(output(input.message.payload.clone()));
                 }
                 Payload::Missing => {}
@@ -1442,7 +1425,7 @@ impl<'a> queue::Adapter for Worker<'a> {
                         at,
                     ));
                 }
-                Payload::Message(message, verdict) if config.emit.wants(verdict) => {
+                Payload::Message(message, verdict) if config.options.emit.wants(verdict) => {
                     publishes.push(output(decided.tagged(message, verdict).into()));
                 }
                 Payload::Message(..) => {}

@@ -59,11 +59,10 @@ use redis::{ConnectionLike, RedisResult, Script, Value};
 use crate::engine::{IndexStore, Preparer};
 use crate::error::{Error, InvalidReason, StoreError};
 use crate::metrics::Metrics;
-use crate::pipeline::Emit;
 use crate::queue::batch::{DecidedBatch, Payload};
 use crate::queue::{self, Settled};
 use crate::redis_index::{Link, RetryError};
-use crate::wire::record::{Decoder, FieldSpec};
+use crate::wire::record::Decoder;
 
 /// Default field of an entry that holds the message.
 pub const DEFAULT_FIELD: &str = "json";
@@ -101,10 +100,8 @@ pub struct ConsumeConfig {
     pub invalid_stream: String,
     /// The entry field that holds the message's JSON.
     pub field: String,
-    /// Which verdicts are written.
-    pub emit: Emit,
-    /// Where the id and text are in a message.
-    pub fields: FieldSpec,
+    /// The options every worker takes, whatever its broker.
+    pub options: queue::Options,
     /// Entries pending longer than this on another consumer are claimed.
     pub claim_idle: Duration,
     /// Create the stream if missing, rather than wait for it.
@@ -112,17 +109,6 @@ pub struct ConsumeConfig {
     /// Consumers holding nothing and idle this long are removed from the
     /// group.
     pub forget_idle_consumers: Duration,
-    /// Entries read at a time.
-    pub batch: usize,
-    /// Batches decided and not yet written and acknowledged, at most
-    /// (`--in-flight`; 1: each batch acknowledged before the next is read).
-    pub in_flight: usize,
-    /// Threads that prepare the batches fetched (`--threads`): see
-    /// [`queue::Settings::prepare_threads`].
-    pub prepare_threads: usize,
-    /// Pass every entry on as it came, deciding nothing (the benchmarks'
-    /// relay, `--relay`): see [`queue::Settings::relay`].
-    pub relay: bool,
     /// Longest message, in bytes (`--max-line-bytes`): a longer one is
     /// dead-lettered, as the filter refuses such a line.
     pub max_line_bytes: usize,
@@ -280,7 +266,7 @@ return table.concat(flags)
 /// consumers every `claim_idle / 2`.
 ///
 /// The batches run through the queue runtime ([`queue::run`]): up to
-/// `config.in_flight` of them decided and handed to a writer thread, which
+/// `config.options.in_flight` of them decided and handed to a writer thread, which
 /// runs each one's acknowledging script (on a connection of its own) in
 /// the order they were read, while this thread decides the next and a
 /// reading thread reads the one after.
@@ -302,7 +288,7 @@ pub fn run<S: IndexStore>(
     let quit = Arc::new(AtomicBool::new(false));
     // Reading one batch ahead needs room for two: with one batch in flight,
     // each is read only once the one before is acknowledged.
-    let ahead = config.in_flight > 1;
+    let ahead = config.options.in_flight > 1;
     let mut reader = Reader {
         config,
         link: if ahead {
@@ -326,12 +312,12 @@ pub fn run<S: IndexStore>(
         Err(Written::Failed(e)) => return Err(e),
         Ok(_) | Err(Written::GroupLost) => {}
     }
-    let decoder = Decoder::new(config.fields.clone());
+    let decoder = Decoder::new(config.options.fields.clone());
     let abort = AtomicBool::new(false);
     std::thread::scope(|scope| {
         // As many jobs wait as batches may be in flight: the runtime never
         // hands over more, so sending never blocks for long.
-        let (jobs, queued) = mpsc::sync_channel::<Job>(config.in_flight.max(1));
+        let (jobs, queued) = mpsc::sync_channel::<Job>(config.options.in_flight.max(1));
         let (answers, answered) = mpsc::channel();
         let (script, abort) = (&script, &abort);
         let writer = scope.spawn(move || {
@@ -361,14 +347,7 @@ pub fn run<S: IndexStore>(
             settled: Settled::default(),
             invalid: 0,
         };
-        let settings = queue::Settings {
-            batch: config.batch,
-            in_flight: config.in_flight,
-            max_line_bytes: config.max_line_bytes,
-            idle_wait: BLOCK,
-            relay: config.relay,
-            prepare_threads: config.prepare_threads,
-        };
+        let settings = config.options.settings(config.max_line_bytes, BLOCK);
         let engine = queue::Engine {
             preparer,
             decoder: &decoder,
@@ -674,15 +653,17 @@ impl queue::Adapter for Streams<'_, '_> {
         for (at, entry) in inputs.iter().enumerate() {
             let outcome = match decided.payload(at) {
                 Payload::Missing if entry.deleted => Outcome::Ack,
-                Payload::Missing if config.relay => match (&entry.message, &config.output) {
-                    (Some(message), Output::Stream(_)) => Outcome::Output(message.clone()),
-                    (Some(message), Output::Lines) => {
-                        text.extend_from_slice(message);
-                        text.push(b'\n');
-                        Outcome::Ack
+                Payload::Missing if config.options.relay => {
+                    match (&entry.message, &config.output) {
+                        (Some(message), Output::Stream(_)) => Outcome::Output(message.clone()),
+                        (Some(message), Output::Lines) => {
+                            text.extend_from_slice(message);
+                            text.push(b'\n');
+                            Outcome::Ack
+                        }
+                        (None, _) => Outcome::Ack,
                     }
-                    (None, _) => Outcome::Ack,
-                },
+                }
                 Payload::Missing => Outcome::DeadWithFields {
                     reason: format!("no field {:?}", config.field),
                 },
@@ -695,7 +676,7 @@ impl queue::Adapter for Streams<'_, '_> {
                         _ => entry.message.clone().unwrap_or_default(),
                     },
                 },
-                Payload::Message(_, verdict) if !config.emit.wants(verdict) => Outcome::Ack,
+                Payload::Message(_, verdict) if !config.options.emit.wants(verdict) => Outcome::Ack,
                 Payload::Message(message, verdict) => {
                     let tagged = decided.tagged(message, verdict);
                     match config.output {
@@ -820,7 +801,7 @@ fn read_ahead(
     quit: &AtomicBool,
 ) -> ConsumeSummary {
     while !reader.stop.load(Ordering::Relaxed) && !quit.load(Ordering::Relaxed) {
-        let read = reader.next(reader.config.batch, BLOCK);
+        let read = reader.next(reader.config.options.batch, BLOCK);
         let failed = read.is_err();
         if reads.send(read).is_err() || failed {
             break;

@@ -175,6 +175,26 @@ impl Tokeniser {
         run.finish(out);
     }
 
+    /// [`Tokeniser::tokenise`] without joined text, for a text the caller
+    /// knows to be all ASCII (the normaliser says so): its tokens are its
+    /// maximal runs of ASCII word bytes.
+    ///
+    /// The runs are found first, into `spans`, and hashed in a loop of
+    /// their own: handing each run to a closure that hashes it (the general
+    /// path) made the closure too large to inline, and its call cost a
+    /// third of a token's hash.
+    pub fn tokenise_ascii(&self, text: &str, spans: &mut Vec<(usize, usize)>, out: &mut Vec<u64>) {
+        debug_assert!(text.is_ascii());
+        let bytes = text.as_bytes();
+        spans.clear();
+        for_each_run(bytes, false, &mut |start, end, _| spans.push((start, end)));
+        let mut run = HashtagFold::default();
+        for &(start, end) in spans.iter() {
+            run.ascii_token(bytes, start, end, out);
+        }
+        run.finish(out);
+    }
+
     /// The tokens of `text` as strings (CJK runs as their bigrams, hashtag
     /// blocks as one token), with their hashes: what
     /// [`Tokeniser::tokenise`] yields, for explaining a comparison.
@@ -379,6 +399,20 @@ impl HashtagFold {
             }
             push_token(token, false, false, out, &mut None);
         }
+    }
+
+    /// Appends the token `bytes[start..end]`, all ASCII.
+    #[inline(always)]
+    fn ascii_token(&mut self, bytes: &[u8], start: usize, end: usize, out: &mut Vec<u64>) {
+        let hashtag = start > 0 && bytes[start - 1] == b'#';
+        if !hashtag && self.len > 0 {
+            self.finish(out);
+        }
+        let hash = hash_bytes(&bytes[start..end]);
+        if hashtag {
+            self.fold(hash, out);
+        }
+        out.push(tag_number(hash, is_number_at(bytes, start, end)));
     }
 
     #[inline(always)]

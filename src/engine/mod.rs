@@ -111,7 +111,7 @@ pub struct Scratch {
     spare: String,
     joined: String,
     tokens: Vec<u64>,
-    spans: Vec<(usize, usize)>,
+    spans: Vec<(usize, usize, bool)>,
     char_starts: Vec<usize>,
     set: Vec<u32>,
     mixed: Vec<u64>,
@@ -195,9 +195,10 @@ impl Preparer {
         scratch.tokens.clear();
         scratch.joined.clear();
         let want_joined = matches!(self.shingling, Shingling::Chars(_));
-        if normalised.ascii && !want_joined {
-            self.tokeniser.tokenise_ascii(
+        if !want_joined {
+            self.tokeniser.tokenise_with(
                 &scratch.normalised,
+                normalised.ascii,
                 &mut scratch.spans,
                 &mut scratch.tokens,
             );

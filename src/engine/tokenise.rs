@@ -175,22 +175,38 @@ impl Tokeniser {
         run.finish(out);
     }
 
-    /// [`Tokeniser::tokenise`] without joined text, for a text the caller
-    /// knows to be all ASCII (the normaliser says so): its tokens are its
-    /// maximal runs of ASCII word bytes.
+    /// [`Tokeniser::tokenise`] without joined text, through `spans` (a
+    /// reusable buffer). `ascii` says the caller knows `text` to be all
+    /// ASCII (the normaliser says so); when it is false, the text is looked
+    /// at.
     ///
-    /// The runs are found first, into `spans`, and hashed in a loop of
-    /// their own: handing each run to a closure that hashes it (the general
-    /// path) made the closure too large to inline, and its call cost a
-    /// third of a token's hash.
-    pub fn tokenise_ascii(&self, text: &str, spans: &mut Vec<(usize, usize)>, out: &mut Vec<u64>) {
-        debug_assert!(text.is_ascii());
-        let bytes = text.as_bytes();
+    /// The tokens are found first, into `spans`, and hashed in a loop of
+    /// their own: handing each token to a closure that hashes it (as
+    /// [`Tokeniser::tokenise`] does) made the closure too large to inline,
+    /// and its call cost a third of a token's hash.
+    pub fn tokenise_with(
+        &self,
+        text: &str,
+        ascii: bool,
+        spans: &mut Vec<(usize, usize, bool)>,
+        out: &mut Vec<u64>,
+    ) {
         spans.clear();
-        for_each_run(bytes, false, &mut |start, end, _| spans.push((start, end)));
         let mut run = HashtagFold::default();
-        for &(start, end) in spans.iter() {
-            run.ascii_token(bytes, start, end, out);
+        let bytes = text.as_bytes();
+        if ascii || text.is_ascii() {
+            // The tokens of ASCII text are its maximal runs of word bytes.
+            for_each_run(bytes, false, &mut |start, end, _| {
+                spans.push((start, end, true));
+            });
+            for &(start, end, _) in spans.iter() {
+                run.ascii_token(bytes, start, end, out);
+            }
+        } else {
+            self.for_each_token(text, |start, end, ascii| spans.push((start, end, ascii)));
+            for &(start, end, ascii) in spans.iter() {
+                run.token(text, start, end, ascii, out);
+            }
         }
         run.finish(out);
     }
@@ -382,23 +398,19 @@ impl HashtagFold {
     #[inline(always)]
     fn token(&mut self, text: &str, start: usize, end: usize, ascii: bool, out: &mut Vec<u64>) {
         let bytes = text.as_bytes();
+        if ascii {
+            self.ascii_token(bytes, start, end, out);
+            return;
+        }
         let hashtag = start > 0 && bytes[start - 1] == b'#';
         if !hashtag && self.len > 0 {
             self.finish(out);
         }
-        if ascii {
-            let hash = hash_bytes(&bytes[start..end]);
-            if hashtag {
-                self.fold(hash, out);
-            }
-            out.push(tag_number(hash, is_number_at(bytes, start, end)));
-        } else {
-            let token = &text[start..end];
-            if hashtag {
-                self.fold(token_hash(token), out);
-            }
-            push_token(token, false, false, out, &mut None);
+        let token = &text[start..end];
+        if hashtag {
+            self.fold(token_hash(token), out);
         }
+        push_token(token, false, false, out, &mut None);
     }
 
     /// Appends the token `bytes[start..end]`, all ASCII.
@@ -681,6 +693,21 @@ mod tests {
             Tokeniser::new().tokenise_explained(&text, &mut general, None, None);
             proptest::prop_assert_eq!(&fast, &general);
             proptest::prop_assert_eq!(fast, reference_tokens(&text));
+        }
+
+        #[test]
+        fn tokenising_through_spans_gives_the_general_paths_tokens(
+            text in "(#{0,2}[a-zA-Z0-9_]{0,3}[ #@.,!+:\t\n\x0b]{0,3}){0,30}|(#?#?@?[a-cé日本はカー_😀\u{301}]{1,3}[ ,.#\u{3000}\u{a0}]{0,2}){0,16}|\\PC{0,40}"
+        ) {
+            let tokeniser = Tokeniser::new();
+            let mut general = Vec::new();
+            tokeniser.tokenise(&text, &mut general, None);
+            let mut spans = vec![(7, 3, false)];
+            for ascii in [false, text.is_ascii()] {
+                let mut through_spans = vec![1];
+                tokeniser.tokenise_with(&text, ascii, &mut spans, &mut through_spans);
+                proptest::prop_assert_eq!(&through_spans[1..], &general[..]);
+            }
         }
 
         #[test]

@@ -278,27 +278,45 @@ impl Tokeniser {
             return;
         }
         for_each_run(bytes, true, &mut |start, end, non_ascii| {
-            if !non_ascii {
+            if non_ascii {
+                self.split_by_class(text, start, end, &mut f);
+            } else {
                 f(start, end, true);
-                return;
-            }
-            // The pattern's matches are the maximal runs of characters of
-            // one alternative's class (the two classes are disjoint): a CJK
-            // run, or a run of other word characters.
-            let mut run: Option<(usize, u8)> = None;
-            for (at, c) in text[start..end].char_indices() {
-                let class = self.char_class(c);
-                match run {
-                    Some((_, kind)) if kind == class => continue,
-                    Some((from, _)) => f(start + from, start + at, false),
-                    None => {}
-                }
-                run = (class != OTHER).then_some((at, class));
-            }
-            if let Some((from, _)) = run {
-                f(start + from, end, false);
             }
         });
+    }
+
+    /// Calls `f` for the matches of the token pattern in `text[start..end]`,
+    /// a run holding a non-ASCII character (see
+    /// [`Tokeniser::for_each_token`]).
+    ///
+    /// Out of line, behind a `dyn`: most runs are ASCII words, and with
+    /// this loop inside it the closure called for every run was too large
+    /// to inline.
+    #[inline(never)]
+    fn split_by_class(
+        &self,
+        text: &str,
+        start: usize,
+        end: usize,
+        f: &mut dyn FnMut(usize, usize, bool),
+    ) {
+        // The pattern's matches are the maximal runs of characters of one
+        // alternative's class (the two classes are disjoint): a CJK run, or
+        // a run of other word characters.
+        let mut run: Option<(usize, u8)> = None;
+        for (at, c) in text[start..end].char_indices() {
+            let class = self.char_class(c);
+            match run {
+                Some((_, kind)) if kind == class => continue,
+                Some((from, _)) => f(start + from, start + at, false),
+                None => {}
+            }
+            run = (class != OTHER).then_some((at, class));
+        }
+        if let Some((from, _)) = run {
+            f(start + from, end, false);
+        }
     }
 
     /// Every match of the token pattern, by the regex alone (the reference

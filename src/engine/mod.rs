@@ -111,6 +111,7 @@ pub struct Scratch {
     spare: String,
     joined: String,
     tokens: Vec<u64>,
+    spans: Vec<(usize, usize, bool)>,
     char_starts: Vec<usize>,
     set: Vec<u32>,
     mixed: Vec<u64>,
@@ -187,17 +188,27 @@ impl Preparer {
         shingles: &mut Vec<u32>,
         band_keys: &mut Vec<u32>,
     ) -> u64 {
-        scratch.truncated =
+        let normalised =
             self.normaliser
-                .normalise_into(text, urls, &mut scratch.normalised, &mut scratch.spare);
+                .normalise(text, urls, &mut scratch.normalised, &mut scratch.spare);
+        scratch.truncated = normalised.truncated;
         scratch.tokens.clear();
         scratch.joined.clear();
         let want_joined = matches!(self.shingling, Shingling::Chars(_));
-        self.tokeniser.tokenise(
-            &scratch.normalised,
-            &mut scratch.tokens,
-            want_joined.then_some(&mut scratch.joined),
-        );
+        if !want_joined {
+            self.tokeniser.tokenise_with(
+                &scratch.normalised,
+                normalised.ascii,
+                &mut scratch.spans,
+                &mut scratch.tokens,
+            );
+        } else {
+            self.tokeniser.tokenise(
+                &scratch.normalised,
+                &mut scratch.tokens,
+                want_joined.then_some(&mut scratch.joined),
+            );
+        }
         if scratch.tokens.is_empty() {
             let fallback = scratch.normalised.trim();
             if fallback.is_empty() {

@@ -175,6 +175,42 @@ impl Tokeniser {
         run.finish(out);
     }
 
+    /// [`Tokeniser::tokenise`] without joined text, through `spans` (a
+    /// reusable buffer). `ascii` says the caller knows `text` to be all
+    /// ASCII (the normaliser says so); when it is false, the text is looked
+    /// at.
+    ///
+    /// The tokens are found first, into `spans`, and hashed in a loop of
+    /// their own: handing each token to a closure that hashes it (as
+    /// [`Tokeniser::tokenise`] does) made the closure too large to inline,
+    /// and its call cost a third of a token's hash.
+    pub fn tokenise_with(
+        &self,
+        text: &str,
+        ascii: bool,
+        spans: &mut Vec<(usize, usize, bool)>,
+        out: &mut Vec<u64>,
+    ) {
+        spans.clear();
+        let mut run = HashtagFold::default();
+        let bytes = text.as_bytes();
+        if ascii || text.is_ascii() {
+            // The tokens of ASCII text are its maximal runs of word bytes.
+            for_each_run(bytes, false, &mut |start, end, _| {
+                spans.push((start, end, true));
+            });
+            for &(start, end, _) in spans.iter() {
+                run.ascii_token(bytes, start, end, out);
+            }
+        } else {
+            self.for_each_token(text, |start, end, ascii| spans.push((start, end, ascii)));
+            for &(start, end, ascii) in spans.iter() {
+                run.token(text, start, end, ascii, out);
+            }
+        }
+        run.finish(out);
+    }
+
     /// The tokens of `text` as strings (CJK runs as their bigrams, hashtag
     /// blocks as one token), with their hashes: what
     /// [`Tokeniser::tokenise`] yields, for explaining a comparison.
@@ -242,27 +278,45 @@ impl Tokeniser {
             return;
         }
         for_each_run(bytes, true, &mut |start, end, non_ascii| {
-            if !non_ascii {
+            if non_ascii {
+                self.split_by_class(text, start, end, &mut f);
+            } else {
                 f(start, end, true);
-                return;
-            }
-            // The pattern's matches are the maximal runs of characters of
-            // one alternative's class (the two classes are disjoint): a CJK
-            // run, or a run of other word characters.
-            let mut run: Option<(usize, u8)> = None;
-            for (at, c) in text[start..end].char_indices() {
-                let class = self.char_class(c);
-                match run {
-                    Some((_, kind)) if kind == class => continue,
-                    Some((from, _)) => f(start + from, start + at, false),
-                    None => {}
-                }
-                run = (class != OTHER).then_some((at, class));
-            }
-            if let Some((from, _)) = run {
-                f(start + from, end, false);
             }
         });
+    }
+
+    /// Calls `f` for the matches of the token pattern in `text[start..end]`,
+    /// a run holding a non-ASCII character (see
+    /// [`Tokeniser::for_each_token`]).
+    ///
+    /// Out of line, behind a `dyn`: most runs are ASCII words, and with
+    /// this loop inside it the closure called for every run was too large
+    /// to inline.
+    #[inline(never)]
+    fn split_by_class(
+        &self,
+        text: &str,
+        start: usize,
+        end: usize,
+        f: &mut dyn FnMut(usize, usize, bool),
+    ) {
+        // The pattern's matches are the maximal runs of characters of one
+        // alternative's class (the two classes are disjoint): a CJK run, or
+        // a run of other word characters.
+        let mut run: Option<(usize, u8)> = None;
+        for (at, c) in text[start..end].char_indices() {
+            let class = self.char_class(c);
+            match run {
+                Some((_, kind)) if kind == class => continue,
+                Some((from, _)) => f(start + from, start + at, false),
+                None => {}
+            }
+            run = (class != OTHER).then_some((at, class));
+        }
+        if let Some((from, _)) = run {
+            f(start + from, end, false);
+        }
     }
 
     /// Every match of the token pattern, by the regex alone (the reference
@@ -362,23 +416,33 @@ impl HashtagFold {
     #[inline(always)]
     fn token(&mut self, text: &str, start: usize, end: usize, ascii: bool, out: &mut Vec<u64>) {
         let bytes = text.as_bytes();
+        if ascii {
+            self.ascii_token(bytes, start, end, out);
+            return;
+        }
         let hashtag = start > 0 && bytes[start - 1] == b'#';
         if !hashtag && self.len > 0 {
             self.finish(out);
         }
-        if ascii {
-            let hash = hash_bytes(&bytes[start..end]);
-            if hashtag {
-                self.fold(hash, out);
-            }
-            out.push(tag_number(hash, is_number_at(bytes, start, end)));
-        } else {
-            let token = &text[start..end];
-            if hashtag {
-                self.fold(token_hash(token), out);
-            }
-            push_token(token, false, false, out, &mut None);
+        let token = &text[start..end];
+        if hashtag {
+            self.fold(token_hash(token), out);
         }
+        push_token(token, false, false, out, &mut None);
+    }
+
+    /// Appends the token `bytes[start..end]`, all ASCII.
+    #[inline(always)]
+    fn ascii_token(&mut self, bytes: &[u8], start: usize, end: usize, out: &mut Vec<u64>) {
+        let hashtag = start > 0 && bytes[start - 1] == b'#';
+        if !hashtag && self.len > 0 {
+            self.finish(out);
+        }
+        let hash = hash_bytes(&bytes[start..end]);
+        if hashtag {
+            self.fold(hash, out);
+        }
+        out.push(tag_number(hash, is_number_at(bytes, start, end)));
     }
 
     #[inline(always)]
@@ -647,6 +711,21 @@ mod tests {
             Tokeniser::new().tokenise_explained(&text, &mut general, None, None);
             proptest::prop_assert_eq!(&fast, &general);
             proptest::prop_assert_eq!(fast, reference_tokens(&text));
+        }
+
+        #[test]
+        fn tokenising_through_spans_gives_the_general_paths_tokens(
+            text in "(#{0,2}[a-zA-Z0-9_]{0,3}[ #@.,!+:\t\n\x0b]{0,3}){0,30}|(#?#?@?[a-cé日本はカー_😀\u{301}]{1,3}[ ,.#\u{3000}\u{a0}]{0,2}){0,16}|\\PC{0,40}"
+        ) {
+            let tokeniser = Tokeniser::new();
+            let mut general = Vec::new();
+            tokeniser.tokenise(&text, &mut general, None);
+            let mut spans = vec![(7, 3, false)];
+            for ascii in [false, text.is_ascii()] {
+                let mut through_spans = vec![1];
+                tokeniser.tokenise_with(&text, ascii, &mut spans, &mut through_spans);
+                proptest::prop_assert_eq!(&through_spans[1..], &general[..]);
+            }
         }
 
         #[test]

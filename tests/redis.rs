@@ -369,10 +369,13 @@ fn four_workers_share_one_index() {
     // sees, so some copies reach the index before what they copy, and the
     // verdict depends on which comes first (a cut copy indexed first does
     // not make its later, longer original a duplicate of it). The counts
-    // agree within 1.5%; identical output in one order is
+    // agree within 3%: on a loaded machine one worker can run far ahead of
+    // the others (1.5% failed once so), while workers that did not share
+    // the index would find most cross-part duplicates missing (three parts
+    // in four hold another's originals). Identical output in one order is
     // the_redis_index_writes_what_the_memory_index_writes.
     let found = of.len();
-    let tolerance = expected * 3 / 200;
+    let tolerance = expected * 3 / 100;
     assert!(
         found.abs_diff(expected) <= tolerance,
         "four workers found {found} duplicates, one process {expected}"

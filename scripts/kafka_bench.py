@@ -32,7 +32,7 @@ same rdkafka as the worker), since Python here has no Kafka client.
 
 Usage: python3 scripts/kafka_bench.py [--stream FILE(.gz)] [--workers 1,2]
        [--binary target/release/dedup-stream] [--limit N] [--batch 256]
-       [--in-flight N] [--tool target/release/examples/kafka_tool]
+       [--in-flight N] [--threads N] [--tool target/release/examples/kafka_tool]
 The default stream is ../shared/data/synthetic/dev-200k.jsonl.gz. Build
 first: cargo build --release --example kafka_tool --bin dedup-stream.
 Needs `tansu` on the PATH (cargo install tansu --version 0.6.0 --features
@@ -127,6 +127,8 @@ def run(args, servers, broker_pid, lines, workers, redis_url, round_no, filtered
     ]
     if args.in_flight:
         cmd += ["--in-flight", str(args.in_flight)]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
     if relay is None:
         cmd.append("--relay")
     if workers > 1 and redis_url:
@@ -179,6 +181,8 @@ def main():
     parser.add_argument("--batch", type=int, default=256, help="the workers' --batch")
     parser.add_argument("--in-flight", type=int, default=0,
                         help="the workers' --in-flight (default: theirs)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="the workers' --threads (default: theirs, one a CPU)")
     parser.add_argument("--tool", default=None, help="the kafka_tool example binary")
     parser.add_argument("--no-check", dest="check", action="store_false")
     args = parser.parse_args()

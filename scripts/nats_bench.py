@@ -23,7 +23,7 @@ needs nothing beyond Python 3.
 
 Usage: python3 scripts/nats_bench.py [--stream FILE(.gz)] [--workers 1,2]
        [--binary target/release/dedup-stream] [--limit N] [--relay]
-       [--in-flight N]
+       [--in-flight N] [--threads N]
 The default stream is ../shared/data/synthetic/dev-200k.jsonl.gz. Build
 first: cargo build --release.
 """
@@ -189,6 +189,8 @@ def run(args, port, nats_pid, lines, workers, redis_url, round_no, relay=None):
         cmd += ["--index", redis_url, "--index-name", f"bench{round_no}"]
     if args.in_flight:
         cmd += ["--in-flight", str(args.in_flight)]
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
     if relay == "relay":
         cmd.append("--relay")
     server_cpu = cpu_seconds(nats_pid)
@@ -239,6 +241,8 @@ def main():
     parser.add_argument("--no-check", dest="check", action="store_false")
     parser.add_argument("--relay", action="store_true", help="a relay round first")
     parser.add_argument("--in-flight", type=int, default=0, help="the workers' --in-flight")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="the workers' --threads (default: theirs, one a CPU)")
     args = parser.parse_args()
     if not shutil.which("nats-server"):
         sys.exit("nats-server is not on the PATH (apt-get install nats-server)")

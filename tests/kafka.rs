@@ -336,7 +336,10 @@ fn killed_workers(test: &str, in_flight: Option<&str>) {
     let index = redis.url();
     let broker = Broker::start();
     topics(&broker, 3);
-    let lines = tweets(3000);
+    // Long enough that no worker reaches the end before its kill: one
+    // commits hundreds of records between two looks at the offsets, and
+    // 3,000 were once all committed before the third kill.
+    let lines = tweets(6000);
     broker.produce(IN, &lines);
     let temp = tempfile::tempdir().unwrap();
     let mut options = vec!["--batch", "16", "--index", &index];

@@ -567,8 +567,12 @@ fn shared_needed(containment: bool, floor: f64, a_len: usize, b_len: usize) -> u
     };
     // Truncation is `floor` for what is not negative, and the cast sends
     // what is (and a NaN) to 0: the same count as `floor().max(0.0)`,
-    // without a call into libm per candidate.
-    (need - 1e-9).max(0.0) as usize
+    // without a call into libm per candidate. Through `u32`: x86-64 has no
+    // unsigned 64-bit conversion before AVX-512, so a saturating cast to
+    // `usize` takes a dozen instructions, to `u32` four; a count above
+    // `u32::MAX` would need a set of over four billion shingles, and is
+    // above either set's size whichever it is (no pair reaches it).
+    (need - 1e-9) as u32 as usize
 }
 
 fn similarity_at_least_with(
@@ -985,6 +989,48 @@ impl Overlap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `shared_needed` casts through `u32` for speed: the count is the one
+    /// the saturating cast to `usize` gave, for every floor (NaN, negative,
+    /// above 1 included) and any pair of sizes a set can have.
+    #[test]
+    fn shared_needed_is_the_usize_casts_count() {
+        let floors = [
+            f64::NAN,
+            f64::NEG_INFINITY,
+            -0.5,
+            0.0,
+            1e-12,
+            0.1,
+            0.3,
+            0.5,
+            0.65,
+            0.7,
+            0.8,
+            0.9,
+            0.999_999_999,
+            1.0,
+            1.5,
+        ];
+        for containment in [false, true] {
+            for floor in floors {
+                for a_len in (0..300).chain([1 << 20, 3 << 20]) {
+                    for b_len in [0, 1, 2, 7, 31, 64, 255, 299, 511, 4096, 1 << 20] {
+                        let need = if containment {
+                            floor * a_len.min(b_len) as f64
+                        } else {
+                            floor * (a_len + b_len) as f64 / (1.0 + floor)
+                        };
+                        assert_eq!(
+                            shared_needed(containment, floor, a_len, b_len),
+                            (need - 1e-9).max(0.0) as usize,
+                            "{containment} {floor} {a_len} {b_len}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 
     fn similarity_text(s: f64) -> String {
         let mut out = Vec::new();

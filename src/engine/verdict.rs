@@ -707,7 +707,9 @@ impl Verifier {
         self.laid_out = false;
     }
 
-    /// Lays the loaded set out in the table.
+    /// Lays the loaded set out in the table. Out of line: once a message,
+    /// and kept out of the inlined [`Verifier::overlap_at_least`].
+    #[inline(never)]
     fn lay_out(&mut self, set: &[u32]) {
         self.laid_out = true;
         for &cell in &self.used {
@@ -872,6 +874,11 @@ impl Verifier {
     /// any floor at least `floor`, so that the count, the costly half of a
     /// verification, can be made ahead and on another thread (see
     /// [`super::overlaps`]).
+    ///
+    /// Inlined: it runs a dozen times a message on the deciding thread, and
+    /// as a call it saved and restored a dozen registers each time; the
+    /// rare paths (long texts, the first lay-out) stay calls.
+    #[inline]
     pub fn overlap_at_least(
         &mut self,
         measure: Measure,
@@ -881,32 +888,11 @@ impl Verifier {
         floor: f64,
     ) -> Option<Overlap> {
         debug_assert_eq!(a.len(), self.len);
-        // Containment is the more generous measure, and an anchor only ever
-        // turns Jaccard into containment: what cannot reach the floor under
-        // the measure the pair gets with an anchor cannot without one. The
-        // count needed is a lower bound (see `shared_needed`); the test is
-        // on the exact similarity.
-        let generous = |a_len: usize, b_len: usize| {
-            let anchored = PairHints {
-                anchored: true,
-                ..hints
-            };
-            shared_needed(
-                by_containment(measure, a_len, b_len, anchored),
-                floor,
-                a_len,
-                b_len,
-            )
-        };
         if self.general || b.is_empty() || b.len() >= super::shingle::MAX_SHINGLES {
-            // Capped sets (long texts) are compared on a common sample.
-            let (a, b) = super::shingle::comparable(a, b);
-            let need = generous(a.len(), b.len());
-            let shared = intersection_at_least(a, b, need)?;
-            return Some(Overlap::new(shared, a.len(), b.len()));
+            return overlap_of_samples(measure, a, b, hints, floor);
         }
         let (a_len, b_len) = (self.len, b.len());
-        let need = generous(a_len, b_len);
+        let need = generous_need(measure, hints, floor, a_len, b_len);
         if need > a_len.min(b_len) {
             return None;
         }
@@ -916,6 +902,51 @@ impl Verifier {
         let shared = self.shared_at_least(b, need)?;
         Some(Overlap::new(shared, a_len, b_len))
     }
+}
+
+/// The shared shingles a pair of these sizes needs to reach `floor` under
+/// the measure it would get with an anchor. Containment is the more
+/// generous measure, and an anchor only ever turns Jaccard into
+/// containment: what cannot reach the floor under the measure the pair gets
+/// with an anchor cannot without one. The count is a lower bound (see
+/// [`shared_needed`]); the test is on the exact similarity.
+#[inline]
+fn generous_need(
+    measure: Measure,
+    hints: PairHints,
+    floor: f64,
+    a_len: usize,
+    b_len: usize,
+) -> usize {
+    let anchored = PairHints {
+        anchored: true,
+        ..hints
+    };
+    shared_needed(
+        by_containment(measure, a_len, b_len, anchored),
+        floor,
+        a_len,
+        b_len,
+    )
+}
+
+/// [`Verifier::overlap_at_least`] for a pair one of whose sets is empty or
+/// capped (a long text): counted on the two sets' common sample (see
+/// [`super::shingle::comparable`]). Out of line: rare, and kept out of the
+/// inlined common path.
+#[cold]
+#[inline(never)]
+fn overlap_of_samples(
+    measure: Measure,
+    a: &[u32],
+    b: &[u32],
+    hints: PairHints,
+    floor: f64,
+) -> Option<Overlap> {
+    let (a, b) = super::shingle::comparable(a, b);
+    let need = generous_need(measure, hints, floor, a.len(), b.len());
+    let shared = intersection_at_least(a, b, need)?;
+    Some(Overlap::new(shared, a.len(), b.len()))
 }
 
 /// What a verification counts of a pair: the shingles the two share and

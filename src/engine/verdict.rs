@@ -567,8 +567,12 @@ fn shared_needed(containment: bool, floor: f64, a_len: usize, b_len: usize) -> u
     };
     // Truncation is `floor` for what is not negative, and the cast sends
     // what is (and a NaN) to 0: the same count as `floor().max(0.0)`,
-    // without a call into libm per candidate.
-    (need - 1e-9).max(0.0) as usize
+    // without a call into libm per candidate. Through `u32`: x86-64 has no
+    // unsigned 64-bit conversion before AVX-512, so a saturating cast to
+    // `usize` takes a dozen instructions, to `u32` four; a count above
+    // `u32::MAX` would need a set of over four billion shingles, and is
+    // above either set's size whichever it is (no pair reaches it).
+    (need - 1e-9) as u32 as usize
 }
 
 fn similarity_at_least_with(
@@ -703,7 +707,9 @@ impl Verifier {
         self.laid_out = false;
     }
 
-    /// Lays the loaded set out in the table.
+    /// Lays the loaded set out in the table. Out of line: once a message,
+    /// and kept out of the inlined [`Verifier::overlap_at_least`].
+    #[inline(never)]
     fn lay_out(&mut self, set: &[u32]) {
         self.laid_out = true;
         for &cell in &self.used {
@@ -868,6 +874,11 @@ impl Verifier {
     /// any floor at least `floor`, so that the count, the costly half of a
     /// verification, can be made ahead and on another thread (see
     /// [`super::overlaps`]).
+    ///
+    /// Inlined: it runs a dozen times a message on the deciding thread, and
+    /// as a call it saved and restored a dozen registers each time; the
+    /// rare paths (long texts, the first lay-out) stay calls.
+    #[inline]
     pub fn overlap_at_least(
         &mut self,
         measure: Measure,
@@ -877,32 +888,11 @@ impl Verifier {
         floor: f64,
     ) -> Option<Overlap> {
         debug_assert_eq!(a.len(), self.len);
-        // Containment is the more generous measure, and an anchor only ever
-        // turns Jaccard into containment: what cannot reach the floor under
-        // the measure the pair gets with an anchor cannot without one. The
-        // count needed is a lower bound (see `shared_needed`); the test is
-        // on the exact similarity.
-        let generous = |a_len: usize, b_len: usize| {
-            let anchored = PairHints {
-                anchored: true,
-                ..hints
-            };
-            shared_needed(
-                by_containment(measure, a_len, b_len, anchored),
-                floor,
-                a_len,
-                b_len,
-            )
-        };
         if self.general || b.is_empty() || b.len() >= super::shingle::MAX_SHINGLES {
-            // Capped sets (long texts) are compared on a common sample.
-            let (a, b) = super::shingle::comparable(a, b);
-            let need = generous(a.len(), b.len());
-            let shared = intersection_at_least(a, b, need)?;
-            return Some(Overlap::new(shared, a.len(), b.len()));
+            return overlap_of_samples(measure, a, b, hints, floor);
         }
         let (a_len, b_len) = (self.len, b.len());
-        let need = generous(a_len, b_len);
+        let need = generous_need(measure, hints, floor, a_len, b_len);
         if need > a_len.min(b_len) {
             return None;
         }
@@ -912,6 +902,51 @@ impl Verifier {
         let shared = self.shared_at_least(b, need)?;
         Some(Overlap::new(shared, a_len, b_len))
     }
+}
+
+/// The shared shingles a pair of these sizes needs to reach `floor` under
+/// the measure it would get with an anchor. Containment is the more
+/// generous measure, and an anchor only ever turns Jaccard into
+/// containment: what cannot reach the floor under the measure the pair gets
+/// with an anchor cannot without one. The count is a lower bound (see
+/// [`shared_needed`]); the test is on the exact similarity.
+#[inline]
+fn generous_need(
+    measure: Measure,
+    hints: PairHints,
+    floor: f64,
+    a_len: usize,
+    b_len: usize,
+) -> usize {
+    let anchored = PairHints {
+        anchored: true,
+        ..hints
+    };
+    shared_needed(
+        by_containment(measure, a_len, b_len, anchored),
+        floor,
+        a_len,
+        b_len,
+    )
+}
+
+/// [`Verifier::overlap_at_least`] for a pair one of whose sets is empty or
+/// capped (a long text): counted on the two sets' common sample (see
+/// [`super::shingle::comparable`]). Out of line: rare, and kept out of the
+/// inlined common path.
+#[cold]
+#[inline(never)]
+fn overlap_of_samples(
+    measure: Measure,
+    a: &[u32],
+    b: &[u32],
+    hints: PairHints,
+    floor: f64,
+) -> Option<Overlap> {
+    let (a, b) = super::shingle::comparable(a, b);
+    let need = generous_need(measure, hints, floor, a.len(), b.len());
+    let shared = intersection_at_least(a, b, need)?;
+    Some(Overlap::new(shared, a.len(), b.len()))
 }
 
 /// What a verification counts of a pair: the shingles the two share and
@@ -985,6 +1020,48 @@ impl Overlap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `shared_needed` casts through `u32` for speed: the count is the one
+    /// the saturating cast to `usize` gave, for every floor (NaN, negative,
+    /// above 1 included) and any pair of sizes a set can have.
+    #[test]
+    fn shared_needed_is_the_usize_casts_count() {
+        let floors = [
+            f64::NAN,
+            f64::NEG_INFINITY,
+            -0.5,
+            0.0,
+            1e-12,
+            0.1,
+            0.3,
+            0.5,
+            0.65,
+            0.7,
+            0.8,
+            0.9,
+            0.999_999_999,
+            1.0,
+            1.5,
+        ];
+        for containment in [false, true] {
+            for floor in floors {
+                for a_len in (0..300).chain([1 << 20, 3 << 20]) {
+                    for b_len in [0, 1, 2, 7, 31, 64, 255, 299, 511, 4096, 1 << 20] {
+                        let need = if containment {
+                            floor * a_len.min(b_len) as f64
+                        } else {
+                            floor * (a_len + b_len) as f64 / (1.0 + floor)
+                        };
+                        assert_eq!(
+                            shared_needed(containment, floor, a_len, b_len),
+                            (need - 1e-9).max(0.0) as usize,
+                            "{containment} {floor} {a_len} {b_len}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 
     fn similarity_text(s: f64) -> String {
         let mut out = Vec::new();

@@ -171,6 +171,16 @@ impl PreparedBatch {
 /// for this: see [`prepare`]'s `read_op`.
 pub type OpReader = fn(&[u8]) -> Op;
 
+/// The shingles a batch's vector is made for. A message's shingles are at
+/// most about one per two bytes of its text, and a tweet's line is mostly
+/// not text: a quarter of the batch's bytes holds a batch of tweets (24 a
+/// line fell short, and growing a batch's vector twice copied it, about 110
+/// instructions a message), and is no more memory than the batch's own
+/// bytes.
+fn shingle_room(raw: &RawBatch) -> usize {
+    (raw.lines.len() * 24).max(raw.bytes.len() / 4)
+}
+
 /// Decodes and sketches every line of a batch.
 pub fn prepare(
     preparer: &Preparer,
@@ -181,7 +191,7 @@ pub fn prepare(
     let mut scratch = Scratch::default();
     let mut batch = PreparedBatch {
         items: Vec::with_capacity(raw.lines.len()),
-        shingles: Vec::with_capacity(raw.lines.len() * 24),
+        shingles: Vec::with_capacity(shingle_room(&raw)),
         // The LSH bands and the anchors per message.
         band_keys: Vec::with_capacity(
             raw.lines.len() * (preparer.lsh_params().bands + crate::engine::MAX_ANCHORS),
@@ -296,4 +306,43 @@ pub fn write_explained(
     write_tagged(out, batch.line(message), message.splice, |out| {
         verdict.write_json_explained(explanation, out)
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::config::EngineConfig;
+    use crate::wire::record::FieldSpec;
+
+    /// A batch of tweets fits the shingles' vector made for it: it is not
+    /// grown (and copied) while the batch is prepared.
+    #[test]
+    fn a_batch_of_tweets_fits_its_shingles_vector() {
+        let preparer = Preparer::new(&EngineConfig::default());
+        let decoder = Decoder::new(FieldSpec::default());
+        let mut raw = RawBatch::default();
+        let lines = [
+            include_str!("../../fixtures/retweet_storm.jsonl"),
+            include_str!("../../fixtures/v2_tweets.jsonl"),
+        ];
+        for line in lines.iter().flat_map(|text| text.lines()) {
+            raw.push_line(raw.len() as u64 + 1, line.as_bytes());
+        }
+        let room = shingle_room(&raw);
+        let batch = prepare(&preparer, &decoder, raw, None);
+        let messages = batch
+            .items
+            .iter()
+            .filter(|item| matches!(item, Item::Message(_)))
+            .count();
+        assert!(messages > 40, "{messages} messages");
+        // More than the old 24 a line, so the room is what holds them.
+        assert!(
+            batch.shingles.len() > 24 * batch.items.len(),
+            "{} shingles",
+            batch.shingles.len()
+        );
+        assert!(batch.shingles.len() <= room);
+        assert_eq!(batch.shingles.capacity(), room);
+    }
 }

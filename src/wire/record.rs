@@ -846,12 +846,48 @@ fn json_str(raw: &str) -> Option<Cow<'_, str>> {
     {
         return Some(Cow::Borrowed(text));
     }
+    if let Some(text) = quoted.strip_suffix('"').and_then(unescape_simple) {
+        return Some(Cow::Owned(text));
+    }
     match serde_json::from_str::<Text<'_>>(raw) {
         Ok(text) => Some(text.0),
         // The one thing the first parse accepts and a string refuses: an
         // unpaired surrogate escape.
         Err(_) => lossy_json_str(raw).map(Cow::Owned),
     }
+}
+
+/// The contents of a checked string's text (between its quotes) whose
+/// escapes all stand for one ASCII character (`\"`, `\\`, `\/`, `\b`,
+/// `\f`, `\n`, `\r`, `\t`), copied between them at once; `None` at a
+/// `\u` escape, which serde_json reads. One text in twelve of `dev-200k`
+/// has such an escape (quotes, line breaks), and serde_json's reading,
+/// from a scratch buffer grown from empty, cost about 1,680 instructions.
+fn unescape_simple(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = String::with_capacity(bytes.len());
+    let mut from = 0;
+    for at in memchr::memchr_iter(b'\\', bytes) {
+        // The second backslash of an escaped backslash.
+        if at < from {
+            continue;
+        }
+        out.push_str(text.get(from..at)?);
+        out.push(match bytes.get(at + 1)? {
+            b'"' => '"',
+            b'\\' => '\\',
+            b'/' => '/',
+            b'b' => '\u{8}',
+            b'f' => '\u{c}',
+            b'n' => '\n',
+            b'r' => '\r',
+            b't' => '\t',
+            _ => return None,
+        });
+        from = at + 2;
+    }
+    out.push_str(text.get(from..)?);
+    Some(out)
 }
 
 /// Decodes a JSON string literal whose escapes may hold lone surrogates,
@@ -2639,6 +2675,28 @@ mod tests {
             // shape, at the top or under `data`.
             for decoder in &decoders() {
                 agrees(decoder, &value).map_err(proptest::test_runner::TestCaseError::fail)?;
+            }
+        }
+
+        /// A string's contents read past its one-character escapes are
+        /// serde_json's reading of the string, and only a `\u` escape is
+        /// left to serde_json.
+        #[test]
+        fn simple_escapes_read_as_serde_json_reads_them(
+            pieces in proptest::collection::vec(proptest::sample::select(vec![
+                "a", "é", "😀", " ", "\\\"", "\\\\", "\\/", "\\b", "\\f", "\\n", "\\r",
+                "\\t", "\\u00e9", "\\ud83d\\ude00", "\\\\n", "\\\\u0041",
+            ]), 0..12),
+        ) {
+            let text = pieces.concat();
+            let expected: String = serde_json::from_str(&format!("\"{text}\"")).expect("valid");
+            let has_u = pieces.iter().any(|p| p.starts_with("\\u"));
+            match unescape_simple(&text) {
+                Some(read) => {
+                    proptest::prop_assert!(!has_u);
+                    proptest::prop_assert_eq!(read, expected);
+                }
+                None => proptest::prop_assert!(has_u),
             }
         }
 

@@ -266,10 +266,10 @@ return table.concat(flags)
 /// consumers every `claim_idle / 2`.
 ///
 /// The batches run through the queue runtime ([`queue::run`]): up to
-/// `config.options.in_flight` of them decided and handed to a writer thread, which
-/// runs each one's acknowledging script (on a connection of its own) in
-/// the order they were read, while this thread decides the next and a
-/// reading thread reads the one after.
+/// `config.options.in_flight` of them decided and handed to a writer
+/// thread, which runs each one's acknowledging script (on a connection of
+/// its own) in the order they were read, while this thread decides the
+/// next and a reading thread reads the one after.
 ///
 /// `lines` (for [`Output::Lines`]) should be unbuffered, each write one
 /// `write(2)`: the lines are handed to it in pieces of whole lines.
@@ -597,6 +597,7 @@ impl Streams<'_, '_> {
                 self.settled.acknowledged.extend(held.tokens);
             } else {
                 tracing::warn!(
+                    stream = %self.config.stream,
                     entries = held.tokens.len(),
                     "the connection to Redis was made again since entries were acknowledged \
                      (Redis may have restarted and lost the acknowledgements): their remembered \
@@ -619,26 +620,23 @@ impl queue::Adapter for Streams<'_, '_> {
         let read = match &mut self.source {
             Source::Inline(reader) => reader.next(max, wait)?,
             Source::Ahead { ready, .. } => {
+                // `Err(true)`: the reading thread is gone.
                 let got = if wait.is_zero() {
-                    ready.try_recv().map_err(|e| match e {
-                        mpsc::TryRecvError::Empty => None,
-                        mpsc::TryRecvError::Disconnected => Some(()),
-                    })
+                    ready
+                        .try_recv()
+                        .map_err(|e| e == mpsc::TryRecvError::Disconnected)
                 } else {
-                    ready.recv_timeout(wait).map_err(|e| match e {
-                        mpsc::RecvTimeoutError::Timeout => None,
-                        mpsc::RecvTimeoutError::Disconnected => Some(()),
-                    })
+                    ready
+                        .recv_timeout(wait)
+                        .map_err(|e| e == mpsc::RecvTimeoutError::Disconnected)
                 };
                 match got {
                     Ok(read) => read?,
-                    Err(None) => return Ok(Vec::new()),
-                    // The reading thread ends only at a stop, or after
-                    // handing over its error.
-                    Err(Some(())) if self.stop.load(Ordering::Relaxed) => return Ok(Vec::new()),
-                    Err(Some(())) => {
-                        return Err(Error::Internal("the stream reader stopped".into()));
-                    }
+                    Err(false) => return Ok(Vec::new()),
+                    // It ends only at a stop, or after handing over its
+                    // error.
+                    Err(true) if self.stop.load(Ordering::Relaxed) => return Ok(Vec::new()),
+                    Err(true) => return Err(Error::Internal("the stream reader stopped".into())),
                 }
             }
         };

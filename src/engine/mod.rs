@@ -195,18 +195,18 @@ impl Preparer {
         scratch.tokens.clear();
         scratch.joined.clear();
         let want_joined = matches!(self.shingling, Shingling::Chars(_));
-        if !want_joined {
+        if want_joined {
+            self.tokeniser.tokenise(
+                &scratch.normalised,
+                &mut scratch.tokens,
+                Some(&mut scratch.joined),
+            );
+        } else {
             self.tokeniser.tokenise_with(
                 &scratch.normalised,
                 normalised.ascii,
                 &mut scratch.spans,
                 &mut scratch.tokens,
-            );
-        } else {
-            self.tokeniser.tokenise(
-                &scratch.normalised,
-                &mut scratch.tokens,
-                want_joined.then_some(&mut scratch.joined),
             );
         }
         if scratch.tokens.is_empty() {

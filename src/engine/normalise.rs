@@ -355,7 +355,7 @@ fn fold_non_ascii(text: &mut String, out: &mut String) {
     }
     if text.is_ascii() {
         out.push_str(text);
-        out.make_ascii_lowercase();
+        lowercase_ascii(out);
     } else if !fold_if_nfkc(text, out) {
         out.clear();
         text.nfkc().for_each(|c| push_lowercase(out, c));

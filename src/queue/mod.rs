@@ -26,7 +26,7 @@
 //!   an acknowledgement (a Kafka commit, which covers every earlier offset)
 //!   never passes an output the broker has not stored;
 //! - at most `in_flight` batches are held (and what an adapter reads ahead
-//!   of [`Adapter::fetch`]: one batch, for Redis Streams), so memory stays
+//!   of [`Adapter::fetch`]: up to four batches, for Redis Streams), so memory stays
 //!   bounded, and a worker killed loses nothing more than those: they are delivered again
 //!   and answered from the memo (or the index's repeat rule), so their
 //!   outputs are the first ones byte for byte;

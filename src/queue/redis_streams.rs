@@ -10,12 +10,13 @@
 //! - Each entry's message is the JSON in one of its fields (`--field`,
 //!   default `json`), tagged exactly as the filter tags a line, and
 //!   appended to the output stream under the same field.
-//! - **Batches in flight.** A reading thread reads one batch ahead, on a
+//! - **Batches in flight.** A reading thread reads up to four batches
+//!   ahead, on a
 //!   connection of its own (parsing Redis's reply costs as much as
 //!   deciding its messages); this thread decides batch after batch; a
 //!   writer thread, on a third connection, runs each batch's script in the
 //!   order read. Up to `--in-flight` batches are decided and not yet
-//!   acknowledged, and one more read ahead; the runtime waits for the
+//!   acknowledged, and up to four more read ahead; the runtime waits for the
 //!   oldest when that many are out. `--in-flight 1` is read, decide, write
 //!   and acknowledge, in turn, with no reading thread.
 //! - **Exactly once in the output.** The tagged messages of a batch are
@@ -69,6 +70,13 @@ pub const DEFAULT_FIELD: &str = "json";
 /// Default time an entry may stay pending on a consumer before another
 /// claims it.
 pub const DEFAULT_CLAIM_IDLE: Duration = Duration::from_secs(60);
+/// Batches the reading thread reads ahead of the runtime, at most. One
+/// was too few: Redis runs the scripts and the reads of one worker in
+/// turn, and a read waits behind them, so the runtime often found none
+/// ready, and then waited for the oldest script instead, while Redis
+/// idled (`scripts/redis_bench.py --queue`: about 0.3 × more messages a
+/// second with four; docs/queues.md).
+const READ_AHEAD: usize = 4;
 /// Default entries read at a time.
 pub const DEFAULT_BATCH: usize = 256;
 /// Longest wait for new entries before looking around (stop requests,
@@ -286,8 +294,8 @@ pub fn run<S: IndexStore>(
     let mut writer_link = link.another();
     let progress = ReadProgress::default();
     let quit = Arc::new(AtomicBool::new(false));
-    // Reading one batch ahead needs room for two: with one batch in flight,
-    // each is read only once the one before is acknowledged.
+    // Reading ahead needs room for two: with one batch in flight, each is
+    // read only once the one before is acknowledged.
     let ahead = config.options.in_flight > 1;
     let mut reader = Reader {
         config,
@@ -324,9 +332,9 @@ pub fn run<S: IndexStore>(
             write_batches(writer_link, config, script, lines, queued, answers, abort);
         });
         let source = if ahead {
-            // No room in the channel: the thread holds the batch it read
-            // until the runtime takes it, so one batch is read ahead.
-            let (reads, ready) = mpsc::sync_channel(0);
+            // The channel holds all but one of the batches read ahead; the
+            // thread holds the last until there is room.
+            let (reads, ready) = mpsc::sync_channel(READ_AHEAD - 1);
             let quit = Arc::clone(&quit);
             let thread = scope.spawn(move || read_ahead(reader, &reads, &quit));
             Source::Ahead { ready, thread }
@@ -538,7 +546,7 @@ struct Streams<'a, 's> {
 enum Source<'a, 's> {
     /// Read by this thread when the runtime fetches.
     Inline(Box<Reader<'a>>),
-    /// Read one batch ahead by a thread of its own (see [`read_ahead`]),
+    /// Read ahead by a thread of its own (see [`read_ahead`], [`READ_AHEAD`]),
     /// so that reading Redis's replies, which costs this worker's thread
     /// as much as deciding their messages, overlaps the decision.
     Ahead {

@@ -1403,3 +1403,54 @@ fn a_worker_stopped_mid_stream_decides_the_batch_it_read_ahead() {
     let out = finished(&mut con, finishing, lines.len());
     assert!(out == filtered, "not the filter's output");
 }
+
+/// The worker reads the stream with a parser of its own on plain
+/// connections (`src/redis_index/replies.rs`): it must log in and choose
+/// the database as the `redis` crate does, over TCP and a Unix socket, with
+/// an ACL user, and read what the filter reads. The default user has
+/// another password, so a read without the user's login fails.
+#[test]
+fn reads_log_in_and_choose_the_database_over_tcp_and_a_unix_socket() {
+    if !available("reads_log_in_and_choose_the_database_over_tcp_and_a_unix_socket") {
+        return;
+    }
+    let sockets = tempfile::tempdir().unwrap();
+    let socket = sockets.path().join("redis.sock");
+    let socket = socket.to_str().unwrap();
+    let redis = RedisServer::start_with(&[
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--unixsocket",
+        socket,
+        "--requirepass",
+        "not-this-one",
+        "--user",
+        "reader",
+        "on",
+        ">r3ader",
+        "~*",
+        "&*",
+        "+@all",
+    ]);
+    let urls = [
+        format!("redis://reader:r3ader@127.0.0.1:{}/3", redis.port),
+        format!("redis+unix://{socket}?db=3&user=reader&pass=r3ader"),
+    ];
+    for url in &urls {
+        let mut con = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        redis::cmd("FLUSHDB").query::<()>(&mut con).unwrap();
+        let (lines, filtered) = synthetic_stream(&mut con, 600);
+        let extra = [&SYNTHETIC_FIELDS[..], &["--batch", "64"]].concat();
+        let consuming = worker(url, "a", "out", &extra);
+        let out = finished(&mut con, consuming, lines.len());
+        assert!(out == filtered, "{url}: not the filter's output");
+        // All of it in database 3.
+        redis::cmd("SELECT").arg(0).query::<()>(&mut con).unwrap();
+        assert_eq!(xlen(&mut con, "in"), 0, "{url}: database 0 untouched");
+    }
+}

@@ -121,7 +121,19 @@ impl Lines {
     /// Copies `payloads` into lines as the filter reads them: a leading
     /// byte-order mark skipped, one over `max_line_bytes` refused unread.
     pub fn new(payloads: &[Option<&[u8]>], max_line_bytes: usize) -> Lines {
-        let mut raw = RawBatch::default();
+        // Room for every line at once: grown line by line, the bytes of a
+        // batch (over a megabyte of tweets) were copied again at each
+        // doubling, on the thread that decides.
+        let bytes = payloads
+            .iter()
+            .flatten()
+            .map(|payload| payload.len())
+            .filter(|&len| len <= max_line_bytes.saturating_add(BOM.len()))
+            .sum();
+        let mut raw = RawBatch {
+            bytes: Vec::with_capacity(bytes),
+            lines: Vec::with_capacity(payloads.len()),
+        };
         let mut items = Vec::with_capacity(payloads.len());
         for payload in payloads {
             items.push(payload.map(|payload| {

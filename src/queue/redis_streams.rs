@@ -300,9 +300,11 @@ pub fn run<S: IndexStore>(
     let mut reader = Reader {
         config,
         link: if ahead {
-            link.another().with_cancel(Arc::clone(&quit))
-        } else {
             link.another()
+                .with_own_parser()
+                .with_cancel(Arc::clone(&quit))
+        } else {
+            link.another().with_own_parser()
         },
         stop,
         metrics: metrics.as_ref(),
@@ -1083,7 +1085,13 @@ impl Reader<'_> {
             if let Some(block) = block {
                 cmd.arg("BLOCK").arg(block.as_millis() as u64);
             }
-            cmd.arg("STREAMS").arg(&config.stream).arg(from).query(c)
+            cmd.arg("STREAMS").arg(&config.stream).arg(from);
+            // Not `query`, which looks for an error in every entry of the
+            // reply: Redis answers a read with an error, or with entries.
+            match c.req_command(&cmd)? {
+                Value::ServerError(e) => Err(e.into()),
+                reply => Ok(reply),
+            }
         }) {
             // NOGROUP: the group (or the stream) is gone. UNBLOCKED: the
             // stream was deleted while this read waited on it.

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use redis::{ConnectionAddr, ConnectionLike, ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
+use super::replies::PlainConnection;
 use crate::error::StoreError;
 use crate::metrics::Metrics;
 
@@ -185,6 +186,8 @@ enum Client {
 
 enum Connection {
     Single(redis::Connection),
+    /// A single Redis, its replies read by [`super::replies`].
+    Plain(PlainConnection),
     Cluster(Box<redis::cluster::ClusterConnection>),
 }
 
@@ -192,6 +195,7 @@ impl Connection {
     fn as_dyn(&mut self) -> &mut dyn ConnectionLike {
         match self {
             Connection::Single(c) => c,
+            Connection::Plain(c) => c,
             Connection::Cluster(c) => c.as_mut(),
         }
     }
@@ -220,6 +224,9 @@ pub struct Link {
     /// Connections made so far: one more than before means the one before
     /// broke (Redis may have restarted in between).
     connections: u64,
+    /// Replies read by [`super::replies`] where it can (see
+    /// [`Link::with_own_parser`]).
+    own_parser: bool,
 }
 
 impl fmt::Debug for Link {
@@ -273,6 +280,7 @@ impl Link {
                 _ => Vec::new(),
             },
             connections: 0,
+            own_parser: false,
         })
     }
 
@@ -291,7 +299,18 @@ impl Link {
             wait: self.wait,
             seeds: self.seeds.clone(),
             connections: 0,
+            own_parser: false,
         }
+    }
+
+    /// Reads replies with a parser of this crate's (see
+    /// [`super::replies`]) when the link reaches a single Redis over TCP
+    /// without TLS or a Unix socket: for a link that reads many entries
+    /// at a time, whose parsing by the `redis` crate costs as much as
+    /// deciding them.
+    pub fn with_own_parser(mut self) -> Link {
+        self.own_parser = true;
+        self
     }
 
     /// Waits out an outage for at most `wait` (`--redis-wait`), then gives
@@ -370,14 +389,25 @@ impl Link {
 
     fn connect(&mut self) -> RedisResult<&mut Connection> {
         if self.connection.is_none() {
-            let connection = match &self.client {
-                Client::Single(client) => {
+            let plain = match &self.client {
+                Client::Single(client) if self.own_parser => PlainConnection::open(
+                    client.get_connection_info(),
+                    self.timeout.min(CONNECT_TIMEOUT),
+                    self.timeout,
+                ),
+                _ => None,
+            };
+            let connection = match (plain, &self.client) {
+                (Some(plain), _) => Connection::Plain(plain?),
+                (None, Client::Single(client)) => {
                     let c = connect_single(client, self.timeout)?;
                     c.set_read_timeout(Some(self.timeout))?;
                     c.set_write_timeout(Some(self.timeout))?;
                     Connection::Single(c)
                 }
-                Client::Cluster(client) => Connection::Cluster(Box::new(client.get_connection()?)),
+                (None, Client::Cluster(client)) => {
+                    Connection::Cluster(Box::new(client.get_connection()?))
+                }
             };
             self.connection = Some(connection);
             self.connections += 1;

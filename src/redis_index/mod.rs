@@ -47,6 +47,7 @@ pub mod admin;
 mod connection;
 pub mod log;
 pub mod replica;
+mod replies;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -308,6 +308,8 @@ fn malformed(what: &'static str) -> RedisError {
 
 #[cfg(all(test, unix))]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     /// A connection reading `bytes` as if Redis had sent them.
@@ -369,6 +371,48 @@ mod tests {
                 reply.as_ref().unwrap(),
                 &redis::parse_redis_value(line).unwrap()
             );
+        }
+    }
+
+    /// A reply in RESP2, built from its parts.
+    fn reply() -> impl Strategy<Value = Vec<u8>> {
+        let leaf = prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..300).prop_map(|bytes| {
+                let mut out = format!("${}\r\n", bytes.len()).into_bytes();
+                out.extend_from_slice(&bytes);
+                out.extend_from_slice(b"\r\n");
+                out
+            }),
+            Just(b"$-1\r\n".to_vec()),
+            Just(b"*-1\r\n".to_vec()),
+            any::<i64>().prop_map(|n| format!(":{n}\r\n").into_bytes()),
+            "[a-zA-Z0-9 ]{0,20}".prop_map(|s| format!("+{s}\r\n").into_bytes()),
+            "[A-Z]{1,8} [a-z ]{0,20}".prop_map(|s| format!("-{s}\r\n").into_bytes()),
+        ];
+        leaf.prop_recursive(4, 64, 8, |inner| {
+            proptest::collection::vec(inner, 0..8).prop_map(|items| {
+                let mut out = format!("*{}\r\n", items.len()).into_bytes();
+                for item in items {
+                    out.extend_from_slice(&item);
+                }
+                out
+            })
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn any_reply_reads_as_the_crates_parser_reads_it(
+            replies_sent in proptest::collection::vec(reply(), 1..6)
+        ) {
+            let ours = replies(&replies_sent.concat());
+            prop_assert_eq!(ours.len(), replies_sent.len() + 1);
+            for (reply, sent) in ours.iter().zip(&replies_sent) {
+                prop_assert_eq!(
+                    reply.as_ref().unwrap(),
+                    &redis::parse_redis_value(sent).unwrap()
+                );
+            }
         }
     }
 

@@ -102,6 +102,21 @@ use crate::wire::record::{Decoder, MessageId};
 pub const DEFAULT_BATCH: usize = 256;
 /// Header of a dead letter that says why its record was refused.
 pub const ERROR_HEADER: &str = "Dedup-Error";
+/// `TOPIC/PARTITION/OFFSET`, without `format!` (about 1,000
+/// instructions a record).
+fn record_token(topic: &str, partition: i32, offset: i64) -> String {
+    let (mut partition_digits, mut offset_digits) = (itoa::Buffer::new(), itoa::Buffer::new());
+    let (partition, offset) = (
+        partition_digits.format(partition),
+        offset_digits.format(offset),
+    );
+    let mut token = String::with_capacity(topic.len() + partition.len() + offset.len() + 2);
+    for part in [topic, "/", partition, "/", offset] {
+        token.push_str(part);
+    }
+    token
+}
+
 /// Header of a dead letter that names its input: `TOPIC/PARTITION/OFFSET`.
 pub const SOURCE_HEADER: &str = "Dedup-Source";
 /// Longest wait for a record when none is ready, before looking around
@@ -1360,7 +1375,7 @@ impl<'a> queue::Adapter for Worker<'a> {
                     }
                     let (topic, partition) = partition;
                     records.push(Record {
-                        token: format!("{topic}/{partition}/{offset}"),
+                        token: record_token(&topic, partition, offset),
                         topic,
                         partition,
                         offset,
@@ -1534,6 +1549,20 @@ impl<'a> queue::Adapter for Worker<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_token_is_topic_partition_offset() {
+        for (topic, partition, offset) in [
+            ("tweets", 0, 0),
+            ("a.b-c", 17, 1_234_567),
+            ("t", i32::MAX, i64::MAX),
+        ] {
+            assert_eq!(
+                record_token(topic, partition, offset),
+                format!("{topic}/{partition}/{offset}")
+            );
+        }
+    }
 
     #[test]
     fn keys_are_the_ids_without_json_quotes() {

@@ -1454,3 +1454,38 @@ fn reads_log_in_and_choose_the_database_over_tcp_and_a_unix_socket() {
         assert_eq!(xlen(&mut con, "in"), 0, "{url}: database 0 untouched");
     }
 }
+
+/// The acknowledging script is sent by its hash; a Redis that has lost
+/// its scripts (`SCRIPT FLUSH`, a restart) answers `NOSCRIPT`, and the
+/// worker loads it again and runs it, losing nothing and writing nothing
+/// twice.
+#[test]
+fn a_redis_that_lost_the_script_is_given_it_again() {
+    if !available("a_redis_that_lost_the_script_is_given_it_again") {
+        return;
+    }
+    let redis = RedisServer::start();
+    let mut con = redis.connection();
+    add(&mut con, "in", "json", &message(1, TEXT));
+    let consuming = worker(&redis.url(), "a", "out", &[]);
+    wait_until("the first entry written", Duration::from_secs(20), || {
+        xlen(&mut con, "out") == 1
+    });
+    redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query::<()>(&mut con)
+        .unwrap();
+    add(
+        &mut con,
+        "in",
+        "json",
+        &message(2, &format!("RT @news: {TEXT}")),
+    );
+    wait_until("the second entry written", Duration::from_secs(20), || {
+        xlen(&mut con, "out") == 2 && pending(&mut con, "in", "g") == 0
+    });
+    let (code, stderr) = terminate(consuming);
+    assert_eq!(code, Some(0), "{stderr}");
+    let out = entries(&mut con, "out");
+    assert!(out[1][0].1.contains("\"duplicate_of\":\"1\""), "{out:?}");
+}

@@ -55,7 +55,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use redis::{ConnectionLike, RedisResult, Script, Value};
+use redis::{ConnectionLike, ErrorKind, RedisResult, Script, ServerErrorKind, Value};
 
 use crate::engine::{IndexStore, Preparer};
 use crate::error::{Error, InvalidReason, StoreError};
@@ -467,29 +467,63 @@ fn acknowledge(
         Output::Stream(name) => name.as_str(),
         Output::Lines => config.invalid_stream.as_str(),
     };
-    let result = link.retry("acknowledging", |c: &mut dyn ConnectionLike, _| {
-        let mut invocation = script.key(&config.stream);
-        invocation
-            .key(out_stream)
-            .key(&config.invalid_stream)
-            .arg(&config.group)
-            .arg(&config.field)
-            .arg(&job.kinds);
-        for (id, outcome) in &job.outcomes {
-            invocation.arg(id.as_str());
-            match outcome {
-                Outcome::Output(bytes) | Outcome::Dead { message: bytes, .. } => {
-                    invocation.arg(bytes.as_slice())
+    // The command is built once, in one buffer sized for it: a script's
+    // invocation copies each argument into a vector of its own, then all
+    // of them into a command, at every attempt.
+    let reasons = job
+        .outcomes
+        .iter()
+        .filter_map(|(_, outcome)| match outcome {
+            Outcome::Dead { reason, .. } | Outcome::DeadWithFields { reason } => Some(reason),
+            Outcome::Output(_) | Outcome::Ack => None,
+        });
+    let bytes: usize = job
+        .outcomes
+        .iter()
+        .map(|(id, outcome)| {
+            id.len()
+                + match outcome {
+                    Outcome::Output(bytes) | Outcome::Dead { message: bytes, .. } => bytes.len(),
+                    Outcome::Ack | Outcome::DeadWithFields { .. } => 0,
                 }
-                Outcome::Ack | Outcome::DeadWithFields { .. } => invocation.arg(""),
-            };
-        }
-        for (_, outcome) in &job.outcomes {
-            if let Outcome::Dead { reason, .. } | Outcome::DeadWithFields { reason } = outcome {
-                invocation.arg(reason.as_str());
+        })
+        .chain(reasons.clone().map(String::len))
+        .sum();
+    let mut command = redis::Cmd::with_capacity(
+        9 + 2 * job.outcomes.len() + reasons.clone().count(),
+        bytes + 256 + job.kinds.len(),
+    );
+    command
+        .arg("EVALSHA")
+        .arg(script.get_hash())
+        .arg(3)
+        .arg(&config.stream)
+        .arg(out_stream)
+        .arg(&config.invalid_stream)
+        .arg(&config.group)
+        .arg(&config.field)
+        .arg(job.kinds.as_slice());
+    for (id, outcome) in &job.outcomes {
+        command.arg(id.as_str());
+        match outcome {
+            Outcome::Output(bytes) | Outcome::Dead { message: bytes, .. } => {
+                command.arg(bytes.as_slice())
             }
+            Outcome::Ack | Outcome::DeadWithFields { .. } => command.arg(""),
+        };
+    }
+    for reason in reasons {
+        command.arg(reason.as_str());
+    }
+    let result = link.retry("acknowledging", |c: &mut dyn ConnectionLike, _| {
+        match command.query::<Vec<u8>>(c) {
+            // Redis has lost its scripts (restarted, `SCRIPT FLUSH`).
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                script.load(c)?;
+                command.query(c)
+            }
+            result => result,
         }
-        invocation.invoke::<Vec<u8>>(c)
     });
     match result {
         Ok(acked) => Ok(acked.iter().map(|&flag| flag == b'1').collect()),

@@ -13,6 +13,10 @@ output stream holds one message per input. Reports, from one run:
 - nats-server CPU per message over the same span;
 - with one worker, whether the outputs equal the in-memory filter's lines,
   byte for byte and in order;
+- the rate and the worker's CPU per message against the in-memory
+  filter's on the same lines (the filter run alone, timed once, before
+  the workers: `filter_messages_per_second`, `rate_vs_filter`,
+  `worker_cpu_vs_filter`);
 - with `--relay`, first a relay round: one worker with `--relay` (the same
   fetches, publishes and acknowledgements, no engine: the broker's own
   limit with this client here); each worker round then gives
@@ -32,6 +36,7 @@ import argparse
 import gzip
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -167,7 +172,23 @@ def read_lines(path, limit):
     return out
 
 
-def run(args, port, nats_pid, lines, workers, redis_url, round_no, relay=None):
+def filter_rate(binary, lines):
+    """The in-memory filter's messages/s on `lines` (wall clock), its
+    output lines, and its CPU (user + system) per message in µs."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_before = usage.ru_utime + usage.ru_stime
+    started = time.monotonic()
+    out = subprocess.run(
+        [binary, "--quiet", "--id-field", "id_str", "--text-field", "text"],
+        input=b"\n".join(lines) + b"\n", capture_output=True, check=True,
+    )
+    rate = len(lines) / (time.monotonic() - started)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (usage.ru_utime + usage.ru_stime - cpu_before) / len(lines) * 1e6
+    return rate, out.stdout.splitlines(), cpu
+
+
+def run(args, port, nats_pid, lines, workers, redis_url, round_no, filtered, relay=None):
     """One round; `relay`: "relay" for the relay's own round (`--relay`),
     else the relay's messages/s to compare with, or None."""
     stream, out_stream = f"in{round_no}", f"out{round_no}"
@@ -216,18 +237,16 @@ def run(args, port, nats_pid, lines, workers, redis_url, round_no, relay=None):
         "worker_cpu_us_per_message": round(worker_cpu / len(lines) * 1e6, 1),
         "server_cpu_us_per_message": round(server_cpu / len(lines) * 1e6, 1),
     }
+    result["rate_vs_filter"] = round(len(lines) / elapsed / filtered[0], 3)
+    result["worker_cpu_vs_filter"] = round(worker_cpu / len(lines) * 1e6 / filtered[2], 2)
     if relay == "relay":
         return {"relay": True, **result}
     if relay:
         result["rate_vs_relay"] = round(len(lines) / elapsed / relay, 3)
     if workers == 1 and args.check:
-        filtered = subprocess.run(
-            [args.binary, "--quiet", "--id-field", "id_str", "--text-field", "text"],
-            input=b"\n".join(lines) + b"\n", capture_output=True, check=True,
-        ).stdout.splitlines()
         sample = range(1, len(lines) + 1, max(1, len(lines) // 500))
         result["equal_to_the_filter_sampled"] = all(
-            client.message(out_stream, seq) == filtered[seq - 1] for seq in sample
+            client.message(out_stream, seq) == filtered[1][seq - 1] for seq in sample
         )
     return result
 
@@ -271,13 +290,16 @@ def main():
             )
             redis_url = f"redis://127.0.0.1:{redis_port}"
             time.sleep(0.5)
+        filtered = filter_rate(args.binary, lines)
+        print(json.dumps({"filter_messages_per_second": round(filtered[0]),
+                          "filter_cpu_us_per_message": round(filtered[2], 2)}), flush=True)
         relayed = None
         if args.relay:
-            result = run(args, port, server.pid, lines, 1, None, "relay", "relay")
+            result = run(args, port, server.pid, lines, 1, None, "relay", filtered, "relay")
             print(json.dumps(result), flush=True)
             relayed = result["messages_per_second"]
         for i, workers in enumerate(int(w) for w in args.workers.split(",")):
-            result = run(args, port, server.pid, lines, workers, redis_url, i, relayed)
+            result = run(args, port, server.pid, lines, workers, redis_url, i, filtered, relayed)
             print(json.dumps(result), flush=True)
     finally:
         server.terminate()

@@ -303,8 +303,8 @@ impl Link {
         }
     }
 
-    /// Reads replies with a parser of this crate's (see
-    /// [`super::replies`]) when the link reaches a single Redis over TCP
+    /// Reads replies with a parser of this crate's (`redis_index::replies`)
+    /// when the link reaches a single Redis over TCP
     /// without TLS or a Unix socket: for a link that reads many entries
     /// at a time, whose parsing by the `redis` crate costs as much as
     /// deciding them.

@@ -102,21 +102,6 @@ use crate::wire::record::{Decoder, MessageId};
 pub const DEFAULT_BATCH: usize = 256;
 /// Header of a dead letter that says why its record was refused.
 pub const ERROR_HEADER: &str = "Dedup-Error";
-/// `TOPIC/PARTITION/OFFSET`, without `format!` (about 1,000
-/// instructions a record).
-fn record_token(topic: &str, partition: i32, offset: i64) -> String {
-    let (mut partition_digits, mut offset_digits) = (itoa::Buffer::new(), itoa::Buffer::new());
-    let (partition, offset) = (
-        partition_digits.format(partition),
-        offset_digits.format(offset),
-    );
-    let mut token = String::with_capacity(topic.len() + partition.len() + offset.len() + 2);
-    for part in [topic, "/", partition, "/", offset] {
-        token.push_str(part);
-    }
-    token
-}
-
 /// Header of a dead letter that names its input: `TOPIC/PARTITION/OFFSET`.
 pub const SOURCE_HEADER: &str = "Dedup-Source";
 /// Longest wait for a record when none is ready, before looking around
@@ -566,6 +551,21 @@ struct Record {
     /// The assignment it was read under: its offset is committed only if
     /// its partition was not revoked since.
     epoch: u64,
+}
+
+/// `TOPIC/PARTITION/OFFSET`, without `format!` (about 1,000
+/// instructions a record).
+fn record_token(topic: &str, partition: i32, offset: i64) -> String {
+    let (mut partition_digits, mut offset_digits) = (itoa::Buffer::new(), itoa::Buffer::new());
+    let (partition, offset) = (
+        partition_digits.format(partition),
+        offset_digits.format(offset),
+    );
+    let mut token = String::with_capacity(topic.len() + partition.len() + offset.len() + 2);
+    for part in [topic, "/", partition, "/", offset] {
+        token.push_str(part);
+    }
+    token
 }
 
 impl queue::Input for Record {

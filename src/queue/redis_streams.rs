@@ -11,13 +11,13 @@
 //!   default `json`), tagged exactly as the filter tags a line, and
 //!   appended to the output stream under the same field.
 //! - **Batches in flight.** A reading thread reads up to four batches
-//!   ahead, on a
-//!   connection of its own (parsing Redis's reply costs as much as
-//!   deciding its messages); this thread decides batch after batch; a
-//!   writer thread, on a third connection, runs each batch's script in the
-//!   order read. Up to `--in-flight` batches are decided and not yet
-//!   acknowledged, and up to four more read ahead; the runtime waits for the
-//!   oldest when that many are out. `--in-flight 1` is read, decide, write
+//!   ahead, on a connection of its own, with its own reply parser
+//!   ([`crate::redis_index`]'s plain connections: the `redis` crate's
+//!   costs as much as deciding the messages); this thread decides batch
+//!   after batch; a writer thread, on a third connection, runs each
+//!   batch's script in the order read. Up to `--in-flight` batches are
+//!   decided and not yet acknowledged, and up to four more read ahead; the
+//!   runtime waits for the oldest when that many are out. `--in-flight 1` is read, decide, write
 //!   and acknowledge, in turn, with no reading thread.
 //! - **Exactly once in the output.** The tagged messages of a batch are
 //!   written and its entries acknowledged in one Lua script, and only for

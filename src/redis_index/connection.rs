@@ -304,10 +304,9 @@ impl Link {
     }
 
     /// Reads replies with a parser of this crate's (`redis_index::replies`)
-    /// when the link reaches a single Redis over TCP
-    /// without TLS or a Unix socket: for a link that reads many entries
-    /// at a time, whose parsing by the `redis` crate costs as much as
-    /// deciding them.
+    /// when the link reaches a single Redis over TCP without TLS or a Unix
+    /// socket: for a link that reads many entries at a time, whose parsing
+    /// by the `redis` crate costs as much as deciding them.
     pub fn with_own_parser(mut self) -> Link {
         self.own_parser = true;
         self

@@ -211,7 +211,7 @@ impl Replica {
         // the run began: the memo, not changed until the run is decided,
         // must not answer for those.
         // Sized for the run at once: grown from empty, it was rehashed
-        // about a dozen times a run (some 900 instructions a message).
+        // about a dozen times a run (some 600 instructions a message).
         let mut decided_at: HashMap<&[u8], usize> = HashMap::with_capacity(total);
         let mut forgotten: HashSet<&[u8]> = HashSet::new();
         for &(batch, own) in entries {

@@ -605,17 +605,25 @@ fn a_tls_handshake_or_a_silent_server_is_bounded_by_the_waits_and_named() {
         assert!(out.stdout.is_empty());
     }
 
-    // consume: the streams' Redis spoken to with rediss://.
-    let url = format!("rediss://127.0.0.1:{}", plain.port);
-    let mut args = vec![
-        "consume", "--redis", &url, "--stream", "in", "--group", "g", "--output", "out",
-    ];
-    args.extend(waits);
-    let (out, took) = run_within(&args, b"", bound * 2);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains(handshake), "{stderr}");
-    assert!(took < bound, "consume gave up after {took:?}");
+    // consume: the streams' Redis spoken to with rediss://, and a silent
+    // one with redis://.
+    for (url, expected) in [
+        (format!("rediss://127.0.0.1:{}", plain.port), handshake),
+        (
+            format!("redis://127.0.0.1:{silent_port}"),
+            "accepted the connection but did not answer within 1s",
+        ),
+    ] {
+        let mut args = vec![
+            "consume", "--redis", &url, "--stream", "in", "--group", "g", "--output", "out",
+        ];
+        args.extend(waits);
+        let (out, took) = run_within(&args, b"", bound * 2);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{url}: {stderr}");
+        assert!(stderr.contains(expected), "{url}: {stderr}");
+        assert!(took < bound, "{url}: consume gave up after {took:?}");
+    }
 
     // A server that does speak TLS is reached through the same probe.
     let dir = tempfile::tempdir().unwrap();

@@ -388,25 +388,27 @@ impl Link {
 
     fn connect(&mut self) -> RedisResult<&mut Connection> {
         if self.connection.is_none() {
-            let plain = match &self.client {
-                Client::Single(client) if self.own_parser => PlainConnection::open(
-                    client.get_connection_info(),
-                    self.timeout.min(CONNECT_TIMEOUT),
-                    self.timeout,
-                ),
-                _ => None,
-            };
-            let connection = match (plain, &self.client) {
-                (Some(plain), _) => Connection::Plain(plain?),
-                (None, Client::Single(client)) => {
+            let connection = match &self.client {
+                Client::Single(client)
+                    if self.own_parser && PlainConnection::serves(client.get_connection_info()) =>
+                {
+                    // Probed as the crate's connection is: a server that
+                    // accepts and never answers is named, within the budget.
+                    let budget = self.timeout.min(CONNECT_TIMEOUT);
+                    probe_single(client, budget)?;
+                    Connection::Plain(PlainConnection::open(
+                        client.get_connection_info(),
+                        budget,
+                        self.timeout,
+                    )?)
+                }
+                Client::Single(client) => {
                     let c = connect_single(client, self.timeout)?;
                     c.set_read_timeout(Some(self.timeout))?;
                     c.set_write_timeout(Some(self.timeout))?;
                     Connection::Single(c)
                 }
-                (None, Client::Cluster(client)) => {
-                    Connection::Cluster(Box::new(client.get_connection()?))
-                }
+                Client::Cluster(client) => Connection::Cluster(Box::new(client.get_connection()?)),
             };
             self.connection = Some(connection);
             self.connections += 1;
@@ -461,16 +463,15 @@ impl Link {
                     return Ok(value);
                 }
                 Err(e) if interrupted(&e) => {
-                    // A signal cut a blocked call short (EINTR): not an
-                    // outage, so neither reported nor counted. It is most
-                    // likely the stop signal, whose flag is set a moment
-                    // later by another thread: wait for it a little.
-                    for _ in 0..10 {
-                        if self.stopping() {
-                            return Err(RetryError::Stopped(e));
-                        }
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
+                    // A signal (most likely the stop request) cut the call
+                    // short (EINTR): not an outage, so neither reported nor
+                    // counted. The call may still have run: its reply is
+                    // lost with the connection, which is made again, and
+                    // the call repeated, as every call here may be. Giving
+                    // up instead left a stopping worker's batches in flight
+                    // undecided and pending (1 stop in 10 or so of
+                    // `a_worker_stopped_mid_stream_decides_the_batch_it_read_ahead`).
+                    self.connection = None;
                 }
                 Err(e) if is_transient(&e) => {
                     if let Some(metrics) = &self.metrics {
@@ -569,12 +570,18 @@ pub(crate) fn connect_single(
     timeout: Duration,
 ) -> RedisResult<redis::Connection> {
     let budget = timeout.min(CONNECT_TIMEOUT);
-    match client.get_connection_info().addr() {
-        ConnectionAddr::Tcp(host, port) => probe(host, *port, false, budget)?,
-        ConnectionAddr::TcpTls { host, port, .. } => probe(host, *port, true, budget)?,
-        _ => {}
-    }
+    probe_single(client, budget)?;
     client.get_connection_with_timeout(budget)
+}
+
+/// Probes a TCP location (see [`connect_single`]); other locations need
+/// no probe.
+fn probe_single(client: &redis::Client, budget: Duration) -> RedisResult<()> {
+    match client.get_connection_info().addr() {
+        ConnectionAddr::Tcp(host, port) => probe(host, *port, false, budget),
+        ConnectionAddr::TcpTls { host, port, .. } => probe(host, *port, true, budget),
+        _ => Ok(()),
+    }
 }
 
 /// Whether the server at `host:port` answers within `budget`: see

@@ -83,19 +83,27 @@ pub(crate) struct PlainConnection {
 }
 
 impl PlainConnection {
-    /// Connects to `info`'s Redis within `connect_timeout`, then
-    /// authenticates and selects its database; `timeout` bounds every read
-    /// and write. `None` for what this module does not speak (TLS, RESP3):
-    /// the crate's connection serves those.
+    /// Whether this module speaks to `info`'s Redis: TCP without TLS or a
+    /// Unix socket, in RESP2. The others are the crate's connection's.
+    pub(crate) fn serves(info: &ConnectionInfo) -> bool {
+        let plain = match info.addr() {
+            ConnectionAddr::Tcp(..) => true,
+            #[cfg(unix)]
+            ConnectionAddr::Unix(_) => true,
+            _ => false,
+        };
+        plain && info.redis_settings().protocol() == ProtocolVersion::RESP2
+    }
+
+    /// Connects to `info`'s Redis (one [`PlainConnection::serves`]) within
+    /// `connect_timeout`, then authenticates and selects its database;
+    /// `timeout` bounds every read and write.
     pub(crate) fn open(
         info: &ConnectionInfo,
         connect_timeout: Duration,
         timeout: Duration,
-    ) -> Option<RedisResult<PlainConnection>> {
+    ) -> RedisResult<PlainConnection> {
         let settings = info.redis_settings();
-        if settings.protocol() != ProtocolVersion::RESP2 {
-            return None;
-        }
         let stream = match info.addr() {
             ConnectionAddr::Tcp(host, port) => connect_tcp(host, *port, connect_timeout, timeout),
             #[cfg(unix)]
@@ -104,9 +112,12 @@ impl PlainConnection {
                 s.set_write_timeout(Some(timeout))?;
                 Ok(Stream::Unix(s))
             }),
-            _ => return None,
+            _ => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "not a plain connection (TLS): the redis crate's connection serves it",
+            )),
         };
-        Some(stream.map_err(RedisError::from).and_then(|stream| {
+        stream.map_err(RedisError::from).and_then(|stream| {
             let mut connection = PlainConnection {
                 reader: BufReader::with_capacity(READ_BUFFER, stream),
                 line: Vec::new(),
@@ -126,7 +137,7 @@ impl PlainConnection {
                     .query::<()>(&mut connection)?;
             }
             Ok(connection)
-        }))
+        })
     }
 
     /// Reads one reply.
@@ -168,7 +179,13 @@ impl PlainConnection {
                 let mut bytes = Vec::with_capacity((len + 2).min(MOST_RESERVED));
                 let mut left = len + 2;
                 while left > 0 {
-                    let buffered = self.reader.fill_buf()?;
+                    // A signal (the stop request) cuts a read of a socket
+                    // with a timeout short even under SA_RESTART: the
+                    // reply, its entries now pending, must still be read.
+                    let buffered = match self.reader.fill_buf() {
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        read => read?,
+                    };
                     if buffered.is_empty() {
                         return Err(io::Error::new(
                             io::ErrorKind::UnexpectedEof,
@@ -221,8 +238,9 @@ impl PlainConnection {
 
 impl ConnectionLike for PlainConnection {
     fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
-        let mut replies = self.exchange(cmd, 1)?;
-        Ok(replies.pop().expect("one reply read"))
+        self.exchange(cmd, 1)?
+            .pop()
+            .ok_or_else(|| malformed("no reply read"))
     }
 
     fn req_packed_commands(

@@ -58,6 +58,7 @@ pub mod kafka;
 pub mod kafka_group;
 mod memo;
 pub mod nats;
+mod nats_acks;
 pub mod preparing;
 pub mod redis_streams;
 

@@ -62,7 +62,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use async_nats::connection::State;
-use async_nats::jetstream::{self, AckKind, consumer::pull, message::PublishMessage, stream};
+use async_nats::jetstream::{self, AckKind, consumer::pull, stream};
 use bytes::Bytes;
 use futures::StreamExt;
 use tokio::runtime::Handle;
@@ -73,6 +73,7 @@ use crate::metrics::Metrics;
 pub use crate::queue::Memo;
 use crate::queue::batch::{DecidedBatch, Payload};
 use crate::queue::broker::{self, Outage};
+use crate::queue::nats_acks::{ACK_ROOM, Acks, Stored};
 use crate::queue::{self, Settled};
 use crate::wire::record::Decoder;
 
@@ -100,6 +101,10 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 const HELD_BACK_AFTER: Duration = Duration::from_millis(200);
 /// First and longest wait between two attempts.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(2));
+/// Longest wait for a batch's publish acknowledgements once its turn
+/// comes (the client's own for a JetStream publish): one not answered by
+/// then is published again.
+const PUBLISH_ACK_WAIT: Duration = Duration::from_secs(5);
 
 /// Why the NATS worker stopped.
 #[derive(Debug, thiserror::Error)]
@@ -274,6 +279,7 @@ pub async fn connect(server: &NatsServer) -> Result<async_nats::Client, NatsErro
         .name("dedup-stream")
         .retry_on_initial_connect()
         .max_reconnects(None::<usize>)
+        .subscription_capacity(ACK_ROOM)
         .event_callback(|event| async move {
             match event {
                 async_nats::Event::Connected => tracing::info!("connected to NATS"),
@@ -442,30 +448,17 @@ impl<'a> Publish<'a> {
         }
     }
 
-    /// The message as the client sends it. Built for each send rather than
-    /// kept and cloned: a clone copies its header map, a build makes one.
-    fn message(&self) -> PublishMessage {
-        let message = PublishMessage::build()
-            .payload(self.payload.clone())
-            .message_id(&self.id);
-        match &self.headers {
-            Some((reason, source)) => message
-                .header(ERROR_HEADER, reason.as_str())
-                .header(SOURCE_HEADER, source.as_str()),
-            None => message,
+    /// The headers the message is sent with. Built for each send rather
+    /// than kept and cloned: a clone copies the map, a build makes one.
+    fn headers(&self) -> async_nats::HeaderMap {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(async_nats::header::NATS_MESSAGE_ID, self.id.as_str());
+        if let Some((reason, source)) = &self.headers {
+            headers.insert(ERROR_HEADER, reason.as_str());
+            headers.insert(SOURCE_HEADER, source.as_str());
         }
+        headers
     }
-}
-
-/// Whether the server (or the client, before sending) refused a publish
-/// for its size: over `max_payload`, or over its stream's `max_msg_size`.
-/// Sending it again would be refused again.
-fn refused_for_size(error: &jetstream::context::PublishError) -> bool {
-    use jetstream::context::PublishErrorKind as Kind;
-    error.kind() == Kind::MaxPayloadExceeded
-        || std::error::Error::source(error)
-            .and_then(|source| source.downcast_ref::<jetstream::Error>())
-            .is_some_and(|e| e.error_code() == jetstream::ErrorCode::STREAM_MESSAGE_EXCEEDS_MAXIMUM)
 }
 
 /// The answer to a request that may be refused for good (`Err` inside) or
@@ -984,16 +977,13 @@ impl queue::Input for Delivery {
 /// not yet awaited.
 pub struct Pending<'a> {
     publishes: Vec<Publish<'a>>,
-    acks: Vec<Sent>,
+    /// Each publish's serial in [`Acks`].
+    acks: Vec<u64>,
     /// Which inputs are terminated (`AckTerm`) rather than acknowledged.
     terminate: Vec<bool>,
     /// The batch's input sequences, by input.
     sequences: Vec<u64>,
 }
-
-/// A publish handed to the client: its acknowledgement to come, or why the
-/// client did not take it.
-type Sent = Result<jetstream::context::PublishAckFuture, jetstream::context::PublishError>;
 
 /// The worker's NATS side: the queue runtime's adapter. The client is
 /// async; each step runs on the binary's tokio runtime with
@@ -1002,6 +992,8 @@ struct Worker<'a> {
     config: &'a NatsConfig,
     runtime: Handle,
     js: jetstream::Context,
+    /// The outputs' publishes, awaiting their acknowledgements.
+    acks: Acks,
     retry: Retry<'a>,
     summary: NatsSummary,
     reader: Reader,
@@ -1043,14 +1035,14 @@ pub fn run<S: IndexStore + ?Sized>(
     stop: &AtomicBool,
     metrics: &Metrics,
 ) -> Result<NatsSummary, NatsError> {
-    // Every output of the batches in flight awaits its acknowledgement at
-    // once: the client must let that many wait (it blocks past its limit).
-    let waiting = config.options.batch.max(1) * config.options.in_flight.max(1);
-    let js = runtime.block_on(async {
-        jetstream::context::ContextBuilder::new()
-            .max_ack_inflight(waiting.max(5_000))
-            .build(client.clone())
-    });
+    // Made on the runtime: the context spawns a task.
+    let js = runtime.block_on(async { jetstream::new(client.clone()) });
+    let acks = runtime
+        .block_on(Acks::new(&client))
+        .map_err(|e| NatsError::Refused {
+            what: "a subscription for publish acknowledgements".into(),
+            reason: e.to_string(),
+        })?;
     let retry = Retry { stop, metrics };
     let reader = match runtime.block_on(set_up(&js, config, &retry)) {
         // Stopped while waiting for the durable consumer: nothing read.
@@ -1061,11 +1053,14 @@ pub fn run<S: IndexStore + ?Sized>(
     };
     // Setting up talked to the server: its INFO (and limit) is known.
     let max_payload = client.server_info().max_payload;
+    // Every output of the batches in flight may wait, answered and
+    // unread, on the subscription of acknowledgements: they must fit.
     let in_flight = within_ack_pending(
         config.options.in_flight,
         config.options.batch,
         reader.consumer.cached_info().config.max_ack_pending,
-    );
+    )
+    .min((ACK_ROOM / config.options.batch.max(1)).max(1));
     if in_flight < config.options.in_flight {
         tracing::info!(
             in_flight,
@@ -1083,6 +1078,7 @@ pub fn run<S: IndexStore + ?Sized>(
         config,
         runtime: runtime.clone(),
         js,
+        acks,
         retry,
         summary: NatsSummary::default(),
         reader,
@@ -1146,7 +1142,8 @@ impl<'a> Worker<'a> {
 
     /// Hands `publishes` to the client without awaiting their
     /// acknowledgements.
-    fn send(&self, publishes: &[Publish<'_>]) -> Vec<Sent> {
+    fn send(&mut self, publishes: &[Publish<'_>]) -> Vec<u64> {
+        let acks = &mut self.acks;
         self.runtime.block_on(async {
             let mut sent = Vec::with_capacity(publishes.len());
             // A batch's publishes go to one or two subjects: each is made
@@ -1158,7 +1155,8 @@ impl<'a> Worker<'a> {
                     _ => async_nats::Subject::from(publish.subject),
                 };
                 subject = Some(to.clone());
-                sent.push(self.js.send_publish(to, publish.message()).await);
+                let payload = publish.payload.clone();
+                sent.push(acks.publish(to, publish.headers(), payload).await);
             }
             sent
         })
@@ -1170,14 +1168,14 @@ impl<'a> Worker<'a> {
     fn instead_of(
         &self,
         publish: Publish<'a>,
-        error: &jetstream::context::PublishError,
+        error: &str,
         sequences: &[u64],
     ) -> Result<(Publish<'a>, String), NatsError> {
         let source = format!("{}.{}", self.config.stream, sequences[publish.input]);
         if publish.dead == Some(false) {
             return Err(NatsError::Refused {
                 what: format!("a dead letter for {source}"),
-                reason: error.to_string(),
+                reason: error.into(),
             });
         }
         let what = match publish.dead {
@@ -1473,20 +1471,13 @@ impl<'a> queue::Adapter for Worker<'a> {
         loop {
             let results = self
                 .runtime
-                .block_on(futures::future::join_all(acks.into_iter().map(
-                    |sent| async move {
-                        match sent {
-                            Ok(ack) => ack.await,
-                            Err(e) => Err(e),
-                        }
-                    },
-                )));
+                .block_on(self.acks.wait(&acks, PUBLISH_ACK_WAIT));
             let mut again = Vec::new();
             let mut error = None;
             for (publish, result) in publishes.into_iter().zip(results) {
                 match result {
-                    Ok(ack) => self.summary.republished += u64::from(ack.duplicate),
-                    Err(e) if refused_for_size(&e) => {
+                    Stored::Yes { duplicate } => self.summary.republished += u64::from(duplicate),
+                    Stored::TooLarge(e) => {
                         let input = publish.input;
                         let (letter, reason) = self.instead_of(publish, &e, &sequences)?;
                         self.summary.too_large += 1;
@@ -1499,7 +1490,7 @@ impl<'a> queue::Adapter for Worker<'a> {
                         }
                         again.push(letter);
                     }
-                    Err(e) => {
+                    Stored::Failed(e) => {
                         error = Some(e);
                         again.push(publish);
                     }

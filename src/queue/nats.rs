@@ -917,6 +917,31 @@ async fn fetch(
     Ok(None)
 }
 
+/// The times a JetStream message was delivered and its stream sequence,
+/// read from its reply subject: `$JS.ACK.` then `STREAM.CONSUMER.DELIVERED.
+/// STREAM_SEQ.CONSUMER_SEQ.TIME.PENDING`, or the same after `DOMAIN.
+/// ACCOUNT_HASH.` with more tokens allowed at the end (ADR-15). The client's
+/// `Message::info` reads every token, the time into a date too: about
+/// 2,700 instructions a message, where these two cost a tenth of that.
+fn delivery_of(reply: &str) -> Option<(u64, u64)> {
+    let rest = reply.strip_prefix("$JS.ACK.")?;
+    let mut tokens: [&[u8]; 10] = [&[]; 10];
+    let mut count = 0;
+    for token in rest.as_bytes().split(|&b| b == b'.') {
+        if count < tokens.len() {
+            tokens[count] = token;
+        }
+        count += 1;
+    }
+    let first = match count {
+        7 => 2,
+        9.. => 4,
+        _ => return None,
+    };
+    let number = |token: &[u8]| std::str::from_utf8(token).ok()?.parse::<u64>().ok();
+    Some((number(tokens[first])?, number(tokens[first + 1])?))
+}
+
 /// The batches that may be in flight at once: `in_flight`, or fewer when
 /// the consumer's `max_ack_pending` (the server's default is 1,000; 0 or
 /// less: no limit) would hold back the next batch while they wait to be
@@ -1379,16 +1404,31 @@ impl<'a> queue::Adapter for Worker<'a> {
             text
         };
         for message in messages {
-            let info = message.info().map_err(|e| NatsError::Refused {
-                what: "a delivered message".into(),
-                reason: format!("its reply subject is not JetStream's: {e}"),
-            })?;
-            if info.delivered > 1 {
+            let (delivered, sequence) =
+                message
+                    .reply
+                    .as_deref()
+                    .and_then(delivery_of)
+                    .ok_or_else(|| NatsError::Refused {
+                        what: "a delivered message".into(),
+                        reason: format!(
+                            "its reply subject is not JetStream's: {:?}",
+                            message.reply.as_deref()
+                        ),
+                    })?;
+            debug_assert!(
+                message.info().is_ok_and(|info| {
+                    (u64::try_from(info.delivered).ok(), info.stream_sequence)
+                        == (Some(delivered), sequence)
+                }),
+                "{:?}",
+                message.reply
+            );
+            if delivered > 1 {
                 self.summary.redelivered += 1;
                 let metrics = self.retry.metrics;
                 metrics.queue_claimed.fetch_add(1, Ordering::Relaxed);
             }
-            let sequence = info.stream_sequence;
             deliveries.push(Delivery {
                 token: with_sequence(&token_prefix, sequence),
                 id: with_sequence(&id_prefix, sequence),
@@ -1636,6 +1676,33 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn a_deliverys_count_and_sequence_are_read_from_either_form_of_its_reply_subject() {
+        assert_eq!(
+            delivery_of("$JS.ACK.IN.dedup.3.1042.1040.1764300000000000000.17"),
+            Some((3, 1042))
+        );
+        assert_eq!(
+            delivery_of("$JS.ACK._.ACCHASH.IN.dedup.1.7.7.1764300000000000000.0"),
+            Some((1, 7))
+        );
+        assert_eq!(
+            delivery_of("$JS.ACK.hub.ACCHASH.IN.dedup.2.18446744073709551615.9.1.0.rnd.more"),
+            Some((2, u64::MAX))
+        );
+        for bad in [
+            "$JS.ACK.IN.dedup.3.1042.1040.1764300000000000000",
+            "$JS.ACK.IN.dedup.3.1042.1040.1764300000000000000.17.x",
+            "$JS.ACK.IN.dedup.x.1042.1040.1764300000000000000.17",
+            "$JS.ACK.IN.dedup.3.-1.1040.1764300000000000000.17",
+            "$JS.ACK.IN.dedup.3..1040.1764300000000000000.17",
+            "_INBOX.IN.dedup.3.1042.1040.1764300000000000000.17",
+            "",
+        ] {
+            assert_eq!(delivery_of(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn subjects_match_as_nats_matches_them() {

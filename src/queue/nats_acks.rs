@@ -10,7 +10,8 @@
 //! from the answer, about 5,000 instructions a message on the worker's
 //! thread, more than deciding it. Here every publish's reply subject is
 //! `PREFIX.SERIAL` under one wildcard subscription, and an answer finds
-//! its publish by the serial: one map entry a message.
+//! its publish by the serial: one slot a message, in a window of the
+//! serials not yet claimed.
 //!
 //! The guarantees are the request's: a publish is stored only when its
 //! acknowledgement says so; one not answered within the wait (lost with a
@@ -18,7 +19,7 @@
 //! `Nats-Msg-Id`, which the output stream stores once. An answer that comes
 //! after its publish was given up is dropped.
 
-use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use async_nats::jetstream;
@@ -55,10 +56,22 @@ pub struct Acks {
     subscriber: Subscriber,
     /// `INBOX.`: a publish's reply subject is this and its serial.
     prefix: String,
-    next: u64,
-    /// Publishes sent and not yet claimed by [`Acks::wait`], with their
-    /// answer once it came.
-    waiting: HashMap<u64, Option<Stored>>,
+    /// The serial of `slots`' first.
+    base: u64,
+    /// Every publish from `base` on, in serial order: the window ends at the
+    /// oldest not yet claimed by [`Acks::wait`], so it holds about the
+    /// publishes in flight.
+    slots: VecDeque<Slot>,
+}
+
+/// A publish's place in [`Acks`].
+enum Slot {
+    /// Sent; no answer yet.
+    Sent,
+    /// Answered, not yet claimed.
+    Answered(Stored),
+    /// Claimed (or given up): a late answer is dropped.
+    Claimed,
 }
 
 impl Acks {
@@ -72,8 +85,8 @@ impl Acks {
             client: client.clone(),
             subscriber,
             prefix,
-            next: 0,
-            waiting: HashMap::new(),
+            base: 0,
+            slots: VecDeque::new(),
         })
     }
 
@@ -82,8 +95,7 @@ impl Acks {
     /// client refuses (over `max_payload`, or its connection closed) has
     /// its answer at once.
     pub async fn publish(&mut self, subject: Subject, headers: HeaderMap, payload: Bytes) -> u64 {
-        let serial = self.next;
-        self.next += 1;
+        let serial = self.base + self.slots.len() as u64;
         let mut digits = itoa::Buffer::new();
         let digits = digits.format(serial);
         let mut reply = String::with_capacity(self.prefix.len() + digits.len());
@@ -93,14 +105,13 @@ impl Acks {
             .client
             .publish_with_reply_and_headers(subject, Subject::from(reply), headers, payload)
             .await;
-        let answer = match sent {
-            Ok(()) => None,
+        self.slots.push_back(match sent {
+            Ok(()) => Slot::Sent,
             Err(e) if e.kind() == async_nats::client::PublishErrorKind::MaxPayloadExceeded => {
-                Some(Stored::TooLarge(e.to_string()))
+                Slot::Answered(Stored::TooLarge(e.to_string()))
             }
-            Err(e) => Some(Stored::Failed(e.to_string())),
-        };
-        self.waiting.insert(serial, answer);
+            Err(e) => Slot::Answered(Stored::Failed(e.to_string())),
+        });
         serial
     }
 
@@ -111,7 +122,7 @@ impl Acks {
         let deadline = tokio::time::Instant::now() + within;
         let mut gone = None;
         'serials: for serial in serials {
-            while matches!(self.waiting.get(serial), Some(None)) {
+            while matches!(self.slot(*serial), Some(Slot::Sent)) {
                 match tokio::time::timeout_at(deadline, self.subscriber.next()).await {
                     Ok(Some(message)) => self.take(message),
                     Ok(None) => {
@@ -131,15 +142,29 @@ impl Acks {
             },
             str::to_string,
         );
-        serials
+        let stored = serials
             .iter()
-            .map(|serial| {
-                self.waiting
-                    .remove(serial)
-                    .flatten()
-                    .unwrap_or_else(|| Stored::Failed(unanswered.clone()))
+            .map(|&serial| {
+                match self
+                    .slot(serial)
+                    .map(|slot| std::mem::replace(slot, Slot::Claimed))
+                {
+                    Some(Slot::Answered(stored)) => stored,
+                    _ => Stored::Failed(unanswered.clone()),
+                }
             })
-            .collect()
+            .collect();
+        while matches!(self.slots.front(), Some(Slot::Claimed)) {
+            self.slots.pop_front();
+            self.base += 1;
+        }
+        stored
+    }
+
+    /// The slot of a serial still in the window.
+    fn slot(&mut self, serial: u64) -> Option<&mut Slot> {
+        let at = usize::try_from(serial.checked_sub(self.base)?).ok()?;
+        self.slots.get_mut(at)
     }
 
     /// Files an answer under its publish, if that is still awaited.
@@ -148,8 +173,8 @@ impl Acks {
             .subject
             .strip_prefix(self.prefix.as_str())
             .and_then(|serial| serial.parse::<u64>().ok());
-        if let Some(slot @ None) = serial.and_then(|serial| self.waiting.get_mut(&serial)) {
-            *slot = Some(read(&message));
+        if let Some(slot @ Slot::Sent) = serial.and_then(|serial| self.slot(serial)) {
+            *slot = Slot::Answered(read(&message));
         }
     }
 }

@@ -1315,7 +1315,7 @@ impl<'a> queue::Adapter for Worker<'a> {
         }
         let consumer = &self.reader.consumer;
         let held = self.held.take();
-        let mut messages = Vec::new();
+        let mut messages = Vec::with_capacity(max);
         let fetched = self.runtime.block_on(async {
             // A pull whose server went away may never end by itself.
             tokio::time::timeout(
@@ -1449,7 +1449,7 @@ impl<'a> queue::Adapter for Worker<'a> {
     ) -> Result<Pending<'a>, NatsError> {
         let mut terminate = vec![false; inputs.len()];
         let config: &'a NatsConfig = self.config;
-        let mut publishes = Vec::new();
+        let mut publishes = Vec::with_capacity(inputs.len());
         for (at, input) in inputs.iter().enumerate() {
             let output =
                 |payload| Publish::new(&config.output_subject, input.id.clone(), payload, None, at);

@@ -15,7 +15,7 @@
 //! replicated state: it changes only by applying entries, and snapshots
 //! carry it.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 
 use crate::engine::{Ask, Deduper, IndexStore, Match, Op, Verdict};
 use crate::state::snapshot::{self, Reader, encode_id};
@@ -36,7 +36,8 @@ const VERSION: u32 = 1;
 /// The verdicts of messages that came with a token, oldest first.
 #[derive(Debug, Default)]
 struct Memo {
-    verdicts: HashMap<Box<[u8]>, (Verdict, u64)>,
+    /// foldhash rather than SipHash, as `decided_at` in `apply_run`.
+    verdicts: foldhash::HashMap<Box<[u8]>, (Verdict, u64)>,
     /// Tokens in the order they were remembered, with the generation they
     /// were remembered at (a forgotten one leaves a stale mark here).
     order: VecDeque<(Box<[u8]>, u64)>,
@@ -212,7 +213,9 @@ impl Replica {
         // must not answer for those.
         // Sized for the run at once: grown from empty, it was rehashed
         // about a dozen times a run (some 600 instructions a message).
-        let mut decided_at: HashMap<&[u8], usize> = HashMap::with_capacity(total);
+        // foldhash: the tokens are the fleet's own, and SipHash cost more.
+        let mut decided_at: foldhash::HashMap<&[u8], usize> =
+            foldhash::HashMap::with_capacity_and_hasher(total, Default::default());
         let mut forgotten: HashSet<&[u8]> = HashSet::new();
         for &(batch, own) in entries {
             for token in batch.forget() {

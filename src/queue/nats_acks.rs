@@ -56,15 +56,19 @@ pub struct Acks {
     subscriber: Subscriber,
     /// `INBOX.`: a publish's reply subject is this and its serial.
     prefix: String,
+    window: Window,
+}
+
+/// The publishes from the oldest not yet claimed on, by serial: about the
+/// publishes in flight.
+#[derive(Default)]
+struct Window {
     /// The serial of `slots`' first.
     base: u64,
-    /// Every publish from `base` on, in serial order: the window ends at the
-    /// oldest not yet claimed by [`Acks::wait`], so it holds about the
-    /// publishes in flight.
     slots: VecDeque<Slot>,
 }
 
-/// A publish's place in [`Acks`].
+/// A publish's place in the [`Window`].
 enum Slot {
     /// Sent; no answer yet.
     Sent,
@@ -85,8 +89,7 @@ impl Acks {
             client: client.clone(),
             subscriber,
             prefix,
-            base: 0,
-            slots: VecDeque::new(),
+            window: Window::default(),
         })
     }
 
@@ -95,7 +98,7 @@ impl Acks {
     /// client refuses (over `max_payload`, or its connection closed) has
     /// its answer at once.
     pub async fn publish(&mut self, subject: Subject, headers: HeaderMap, payload: Bytes) -> u64 {
-        let serial = self.base + self.slots.len() as u64;
+        let serial = self.window.next();
         let mut digits = itoa::Buffer::new();
         let digits = digits.format(serial);
         let mut reply = String::with_capacity(self.prefix.len() + digits.len());
@@ -105,14 +108,13 @@ impl Acks {
             .client
             .publish_with_reply_and_headers(subject, Subject::from(reply), headers, payload)
             .await;
-        self.slots.push_back(match sent {
-            Ok(()) => Slot::Sent,
+        self.window.open(match sent {
+            Ok(()) => None,
             Err(e) if e.kind() == async_nats::client::PublishErrorKind::MaxPayloadExceeded => {
-                Slot::Answered(Stored::TooLarge(e.to_string()))
+                Some(Stored::TooLarge(e.to_string()))
             }
-            Err(e) => Slot::Answered(Stored::Failed(e.to_string())),
-        });
-        serial
+            Err(e) => Some(Stored::Failed(e.to_string())),
+        })
     }
 
     /// What became of each of `serials` (as [`Acks::publish`] returned
@@ -122,7 +124,7 @@ impl Acks {
         let deadline = tokio::time::Instant::now() + within;
         let mut gone = None;
         'serials: for serial in serials {
-            while matches!(self.slot(*serial), Some(Slot::Sent)) {
+            while self.window.awaits(*serial) {
                 match tokio::time::timeout_at(deadline, self.subscriber.next()).await {
                     Ok(Some(message)) => self.take(message),
                     Ok(None) => {
@@ -142,29 +144,7 @@ impl Acks {
             },
             str::to_string,
         );
-        let stored = serials
-            .iter()
-            .map(|&serial| {
-                match self
-                    .slot(serial)
-                    .map(|slot| std::mem::replace(slot, Slot::Claimed))
-                {
-                    Some(Slot::Answered(stored)) => stored,
-                    _ => Stored::Failed(unanswered.clone()),
-                }
-            })
-            .collect();
-        while matches!(self.slots.front(), Some(Slot::Claimed)) {
-            self.slots.pop_front();
-            self.base += 1;
-        }
-        stored
-    }
-
-    /// The slot of a serial still in the window.
-    fn slot(&mut self, serial: u64) -> Option<&mut Slot> {
-        let at = usize::try_from(serial.checked_sub(self.base)?).ok()?;
-        self.slots.get_mut(at)
+        self.window.claim(serials, &unanswered)
     }
 
     /// Files an answer under its publish, if that is still awaited.
@@ -173,9 +153,67 @@ impl Acks {
             .subject
             .strip_prefix(self.prefix.as_str())
             .and_then(|serial| serial.parse::<u64>().ok());
-        if let Some(slot @ Slot::Sent) = serial.and_then(|serial| self.slot(serial)) {
-            *slot = Slot::Answered(read(&message));
+        if let Some(serial) = serial.filter(|&serial| self.window.awaits(serial)) {
+            self.window.answer(serial, read(&message));
         }
+    }
+}
+
+impl Window {
+    /// The serial the next publish gets.
+    fn next(&self) -> u64 {
+        self.base + self.slots.len() as u64
+    }
+
+    /// A slot for the next publish, answered already if `answer` is some;
+    /// its serial.
+    fn open(&mut self, answer: Option<Stored>) -> u64 {
+        let serial = self.next();
+        self.slots
+            .push_back(answer.map_or(Slot::Sent, Slot::Answered));
+        serial
+    }
+
+    /// The slot of a serial still in the window.
+    fn slot(&mut self, serial: u64) -> Option<&mut Slot> {
+        let at = usize::try_from(serial.checked_sub(self.base)?).ok()?;
+        self.slots.get_mut(at)
+    }
+
+    /// Whether `serial` is sent and not yet answered or claimed.
+    fn awaits(&mut self, serial: u64) -> bool {
+        matches!(self.slot(serial), Some(Slot::Sent))
+    }
+
+    /// Files `stored` as the answer to `serial`, if that still awaits one:
+    /// an answer after its publish was claimed (given up) is dropped.
+    fn answer(&mut self, serial: u64, stored: Stored) {
+        if let Some(slot @ Slot::Sent) = self.slot(serial) {
+            *slot = Slot::Answered(stored);
+        }
+    }
+
+    /// The answers of `serials`, each then claimed; [`Stored::Failed`] with
+    /// `unanswered` for one with none. The window then starts at the oldest
+    /// not claimed.
+    fn claim(&mut self, serials: &[u64], unanswered: &str) -> Vec<Stored> {
+        let stored = serials
+            .iter()
+            .map(|&serial| {
+                match self
+                    .slot(serial)
+                    .map(|slot| std::mem::replace(slot, Slot::Claimed))
+                {
+                    Some(Slot::Answered(stored)) => stored,
+                    _ => Stored::Failed(unanswered.to_string()),
+                }
+            })
+            .collect();
+        while matches!(self.slots.front(), Some(Slot::Claimed)) {
+            self.slots.pop_front();
+            self.base += 1;
+        }
+        stored
     }
 }
 
@@ -242,6 +280,45 @@ mod tests {
             description: None,
             length: payload.len(),
         })
+    }
+
+    #[test]
+    fn answers_find_their_publish_in_any_order_and_late_ones_are_dropped() {
+        let mut window = Window::default();
+        let stored = |duplicate| Stored::Yes { duplicate };
+        let first: Vec<u64> = (0..3).map(|_| window.open(None)).collect();
+        let second: Vec<u64> = (0..2).map(|_| window.open(None)).collect();
+        let refused = window.open(Some(Stored::TooLarge("big".into())));
+        assert_eq!(
+            (first.clone(), second.clone(), refused),
+            (vec![0, 1, 2], vec![3, 4], 5)
+        );
+        // Answers of the second batch come first, and one twice.
+        window.answer(4, stored(false));
+        window.answer(3, stored(true));
+        window.answer(3, stored(false));
+        window.answer(0, stored(false));
+        window.answer(2, stored(true));
+        assert!(window.awaits(1) && !window.awaits(0) && !window.awaits(5));
+        assert_eq!(
+            window.claim(&first, "none"),
+            [stored(false), Stored::Failed("none".into()), stored(true)]
+        );
+        // Claimed: the window starts at the second batch, and the answer
+        // to the publish given up is dropped, not filed anywhere.
+        assert_eq!(window.base, 3);
+        window.answer(1, stored(false));
+        assert!(!window.awaits(1));
+        // Its publish again, under a new serial.
+        let again = window.open(None);
+        assert_eq!(again, 6);
+        window.answer(again, stored(true));
+        assert_eq!(window.claim(&second, "none"), [stored(true), stored(false)]);
+        assert_eq!(
+            window.claim(&[refused, again], "none"),
+            [Stored::TooLarge("big".into()), stored(true)]
+        );
+        assert_eq!((window.base, window.slots.len()), (7, 0));
     }
 
     #[test]

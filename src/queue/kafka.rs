@@ -471,7 +471,8 @@ fn committer(
 /// The producer's callbacks: collects delivery reports by their opaque
 /// (a sequence number of the worker's).
 struct ProducerHooks {
-    delivered: Mutex<HashMap<usize, Delivery>>,
+    /// foldhash, as `expect`: two look-ups a record.
+    delivered: Mutex<foldhash::HashMap<usize, Delivery>>,
     progress: Arc<Progress>,
 }
 
@@ -683,8 +684,10 @@ struct Worker<'a> {
     epoch: u64,
     /// The epoch at which each partition was last revoked.
     revoked_at: HashMap<(String, i32), u64>,
-    /// The next offset expected of each partition read.
-    expect: HashMap<(String, i32), Expect>,
+    /// The next offset expected of each partition read. Looked up for
+    /// every record: hashed with foldhash, not SipHash (partitions are the
+    /// broker's, and SipHash cost about 300 instructions a record).
+    expect: foldhash::HashMap<(String, i32), Expect>,
     /// Commits sent, oldest first, awaiting the group's answer.
     commits: VecDeque<Commit>,
     /// Commits answered since the runtime last asked.
@@ -741,7 +744,7 @@ pub fn run<S: IndexStore + ?Sized>(
         .set("message.max.bytes", limit.bytes.to_string())
         .set("batch.size", limit.bytes.min(PRODUCER_LIMIT).to_string())
         .create_with_context(ProducerHooks {
-            delivered: Mutex::new(HashMap::new()),
+            delivered: Mutex::new(foldhash::HashMap::default()),
             progress: Arc::clone(&writing),
         })
         .map_err(settings)?;
@@ -763,7 +766,7 @@ pub fn run<S: IndexStore + ?Sized>(
         next_seq: 0,
         epoch: 0,
         revoked_at: HashMap::new(),
-        expect: HashMap::new(),
+        expect: foldhash::HashMap::default(),
         commits: VecDeque::new(),
         settled: Settled::default(),
     };

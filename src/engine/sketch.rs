@@ -116,6 +116,10 @@ pub struct Sketcher {
     /// [`avx2::lanes`]).
     #[cfg(target_arch = "x86_64")]
     lanes: Vec<avx2::Lanes>,
+    /// The groups of `lanes` two by two, as [`avx2::min_hash_bands`]
+    /// reads them (see [`avx2::pairs`]).
+    #[cfg(target_arch = "x86_64")]
+    pairs: Vec<avx2::PairLanes>,
 }
 
 impl Sketcher {
@@ -129,10 +133,14 @@ impl Sketcher {
         let coefficients: Vec<(u64, u64)> = (0..params.bands * params.rows)
             .map(|_| (next() | 1, next()))
             .collect();
+        #[cfg(target_arch = "x86_64")]
+        let lanes = avx2::lanes(&coefficients);
         Sketcher {
             params,
             #[cfg(target_arch = "x86_64")]
-            lanes: avx2::lanes(&coefficients),
+            pairs: avx2::pairs(&lanes),
+            #[cfg(target_arch = "x86_64")]
+            lanes,
             coefficients,
             #[cfg(target_arch = "x86_64")]
             avx2_only: avx2_only(),
@@ -159,6 +167,7 @@ impl Sketcher {
                 avx2::min_hash_bands(
                     &self.coefficients,
                     &self.lanes,
+                    &self.pairs,
                     self.params.rows,
                     shingles,
                     mixed,
@@ -217,6 +226,31 @@ mod avx2 {
             .collect()
     }
 
+    /// Eight hash functions side by side, two groups of [`Lanes`] (`A`
+    /// and `B`): `al` and `b` of each group, as in [`Lanes`], then the two
+    /// vectors the cross terms of both groups take at once (see
+    /// [`min_of_groups`]): against `x`, `ah` of `A` in the even 32-bit
+    /// lanes and `al` of `B` in the odd ones; against `x` with its halves
+    /// swapped, `al` of `A` and `ah` of `B`.
+    pub(super) type PairLanes = [[u64; 4]; 6];
+
+    /// The groups of [`lanes`] two by two (a last odd group is left out).
+    pub(super) fn pairs(lanes: &[Lanes]) -> Vec<PairLanes> {
+        lanes
+            .chunks_exact(2)
+            .map(|two| {
+                let ([low_a, b_a, cross_a], [low_b, b_b, cross_b]) = (two[0], two[1]);
+                let mut pair = [low_a, b_a, low_b, b_b, [0; 4], [0; 4]];
+                for i in 0..4 {
+                    // `cross` holds `ah` in its low half, `low` holds `al`.
+                    pair[4][i] = (cross_a[i] & 0xffff_ffff) | low_b[i] << 32;
+                    pair[5][i] = low_a[i] | (cross_b[i] & 0xffff_ffff) << 32;
+                }
+                pair
+            })
+            .collect()
+    }
+
     /// Most groups of four functions [`min_of_groups`] is compiled for (a
     /// register each, and a few for the work); more go two functions a
     /// pass over the shingles instead ([`min_of_two`]).
@@ -231,6 +265,7 @@ mod avx2 {
     pub(super) unsafe fn min_hash_bands(
         coefficients: &[(u64, u64)],
         lanes: &[Lanes],
+        pairs: &[PairLanes],
         rows: usize,
         shingles: &[u32],
         mixed: &mut Vec<u64>,
@@ -241,26 +276,38 @@ mod avx2 {
             return;
         }
         macro_rules! by_groups {
-            ($($groups:literal)*) => {
+            ($($groups:literal => $pairs:literal $rest:literal,)*) => {
                 match lanes.len() {
                     $($groups => {
-                        let least = min_of_groups::<$groups>(
-                            lanes.first_chunk().expect("as many groups as matched"),
+                        let (paired, single) = min_of_groups::<$pairs, $rest>(
+                            pairs.first_chunk().expect("as many pairs as matched"),
+                            lanes[2 * $pairs..].first_chunk().expect("the odd group"),
                             shingles,
                             mixed,
                         );
-                        // A function's minimum is the odd lane of its own:
-                        // the four of a group gathered into the low half.
-                        let odd = _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7);
                         let mut minima = [0u32; 4 * $groups];
-                        for (group, least) in least.iter().enumerate() {
+                        // A pair's minima: group `A`'s in the even lanes,
+                        // `B`'s in the odd ones.
+                        let apart = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+                        for (pair, least) in paired.iter().enumerate() {
+                            let eight = _mm256_permutevar8x32_epi32(*least, apart);
+                            // SAFETY: the store is to `minima[8 * pair ..
+                            // 8 * pair + 8]` (unaligned).
+                            unsafe {
+                                _mm256_storeu_si256(minima.as_mut_ptr().add(8 * pair).cast(), eight)
+                            };
+                        }
+                        // A single group's: the odd lanes, gathered into the
+                        // low half.
+                        let odd = _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7);
+                        for least in &single {
                             let four = _mm256_castsi256_si128(
                                 _mm256_permutevar8x32_epi32(*least, odd),
                             );
-                            // SAFETY: the store is to `minima[4 * group ..
-                            // 4 * group + 4]` (unaligned).
+                            // SAFETY: the store is to `minima[8 * pairs ..
+                            // 8 * pairs + 4]`, the last four (unaligned).
                             unsafe {
-                                _mm_storeu_si128(minima.as_mut_ptr().add(4 * group).cast(), four)
+                                _mm_storeu_si128(minima.as_mut_ptr().add(8 * $pairs).cast(), four)
                             };
                         }
                         fold_bands(&minima[..coefficients.len()], rows, out);
@@ -274,25 +321,42 @@ mod avx2 {
                 }
             };
         }
-        by_groups!(1 2 3 4 5 6 7 8);
+        by_groups!(
+            1 => 0 1,
+            2 => 1 0,
+            3 => 1 1,
+            4 => 2 0,
+            5 => 2 1,
+            6 => 3 0,
+            7 => 3 1,
+            8 => 4 0,
+        );
     }
 
     /// The least `(a * x + b) >> 32` (as u32, wrapping arithmetic) over
-    /// the mixed `shingles`, for each of the `4 * G` functions of `lanes`:
-    /// the odd 32-bit lanes of the registers returned, in order.
+    /// the mixed `shingles`, for each of the `8 * P` functions of `pairs`
+    /// and the `4 * R` of `single` (`R` is 0 or 1): for a pair, group `A`'s
+    /// in the even 32-bit lanes of its register and `B`'s in the odd ones;
+    /// for a single group, the odd lanes.
     ///
     /// A shingle is mixed once, its `x` broadcast to four lanes, and every
-    /// function takes it in turn, four at a time: the minima stay in `G`
-    /// registers until the end (no reduction across lanes), and the
-    /// coefficients are read from memory by the multiplies themselves.
+    /// function takes it in turn, eight or four at a time: the minima stay
+    /// in registers until the end (no reduction across lanes), and the
+    /// coefficients are read from memory by the multiplies themselves. A
+    /// group alone puts its result in the odd lanes only (seven
+    /// instructions); two groups share one register (eleven for the two):
+    /// the widening multiplies give each group's high halves, `A`'s moved
+    /// down into the even lanes, and both groups' cross terms are two
+    /// 32-bit multiplies, of `x` and of `x` with its halves swapped.
     #[target_feature(enable = "avx2")]
     #[inline]
-    fn min_of_groups<const G: usize>(
-        lanes: &[Lanes; G],
+    fn min_of_groups<const P: usize, const R: usize>(
+        pairs: &[PairLanes; P],
+        single: &[Lanes; R],
         shingles: &[u32],
         mixed: &mut Vec<u64>,
-    ) -> [__m256i; G] {
-        debug_assert!(G <= MAX_GROUPS);
+    ) -> ([__m256i; P], [__m256i; R]) {
+        debug_assert!(2 * P + R <= MAX_GROUPS && R <= 1);
         // Every shingle mixed first, four at a time (a 64-bit multiply is
         // six instructions on four lanes; mixing one shingle alone took
         // fourteen). The last few are padded with copies of the first of
@@ -319,10 +383,37 @@ mod avx2 {
                 _mm256_storeu_si256(into.as_mut_ptr().cast(), xs);
             }
         }
-        let mut least = [_mm256_set1_epi32(-1); G];
+        let mut paired = [_mm256_set1_epi32(-1); P];
+        let mut least = [_mm256_set1_epi32(-1); R];
         for &x in &mixed[..shingles.len()] {
             let x = _mm256_set1_epi64x(x as i64);
-            for (least, [low, b, cross]) in least.iter_mut().zip(lanes) {
+            let swapped = _mm256_shuffle_epi32::<0b10_11_00_01>(x);
+            for (least, [low_a, b_a, low_b, b_b, cross, cross_swapped]) in
+                paired.iter_mut().zip(pairs)
+            {
+                // SAFETY: each is four u64s (unaligned loads).
+                let (low_a, b_a, low_b, b_b, cross, cross_swapped) = unsafe {
+                    (
+                        _mm256_loadu_si256(low_a.as_ptr().cast()),
+                        _mm256_loadu_si256(b_a.as_ptr().cast()),
+                        _mm256_loadu_si256(low_b.as_ptr().cast()),
+                        _mm256_loadu_si256(b_b.as_ptr().cast()),
+                        _mm256_loadu_si256(cross.as_ptr().cast()),
+                        _mm256_loadu_si256(cross_swapped.as_ptr().cast()),
+                    )
+                };
+                let high_a = _mm256_add_epi64(_mm256_mul_epu32(x, low_a), b_a);
+                let high_b = _mm256_add_epi64(_mm256_mul_epu32(x, low_b), b_b);
+                // Even lanes: `A`'s high halves; odd lanes: `B`'s.
+                let high =
+                    _mm256_blend_epi32::<0b1010_1010>(_mm256_srli_epi64::<32>(high_a), high_b);
+                let terms = _mm256_add_epi32(
+                    _mm256_mullo_epi32(x, cross),
+                    _mm256_mullo_epi32(swapped, cross_swapped),
+                );
+                *least = _mm256_min_epu32(*least, _mm256_add_epi32(high, terms));
+            }
+            for (least, [low, b, cross]) in least.iter_mut().zip(single) {
                 // SAFETY: each is four u64s (unaligned loads).
                 let (low, b, cross) = unsafe {
                     (
@@ -341,7 +432,7 @@ mod avx2 {
                 *least = _mm256_min_epu32(*least, value);
             }
         }
-        least
+        (paired, least)
     }
 
     /// [`mix64`](super::mix64) of each 64-bit lane.
@@ -617,6 +708,7 @@ mod tests {
                 avx2::min_hash_bands(
                     &sketcher.coefficients,
                     &sketcher.lanes,
+                    &sketcher.pairs,
                     sketcher.params.rows,
                     &shingles,
                     &mut mixed,
@@ -650,6 +742,7 @@ mod tests {
                     avx2::min_hash_bands(
                         &sketcher.coefficients,
                         &sketcher.lanes,
+                        &sketcher.pairs,
                         sketcher.params.rows,
                         shingles,
                         &mut mixed,

@@ -360,9 +360,13 @@ mod avx2 {
         // Every shingle mixed first, four at a time (a 64-bit multiply is
         // six instructions on four lanes; mixing one shingle alone took
         // fourteen). The last few are padded with copies of the first of
-        // them, never read.
-        mixed.clear();
-        mixed.resize(shingles.len().next_multiple_of(4), 0);
+        // them, never read. The buffer only ever grows: every cell read is
+        // written first, so zeroing it for each message (a `memset` call)
+        // bought nothing.
+        let padded = shingles.len().next_multiple_of(4);
+        if mixed.len() < padded {
+            mixed.resize(padded, 0);
+        }
         let mut fours = shingles.chunks_exact(4);
         let rest = fours.remainder();
         let mut last = [0u32; 4];
@@ -371,7 +375,10 @@ mod avx2 {
             last[..rest.len()].copy_from_slice(rest);
         }
         let tail = (!rest.is_empty()).then_some(&last[..]);
-        for (four, into) in (&mut fours).chain(tail).zip(mixed.chunks_exact_mut(4)) {
+        for (four, into) in (&mut fours)
+            .chain(tail)
+            .zip(mixed[..padded].chunks_exact_mut(4))
+        {
             // SAFETY: `four` is four u32s and `into` four u64s (an
             // unaligned load and store).
             unsafe {
@@ -702,7 +709,9 @@ mod tests {
                 return Ok(());
             }
             let sketcher = Sketcher::new(LshParams { bands, rows });
-            let (mut keys, mut mixed) = (Vec::new(), Vec::new());
+            // A buffer left longer by an earlier message, its values stale
+            // (zeros): none may be read.
+            let (mut keys, mut mixed) = (Vec::new(), vec![0; 80]);
             // SAFETY: the processor has AVX2 (checked above).
             unsafe {
                 avx2::min_hash_bands(

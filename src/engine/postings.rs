@@ -451,6 +451,40 @@ mod tests {
         found
     }
 
+    /// A run from the table's last cell wraps round to its first: lookups,
+    /// inserts and removals read on from cell 0, and the bucket cap counts
+    /// across the wrap.
+    #[test]
+    fn runs_wrap_round_the_tables_end() {
+        let mut p = Postings::with_full_size(MIN_CELLS);
+        let size = p.cells();
+        let last: Vec<u32> = (0..u32::MAX)
+            .filter(|&k| home(k, size) == size - 1)
+            .take(3)
+            .collect();
+        // Key `last[0]` three times (capped at three), then two more keys
+        // homed at the last cell: cells 15, 0, 1, 2, 3.
+        for slot in 0..4 {
+            p.insert_capped(last[0], slot, 3);
+        }
+        assert!(p.insert_capped(last[1], 10, 3));
+        assert!(p.insert_capped(last[2], 11, 3));
+        assert_eq!(p.cells(), size, "no growth: the runs must wrap");
+        assert_eq!(slots(&p, last[0]), [0, 1, 2]);
+        assert_eq!(slots(&p, last[1]), [10]);
+        assert_eq!(slots(&p, last[2]), [11]);
+        assert!(!p.insert_capped(last[0], 5, 3));
+        let mut seen = Vec::new();
+        p.for_each_while(last[2], |slot| {
+            seen.push(slot);
+            false
+        });
+        assert_eq!(seen, [11]);
+        p.remove(last[0], 1);
+        assert_eq!(slots(&p, last[0]), [0, 2]);
+        assert_eq!(slots(&p, last[2]), [11]);
+    }
+
     #[test]
     fn inserts_finds_and_removes() {
         let mut p = Postings::with_capacity(4);

@@ -393,8 +393,7 @@ pub fn shingle_into(
             }
         }
     }
-    sort::sort(out);
-    out.dedup();
+    sort::sort_dedup(out);
     sample(sampling, out);
     out.truncate(MAX_SHINGLES);
 }

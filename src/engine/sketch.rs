@@ -116,6 +116,10 @@ pub struct Sketcher {
     /// [`avx2::lanes`]).
     #[cfg(target_arch = "x86_64")]
     lanes: Vec<avx2::Lanes>,
+    /// The groups of `lanes` two by two, as [`avx2::min_hash_bands`]
+    /// reads them (see [`avx2::pairs`]).
+    #[cfg(target_arch = "x86_64")]
+    pairs: Vec<avx2::PairLanes>,
 }
 
 impl Sketcher {
@@ -129,10 +133,14 @@ impl Sketcher {
         let coefficients: Vec<(u64, u64)> = (0..params.bands * params.rows)
             .map(|_| (next() | 1, next()))
             .collect();
+        #[cfg(target_arch = "x86_64")]
+        let lanes = avx2::lanes(&coefficients);
         Sketcher {
             params,
             #[cfg(target_arch = "x86_64")]
-            lanes: avx2::lanes(&coefficients),
+            pairs: avx2::pairs(&lanes),
+            #[cfg(target_arch = "x86_64")]
+            lanes,
             coefficients,
             #[cfg(target_arch = "x86_64")]
             avx2_only: avx2_only(),
@@ -159,6 +167,7 @@ impl Sketcher {
                 avx2::min_hash_bands(
                     &self.coefficients,
                     &self.lanes,
+                    &self.pairs,
                     self.params.rows,
                     shingles,
                     mixed,
@@ -190,7 +199,7 @@ fn avx2_only() -> bool {
 /// in the even lanes, `xh·al` in the odd). The keys are the same bits.
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{MAX_BANDS, MAX_ROWS, fold_bands, mix_into};
+    use super::{fold_bands, mix_into, with_minima};
     use std::arch::x86_64::*;
 
     /// Four hash functions side by side, one a 64-bit lane: the three
@@ -217,6 +226,31 @@ mod avx2 {
             .collect()
     }
 
+    /// Eight hash functions side by side, two groups of [`Lanes`] (`A`
+    /// and `B`): `al` and `b` of each group, as in [`Lanes`], then the two
+    /// vectors the cross terms of both groups take at once (see
+    /// [`min_of_groups`]): against `x`, `ah` of `A` in the even 32-bit
+    /// lanes and `al` of `B` in the odd ones; against `x` with its halves
+    /// swapped, `al` of `A` and `ah` of `B`.
+    pub(super) type PairLanes = [[u64; 4]; 6];
+
+    /// The groups of [`lanes`] two by two (a last odd group is left out).
+    pub(super) fn pairs(lanes: &[Lanes]) -> Vec<PairLanes> {
+        lanes
+            .chunks_exact(2)
+            .map(|two| {
+                let ([low_a, b_a, cross_a], [low_b, b_b, cross_b]) = (two[0], two[1]);
+                let mut pair = [low_a, b_a, low_b, b_b, [0; 4], [0; 4]];
+                for i in 0..4 {
+                    // `cross` holds `ah` in its low half, `low` holds `al`.
+                    pair[4][i] = (cross_a[i] & 0xffff_ffff) | low_b[i] << 32;
+                    pair[5][i] = low_a[i] | (cross_b[i] & 0xffff_ffff) << 32;
+                }
+                pair
+            })
+            .collect()
+    }
+
     /// Most groups of four functions [`min_of_groups`] is compiled for (a
     /// register each, and a few for the work); more go two functions a
     /// pass over the shingles instead ([`min_of_two`]).
@@ -231,77 +265,108 @@ mod avx2 {
     pub(super) unsafe fn min_hash_bands(
         coefficients: &[(u64, u64)],
         lanes: &[Lanes],
+        pairs: &[PairLanes],
         rows: usize,
         shingles: &[u32],
         mixed: &mut Vec<u64>,
         out: &mut Vec<u32>,
     ) {
         if shingles.is_empty() {
-            fold_bands(coefficients, rows, out, |_, _| u32::MAX);
+            with_minima(coefficients.len(), |minima| fold_bands(minima, rows, out));
             return;
         }
         macro_rules! by_groups {
-            ($($groups:literal)*) => {
+            ($($groups:literal => $pairs:literal $rest:literal,)*) => {
                 match lanes.len() {
                     $($groups => {
-                        let least = min_of_groups::<$groups>(
-                            lanes.first_chunk().expect("as many groups as matched"),
+                        let (paired, single) = min_of_groups::<$pairs, $rest>(
+                            pairs.first_chunk().expect("as many pairs as matched"),
+                            lanes[2 * $pairs..].first_chunk().expect("the odd group"),
                             shingles,
                             mixed,
                         );
-                        let mut stored = [0u32; 8 * $groups];
-                        for (group, least) in least.iter().enumerate() {
-                            // SAFETY: the store is to lanes `8 * group ..
-                            // 8 * group + 8` of `stored` (unaligned).
+                        let mut minima = [0u32; 4 * $groups];
+                        // A pair's minima: group `A`'s in the even lanes,
+                        // `B`'s in the odd ones.
+                        let apart = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+                        for (pair, least) in paired.iter().enumerate() {
+                            let eight = _mm256_permutevar8x32_epi32(*least, apart);
+                            // SAFETY: the store is to `minima[8 * pair ..
+                            // 8 * pair + 8]` (unaligned).
                             unsafe {
-                                _mm256_storeu_si256(
-                                    stored.as_mut_ptr().add(8 * group).cast(),
-                                    *least,
-                                )
+                                _mm256_storeu_si256(minima.as_mut_ptr().add(8 * pair).cast(), eight)
                             };
                         }
-                        // A function's minimum is the odd lane of its own.
-                        let mut next = stored.iter().skip(1).step_by(2);
-                        fold_bands(coefficients, rows, out, |_, _| {
-                            *next.next().expect("a minimum for every function")
-                        });
+                        // A single group's: the odd lanes, gathered into the
+                        // low half.
+                        let odd = _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7);
+                        for least in &single {
+                            let four = _mm256_castsi256_si128(
+                                _mm256_permutevar8x32_epi32(*least, odd),
+                            );
+                            // SAFETY: the store is to `minima[8 * pairs ..
+                            // 8 * pairs + 4]`, the last four (unaligned).
+                            unsafe {
+                                _mm_storeu_si128(minima.as_mut_ptr().add(8 * $pairs).cast(), four)
+                            };
+                        }
+                        fold_bands(&minima[..coefficients.len()], rows, out);
                     })*
                     _ => {
-                        let mut minima = [u32::MAX; MAX_BANDS * MAX_ROWS];
-                        min_of_pairs(coefficients, shingles, mixed, &mut minima);
-                        let mut next = minima.iter();
-                        fold_bands(coefficients, rows, out, |_, _| {
-                            *next.next().expect("a minimum for every function")
+                        with_minima(coefficients.len(), |minima| {
+                            min_of_pairs(coefficients, shingles, mixed, minima);
+                            fold_bands(minima, rows, out);
                         });
                     }
                 }
             };
         }
-        by_groups!(1 2 3 4 5 6 7 8);
+        by_groups!(
+            1 => 0 1,
+            2 => 1 0,
+            3 => 1 1,
+            4 => 2 0,
+            5 => 2 1,
+            6 => 3 0,
+            7 => 3 1,
+            8 => 4 0,
+        );
     }
 
     /// The least `(a * x + b) >> 32` (as u32, wrapping arithmetic) over
-    /// the mixed `shingles`, for each of the `4 * G` functions of `lanes`:
-    /// the odd 32-bit lanes of the registers returned, in order.
+    /// the mixed `shingles`, for each of the `8 * P` functions of `pairs`
+    /// and the `4 * R` of `single` (`R` is 0 or 1): for a pair, group `A`'s
+    /// in the even 32-bit lanes of its register and `B`'s in the odd ones;
+    /// for a single group, the odd lanes.
     ///
     /// A shingle is mixed once, its `x` broadcast to four lanes, and every
-    /// function takes it in turn, four at a time: the minima stay in `G`
-    /// registers until the end (no reduction across lanes), and the
-    /// coefficients are read from memory by the multiplies themselves.
+    /// function takes it in turn, eight or four at a time: the minima stay
+    /// in registers until the end (no reduction across lanes), and the
+    /// coefficients are read from memory by the multiplies themselves. A
+    /// group alone puts its result in the odd lanes only (seven
+    /// instructions); two groups share one register (eleven for the two):
+    /// the widening multiplies give each group's high halves, `A`'s moved
+    /// down into the even lanes, and both groups' cross terms are two
+    /// 32-bit multiplies, of `x` and of `x` with its halves swapped.
     #[target_feature(enable = "avx2")]
     #[inline]
-    fn min_of_groups<const G: usize>(
-        lanes: &[Lanes; G],
+    fn min_of_groups<const P: usize, const R: usize>(
+        pairs: &[PairLanes; P],
+        single: &[Lanes; R],
         shingles: &[u32],
         mixed: &mut Vec<u64>,
-    ) -> [__m256i; G] {
-        debug_assert!(G <= MAX_GROUPS);
+    ) -> ([__m256i; P], [__m256i; R]) {
+        debug_assert!(2 * P + R <= MAX_GROUPS && R <= 1);
         // Every shingle mixed first, four at a time (a 64-bit multiply is
         // six instructions on four lanes; mixing one shingle alone took
         // fourteen). The last few are padded with copies of the first of
-        // them, never read.
-        mixed.clear();
-        mixed.resize(shingles.len().next_multiple_of(4), 0);
+        // them, never read. The buffer only ever grows: every cell read is
+        // written first, so zeroing it for each message (a `memset` call)
+        // bought nothing.
+        let padded = shingles.len().next_multiple_of(4);
+        if mixed.len() < padded {
+            mixed.resize(padded, 0);
+        }
         let mut fours = shingles.chunks_exact(4);
         let rest = fours.remainder();
         let mut last = [0u32; 4];
@@ -310,7 +375,10 @@ mod avx2 {
             last[..rest.len()].copy_from_slice(rest);
         }
         let tail = (!rest.is_empty()).then_some(&last[..]);
-        for (four, into) in (&mut fours).chain(tail).zip(mixed.chunks_exact_mut(4)) {
+        for (four, into) in (&mut fours)
+            .chain(tail)
+            .zip(mixed[..padded].chunks_exact_mut(4))
+        {
             // SAFETY: `four` is four u32s and `into` four u64s (an
             // unaligned load and store).
             unsafe {
@@ -322,10 +390,37 @@ mod avx2 {
                 _mm256_storeu_si256(into.as_mut_ptr().cast(), xs);
             }
         }
-        let mut least = [_mm256_set1_epi32(-1); G];
+        let mut paired = [_mm256_set1_epi32(-1); P];
+        let mut least = [_mm256_set1_epi32(-1); R];
         for &x in &mixed[..shingles.len()] {
             let x = _mm256_set1_epi64x(x as i64);
-            for (least, [low, b, cross]) in least.iter_mut().zip(lanes) {
+            let swapped = _mm256_shuffle_epi32::<0b10_11_00_01>(x);
+            for (least, [low_a, b_a, low_b, b_b, cross, cross_swapped]) in
+                paired.iter_mut().zip(pairs)
+            {
+                // SAFETY: each is four u64s (unaligned loads).
+                let (low_a, b_a, low_b, b_b, cross, cross_swapped) = unsafe {
+                    (
+                        _mm256_loadu_si256(low_a.as_ptr().cast()),
+                        _mm256_loadu_si256(b_a.as_ptr().cast()),
+                        _mm256_loadu_si256(low_b.as_ptr().cast()),
+                        _mm256_loadu_si256(b_b.as_ptr().cast()),
+                        _mm256_loadu_si256(cross.as_ptr().cast()),
+                        _mm256_loadu_si256(cross_swapped.as_ptr().cast()),
+                    )
+                };
+                let high_a = _mm256_add_epi64(_mm256_mul_epu32(x, low_a), b_a);
+                let high_b = _mm256_add_epi64(_mm256_mul_epu32(x, low_b), b_b);
+                // Even lanes: `A`'s high halves; odd lanes: `B`'s.
+                let high =
+                    _mm256_blend_epi32::<0b1010_1010>(_mm256_srli_epi64::<32>(high_a), high_b);
+                let terms = _mm256_add_epi32(
+                    _mm256_mullo_epi32(x, cross),
+                    _mm256_mullo_epi32(swapped, cross_swapped),
+                );
+                *least = _mm256_min_epu32(*least, _mm256_add_epi32(high, terms));
+            }
+            for (least, [low, b, cross]) in least.iter_mut().zip(single) {
                 // SAFETY: each is four u64s (unaligned loads).
                 let (low, b, cross) = unsafe {
                     (
@@ -344,7 +439,7 @@ mod avx2 {
                 *least = _mm256_min_epu32(*least, value);
             }
         }
-        least
+        (paired, least)
     }
 
     /// [`mix64`](super::mix64) of each 64-bit lane.
@@ -457,13 +552,28 @@ fn min_hash_bands(
     out: &mut Vec<u32>,
 ) {
     mix_into(shingles, mixed);
-    fold_bands(coefficients, rows, out, |a, b| {
-        mixed
-            .iter()
-            .map(|&x| (a.wrapping_mul(x).wrapping_add(b) >> 32) as u32)
-            .min()
-            .unwrap_or(u32::MAX)
+    with_minima(coefficients.len(), |minima| {
+        for (least, &(a, b)) in minima.iter_mut().zip(coefficients) {
+            *least = mixed
+                .iter()
+                .map(|&x| (a.wrapping_mul(x).wrapping_add(b) >> 32) as u32)
+                .min()
+                .unwrap_or(u32::MAX);
+        }
+        fold_bands(minima, rows, out);
     });
+}
+
+/// Runs `f` on a buffer of one minimum a hash function, each `u32::MAX`:
+/// on the stack for any banding [`LshParams::for_threshold`] picks, on
+/// the heap for a larger one built by hand.
+#[inline(always)]
+fn with_minima<R>(functions: usize, f: impl FnOnce(&mut [u32]) -> R) -> R {
+    let mut stack = [u32::MAX; MAX_BANDS * MAX_ROWS];
+    match stack.get_mut(..functions) {
+        Some(minima) => f(minima),
+        None => f(&mut vec![u32::MAX; functions]),
+    }
 }
 
 /// Each shingle mixed to 64 bits, the `x` of every hash function.
@@ -473,23 +583,48 @@ fn mix_into(shingles: &[u32], mixed: &mut Vec<u64>) {
     mixed.extend(shingles.iter().map(|&s| mix64(u64::from(s) | 1 << 32)));
 }
 
-/// One key per band: the band's minima, `min(a, b)` of each of its
-/// functions, hashed together. Inlined into each version of
-/// [`min_hash_bands`], so that `min` is compiled for its instruction set.
+/// One key per band: the minima of the band's functions (`minima`, one
+/// a function, band after band), hashed together.
+///
+/// The common row counts are compiled each with its own unrolled loop: a
+/// band is then a chain of `rows` mixes with no bound check or iterator
+/// step between them (through a closure and an iterator over the stored
+/// lanes, the fold cost about 470 instructions a message for 18
+/// functions).
 #[inline(always)]
-fn fold_bands(
-    coefficients: &[(u64, u64)],
-    rows: usize,
-    out: &mut Vec<u32>,
-    mut min: impl FnMut(u64, u64) -> u32,
-) {
-    for (band, functions) in coefficients.chunks_exact(rows).enumerate() {
-        let mut h = (band as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ COEFFICIENT_SEED;
-        for &(a, b) in functions {
-            h = mix64(h ^ u64::from(min(a, b)));
-        }
-        out.push((h >> 32) as u32);
+fn fold_bands(minima: &[u32], rows: usize, out: &mut Vec<u32>) {
+    match rows {
+        2 => fold_rows::<2>(minima, out),
+        3 => fold_rows::<3>(minima, out),
+        _ => out.extend(
+            minima
+                .chunks_exact(rows)
+                .enumerate()
+                .map(|(band, row)| band_key(band, row)),
+        ),
     }
+}
+
+/// [`fold_bands`] for bands of `ROWS` rows.
+#[inline(always)]
+fn fold_rows<const ROWS: usize>(minima: &[u32], out: &mut Vec<u32>) {
+    let (bands, _) = minima.as_chunks::<ROWS>();
+    out.extend(
+        bands
+            .iter()
+            .enumerate()
+            .map(|(band, row)| band_key(band, row)),
+    );
+}
+
+/// The key of band `band`, whose functions' minima are `row`.
+#[inline(always)]
+fn band_key(band: usize, row: &[u32]) -> u32 {
+    let mut h = (band as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ COEFFICIENT_SEED;
+    for &least in row {
+        h = mix64(h ^ u64::from(least));
+    }
+    (h >> 32) as u32
 }
 
 #[cfg(test)]
@@ -574,12 +709,15 @@ mod tests {
                 return Ok(());
             }
             let sketcher = Sketcher::new(LshParams { bands, rows });
-            let (mut keys, mut mixed) = (Vec::new(), Vec::new());
+            // A buffer left longer by an earlier message, its values stale
+            // (zeros): none may be read.
+            let (mut keys, mut mixed) = (Vec::new(), vec![0; 80]);
             // SAFETY: the processor has AVX2 (checked above).
             unsafe {
                 avx2::min_hash_bands(
                     &sketcher.coefficients,
                     &sketcher.lanes,
+                    &sketcher.pairs,
                     sketcher.params.rows,
                     &shingles,
                     &mut mixed,
@@ -587,6 +725,41 @@ mod tests {
                 );
             }
             proptest::prop_assert_eq!(keys, reference_band_keys(&sketcher, &shingles));
+        }
+    }
+
+    /// A banding larger than any [`LshParams::for_threshold`] picks (more
+    /// functions than the minima's stack buffer holds) still gets its keys,
+    /// on the AVX2 path and the portable one.
+    #[test]
+    fn a_banding_built_by_hand_past_the_limits_gets_its_keys() {
+        let sketcher = Sketcher::new(LshParams {
+            bands: 200,
+            rows: 1,
+        });
+        let shingles: Vec<u32> = (0..37).map(|i| i * 7919).collect();
+        let want = reference_band_keys(&sketcher, &shingles);
+        let (mut keys, mut mixed) = (Vec::new(), Vec::new());
+        sketcher.band_keys(&shingles, &mut mixed, &mut keys);
+        assert_eq!(keys, want);
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            for shingles in [&shingles[..], &[]] {
+                keys.clear();
+                // SAFETY: the processor has AVX2 (checked above).
+                unsafe {
+                    avx2::min_hash_bands(
+                        &sketcher.coefficients,
+                        &sketcher.lanes,
+                        &sketcher.pairs,
+                        sketcher.params.rows,
+                        shingles,
+                        &mut mixed,
+                        &mut keys,
+                    );
+                }
+                assert_eq!(keys, reference_band_keys(&sketcher, shingles));
+            }
         }
     }
 

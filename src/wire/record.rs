@@ -278,6 +278,12 @@ struct Node {
     /// `fields`: a key of up to sixteen bytes is matched by word compares
     /// alone, without a call of `memcmp`.
     heads: Vec<(u64, u64, usize)>,
+    /// Bit `n` set when a field's name is `n` bytes long (bit 63 for any
+    /// of 63 or more): most keys a line holds beside the wanted ones
+    /// (`hashtags`, `user_mentions`, `indices`, `display_url`) have a
+    /// length no field has, and are passed over before their words are
+    /// read and hashed.
+    lengths: u64,
     /// `fields` by a hash of a key's head and length ([`Node::slot`]): the
     /// field's index plus one in the key's slot, 0 for none. `None` when
     /// no multiplier tried spread the fields apart, and `heads` is
@@ -308,12 +314,25 @@ impl Node {
                         self.fields.push((name.clone(), Node::default()));
                         let (head, tail) = key_words(name.as_bytes());
                         self.heads.push((head, tail, name.len()));
+                        self.lengths |= Self::length_bit(name.len());
                         &mut self.fields.last_mut().expect("just pushed").1
                     }
                 };
                 child.insert(rest, capture);
             }
         }
+    }
+
+    /// A key length's bit in [`Node::lengths`].
+    #[inline(always)]
+    fn length_bit(len: usize) -> u64 {
+        1 << len.min(63)
+    }
+
+    /// Whether a field may have a name of `len` bytes.
+    #[inline(always)]
+    fn may_have_length(&self, len: usize) -> bool {
+        self.lengths & Self::length_bit(len) != 0
     }
 
     fn is_branch(&self) -> bool {
@@ -1185,6 +1204,9 @@ impl Walk<'_, '_> {
         let (from, to) = (open + 1, self.scan.at - 1);
         let bytes = self.scan.bytes;
         let key = &bytes[from..to];
+        if !node.may_have_length(key.len()) {
+            return Ok(None);
+        }
         // The key's two words read from the line where sixteen bytes are
         // left in it (the closing quote and what follows are there), the
         // bytes past the key masked off.
@@ -2268,6 +2290,34 @@ mod tests {
         assert_eq!(r.urls[0].1, "https://a.example");
     }
 
+    /// Keys of a length no field has are passed over unread; lengths from
+    /// 63 up share one bit, so a long field is found beside long keys of
+    /// other lengths, and a key that differs from it only in length is not
+    /// taken for it.
+    #[test]
+    fn keys_are_passed_over_by_length_only_when_no_field_has_it() {
+        let long = "l".repeat(70);
+        let decoder = Decoder::new(FieldSpec::new(Some("i"), vec![long.clone()]).unwrap());
+        let line = format!(
+            r#"{{"{}":"not 64","{}":"not 71","indices":[1],"ix":[2],"i":7,"{long}":"seventy"}}"#,
+            "l".repeat(64),
+            "l".repeat(71),
+        );
+        assert!(takes_the_fast_path(&decoder, &line));
+        let r = decoder.decode(line.as_bytes()).unwrap();
+        assert_eq!(r.text, "seventy");
+        assert_eq!(r.id.to_json(), "7");
+        let tree = &decoder.tree;
+        assert!(tree.may_have_length(1) && tree.may_have_length(70));
+        assert!(!tree.may_have_length(2) && !tree.may_have_length(7));
+        for reader in [Reader::Fast, Reader::Sonic, Reader::Serde] {
+            assert_eq!(
+                outcome(&decoder, &line, reader),
+                outcome(&decoder, &line, Reader::Serde)
+            );
+        }
+    }
+
     #[test]
     fn chosen_fields_are_joined_and_may_overlap() {
         let spec = FieldSpec::new(Some("guid"), vec!["title".into(), "summary".into()]).unwrap();
@@ -2389,6 +2439,8 @@ mod tests {
                     node.field(key, head, tail)
                 };
                 assert_eq!(field(name), Some(i));
+                // Nor is the key passed over for its length.
+                assert!(node.may_have_length(name.len()), "{name:?}");
                 // A byte changed anywhere: at the head, in the tail or past
                 // sixteen bytes.
                 for at in 0..name.len() {

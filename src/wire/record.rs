@@ -1373,7 +1373,9 @@ impl Scan<'_> {
         let bytes = self.bytes;
         let digits = |at: &mut usize| {
             let from = *at;
-            // Eight at a time first: an id is nineteen digits.
+            // Eight at a time while the line has eight bytes left: an id is
+            // nineteen digits. The first flagged byte ends the digits, so
+            // only a line's last few bytes are looked at one by one.
             while *at + 8 <= bytes.len() {
                 let word = word_at(bytes, *at);
                 // A byte is flagged if below `0` (borrowing), above `9`
@@ -1384,7 +1386,7 @@ impl Scan<'_> {
                         & splat(0x80);
                 if not_digit != 0 {
                     *at += (not_digit.trailing_zeros() / 8) as usize;
-                    break;
+                    return *at > from;
                 }
                 *at += 8;
             }

@@ -268,6 +268,9 @@ pub struct Decoder {
     referenced_text: u16,
     created_at: Vec<u16>,
     notice_ids: Vec<u16>,
+    /// The notice id paths, as a [`Found`] mask: most lines are no notice,
+    /// and are told so without a search for each path.
+    notices: PathMask,
 }
 
 #[derive(Debug, Default)]
@@ -585,13 +588,15 @@ impl Decoder {
             .iter()
             .map(|p| add(&mut tree, &parse(p)))
             .collect();
-        let notice_ids = NOTICE_ID_PATHS
+        let notice_ids: Vec<u16> = NOTICE_ID_PATHS
             .iter()
             .map(|p| add(&mut tree, &parse(p)))
             .collect();
+        let notices = PathMask::of(notice_ids.iter().copied());
         tree.index();
         Decoder {
             notice_ids,
+            notices,
             tree,
             spec,
             created_at,
@@ -702,7 +707,11 @@ impl Decoder {
         };
 
         // A deletion notice: the id it names, and nothing to compare.
-        let notice = first_present(&self.notice_ids);
+        let notice = if captures.any(&self.notices) {
+            first_present(&self.notice_ids)
+        } else {
+            None
+        };
         if notice.is_some() || removal {
             let (id_raw, path) = match notice {
                 Some((index, c)) => (c.raw(line), NOTICE_ID_PATHS[index].to_string()),
@@ -2024,6 +2033,12 @@ mod tests {
         assert_eq!(
             notice(r#"{"delete":{"status":{"id":12189009100,"user_id":132553242}}}"#),
             MessageId::Integer(12_189_009_100)
+        );
+        // Each notice path alone is enough: a line is looked at for
+        // notices only when it holds one of the paths.
+        assert_eq!(
+            notice(r#"{"delete":{"status":{"id_str":"5"}}}"#),
+            MessageId::DigitString(5)
         );
         // v2 compliance stream.
         assert_eq!(

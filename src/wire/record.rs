@@ -268,6 +268,9 @@ pub struct Decoder {
     referenced_text: u16,
     created_at: Vec<u16>,
     notice_ids: Vec<u16>,
+    /// The notice id paths, as a [`Found`] mask: most lines are no notice,
+    /// and are told so without a search for each path.
+    notices: PathMask,
 }
 
 #[derive(Debug, Default)]
@@ -278,6 +281,12 @@ struct Node {
     /// `fields`: a key of up to sixteen bytes is matched by word compares
     /// alone, without a call of `memcmp`.
     heads: Vec<(u64, u64, usize)>,
+    /// Bit `n` set when a field's name is `n` bytes long (bit 63 for any
+    /// of 63 or more): most keys a line holds beside the wanted ones
+    /// (`hashtags`, `user_mentions`, `indices`, `display_url`) have a
+    /// length no field has, and are passed over before their words are
+    /// read and hashed.
+    lengths: u64,
     /// `fields` by a hash of a key's head and length ([`Node::slot`]): the
     /// field's index plus one in the key's slot, 0 for none. `None` when
     /// no multiplier tried spread the fields apart, and `heads` is
@@ -308,12 +317,25 @@ impl Node {
                         self.fields.push((name.clone(), Node::default()));
                         let (head, tail) = key_words(name.as_bytes());
                         self.heads.push((head, tail, name.len()));
+                        self.lengths |= Self::length_bit(name.len());
                         &mut self.fields.last_mut().expect("just pushed").1
                     }
                 };
                 child.insert(rest, capture);
             }
         }
+    }
+
+    /// A key length's bit in [`Node::lengths`].
+    #[inline(always)]
+    fn length_bit(len: usize) -> u64 {
+        1 << len.min(63)
+    }
+
+    /// Whether a field may have a name of `len` bytes.
+    #[inline(always)]
+    fn may_have_length(&self, len: usize) -> bool {
+        self.lengths & Self::length_bit(len) != 0
     }
 
     fn is_branch(&self) -> bool {
@@ -566,13 +588,15 @@ impl Decoder {
             .iter()
             .map(|p| add(&mut tree, &parse(p)))
             .collect();
-        let notice_ids = NOTICE_ID_PATHS
+        let notice_ids: Vec<u16> = NOTICE_ID_PATHS
             .iter()
             .map(|p| add(&mut tree, &parse(p)))
             .collect();
+        let notices = PathMask::of(notice_ids.iter().copied());
         tree.index();
         Decoder {
             notice_ids,
+            notices,
             tree,
             spec,
             created_at,
@@ -683,7 +707,11 @@ impl Decoder {
         };
 
         // A deletion notice: the id it names, and nothing to compare.
-        let notice = first_present(&self.notice_ids);
+        let notice = if captures.any(&self.notices) {
+            first_present(&self.notice_ids)
+        } else {
+            None
+        };
         if notice.is_some() || removal {
             let (id_raw, path) = match notice {
                 Some((index, c)) => (c.raw(line), NOTICE_ID_PATHS[index].to_string()),
@@ -1185,6 +1213,9 @@ impl Walk<'_, '_> {
         let (from, to) = (open + 1, self.scan.at - 1);
         let bytes = self.scan.bytes;
         let key = &bytes[from..to];
+        if !node.may_have_length(key.len()) {
+            return Ok(None);
+        }
         // The key's two words read from the line where sixteen bytes are
         // left in it (the closing quote and what follows are there), the
         // bytes past the key masked off.
@@ -1351,7 +1382,9 @@ impl Scan<'_> {
         let bytes = self.bytes;
         let digits = |at: &mut usize| {
             let from = *at;
-            // Eight at a time first: an id is nineteen digits.
+            // Eight at a time while the line has eight bytes left: an id is
+            // nineteen digits. The first flagged byte ends the digits, so
+            // only a line's last few bytes are looked at one by one.
             while *at + 8 <= bytes.len() {
                 let word = word_at(bytes, *at);
                 // A byte is flagged if below `0` (borrowing), above `9`
@@ -1362,7 +1395,7 @@ impl Scan<'_> {
                         & splat(0x80);
                 if not_digit != 0 {
                     *at += (not_digit.trailing_zeros() / 8) as usize;
-                    break;
+                    return *at > from;
                 }
                 *at += 8;
             }
@@ -2001,6 +2034,12 @@ mod tests {
             notice(r#"{"delete":{"status":{"id":12189009100,"user_id":132553242}}}"#),
             MessageId::Integer(12_189_009_100)
         );
+        // Each notice path alone is enough: a line is looked at for
+        // notices only when it holds one of the paths.
+        assert_eq!(
+            notice(r#"{"delete":{"status":{"id_str":"5"}}}"#),
+            MessageId::DigitString(5)
+        );
         // v2 compliance stream.
         assert_eq!(
             notice(
@@ -2268,6 +2307,34 @@ mod tests {
         assert_eq!(r.urls[0].1, "https://a.example");
     }
 
+    /// Keys of a length no field has are passed over unread; lengths from
+    /// 63 up share one bit, so a long field is found beside long keys of
+    /// other lengths, and a key that differs from it only in length is not
+    /// taken for it.
+    #[test]
+    fn keys_are_passed_over_by_length_only_when_no_field_has_it() {
+        let long = "l".repeat(70);
+        let decoder = Decoder::new(FieldSpec::new(Some("i"), vec![long.clone()]).unwrap());
+        let line = format!(
+            r#"{{"{}":"not 64","{}":"not 71","indices":[1],"ix":[2],"i":7,"{long}":"seventy"}}"#,
+            "l".repeat(64),
+            "l".repeat(71),
+        );
+        assert!(takes_the_fast_path(&decoder, &line));
+        let r = decoder.decode(line.as_bytes()).unwrap();
+        assert_eq!(r.text, "seventy");
+        assert_eq!(r.id.to_json(), "7");
+        let tree = &decoder.tree;
+        assert!(tree.may_have_length(1) && tree.may_have_length(70));
+        assert!(!tree.may_have_length(2) && !tree.may_have_length(7));
+        for reader in [Reader::Fast, Reader::Sonic, Reader::Serde] {
+            assert_eq!(
+                outcome(&decoder, &line, reader),
+                outcome(&decoder, &line, Reader::Serde)
+            );
+        }
+    }
+
     #[test]
     fn chosen_fields_are_joined_and_may_overlap() {
         let spec = FieldSpec::new(Some("guid"), vec!["title".into(), "summary".into()]).unwrap();
@@ -2389,6 +2456,8 @@ mod tests {
                     node.field(key, head, tail)
                 };
                 assert_eq!(field(name), Some(i));
+                // Nor is the key passed over for its length.
+                assert!(node.may_have_length(name.len()), "{name:?}");
                 // A byte changed anywhere: at the head, in the tail or past
                 // sixteen bytes.
                 for at in 0..name.len() {

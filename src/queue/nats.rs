@@ -776,6 +776,10 @@ async fn create_consumer(
         filter_subject: config.subject.clone(),
         ack_policy: jetstream::consumer::AckPolicy::Explicit,
         ack_wait: config.ack_wait,
+        // Room for this worker's batches in flight: the server's default
+        // (1,000) holds a worker of the default --batch and --in-flight to
+        // three batches (see `within_ack_pending`), never less than it.
+        max_ack_pending: created_max_ack_pending(config.options.batch, config.options.in_flight),
         ..Default::default()
     };
     retry
@@ -794,6 +798,14 @@ async fn create_consumer(
             }
         })
         .await
+}
+
+/// The `max_ack_pending` of a durable the worker creates: its `--in-flight`
+/// batches of `--batch` messages, and never below the server's default.
+fn created_max_ack_pending(batch: usize, in_flight: usize) -> i64 {
+    i64::try_from(batch.max(1).saturating_mul(in_flight.max(1)))
+        .unwrap_or(i64::MAX)
+        .max(1_000)
 }
 
 /// Refuses an existing consumer whose settings are not this worker's.
@@ -1665,6 +1677,17 @@ fn line_limit(given: Option<usize>, max_payload: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_created_durable_lets_the_batches_in_flight_wait() {
+        assert_eq!(created_max_ack_pending(256, 16), 4_096);
+        assert_eq!(created_max_ack_pending(32, 4), 1_000);
+        assert_eq!(
+            within_ack_pending(16, 256, created_max_ack_pending(256, 16)),
+            16
+        );
+        assert_eq!(created_max_ack_pending(usize::MAX, 2), i64::MAX);
+    }
 
     #[test]
     fn batches_in_flight_fit_the_consumers_max_ack_pending() {

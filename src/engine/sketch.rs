@@ -712,19 +712,31 @@ mod tests {
             // A buffer left longer by an earlier message, its values stale
             // (zeros): none may be read.
             let (mut keys, mut mixed) = (Vec::new(), vec![0; 80]);
-            // SAFETY: the processor has AVX2 (checked above).
-            unsafe {
-                avx2::min_hash_bands(
-                    &sketcher.coefficients,
-                    &sketcher.lanes,
-                    &sketcher.pairs,
-                    sketcher.params.rows,
-                    &shingles,
-                    &mut mixed,
-                    &mut keys,
-                );
-            }
+            avx2_band_keys(&sketcher, &shingles, &mut mixed, &mut keys);
             proptest::prop_assert_eq!(keys, reference_band_keys(&sketcher, &shingles));
+        }
+    }
+
+    /// The AVX2 path's band keys of `shingles`; the caller has checked
+    /// that the processor has AVX2.
+    #[cfg(target_arch = "x86_64")]
+    fn avx2_band_keys(
+        sketcher: &Sketcher,
+        shingles: &[u32],
+        mixed: &mut Vec<u64>,
+        keys: &mut Vec<u32>,
+    ) {
+        // SAFETY: the callers check that the processor has AVX2.
+        unsafe {
+            avx2::min_hash_bands(
+                &sketcher.coefficients,
+                &sketcher.lanes,
+                &sketcher.pairs,
+                sketcher.params.rows,
+                shingles,
+                mixed,
+                keys,
+            );
         }
     }
 
@@ -746,18 +758,7 @@ mod tests {
         if std::arch::is_x86_feature_detected!("avx2") {
             for shingles in [&shingles[..], &[]] {
                 keys.clear();
-                // SAFETY: the processor has AVX2 (checked above).
-                unsafe {
-                    avx2::min_hash_bands(
-                        &sketcher.coefficients,
-                        &sketcher.lanes,
-                        &sketcher.pairs,
-                        sketcher.params.rows,
-                        shingles,
-                        &mut mixed,
-                        &mut keys,
-                    );
-                }
+                avx2_band_keys(&sketcher, shingles, &mut mixed, &mut keys);
                 assert_eq!(keys, reference_band_keys(&sketcher, shingles));
             }
         }

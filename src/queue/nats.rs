@@ -1090,19 +1090,26 @@ pub fn run<S: IndexStore + ?Sized>(
     };
     // Setting up talked to the server: its INFO (and limit) is known.
     let max_payload = client.server_info().max_payload;
-    // Every output of the batches in flight may wait, answered and
-    // unread, on the subscription of acknowledgements: they must fit.
-    let in_flight = within_ack_pending(
+    let pending_allows = within_ack_pending(
         config.options.in_flight,
         config.options.batch,
         reader.consumer.cached_info().config.max_ack_pending,
-    )
-    .min((ACK_ROOM / config.options.batch.max(1)).max(1));
+    );
+    // Every output of the batches in flight may wait, answered and
+    // unread, on the subscription of acknowledgements: they must fit.
+    let in_flight = pending_allows.min((ACK_ROOM / config.options.batch.max(1)).max(1));
     if in_flight < config.options.in_flight {
+        let why = if in_flight < pending_allows {
+            format!("their publish acknowledgements ({ACK_ROOM} at most) would not all fit")
+        } else {
+            "the durable consumer lets fewer wait for their acknowledgement (its \
+             max_ack_pending)"
+                .to_string()
+        };
         tracing::info!(
             in_flight,
-            "the durable consumer lets fewer than --in-flight batches of --batch messages \
-             wait for their acknowledgement (its max_ack_pending): {in_flight} batches in flight"
+            "fewer than --in-flight batches of --batch messages: {why}; {in_flight} batches \
+             in flight"
         );
     }
     let settings = queue::Settings {
@@ -1318,10 +1325,13 @@ impl<'a> queue::Adapter for Worker<'a> {
     /// room. Not an outage while the client is connected.
     fn fetch(&mut self, max: usize, wait: Duration) -> Result<Vec<Delivery>, NatsError> {
         let bytes = fetch_bytes(self.max_payload);
+        // A batch's acknowledgements must fit the subscription's buffer
+        // (with `run`'s cut of the batches in flight, all of theirs do).
         let max = match self.room.take() {
             Some(room) if wait.is_zero() => max.min(room),
             _ => max,
-        };
+        }
+        .min(ACK_ROOM);
         if max == 0 {
             return Ok(Vec::new());
         }

@@ -59,6 +59,7 @@ use serde_json::value::RawValue;
 #[cfg(test)]
 use sonic_rs::parser::Parser;
 
+use crate::engine::id::word_at;
 pub use crate::engine::id::{MessageId, RawId};
 
 use crate::engine::config::ConfigError;
@@ -1279,15 +1280,6 @@ struct Scan<'a> {
 /// Eight copies of a byte, for the word-at-a-time scans.
 const fn splat(byte: u8) -> u64 {
     u64::from_ne_bytes([byte; 8])
-}
-
-/// The eight bytes from `at` (which the caller has checked are there) as a
-/// word, the first byte lowest.
-#[inline(always)]
-fn word_at(bytes: &[u8], at: usize) -> u64 {
-    let mut word = [0; 8];
-    word.copy_from_slice(&bytes[at..at + 8]);
-    u64::from_le_bytes(word)
 }
 
 impl Scan<'_> {

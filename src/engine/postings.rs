@@ -468,9 +468,143 @@ fn next(at: usize, size: usize) -> usize {
 /// cells already dealt with, at the back: the pass reads and writes the
 /// table back to front, and few postings displace another.
 fn rehash_in_place(cells: &mut [u64], old_size: usize) {
-    let size = cells.len();
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the processor has AVX2, checked just above.
+        unsafe { avx2::rehash_in_place(cells, old_size) };
+        return;
+    }
+    rehash_in_place_with(cells, old_size, portable_in_use);
+}
+
+/// Cells a rehash looks at together: a cache line's.
+const BLOCK: usize = CELLS_PER_LINE;
+
+/// [`rehash_in_place`], finding the cells in use a block at a time with
+/// `in_use` (bit `i` set when cell `i` of the block holds a posting).
+///
+/// A table grows at a fifth of its cells in use, so four in five cells a
+/// rehash passes are empty: asked one by one, they cost more than moving
+/// the postings did (the loop, the bounds check, the load and the test for
+/// each). A block's mask is taken before any of its cells is dealt with,
+/// and cells change under it, but only in ways the cell-by-cell pass skips
+/// alike: a cell is emptied only as it is taken itself, and a cell filled
+/// below the one being taken is marked put (`put_below`), which taking
+/// tests first. So the postings move in the same order to the same cells
+/// as [`rehash_in_place_reference`] moves them.
+#[inline(always)]
+fn rehash_in_place_with(cells: &mut [u64], old_size: usize, in_use: impl Fn(&[u64; BLOCK]) -> u32) {
     // Cells put below the cell being taken: above it, every cell is either
     // put or empty, so these are the only ones a probe must ask about.
+    let mut put_below = vec![0u64; old_size.div_ceil(64)];
+    let blocks = old_size / BLOCK;
+    for from in (blocks * BLOCK..old_size).rev() {
+        take(cells, from, &mut put_below);
+    }
+    for block in (0..blocks).rev() {
+        let start = block * BLOCK;
+        let (whole, _) = cells[start..].as_chunks::<BLOCK>();
+        let Some(lanes) = whole.first() else {
+            return;
+        };
+        let mut mask = in_use(lanes);
+        // Last first, as the cell-by-cell pass takes them.
+        while mask != 0 {
+            let lane = 31 - mask.leading_zeros();
+            mask &= !(1 << lane);
+            take(cells, start + lane as usize, &mut put_below);
+        }
+    }
+}
+
+/// Whether cell `at` was put by the rehash (see [`rehash_in_place_with`]).
+#[inline(always)]
+fn is_put_below(put: &[u64], at: usize) -> bool {
+    put[at / 64] >> (at % 64) & 1 != 0
+}
+
+/// Takes the posting in cell `from`, if there is one still to move, and
+/// moves it, and each posting it displaces in turn, where an insert into
+/// the grown table would put it (see [`rehash_in_place`]).
+#[inline(always)]
+fn take(cells: &mut [u64], from: usize, put_below: &mut [u64]) {
+    let size = cells.len();
+    let mut moving = cells[from];
+    if moving == 0 || is_put_below(put_below, from) {
+        return;
+    }
+    cells[from] = 0;
+    loop {
+        let mut at = home(key_of(moving), size);
+        // Most postings: a home above `from`, and a run that ends before
+        // the table's end.
+        if at > from {
+            while at < size && cells[at] != 0 {
+                at += 1;
+            }
+            if at < size {
+                cells[at] = moving;
+                break;
+            }
+            at = 0;
+        }
+        while cells[at] != 0 && (at > from || is_put_below(put_below, at)) {
+            at = next(at, size);
+        }
+        // `from` itself is empty, so putting a posting there ends the
+        // chain, and every later cell taken lies below it.
+        if at < from {
+            put_below[at / 64] |= 1 << (at % 64);
+        }
+        let displaced = std::mem::replace(&mut cells[at], moving);
+        if displaced == 0 {
+            break;
+        }
+        moving = displaced;
+    }
+}
+
+/// The cells of `block` in use, one by one.
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+fn portable_in_use(block: &[u64; BLOCK]) -> u32 {
+    block
+        .iter()
+        .enumerate()
+        .fold(0, |mask, (i, &c)| mask | u32::from(c != 0) << i)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::BLOCK;
+    use std::arch::x86_64::*;
+
+    /// [`super::rehash_in_place`] with a block's cells in use found by two
+    /// compares of four cells each.
+    #[target_feature(enable = "avx2")]
+    pub(super) fn rehash_in_place(cells: &mut [u64], old_size: usize) {
+        super::rehash_in_place_with(cells, old_size, |block| in_use(block));
+    }
+
+    /// The cells of `block` in use (bit `i` for cell `i`).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    pub(super) fn in_use(block: &[u64; BLOCK]) -> u32 {
+        let lanes = block.as_ptr().cast::<__m256i>();
+        // SAFETY: `block` is eight cells, 64 bytes: two unaligned loads of
+        // 32 bytes read within it.
+        let (low, high) = unsafe { (_mm256_loadu_si256(lanes), _mm256_loadu_si256(lanes.add(1))) };
+        let zero = _mm256_setzero_si256();
+        let empty = |v| _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(v, zero))) as u32;
+        !(empty(low) | empty(high) << 4) & 0xff
+    }
+}
+
+/// The cell-by-cell rehash [`rehash_in_place_with`] must match, cell for
+/// cell.
+/// The rehash as it was before blocks (kept whole, not through [`take`]).
+#[cfg(test)]
+fn rehash_in_place_reference(cells: &mut [u64], old_size: usize) {
+    let size = cells.len();
     let mut put_below = vec![0u64; old_size.div_ceil(64)];
     let is_put_below = |put: &[u64], at: usize| put[at / 64] >> (at % 64) & 1 != 0;
     for from in (0..old_size).rev() {
@@ -481,8 +615,6 @@ fn rehash_in_place(cells: &mut [u64], old_size: usize) {
         cells[from] = 0;
         loop {
             let mut at = home(key_of(moving), size);
-            // Most postings: a home above `from`, and a run that ends before
-            // the table's end.
             if at > from {
                 while at < size && cells[at] != 0 {
                     at += 1;
@@ -496,8 +628,6 @@ fn rehash_in_place(cells: &mut [u64], old_size: usize) {
             while cells[at] != 0 && (at > from || is_put_below(&put_below, at)) {
                 at = next(at, size);
             }
-            // `from` itself is empty, so putting a posting there ends the
-            // chain, and every later cell taken lies below it.
             if at < from {
                 put_below[at / 64] |= 1 << (at % 64);
             }
@@ -731,6 +861,58 @@ mod tests {
             all.sort_unstable();
             held.sort_unstable();
             proptest::prop_assert_eq!(all, held);
+        }
+
+        /// Rehashing a block of cells at a time, through either way of
+        /// finding a block's cells in use, puts every posting in the cell
+        /// the cell-by-cell rehash puts it in: tables of any size (blocks
+        /// and a remainder), full to one cell, keys clustered so that runs
+        /// collide, displace and wrap round the end.
+        #[test]
+        fn rehashing_by_blocks_puts_each_posting_where_cell_by_cell_does(
+            old_size in 1usize..300,
+            grown_by in 1usize..300,
+            keys in proptest::collection::vec(proptest::num::u32::ANY, 0..300),
+            clustered in proptest::bool::ANY,
+        ) {
+            let mut cells = vec![0u64; old_size + grown_by];
+            for (n, &key) in keys.iter().take(old_size - 1).enumerate() {
+                let key = if clustered { key | 0xfff0_0000 } else { key };
+                let mut at = home(key, old_size);
+                while cells[at] != 0 {
+                    at = next(at, old_size);
+                }
+                cells[at] = cell(key, n as u32);
+            }
+            let mut expected = cells.clone();
+            rehash_in_place_reference(&mut expected, old_size);
+            let mut portable = cells.clone();
+            rehash_in_place_with(&mut portable, old_size, portable_in_use);
+            proptest::prop_assert_eq!(&portable, &expected);
+            // The dispatched one: AVX2 where the processor has it.
+            rehash_in_place(&mut cells, old_size);
+            proptest::prop_assert_eq!(&cells, &expected);
+        }
+
+        /// AVX2 finds the same cells of a block in use as asking them one
+        /// by one (a cell in use may hold zero in either half).
+        #[test]
+        fn avx2_finds_the_cells_in_use_one_by_one_finds(
+            lanes in proptest::collection::vec(
+                proptest::sample::select(vec![0u64, 1, 1 << 32, u64::MAX, 0x1234_5678_0000_0001]),
+                BLOCK,
+            ),
+        ) {
+            let mut block = [0u64; BLOCK];
+            block.copy_from_slice(&lanes);
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the processor has AVX2, checked just above.
+                let found = unsafe { avx2::in_use(&block) };
+                proptest::prop_assert_eq!(found, portable_in_use(&block));
+            }
+            let expected = lanes.iter().enumerate().filter(|(_, c)| **c != 0).fold(0u32, |m, (i, _)| m | 1 << i);
+            proptest::prop_assert_eq!(portable_in_use(&block), expected);
         }
 
         /// Any sequence of inserts and removes leaves exactly what a plain

@@ -2376,7 +2376,12 @@ mod tests {
     /// decoder and serde_json alone must give the same for every line,
     /// refusals included.
     fn outcome(decoder: &Decoder, line: &str, reader: Reader) -> String {
-        match decoder.decode_with(line.as_bytes(), reader) {
+        outcome_of_bytes(decoder, line.as_bytes(), reader)
+    }
+
+    /// [`outcome`] of a line of any bytes, UTF-8 or not.
+    fn outcome_of_bytes(decoder: &Decoder, line: &[u8], reader: Reader) -> String {
+        match decoder.decode_with(line, reader) {
             Ok(r) => format!(
                 "{:?} {:?} {:?} {:?} {:?} {:?}",
                 r.id, r.text, r.urls, r.splice, r.created_at, r.deletion
@@ -2748,8 +2753,56 @@ mod tests {
         proptest::collection::vec(member, 1..8).prop_map(|m| format!("{{{}}}", m.join(",")))
     }
 
+    /// Bytes put into a line by `bytes_anywhere_are_read_as_before`: ASCII,
+    /// UTF-8 of two to four bytes, and bytes no UTF-8 text has where they
+    /// land (a lone continuation byte, a lead byte cut short, 0xff).
+    fn put_in_bytes() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let piece = prop_oneof![
+            Just(b"a".to_vec()),
+            Just("é".as_bytes().to_vec()),
+            Just("…".as_bytes().to_vec()),
+            Just("😀".as_bytes().to_vec()),
+            Just(vec![0x80]),
+            Just(vec![0xbf]),
+            Just(vec![0xc3]),
+            Just(vec![0xe2, 0x80]),
+            Just(vec![0xf0, 0x9f, 0x98]),
+            Just(vec![0xed, 0xa0, 0x80]),
+            Just(vec![0xff]),
+            any::<u8>().prop_map(|b| vec![b]),
+        ];
+        proptest::collection::vec(piece, 1..4).prop_map(|p| p.concat())
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// A line is checked as UTF-8 only when the stops' classification
+        /// finds a byte that is not ASCII: with bytes of every kind put in
+        /// anywhere in a tweet, each decoder gives what checking every
+        /// line first (as before) and then decoding gives, refusal or
+        /// record, byte for byte; a removal is refused alike.
+        #[test]
+        fn bytes_anywhere_are_read_as_before(
+            line in tweet_line(),
+            at in proptest::prelude::any::<proptest::sample::Index>(),
+            put in put_in_bytes(),
+        ) {
+            let mut bytes = line.into_bytes();
+            let at = at.index(bytes.len() + 1);
+            bytes.splice(at..at, put);
+            for decoder in &decoders() {
+                let before = match utf8(&bytes) {
+                    Err(e) => format!("refused: {e:?}"),
+                    Ok(_) => outcome_of_bytes(decoder, &bytes, Reader::Serde),
+                };
+                proptest::prop_assert_eq!(outcome_of_bytes(decoder, &bytes, Reader::Fast), before);
+                if let Err(e) = utf8(&bytes) {
+                    proptest::prop_assert_eq!(decoder.decode_removal(&bytes).err(), Some(e));
+                }
+            }
+        }
 
         /// On random objects, and on them with a character put in, taken
         /// out or replaced (most of those are no JSON), the fast path and

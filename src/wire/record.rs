@@ -624,11 +624,26 @@ impl Decoder {
     /// [`Decoder::decode`], with the fast path or with a reference reader
     /// (what the tests compare the fast path with).
     fn decode_with<'a>(&self, line: &'a [u8], reader: Reader) -> Result<Record<'a>, InvalidReason> {
-        let text = utf8(line)?;
-        let mut captures = CAPTURES.take();
-        captures.clear();
-        let record = self.decode_str(text, &mut captures, reader, false);
-        CAPTURES.set(captures);
+        self.decode_line(line, reader, false)
+    }
+
+    /// A line's stops classified, its text checked as UTF-8 (only when the
+    /// classification found a byte that is not ASCII) and decoded.
+    fn decode_line<'a>(
+        &self,
+        line: &'a [u8],
+        reader: Reader,
+        removal: bool,
+    ) -> Result<Record<'a>, InvalidReason> {
+        let mut stops = STOPS.take();
+        let record = classified(line, &mut stops).and_then(|text| {
+            let mut captures = CAPTURES.take();
+            captures.clear();
+            let record = self.decode_str(text, &stops, &mut captures, reader, removal);
+            CAPTURES.set(captures);
+            record
+        });
+        STOPS.set(stops);
         record
     }
 
@@ -650,17 +665,13 @@ impl Decoder {
     /// message's is (or where a notice's is). The record is a
     /// [`Record::deletion`].
     pub fn decode_removal<'a>(&self, line: &'a [u8]) -> Result<Record<'a>, InvalidReason> {
-        let text = utf8(line)?;
-        let mut captures = CAPTURES.take();
-        captures.clear();
-        let record = self.decode_str(text, &mut captures, Reader::Fast, true);
-        CAPTURES.set(captures);
-        record
+        self.decode_line(line, Reader::Fast, true)
     }
 
     fn decode_str<'a>(
         &self,
         line: &'a str,
+        stops: &[u64],
         captures: &mut Vec<Capture>,
         reader: Reader,
         removal: bool,
@@ -671,7 +682,7 @@ impl Decoder {
         // whose verdict and words stand: errors read as they always did,
         // and a line the fast path would wrongly refuse is still read.
         let fast = match reader {
-            Reader::Fast => self.walk(line, captures, &mut shape),
+            Reader::Fast => self.walk(line, stops, captures, &mut shape),
             #[cfg(test)]
             Reader::Sonic => self.walk_with_sonic(line, captures, &mut shape),
             Reader::Serde => false,
@@ -799,21 +810,23 @@ impl Decoder {
 
     /// Walks `line` with the fast path ([`Walk`]); false when it refuses
     /// the line.
-    fn walk(&self, line: &str, captures: &mut Vec<Capture>, shape: &mut RootShape) -> bool {
-        let mut stops = STOPS.take();
-        stops::classify(line.as_bytes(), &mut stops);
+    fn walk(
+        &self,
+        line: &str,
+        stops: &[u64],
+        captures: &mut Vec<Capture>,
+        shape: &mut RootShape,
+    ) -> bool {
         let mut walk = Walk {
             scan: Scan {
                 bytes: line.as_bytes(),
-                stops: &stops,
+                stops,
                 at: 0,
             },
             line,
             captures,
         };
-        let read = walk.walked(&self.tree, 0, Some(shape)).is_ok() && walk.scan.space().is_none();
-        STOPS.set(stops);
-        read
+        walk.walked(&self.tree, 0, Some(shape)).is_ok() && walk.scan.space().is_none()
     }
 
     /// Walks `line` with sonic-rs's parser, if it may (see
@@ -950,6 +963,20 @@ fn lossy_json_str(literal: &str) -> Option<String> {
 /// The line as text, checked with SIMD where the processor has it: every
 /// byte of every line is checked, and the standard library's check (which
 /// skips ASCII a word at a time) cost a tweet-sized line 340 instructions.
+/// A line's stops classified into `stops` ([`stops::classify`]) and the
+/// line as text: checked as UTF-8 only when the classification met a byte
+/// that is not ASCII (ASCII is UTF-8), refused as [`utf8`] refuses it.
+fn classified<'a>(line: &'a [u8], stops: &mut Vec<u64>) -> Result<&'a str, InvalidReason> {
+    if stops::classify(line, stops) {
+        debug_assert!(line.is_ascii());
+        // SAFETY: `classify` found every byte of the line below 0x80, and
+        // ASCII text is UTF-8 (its tests hold that answer to `is_ascii`
+        // on every path).
+        return Ok(unsafe { std::str::from_utf8_unchecked(line) });
+    }
+    utf8(line)
+}
+
 fn utf8(line: &[u8]) -> Result<&str, InvalidReason> {
     simdutf8::compat::from_utf8(line).map_err(|e| InvalidReason::Utf8(e.valid_up_to()))
 }
@@ -2349,7 +2376,12 @@ mod tests {
     /// decoder and serde_json alone must give the same for every line,
     /// refusals included.
     fn outcome(decoder: &Decoder, line: &str, reader: Reader) -> String {
-        match decoder.decode_with(line.as_bytes(), reader) {
+        outcome_of_bytes(decoder, line.as_bytes(), reader)
+    }
+
+    /// [`outcome`] of a line of any bytes, UTF-8 or not.
+    fn outcome_of_bytes(decoder: &Decoder, line: &[u8], reader: Reader) -> String {
+        match decoder.decode_with(line, reader) {
             Ok(r) => format!(
                 "{:?} {:?} {:?} {:?} {:?} {:?}",
                 r.id, r.text, r.urls, r.splice, r.created_at, r.deletion
@@ -2371,7 +2403,9 @@ mod tests {
     fn takes_the_fast_path(decoder: &Decoder, line: &str) -> bool {
         let mut captures = Vec::new();
         let mut shape = RootShape::default();
-        decoder.walk(line, &mut captures, &mut shape)
+        let mut stops = Vec::new();
+        stops::classify(line.as_bytes(), &mut stops);
+        decoder.walk(line, &stops, &mut captures, &mut shape)
     }
 
     /// The fast path agrees with serde_json and with today's decoder (the
@@ -2580,7 +2614,12 @@ mod tests {
         ] {
             let mut captures = Vec::new();
             let mut shape = RootShape::default();
-            assert!(decoder.walk(line, &mut captures, &mut shape), "{line}");
+            let mut stops = Vec::new();
+            stops::classify(line.as_bytes(), &mut stops);
+            assert!(
+                decoder.walk(line, &stops, &mut captures, &mut shape),
+                "{line}"
+            );
             assert!(shape.object && !captures.is_empty());
             agrees(&decoder, line).unwrap_or_else(|e| panic!("{e}"));
         }
@@ -2714,8 +2753,56 @@ mod tests {
         proptest::collection::vec(member, 1..8).prop_map(|m| format!("{{{}}}", m.join(",")))
     }
 
+    /// Bytes put into a line by `bytes_anywhere_are_read_as_before`: ASCII,
+    /// UTF-8 of two to four bytes, and bytes no UTF-8 text has where they
+    /// land (a lone continuation byte, a lead byte cut short, 0xff).
+    fn put_in_bytes() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let piece = prop_oneof![
+            Just(b"a".to_vec()),
+            Just("é".as_bytes().to_vec()),
+            Just("…".as_bytes().to_vec()),
+            Just("😀".as_bytes().to_vec()),
+            Just(vec![0x80]),
+            Just(vec![0xbf]),
+            Just(vec![0xc3]),
+            Just(vec![0xe2, 0x80]),
+            Just(vec![0xf0, 0x9f, 0x98]),
+            Just(vec![0xed, 0xa0, 0x80]),
+            Just(vec![0xff]),
+            any::<u8>().prop_map(|b| vec![b]),
+        ];
+        proptest::collection::vec(piece, 1..4).prop_map(|p| p.concat())
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// A line is checked as UTF-8 only when the stops' classification
+        /// finds a byte that is not ASCII: with bytes of every kind put in
+        /// anywhere in a tweet, each decoder gives what checking every
+        /// line first (as before) and then decoding gives, refusal or
+        /// record, byte for byte; a removal is refused alike.
+        #[test]
+        fn bytes_anywhere_are_read_as_before(
+            line in tweet_line(),
+            at in proptest::prelude::any::<proptest::sample::Index>(),
+            put in put_in_bytes(),
+        ) {
+            let mut bytes = line.into_bytes();
+            let at = at.index(bytes.len() + 1);
+            bytes.splice(at..at, put);
+            for decoder in &decoders() {
+                let before = match utf8(&bytes) {
+                    Err(e) => format!("refused: {e:?}"),
+                    Ok(_) => outcome_of_bytes(decoder, &bytes, Reader::Serde),
+                };
+                proptest::prop_assert_eq!(outcome_of_bytes(decoder, &bytes, Reader::Fast), before);
+                if let Err(e) = utf8(&bytes) {
+                    proptest::prop_assert_eq!(decoder.decode_removal(&bytes).err(), Some(e));
+                }
+            }
+        }
 
         /// On random objects, and on them with a character put in, taken
         /// out or replaced (most of those are no JSON), the fast path and

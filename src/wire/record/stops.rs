@@ -21,41 +21,59 @@ fn is_stop(byte: u8) -> bool {
 
 /// Fills `masks` with one word per 64-byte block of `bytes`: bit `i` of
 /// word `b` set when byte `64 * b + i` is a stop ([`is_stop`]). Bytes past
-/// the end are not stops.
-pub(super) fn classify(bytes: &[u8], masks: &mut Vec<u64>) {
+/// the end are not stops. Returns whether every byte is ASCII: the pass
+/// reads every byte anyway, and a line found ASCII here needs no UTF-8
+/// check of its own.
+pub(super) fn classify(bytes: &[u8], masks: &mut Vec<u64>) -> bool {
     masks.clear();
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the processor has AVX2, the one feature
         // `avx2::classify` enables: checked just above.
-        unsafe { avx2::classify(bytes, masks) };
-        return;
+        return unsafe { avx2::classify(bytes, masks) };
     }
-    classify_with(bytes, masks, block_mask);
+    classify_with(bytes, masks, block_mask)
 }
 
-/// [`classify`], each block's mask computed by `block_mask`.
+/// [`classify`], each block's stops and high bits computed by
+/// `block_mask` (a block's second word is non-zero when one of its bytes
+/// is not ASCII).
 #[inline(always)]
-fn classify_with(bytes: &[u8], masks: &mut Vec<u64>, block_mask: impl Fn(&[u8; BLOCK]) -> u64) {
+fn classify_with(
+    bytes: &[u8],
+    masks: &mut Vec<u64>,
+    block_mask: impl Fn(&[u8; BLOCK]) -> (u64, u64),
+) -> bool {
+    let mut high = 0u64;
     let mut blocks = bytes.chunks_exact(BLOCK);
     for block in &mut blocks {
-        masks.push(block_mask(block.try_into().expect("64-byte chunk")));
+        let (stops, block_high) = block_mask(block.try_into().expect("64-byte chunk"));
+        masks.push(stops);
+        high |= block_high;
     }
-    masks.extend(last_block(bytes, block_mask));
+    if let Some((stops, block_high)) = last_block(bytes, block_mask) {
+        masks.push(stops);
+        high |= block_high;
+    }
+    high == 0
 }
 
-/// The mask of a line's last, partial block, if it has one. A line of 64
-/// bytes or more reads it as the last 64 bytes of the line, the mask
-/// shifted down past the bytes already counted (no copy into a padded
-/// block: a copy and a fill cost a line more than the block's mask).
+/// The stops and high bits of a line's last, partial block, if it has one.
+/// A line of 64 bytes or more reads it as the last 64 bytes of the line,
+/// the stops shifted down past the bytes already counted (no copy into a
+/// padded block: a copy and a fill cost a line more than the block's
+/// mask); the high bits are the window's, all of them the line's bytes.
 #[inline(always)]
-fn last_block(bytes: &[u8], block_mask: impl Fn(&[u8; BLOCK]) -> u64) -> Option<u64> {
+fn last_block(bytes: &[u8], block_mask: impl Fn(&[u8; BLOCK]) -> (u64, u64)) -> Option<(u64, u64)> {
     let rest = bytes.len() % BLOCK;
     if rest == 0 {
         return None;
     }
     Some(match bytes.last_chunk::<BLOCK>() {
-        Some(window) => block_mask(window) >> (BLOCK - rest),
+        Some(window) => {
+            let (stops, high) = block_mask(window);
+            (stops >> (BLOCK - rest), high)
+        }
         None => {
             let mut last = [b' '; BLOCK];
             last[..rest].copy_from_slice(bytes);
@@ -64,10 +82,10 @@ fn last_block(bytes: &[u8], block_mask: impl Fn(&[u8; BLOCK]) -> u64) -> Option<
     })
 }
 
-/// One block's stops.
+/// One block's stops, and a word non-zero when a byte of it is not ASCII.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn block_mask(block: &[u8; BLOCK]) -> u64 {
+fn block_mask(block: &[u8; BLOCK]) -> (u64, u64) {
     // SAFETY: SSE2, the one feature `sse2::block_mask` enables, is part of
     // the x86_64 baseline: every processor this code is compiled for has
     // it (the crate's own `engine::bitmap` relies on the same).
@@ -83,20 +101,17 @@ mod avx2 {
 
     /// [`super::classify`] with AVX2: thirty-two bytes a step.
     #[target_feature(enable = "avx2")]
-    pub(super) fn classify(bytes: &[u8], masks: &mut Vec<u64>) {
-        let mut blocks = bytes.chunks_exact(super::BLOCK);
-        for block in &mut blocks {
-            masks.push(block_mask(block.try_into().expect("64-byte chunk")));
-        }
+    pub(super) fn classify(bytes: &[u8], masks: &mut Vec<u64>) -> bool {
         // The closure inherits this function's AVX2, so `block_mask` is
         // inlined into it.
-        masks.extend(super::last_block(bytes, |block| block_mask(block)));
+        super::classify_with(bytes, masks, |block| block_mask(block))
     }
 
-    /// One block's stops, as [`super::sse2::block_mask`] finds them.
+    /// One block's stops and high bits, as [`super::sse2::block_mask`]
+    /// finds them.
     #[inline]
     #[target_feature(enable = "avx2")]
-    pub(super) fn block_mask(block: &[u8; super::BLOCK]) -> u64 {
+    pub(super) fn block_mask(block: &[u8; super::BLOCK]) -> (u64, u64) {
         let (lo, hi) = block.split_at(32);
         // SAFETY: each half is 32 bytes, what an unaligned 256-bit load
         // reads.
@@ -115,7 +130,10 @@ mod avx2 {
         };
         // Through `black_box`: seeing the two masks as one vector of 64
         // flags, LLVM rebuilt it byte by byte (thirty times the work).
-        u64::from(std::hint::black_box(stops(lo))) | u64::from(stops(hi)) << 32
+        let stops = u64::from(std::hint::black_box(stops(lo))) | u64::from(stops(hi)) << 32;
+        // A byte's top bit set: not ASCII.
+        let high = _mm256_movemask_epi8(_mm256_or_si256(lo, hi)) as u32;
+        (stops, u64::from(high))
     }
 }
 
@@ -123,15 +141,17 @@ mod avx2 {
 mod sse2 {
     use std::arch::x86_64::*;
 
-    /// One block's stops, sixteen bytes a step. SSE2 is part of x86_64's
-    /// baseline: it needs no detection, and is inlined where it is called.
+    /// One block's stops and high bits, sixteen bytes a step. SSE2 is part
+    /// of x86_64's baseline: it needs no detection, and is inlined where it
+    /// is called.
     #[inline]
     #[target_feature(enable = "sse2")]
-    pub(crate) fn block_mask(block: &[u8; super::BLOCK]) -> u64 {
+    pub(crate) fn block_mask(block: &[u8; super::BLOCK]) -> (u64, u64) {
         let quote = _mm_set1_epi8(b'"' as i8);
         let backslash = _mm_set1_epi8(b'\\' as i8);
         let below_space = _mm_set1_epi8(0x1f);
         let mut mask = 0u64;
+        let mut high = 0u64;
         for (i, lane) in block.chunks_exact(16).enumerate() {
             let lo = u64::from_le_bytes(lane[..8].try_into().expect("8 bytes"));
             let hi = u64::from_le_bytes(lane[8..].try_into().expect("8 bytes"));
@@ -143,8 +163,9 @@ mod sse2 {
                 control,
             );
             mask |= u64::from(_mm_movemask_epi8(stop) as u16) << (16 * i);
+            high |= lo | hi;
         }
-        mask
+        (mask, high & 0x8080_8080_8080_8080)
     }
 }
 
@@ -155,24 +176,27 @@ pub(super) mod portable {
         u64::from_ne_bytes([byte; 8])
     }
 
-    /// One block's stops, eight bytes a step: a byte's top bit flags it,
-    /// from sums that stay within their byte (seven low bits plus at most
-    /// 0x7f), and a multiply gathers the eight top bits into one byte.
+    /// One block's stops and high bits, eight bytes a step: a byte's top
+    /// bit flags it, from sums that stay within their byte (seven low bits
+    /// plus at most 0x7f), and a multiply gathers the eight top bits into
+    /// one byte.
     #[inline(always)]
-    pub(crate) fn block_mask(block: &[u8; super::BLOCK]) -> u64 {
+    pub(crate) fn block_mask(block: &[u8; super::BLOCK]) -> (u64, u64) {
         let low = splat(0x7f);
         // Top bit set when the byte is zero.
         let zero = |x: u64| !(((x & low).wrapping_add(low)) | x);
         let mut mask = 0u64;
+        let mut high = 0u64;
         for (i, lane) in block.chunks_exact(8).enumerate() {
             let word = u64::from_le_bytes(lane.try_into().expect("8 bytes"));
+            high |= word;
             let control = !(((word & low).wrapping_add(splat(0x80 - 0x20))) | word);
             let flagged =
                 (zero(word ^ splat(b'"')) | zero(word ^ splat(b'\\')) | control) & splat(0x80);
             let bits = flagged.wrapping_mul(0x0002_0408_1020_4081) >> 56;
             mask |= bits << (8 * i);
         }
-        mask
+        (mask, high & splat(0x80))
     }
 }
 
@@ -210,33 +234,55 @@ mod tests {
     proptest! {
         #[test]
         fn every_stop_and_only_stops_are_flagged(bytes in bytes()) {
+            let ascii = bytes.is_ascii();
             let mut masks = Vec::new();
-            classify(&bytes, &mut masks);
+            prop_assert_eq!(classify(&bytes, &mut masks), ascii);
             prop_assert_eq!(&masks, &by_bytes(&bytes));
             let mut portable = Vec::new();
+            let mut high = 0;
             for block in bytes.chunks(BLOCK) {
                 let mut padded = [b' '; BLOCK];
                 padded[..block.len()].copy_from_slice(block);
-                portable.push(portable::block_mask(&padded));
+                let (stops, block_high) = portable::block_mask(&padded);
+                portable.push(stops);
+                high |= block_high;
             }
             prop_assert_eq!(&portable, &by_bytes(&bytes));
+            prop_assert_eq!(high == 0, ascii);
             // The whole line through the portable masks: a last block
             // read as the line's last 64 bytes, or padded when shorter.
             let mut whole = Vec::new();
-            classify_with(&bytes, &mut whole, portable::block_mask);
+            prop_assert_eq!(classify_with(&bytes, &mut whole, portable::block_mask), ascii);
             prop_assert_eq!(&whole, &by_bytes(&bytes));
             #[cfg(target_arch = "x86_64")]
             {
                 let mut sse2 = Vec::new();
-                classify_with(&bytes, &mut sse2, block_mask);
+                prop_assert_eq!(classify_with(&bytes, &mut sse2, block_mask), ascii);
                 prop_assert_eq!(&sse2, &by_bytes(&bytes));
                 if std::arch::is_x86_feature_detected!("avx2") {
                     let mut avx2 = Vec::new();
                     // SAFETY: the processor has AVX2, checked just above.
-                    unsafe { avx2::classify(&bytes, &mut avx2) };
+                    let avx2_ascii = unsafe { avx2::classify(&bytes, &mut avx2) };
+                    prop_assert_eq!(avx2_ascii, ascii);
                     prop_assert_eq!(&avx2, &by_bytes(&bytes));
                 }
             }
+        }
+
+        /// One non-ASCII byte anywhere in an otherwise ASCII line, at
+        /// every length around the blocks' edges, is found by every path.
+        #[test]
+        fn one_high_byte_anywhere_is_found(len in 1usize..200, at in any::<prop::sample::Index>(), high in 0x80u8..=0xff) {
+            let mut bytes = vec![b'a'; len];
+            bytes[at.index(len)] = high;
+            let mut masks = Vec::new();
+            prop_assert!(!classify(&bytes, &mut masks));
+            prop_assert!(!classify_with(&bytes, &mut masks, portable::block_mask));
+            #[cfg(target_arch = "x86_64")]
+            prop_assert!(!classify_with(&bytes, &mut masks, block_mask));
+            bytes[at.index(len)] = b'~';
+            prop_assert!(classify(&bytes, &mut masks));
+            prop_assert!(classify_with(&bytes, &mut masks, portable::block_mask));
         }
     }
 }

@@ -116,22 +116,6 @@ impl Cells {
         unsafe { std::slice::from_raw_parts_mut(self.first, self.len) }
     }
 
-    /// The cells growing to `len` would add, `len` and past, while they lie
-    /// in the reservation (so growing there moves nothing); `None` past it.
-    /// They read as zero and nobody writes them until the cells grow over
-    /// them: a caller may only ask the kernel about their pages (see
-    /// [`super::hint::populate_in_background`]).
-    pub fn spare(&self, len: usize) -> Option<&[u64]> {
-        if len < self.len || len > self.capacity {
-            return None;
-        }
-        // SAFETY: the cells from `first` up to `capacity` lie inside `map`,
-        // which lives as long as `self`; the slice is past the cells in use,
-        // so no `as_mut_slice` overlaps it, and `grow`, which would make
-        // them cells in use, takes `self` mutably.
-        Some(unsafe { std::slice::from_raw_parts(self.first.add(self.len), len - self.len) })
-    }
-
     /// Grows to `len` cells, the new ones zero: in place when the
     /// reservation holds them, otherwise by moving into a new reservation
     /// for `reserve` cells. Returns whether it moved.
@@ -187,19 +171,6 @@ mod tests {
         assert_eq!(cells.as_slice()[3], 7);
         assert_eq!(cells.as_slice()[(1 << 19) - 1], 9);
         assert_eq!(cells.as_slice().iter().filter(|&&c| c != 0).count(), 2);
-    }
-
-    #[test]
-    fn spare_cells_are_those_growing_in_place_adds() {
-        let mut cells = Cells::new(16, 1 << 10);
-        let spare = cells.spare(64).expect("inside the reservation");
-        assert_eq!(spare.len(), 48);
-        assert_eq!(spare.as_ptr(), cells.as_slice().as_ptr().wrapping_add(16));
-        assert!(spare.iter().all(|&c| c == 0));
-        assert!(cells.spare(cells.capacity() + 1).is_none(), "past it");
-        assert!(cells.spare(8).is_none(), "below the cells in use");
-        cells.grow(64, 1 << 10);
-        assert_eq!(cells.spare(64).map(<[u64]>::len), Some(0));
     }
 
     #[test]

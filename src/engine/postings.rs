@@ -29,18 +29,10 @@
 //! zeroes only the added pages, never a copy of the old ones (on a virtual
 //! machine, at about 1 GB/s, the copies were a third of what a stream of
 //! 200,000 tweets had zeroed), and a full index holds no more than a table
-//! sized for it from the start.
-//!
-//! Nor does the deciding thread zero them: a growth of a megabyte or more
-//! is begun, not done, when the table reaches its load. A thread of its own
-//! faults the added pages in (see [`populate_in_background`]) while the
-//! table goes on at its old size, and the rehash comes a quarter of a
-//! growth's postings later ([`DEFERRED_GROWTH`]), by when the pages are
-//! there. When they are not yet, the rehash goes ahead anyway and faults in
-//! the rest itself. The rehash comes at a count of postings, never at a
-//! time, so where postings lie is the same on every run; and the table
-//! counts its cells from the growth's start ([`Postings::cells`]), so its
-//! memory accounting is that of growing at once.
+//! sized for it from the start. The rehash fills the table from the back, so
+//! a thread of its own faults the added pages in from the front (see
+//! [`populate_in_background`]): the deciding thread zeroes about half of
+//! them.
 
 use super::cells::Cells;
 use super::hint::{Populating, huge_pages, populate_in_background, prefetch};
@@ -75,15 +67,6 @@ const RESERVE_PAST_FULL_SIZE: usize = 2;
 /// 1 MiB. Smaller ones cost less to zero than a thread costs to start.
 const MIN_POPULATE_CELLS: usize = (1 << 20) / size_of::<u64>();
 
-/// Postings a begun growth waits for before its rehash, as a fraction of
-/// those at which it began. On `dev-200k` the deciding thread took a tenth
-/// of its time zeroing the pages of the rehashes it began itself
-/// (`docs/performance.md`); a quarter of a growth's postings, about
-/// `0.05 × size` of them, take the deciding thread longer than the kernel
-/// takes to zero the `8 × size` bytes added, and the old table, at a load
-/// of 0.25 at most, reads hardly longer runs meanwhile.
-const DEFERRED_GROWTH: usize = 4;
-
 /// The postings table.
 pub struct Postings {
     cells: Cells,
@@ -97,9 +80,6 @@ pub struct Postings {
     /// The thread faulting in the pages of `cells` since the last growth,
     /// joined before they are freed.
     populating: Option<Populating>,
-    /// The size a begun growth rehashes to when `len` reaches `grow_at`
-    /// (see [`Postings::begin_growth`]).
-    growing_to: Option<usize>,
 }
 
 impl Clone for Postings {
@@ -110,7 +90,6 @@ impl Clone for Postings {
             grow_at: self.grow_at,
             full_size: self.full_size,
             populating: None,
-            growing_to: self.growing_to,
         }
     }
 }
@@ -173,14 +152,12 @@ impl Postings {
             grow_at: grow_at(MIN_CELLS, full_size),
             full_size,
             populating: None,
-            growing_to: None,
         }
     }
 
-    /// Cells in the table now (for memory accounting: 8 bytes each),
-    /// counting those of a growth begun, whose pages are being faulted in.
+    /// Cells in the table now (for memory accounting: 8 bytes each).
     pub fn cells(&self) -> usize {
-        self.growing_to.unwrap_or(self.cells.len())
+        self.cells.len()
     }
 
     /// Cells of the table at its full size (see [`Postings::with_full_size`]).
@@ -336,9 +313,6 @@ impl Postings {
     /// the table ends the same size: only where the postings lie within
     /// their runs differs, which no lookup depends on.
     pub fn reserve(&mut self, total: usize) {
-        if let Some(size) = self.growing_to.take() {
-            self.grow_to(size, true);
-        }
         let mut size = self.cells.len();
         // Inserting with `len` held grows when `len >= grow_at`, so holding
         // `total` needs a size whose `grow_at` is at least `total`.
@@ -346,7 +320,7 @@ impl Postings {
             size = self.grown_size(size);
         }
         if size > self.cells.len() {
-            self.grow_to(size, false);
+            self.grow_to(size);
         }
     }
 
@@ -361,67 +335,22 @@ impl Postings {
     }
 
     /// Doubles the table, or grows it to its full size if that is nearer
-    /// (see [`Postings::grow_to`]), or begins to (see
-    /// [`Postings::begin_growth`]); or ends the growth begun. Out of line:
-    /// it is rare, and kept out of [`Postings::insert_capped`], which is
-    /// inlined.
+    /// (see [`Postings::grow_to`]). Out of line: it is rare, and kept out of
+    /// [`Postings::insert_capped`], which is inlined.
     #[cold]
     #[inline(never)]
     fn grow(&mut self) {
-        if let Some(size) = self.growing_to.take() {
-            self.grow_to(size, true);
-            return;
-        }
-        let size = self.grown_size(self.cells.len());
-        if !self.begin_growth(size) {
-            self.grow_to(size, false);
-        }
-    }
-
-    /// Begins growing to `size`: a thread faults in the cells it adds while
-    /// the table goes on at its size, and the rehash waits until the table
-    /// holds a [`DEFERRED_GROWTH`]th more postings. Only below the full
-    /// size (past it the table grows at a load of 0.8, with no room to
-    /// wait), in place, and for a megabyte or more of cells. Returns
-    /// whether it began.
-    fn begin_growth(&mut self, size: usize) -> bool {
-        let old_size = self.cells.len();
-        if old_size >= self.full_size || size - old_size < MIN_POPULATE_CELLS {
-            return false;
-        }
-        let Some(added) = self.cells.spare(size) else {
-            return false;
-        };
-        // The last growth's thread must be done before this one's starts:
-        // it was given a whole growth's postings to finish.
-        if let Some(populating) = self.populating.take() {
-            populating.join();
-        }
-        huge_pages(added);
-        self.populating = populate_in_background(added);
-        if self.populating.is_none() {
-            return false;
-        }
-        self.growing_to = Some(size);
-        self.grow_at = self.len + (self.len / DEFERRED_GROWTH).max(1);
-        true
+        self.grow_to(self.grown_size(self.cells.len()));
     }
 
     /// Grows the table to `size` cells in place (see [`Cells`]): only the
     /// added cells are new memory, and the postings are rehashed where they
     /// lie.
-    ///
-    /// `begun`: the growth was begun (see [`Postings::begin_growth`]), and
-    /// its thread faults the added pages in already.
-    fn grow_to(&mut self, size: usize, begun: bool) {
+    fn grow_to(&mut self, size: usize) {
         let old_size = self.cells.len();
-        // The last growth's thread must be done before the cells can move,
-        // or before another starts. A begun growth's thread may go on while
-        // its rehash runs: it never touches the cells' contents.
-        if !begun || size > self.cells.capacity() {
-            if let Some(populating) = self.populating.take() {
-                populating.join();
-            }
+        // The last growth's thread must be done before the cells can move.
+        if let Some(populating) = self.populating.take() {
+            populating.join();
         }
         self.cells.grow(size, size.saturating_mul(2));
         // The whole table: a huge page across the old end was not whole
@@ -430,7 +359,7 @@ impl Postings {
         let added = &self.cells.as_slice()[old_size..];
         // The rehash below fills the table from the back, so a thread of its
         // own faults the added pages in from the front: the two meet halfway.
-        if added.len() >= MIN_POPULATE_CELLS && self.populating.is_none() {
+        if added.len() >= MIN_POPULATE_CELLS {
             self.populating = populate_in_background(added);
         }
         self.grow_at = grow_at(size, self.full_size);
@@ -730,52 +659,6 @@ mod tests {
             assert_eq!(slots(&p, key(n)), [n + 300_000]);
         }
         assert_eq!(p.len(), 300_000);
-    }
-
-    /// A growth of a megabyte or more is begun when the table reaches its
-    /// load and rehashed a quarter of its postings later: meanwhile the
-    /// table counts the cells it will have, finds and removes from its old
-    /// cells, and after the rehash holds every posting. Counted cells follow
-    /// the rule of growing at once, insert by insert.
-    #[test]
-    fn a_begun_growth_counts_its_cells_and_rehashes_a_quarter_later() {
-        let mut p = Postings::with_capacity(2_000_000);
-        let key = |n: u32| n.wrapping_mul(0x9e37_79b1);
-        let mut size = MIN_CELLS;
-        let (mut begun_at, mut rehashed_at) = (Vec::new(), Vec::new());
-        for n in 0..400_000u32 {
-            let held = p.len();
-            if held >= grow_at(size, p.full_size()) {
-                size = p.grown_size(size);
-            }
-            let live = p.cells.len();
-            assert!(p.insert_capped(key(n), n, 8));
-            assert_eq!(p.cells(), size, "after {held} postings");
-            if p.cells.len() == live && p.cells() > live && p.growing_to.is_some() {
-                if begun_at.len() == rehashed_at.len() {
-                    begun_at.push(held);
-                    // The old cells answer while the new ones fault in.
-                    if n % 2 == 0 {
-                        p.remove(key(n), n);
-                        assert!(slots(&p, key(n)).is_empty());
-                        assert!(p.insert_capped(key(n), n, 8));
-                    }
-                    for m in (0..=n).step_by(97) {
-                        assert_eq!(slots(&p, key(m)), [m]);
-                    }
-                }
-            } else if p.cells.len() > live && live >= MIN_POPULATE_CELLS {
-                rehashed_at.push(held);
-            }
-        }
-        assert!(begun_at.len() >= 2, "began {begun_at:?}");
-        for (&begun, &rehashed) in begun_at.iter().zip(&rehashed_at) {
-            assert_eq!(rehashed, begun + begun / DEFERRED_GROWTH);
-        }
-        assert_eq!(p.len(), 400_000);
-        for n in (0..400_000u32).step_by(7) {
-            assert_eq!(slots(&p, key(n)), [n]);
-        }
     }
 
     #[test]

@@ -528,9 +528,9 @@ mod avx2 {
     }
 }
 
-/// The cell-by-cell rehash [`rehash_in_place_with`] must match, cell for
-/// cell.
-/// The rehash as it was before blocks (kept whole, not through [`take`]).
+/// The cell-by-cell rehash, as it was before blocks, that
+/// [`rehash_in_place_with`] must match cell for cell: kept whole, not
+/// written through [`take`], so that a fault in the shared part cannot hide.
 #[cfg(test)]
 fn rehash_in_place_reference(cells: &mut [u64], old_size: usize) {
     let size = cells.len();

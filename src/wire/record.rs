@@ -960,9 +960,6 @@ fn lossy_json_str(literal: &str) -> Option<String> {
     String::from_utf8(bytes).ok()
 }
 
-/// The line as text, checked with SIMD where the processor has it: every
-/// byte of every line is checked, and the standard library's check (which
-/// skips ASCII a word at a time) cost a tweet-sized line 340 instructions.
 /// A line's stops classified into `stops` ([`stops::classify`]) and the
 /// line as text: checked as UTF-8 only when the classification met a byte
 /// that is not ASCII (ASCII is UTF-8), refused as [`utf8`] refuses it.
@@ -977,6 +974,9 @@ fn classified<'a>(line: &'a [u8], stops: &mut Vec<u64>) -> Result<&'a str, Inval
     utf8(line)
 }
 
+/// The line as text, checked with SIMD where the processor has it: every
+/// byte of every line is checked, and the standard library's check (which
+/// skips ASCII a word at a time) cost a tweet-sized line 340 instructions.
 fn utf8(line: &[u8]) -> Result<&str, InvalidReason> {
     simdutf8::compat::from_utf8(line).map_err(|e| InvalidReason::Utf8(e.valid_up_to()))
 }

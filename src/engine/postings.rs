@@ -432,8 +432,8 @@ fn rehash_in_place_with(cells: &mut [u64], old_size: usize, in_use: impl Fn(&[u6
     }
     for block in (0..blocks).rev() {
         let start = block * BLOCK;
-        let (whole, _) = cells[start..].as_chunks::<BLOCK>();
-        let Some(lanes) = whole.first() else {
+        // Every block lies within the old cells, so a whole one is there.
+        let Some(lanes) = cells[start..].first_chunk::<BLOCK>() else {
             return;
         };
         let mut mask = in_use(lanes);

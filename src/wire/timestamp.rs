@@ -44,10 +44,56 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 
 /// A run of ASCII digits as a number.
 fn number(digits: &[u8]) -> Option<i64> {
-    if digits.is_empty() || digits.len() > 9 || !digits.iter().all(u8::is_ascii_digit) {
+    if digits.is_empty() || digits.len() > 9 {
         return None;
     }
-    Some(digits.iter().fold(0, |n, d| n * 10 + i64::from(d - b'0')))
+    // One pass, each byte checked as it is added.
+    let mut n = 0;
+    for &d in digits {
+        let d = d.wrapping_sub(b'0');
+        if d >= 10 {
+            return None;
+        }
+        n = n * 10 + i64::from(d);
+    }
+    Some(n)
+}
+
+/// Days in each month of a common year.
+const MONTH_DAYS: [u8; 12] = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+
+/// Two ASCII digits as a number: the fixed-width fields of both formats,
+/// read without the loop [`number`] needs for a run of any length.
+#[inline]
+fn two_digits(tens: u8, units: u8) -> Option<i64> {
+    let (tens, units) = (tens.wrapping_sub(b'0'), units.wrapping_sub(b'0'));
+    (tens < 10 && units < 10).then(|| i64::from(tens * 10 + units))
+}
+
+/// A month's English abbreviation (`Jan` to `Dec`, as Twitter v1.1 writes
+/// them) as its number; one comparison of a word per candidate rather
+/// than of three bytes.
+#[inline]
+fn month_number(name: [u8; 3]) -> Option<i64> {
+    const fn key(name: &[u8; 3]) -> u32 {
+        u32::from_le_bytes([name[0], name[1], name[2], 0])
+    }
+    let month = match key(&name) {
+        k if k == key(b"Jan") => 1,
+        k if k == key(b"Feb") => 2,
+        k if k == key(b"Mar") => 3,
+        k if k == key(b"Apr") => 4,
+        k if k == key(b"May") => 5,
+        k if k == key(b"Jun") => 6,
+        k if k == key(b"Jul") => 7,
+        k if k == key(b"Aug") => 8,
+        k if k == key(b"Sep") => 9,
+        k if k == key(b"Oct") => 10,
+        k if k == key(b"Nov") => 11,
+        k if k == key(b"Dec") => 12,
+        _ => return None,
+    };
+    Some(month)
 }
 
 /// Checks the ranges of a date and time and gives its milliseconds,
@@ -57,27 +103,12 @@ fn millis(
     (hour, minute, second, milli): (i64, i64, i64, i64),
     offset_minutes: i64,
 ) -> Option<i64> {
-    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-    let month_days = [
-        31,
-        if leap { 29 } else { 28 },
-        31,
-        30,
-        31,
-        30,
-        31,
-        31,
-        30,
-        31,
-        30,
-        31,
-    ];
-    if !(1..=12).contains(&month)
-        || !(1..=month_days[(month - 1) as usize]).contains(&day)
-        || hour > 23
-        || minute > 59
-        || second > 60
-    {
+    if !(1..=12).contains(&month) {
+        return None;
+    }
+    let leap_day = month == 2 && ((year % 4 == 0 && year % 100 != 0) || year % 400 == 0);
+    let month_days = i64::from(MONTH_DAYS[(month - 1) as usize]) + i64::from(leap_day);
+    if !(1..=month_days).contains(&day) || hour > 23 || minute > 59 || second > 60 {
         return None;
     }
     let seconds = days_from_civil(year, month, day) * 86_400 + hour * 3_600 + minute * 60 + second
@@ -88,7 +119,7 @@ fn millis(
 /// `HHMM` or `HH:MM` after a sign, as minutes.
 fn offset(sign: u8, rest: &[u8]) -> Option<i64> {
     let (hours, minutes) = match rest {
-        [h1, h2, b':', m1, m2] | [h1, h2, m1, m2] => (number(&[*h1, *h2])?, number(&[*m1, *m2])?),
+        [h1, h2, b':', m1, m2] | [h1, h2, m1, m2] => (two_digits(*h1, *h2)?, two_digits(*m1, *m2)?),
         _ => return None,
     };
     if hours > 23 || minutes > 59 {
@@ -105,29 +136,25 @@ fn offset(sign: u8, rest: &[u8]) -> Option<i64> {
 /// `Wed Oct 10 20:19:24 +0000 2018`. The weekday is not checked: it says
 /// nothing the date does not.
 fn parse_v1(b: &[u8]) -> Option<i64> {
-    const MONTHS: [&[u8; 3]; 12] = [
-        b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct", b"Nov",
-        b"Dec",
-    ];
-    if b.len() < 30 || b[3] != b' ' || b[7] != b' ' || b[10] != b' ' || b[19] != b' ' {
+    // Up to six digits of year: far enough, and no overflow below.
+    if !(30..=32).contains(&b.len()) {
+        return None;
+    }
+    if b[3] != b' ' || b[7] != b' ' || b[10] != b' ' || b[19] != b' ' {
         return None;
     }
     if b[13] != b':' || b[16] != b':' || b[25] != b' ' {
         return None;
     }
-    let month = MONTHS.iter().position(|m| m[..] == b[4..7])? as i64 + 1;
-    let day = number(&b[8..10])?;
+    let month = month_number([b[4], b[5], b[6]])?;
+    let day = two_digits(b[8], b[9])?;
     let time = (
-        number(&b[11..13])?,
-        number(&b[14..16])?,
-        number(&b[17..19])?,
+        two_digits(b[11], b[12])?,
+        two_digits(b[14], b[15])?,
+        two_digits(b[17], b[18])?,
         0,
     );
     let offset = offset(b[20], &b[21..25])?;
-    // Up to six digits: far enough, and no overflow below.
-    if b.len() > 32 {
-        return None;
-    }
     let year = number(&b[26..])?;
     millis((year, month, day), time, offset)
 }
@@ -141,11 +168,15 @@ fn parse_rfc3339(b: &[u8]) -> Option<i64> {
     if !matches!(b[10], b'T' | b't' | b' ') {
         return None;
     }
-    let date = (number(&b[..4])?, number(&b[5..7])?, number(&b[8..10])?);
+    let date = (
+        number(&b[..4])?,
+        two_digits(b[5], b[6])?,
+        two_digits(b[8], b[9])?,
+    );
     let (hour, minute, second) = (
-        number(&b[11..13])?,
-        number(&b[14..16])?,
-        number(&b[17..19])?,
+        two_digits(b[11], b[12])?,
+        two_digits(b[14], b[15])?,
+        two_digits(b[17], b[18])?,
     );
     let mut rest = &b[19..];
     let mut milli = 0;
@@ -173,6 +204,244 @@ fn parse_rfc3339(b: &[u8]) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// The parser as it was before the fixed-width fields were read two
+    /// digits at a time and the month by word: the property test's
+    /// reference.
+    mod reference {
+        use crate::engine::window::MAX_TIME;
+
+        pub fn parse_created_at(text: &str) -> Option<i64> {
+            let ms = parse_v1(text.as_bytes()).or_else(|| parse_rfc3339(text.as_bytes()))?;
+            Some(ms.clamp(0, MAX_TIME))
+        }
+
+        /// Days from 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's
+        /// `days_from_civil`).
+        fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+            let year = if month <= 2 { year - 1 } else { year };
+            let era = year.div_euclid(400);
+            let year_of_era = year - era * 400;
+            let month_index = (month + 9) % 12;
+            let day_of_year = (153 * month_index + 2) / 5 + day - 1;
+            let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+            era * 146_097 + day_of_era - 719_468
+        }
+
+        /// A run of ASCII digits as a number.
+        fn number(digits: &[u8]) -> Option<i64> {
+            if digits.is_empty() || digits.len() > 9 || !digits.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            Some(digits.iter().fold(0, |n, d| n * 10 + i64::from(d - b'0')))
+        }
+
+        /// Checks the ranges of a date and time and gives its milliseconds,
+        /// `offset_minutes` east of UTC.
+        fn millis(
+            (year, month, day): (i64, i64, i64),
+            (hour, minute, second, milli): (i64, i64, i64, i64),
+            offset_minutes: i64,
+        ) -> Option<i64> {
+            let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+            let month_days = [
+                31,
+                if leap { 29 } else { 28 },
+                31,
+                30,
+                31,
+                30,
+                31,
+                31,
+                30,
+                31,
+                30,
+                31,
+            ];
+            if !(1..=12).contains(&month)
+                || !(1..=month_days[(month - 1) as usize]).contains(&day)
+                || hour > 23
+                || minute > 59
+                || second > 60
+            {
+                return None;
+            }
+            let seconds =
+                days_from_civil(year, month, day) * 86_400 + hour * 3_600 + minute * 60 + second
+                    - offset_minutes * 60;
+            Some(seconds * 1_000 + milli)
+        }
+
+        /// `HHMM` or `HH:MM` after a sign, as minutes.
+        fn offset(sign: u8, rest: &[u8]) -> Option<i64> {
+            let (hours, minutes) = match rest {
+                [h1, h2, b':', m1, m2] | [h1, h2, m1, m2] => {
+                    (number(&[*h1, *h2])?, number(&[*m1, *m2])?)
+                }
+                _ => return None,
+            };
+            if hours > 23 || minutes > 59 {
+                return None;
+            }
+            let minutes = hours * 60 + minutes;
+            match sign {
+                b'+' => Some(minutes),
+                b'-' => Some(-minutes),
+                _ => None,
+            }
+        }
+
+        /// `Wed Oct 10 20:19:24 +0000 2018`. The weekday is not checked: it says
+        /// nothing the date does not.
+        fn parse_v1(b: &[u8]) -> Option<i64> {
+            const MONTHS: [&[u8; 3]; 12] = [
+                b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun", b"Jul", b"Aug", b"Sep", b"Oct",
+                b"Nov", b"Dec",
+            ];
+            if b.len() < 30 || b[3] != b' ' || b[7] != b' ' || b[10] != b' ' || b[19] != b' ' {
+                return None;
+            }
+            if b[13] != b':' || b[16] != b':' || b[25] != b' ' {
+                return None;
+            }
+            let month = MONTHS.iter().position(|m| m[..] == b[4..7])? as i64 + 1;
+            let day = number(&b[8..10])?;
+            let time = (
+                number(&b[11..13])?,
+                number(&b[14..16])?,
+                number(&b[17..19])?,
+                0,
+            );
+            let offset = offset(b[20], &b[21..25])?;
+            // Up to six digits: far enough, and no overflow below.
+            if b.len() > 32 {
+                return None;
+            }
+            let year = number(&b[26..])?;
+            millis((year, month, day), time, offset)
+        }
+
+        /// `2018-10-10T20:19:24.000Z`, `2018-10-10T22:19:24+02:00`, with or
+        /// without a fraction.
+        fn parse_rfc3339(b: &[u8]) -> Option<i64> {
+            if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[13] != b':' || b[16] != b':' {
+                return None;
+            }
+            if !matches!(b[10], b'T' | b't' | b' ') {
+                return None;
+            }
+            let date = (number(&b[..4])?, number(&b[5..7])?, number(&b[8..10])?);
+            let (hour, minute, second) = (
+                number(&b[11..13])?,
+                number(&b[14..16])?,
+                number(&b[17..19])?,
+            );
+            let mut rest = &b[19..];
+            let mut milli = 0;
+            if let [b'.', tail @ ..] = rest {
+                let digits = tail.iter().take_while(|c| c.is_ascii_digit()).count();
+                if digits == 0 {
+                    return None;
+                }
+                // Milliseconds: the first three digits, padded.
+                let mut first = [b'0'; 3];
+                for (slot, digit) in first.iter_mut().zip(&tail[..digits]) {
+                    *slot = *digit;
+                }
+                milli = number(&first)?;
+                rest = &tail[digits..];
+            }
+            let offset = match rest {
+                [b'Z' | b'z'] => 0,
+                [sign, tail @ ..] => offset(*sign, tail)?,
+                [] => return None,
+            };
+            millis(date, (hour, minute, second, milli), offset)
+        }
+    }
+
+    /// Valid times in either format, then one byte replaced by one of the
+    /// bytes a parser could take for another (digits' neighbours `/` and
+    /// `:`, separators, signs), or a piece cut off or added; and any short
+    /// string.
+    fn timestamp_like() -> impl Strategy<Value = String> {
+        const MONTHS: [&str; 12] = [
+            "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+        ];
+        let valid = (
+            0usize..12,
+            (1i64..32, 0i64..24, 0i64..60, 0i64..61),
+            (-1439i64..1440, 1960i64..2100, any::<bool>()),
+            prop::sample::select(vec!["", ".0", ".25", ".123456"]),
+        )
+            .prop_map(|(month, (day, hour, minute, second), (offset, year, v1), fraction)| {
+                let sign = if offset < 0 { '-' } else { '+' };
+                let (oh, om) = (offset.abs() / 60, offset.abs() % 60);
+                if v1 {
+                    format!(
+                        "Wed {} {day:02} {hour:02}:{minute:02}:{second:02} {sign}{oh:02}{om:02} {year}",
+                        MONTHS[month]
+                    )
+                } else {
+                    format!(
+                        "{year}-{:02}-{day:02}T{hour:02}:{minute:02}:{second:02}{fraction}{sign}{oh:02}:{om:02}",
+                        month + 1
+                    )
+                }
+            });
+        let mutated = (
+            valid,
+            any::<prop::sample::Index>(),
+            prop::sample::select(vec![
+                b'/', b':', b'0', b'9', b' ', b'x', b'+', b'-', b'T', b'Z', b'.',
+            ]),
+            0u8..4,
+        )
+            .prop_map(|(text, at, byte, how)| {
+                let mut bytes = text.into_bytes();
+                let at = at.index(bytes.len());
+                match how {
+                    0 => bytes[at] = byte,
+                    1 => bytes.truncate(at),
+                    2 => bytes.insert(at, byte),
+                    _ => {}
+                }
+                String::from_utf8(bytes).unwrap_or_default()
+            });
+        prop_oneof![4 => mutated, 1 => ".{0,40}"]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+        #[test]
+        fn every_string_is_read_as_before(text in timestamp_like()) {
+            prop_assert_eq!(parse_created_at(&text), reference::parse_created_at(&text), "{:?}", text);
+        }
+
+        #[test]
+        fn every_valid_v1_time_is_read_as_before(
+            month in 0usize..12,
+            day in 0i64..33,
+            hour in 0i64..25,
+            minute in 0i64..61,
+            second in 0i64..62,
+            offset in -1500i64..1500,
+            year in 0i64..1_000_000,
+        ) {
+            const MONTHS: [&str; 12] = [
+                "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+            ];
+            let sign = if offset < 0 { '-' } else { '+' };
+            let text = format!(
+                "Sat {} {day:02} {hour:02}:{minute:02}:{second:02} {sign}{:04} {year:04}",
+                MONTHS[month],
+                offset.abs()
+            );
+            let parsed = parse_created_at(&text);
+            prop_assert_eq!(parsed, reference::parse_created_at(&text), "{}", text);
+        }
+    }
 
     #[test]
     fn both_formats_give_the_same_instant() {
@@ -192,6 +461,14 @@ mod tests {
             parse_created_at("2000-02-29T00:00:00Z"),
             Some(951_782_400_000)
         );
+        assert_eq!(
+            parse_created_at("Tue Feb 29 00:00:00 +0000 2000"),
+            Some(951_782_400_000)
+        );
+        assert_eq!(
+            parse_created_at("Thu Feb 29 12:00:00 +0000 2024"),
+            parse_created_at("2024-02-29T12:00:00Z")
+        );
     }
 
     #[test]
@@ -202,6 +479,9 @@ mod tests {
             "2018-10-10",
             "2018-13-10T20:19:24Z",
             "2019-02-29T00:00:00Z",
+            "1900-02-29T00:00:00Z",
+            "Mon Feb 29 00:00:00 +0000 2100",
+            "Wed Apr 31 00:00:00 +0000 2018",
             "2018-10-10T25:19:24Z",
             "2018-10-10T20:19:24",
             "2018-10-10T20:19:24.Z",

@@ -649,8 +649,8 @@ const VERIFIER_CELLS: usize = 1 << 12;
 /// path.
 #[derive(Debug)]
 pub struct Verifier {
-    /// The cells; those below `1 << bits` are in use, each holding a
-    /// shingle of the set or `empty`.
+    /// The cells; those below `1 << bits` are in use. Every cell holds a
+    /// shingle of the set (those listed in `used`) or `empty`.
     table: Box<[u32]>,
     /// Cells in use: `1 << bits`.
     bits: u32,
@@ -719,7 +719,11 @@ impl Verifier {
         // At most 1/16 of the cells in use taken, fewer for small sets:
         // most lookups of a shingle the set lacks end on their first cell.
         let bits = (set.len().next_power_of_two().trailing_zeros() + 4).clamp(6, 12);
-        if bits != self.bits || set.binary_search(&self.empty).is_ok() {
+        // Every cell but those just emptied already holds `empty`, so a new
+        // size needs no fill (measured: 6 lay-outs in 10 changed size, and
+        // the fill was ~70% of a lay-out); only a set holding `empty` needs a
+        // new mark, written to the whole table to keep that true.
+        if set.binary_search(&self.empty).is_ok() {
             // The smallest value the set lacks (it is sorted).
             let mut empty = 0u32;
             for &s in set {
@@ -729,9 +733,9 @@ impl Verifier {
                 empty += 1;
             }
             self.empty = empty;
-            self.bits = bits;
-            self.table[..1 << bits].fill(empty);
+            self.table.fill(empty);
         }
+        self.bits = bits;
         let mask = (1usize << bits) - 1;
         for &s in set {
             let mut at = self.cell(s);

@@ -719,10 +719,10 @@ impl Verifier {
         // At most 1/16 of the cells in use taken, fewer for small sets:
         // most lookups of a shingle the set lacks end on their first cell.
         let bits = (set.len().next_power_of_two().trailing_zeros() + 4).clamp(6, 12);
-        // Every cell but those just emptied already holds `empty`, so a new
-        // size needs no fill (measured: 6 lay-outs in 10 changed size, and
-        // the fill was ~70% of a lay-out); only a set holding `empty` needs a
-        // new mark, written to the whole table to keep that true.
+        // Every cell holds `empty` once the last set's are emptied, so a new
+        // size needs no fill (6 lay-outs in 10 change size); only a set
+        // holding `empty` needs a new mark, written to the whole table to
+        // keep that true.
         if set.binary_search(&self.empty).is_ok() {
             // The smallest value the set lacks (it is sorted).
             let mut empty = 0u32;

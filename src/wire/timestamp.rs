@@ -71,29 +71,24 @@ fn two_digits(tens: u8, units: u8) -> Option<i64> {
 }
 
 /// A month's English abbreviation (`Jan` to `Dec`, as Twitter v1.1 writes
-/// them) as its number; one comparison of a word per candidate rather
-/// than of three bytes.
+/// them) as its number.
 #[inline]
 fn month_number(name: [u8; 3]) -> Option<i64> {
-    const fn key(name: &[u8; 3]) -> u32 {
-        u32::from_le_bytes([name[0], name[1], name[2], 0])
-    }
-    let month = match key(&name) {
-        k if k == key(b"Jan") => 1,
-        k if k == key(b"Feb") => 2,
-        k if k == key(b"Mar") => 3,
-        k if k == key(b"Apr") => 4,
-        k if k == key(b"May") => 5,
-        k if k == key(b"Jun") => 6,
-        k if k == key(b"Jul") => 7,
-        k if k == key(b"Aug") => 8,
-        k if k == key(b"Sep") => 9,
-        k if k == key(b"Oct") => 10,
-        k if k == key(b"Nov") => 11,
-        k if k == key(b"Dec") => 12,
+    Some(match &name {
+        b"Jan" => 1,
+        b"Feb" => 2,
+        b"Mar" => 3,
+        b"Apr" => 4,
+        b"May" => 5,
+        b"Jun" => 6,
+        b"Jul" => 7,
+        b"Aug" => 8,
+        b"Sep" => 9,
+        b"Oct" => 10,
+        b"Nov" => 11,
+        b"Dec" => 12,
         _ => return None,
-    };
-    Some(month)
+    })
 }
 
 /// Checks the ranges of a date and time and gives its milliseconds,

@@ -651,7 +651,7 @@ const VERIFIER_CELLS: usize = 1 << 12;
 pub struct Verifier {
     /// The cells; those below `1 << bits` are in use. Every cell holds a
     /// shingle of the set (those listed in `used`) or `empty`.
-    table: Box<[u32]>,
+    table: Box<[u32; VERIFIER_CELLS]>,
     /// Cells in use: `1 << bits`.
     bits: u32,
     /// A value that is not a shingle of the set: the mark of an empty cell.
@@ -684,7 +684,7 @@ impl Verifier {
     /// A verifier with no set loaded.
     pub fn new() -> Verifier {
         Verifier {
-            table: vec![0; VERIFIER_CELLS].into_boxed_slice(),
+            table: Box::new([0; VERIFIER_CELLS]),
             bits: 0,
             empty: 0,
             used: Vec::new(),
@@ -712,8 +712,10 @@ impl Verifier {
     #[inline(never)]
     fn lay_out(&mut self, set: &[u32]) {
         self.laid_out = true;
+        // Cells are masked with the table's own size (a no-op: they are
+        // below `1 << bits`), so that no index is bound-checked.
         for &cell in &self.used {
-            self.table[cell as usize] = self.empty;
+            self.table[cell as usize & (VERIFIER_CELLS - 1)] = self.empty;
         }
         self.used.clear();
         // At most 1/16 of the cells in use taken, fewer for small sets:
@@ -737,14 +739,17 @@ impl Verifier {
         }
         self.bits = bits;
         let mask = (1usize << bits) - 1;
-        for &s in set {
-            let mut at = self.cell(s);
-            while self.table[at] != self.empty {
+        let (table, empty) = (&mut self.table, self.empty);
+        let shift = 32 - bits;
+        // Extended from a mapped slice: room is made once, not per shingle.
+        self.used.extend(set.iter().map(|&s| {
+            let mut at = (s.wrapping_mul(CELL_MULTIPLIER) >> shift) as usize;
+            while table[at & (VERIFIER_CELLS - 1)] != empty {
                 at = (at + 1) & mask;
             }
-            self.table[at] = s;
-            self.used.push(at as u32);
-        }
+            table[at & (VERIFIER_CELLS - 1)] = s;
+            at as u32
+        }));
     }
 
     /// The home cell of a shingle.

@@ -1479,128 +1479,9 @@ impl Scan<'_> {
     }
 
     /// A whole value, at its first byte (whitespace skipped), containers
-    /// and all: a container first tried as compact JSON
-    /// ([`Scan::skip_compact`]), and scanned again token by token
-    /// ([`Scan::skip_by_tokens`]) when that says no, so what is accepted
-    /// and what is refused are the token scan's.
+    /// and all, without recursion: the open containers are bits of one
+    /// word, 1 for an object.
     fn skip(&mut self) -> Result<(), Refused> {
-        let start = self.at;
-        if matches!(self.bytes.get(start), Some(b'{' | b'[')) {
-            if let Some(end) = self.skip_compact(start) {
-                self.at = end;
-                return Ok(());
-            }
-            self.at = start;
-        }
-        self.skip_by_tokens()
-    }
-
-    /// A container in compact JSON (no whitespace between its tokens), at
-    /// its opening bracket: the offset just past its end, or `None` for
-    /// anything else (whitespace, anything [`Scan::skip_by_tokens`] would
-    /// refuse, nesting past [`Scan::MAX_DEPTH`]). It accepts a subset of
-    /// what that scan accepts, and ends where it ends, in fewer steps a
-    /// token: no whitespace test before each, a key's closing quote and
-    /// colon compared as one pair of bytes, the offset kept in a local.
-    fn skip_compact(&mut self, mut at: usize) -> Option<usize> {
-        let bytes = self.bytes;
-        let mut open = 0u64;
-        let mut depth = 0u32;
-        'value: loop {
-            match *bytes.get(at)? {
-                b'"' => at = self.string_end(at + 1)?,
-                b'{' => match *bytes.get(at + 1)? {
-                    b'}' => at += 2,
-                    b'"' if depth < Self::MAX_DEPTH => {
-                        open = open << 1 | 1;
-                        depth += 1;
-                        at = self.key_end(at + 1)?;
-                        continue 'value;
-                    }
-                    _ => return None,
-                },
-                b'[' => match *bytes.get(at + 1)? {
-                    b']' => at += 2,
-                    _ if depth < Self::MAX_DEPTH => {
-                        open <<= 1;
-                        depth += 1;
-                        at += 1;
-                        continue 'value;
-                    }
-                    _ => return None,
-                },
-                b'-' | b'0'..=b'9' => {
-                    self.at = at;
-                    self.number().ok()?;
-                    at = self.at;
-                }
-                b't' => at = Self::literal_end(bytes, at, b"true")?,
-                b'f' => at = Self::literal_end(bytes, at, b"false")?,
-                b'n' => at = Self::literal_end(bytes, at, b"null")?,
-                _ => return None,
-            }
-            // After a value: close what it ends, until a comma calls for
-            // the next.
-            loop {
-                if depth == 0 {
-                    return Some(at);
-                }
-                let object = open & 1 == 1;
-                match *bytes.get(at)? {
-                    b',' if object => {
-                        if *bytes.get(at + 1)? != b'"' {
-                            return None;
-                        }
-                        at = self.key_end(at + 1)?;
-                        continue 'value;
-                    }
-                    b',' => {
-                        at += 1;
-                        continue 'value;
-                    }
-                    b'}' if object => {}
-                    b']' if !object => {}
-                    _ => return None,
-                }
-                at += 1;
-                open >>= 1;
-                depth -= 1;
-            }
-        }
-    }
-
-    /// The offset past a string's closing quote, the string's rest starting
-    /// at `from`: its escapes checked as [`Scan::string`] checks them.
-    #[inline(always)]
-    fn string_end(&mut self, from: usize) -> Option<usize> {
-        let stop = self.next_stop(from)?;
-        if self.bytes.get(stop) == Some(&b'"') {
-            return Some(stop + 1);
-        }
-        self.string_from(stop).ok()?;
-        Some(self.at)
-    }
-
-    /// The offset past a key's colon, the key at its opening quote `quote`
-    /// and the colon right after its closing one.
-    #[inline(always)]
-    fn key_end(&mut self, quote: usize) -> Option<usize> {
-        let end = self.string_end(quote + 1)?;
-        (self.bytes.get(end) == Some(&b':')).then_some(end + 1)
-    }
-
-    /// The offset past `word` (`true`, `false`, `null`) if it lies at `at`.
-    #[inline(always)]
-    fn literal_end(bytes: &[u8], at: usize, word: &[u8]) -> Option<usize> {
-        bytes
-            .get(at..)?
-            .starts_with(word)
-            .then_some(at + word.len())
-    }
-
-    /// [`Scan::skip`] token by token, whitespace allowed: the open
-    /// containers are bits of one word, 1 for an object.
-    fn skip_by_tokens(&mut self) -> Result<(), Refused> {
         let mut open = 0u64;
         let mut depth = 0u32;
         'value: loop {
@@ -2578,7 +2459,7 @@ mod tests {
                         format!(r#"{{"id_str":"1","text":"{run}{end}}}"#),
                         format!(r#"{{"id_str":"1","skip":"{run}{end},"text":"t"}}"#),
                         format!(r#"{{"{run}{end}:1,"id_str":"1","text":"t"}}"#),
-                        // Inside a container skipped whole (`Scan::skip_compact`).
+                        // Inside a container skipped whole (`Scan::skip`).
                         format!(r#"{{"id_str":"1","user":{{"a":[1,"{run}{end}]}},"text":"t"}}"#),
                         format!(r#"{{"id_str":"1","user":[{{"{run}{end}:true}}],"text":"t"}}"#),
                     ] {
@@ -2627,21 +2508,6 @@ mod tests {
         for decoder in decoders() {
             check(&decoder.tree);
         }
-    }
-
-    /// Whether JSON text has whitespace outside its strings.
-    fn spaced_between_tokens(text: &str) -> bool {
-        let (mut in_string, mut escaped) = (false, false);
-        for b in text.bytes() {
-            match (in_string, escaped, b) {
-                (true, true, _) => escaped = false,
-                (true, false, b'\\') => escaped = true,
-                (true, false, b'"') | (false, _, b'"') => in_string = !in_string,
-                (false, _, b' ' | b'\n' | b'\t' | b'\r') => return true,
-                _ => {}
-            }
-        }
-        false
     }
 
     /// `line` with a character put in, taken out or replaced.
@@ -2986,73 +2852,41 @@ mod tests {
             }
         }
 
-        /// A container skipped as compact JSON (`Scan::skip_compact`) ends
-        /// where the token scan (`Scan::skip_by_tokens`) ends it, or says
-        /// no: on random values, spaced or compact, with a character put
-        /// in, taken out or replaced (a missing comma, a bad literal, an
-        /// unbalanced bracket, a control character in a string), at every
-        /// offset around a 64-byte block's edge. And it says no only where
-        /// the token scan refuses, or where whitespace lies between tokens,
-        /// or the value nests deeper than the scan's limit.
-        #[test]
-        fn compact_skips_end_where_the_token_scan_ends(
-            value in json_value(),
-            edit in proptest::option::of(edit()),
-            pad in 0usize..80,
-        ) {
-            let value = match edit {
-                Some(edit) => edited(value, edit),
-                None => value,
-            };
-            let line = format!("{}{value}", " ".repeat(pad));
-            let mut stops = Vec::new();
-            stops::classify(line.as_bytes(), &mut stops);
-            let scan = || Scan { bytes: line.as_bytes(), stops: &stops, at: pad };
-            let by_tokens = {
-                let mut scan = scan();
-                scan.skip_by_tokens().ok().map(|()| scan.at)
-            };
-            let compact = if matches!(line.as_bytes().get(pad), Some(b'{' | b'[')) {
-                scan().skip_compact(pad)
-            } else {
-                None
-            };
-            if let Some(end) = compact {
-                proptest::prop_assert_eq!(Some(end), by_tokens, "{}", line);
-            }
-            let mut skipped = scan();
-            proptest::prop_assert_eq!(skipped.skip().ok().map(|()| skipped.at), by_tokens);
-            if let Some(end) = by_tokens
-                && compact.is_none()
-                && matches!(line.as_bytes().get(pad), Some(b'{' | b'['))
-            {
-                let taken = &line[pad..end];
-                let openings = taken.bytes().filter(|&b| b == b'{' || b == b'[').count();
-                proptest::prop_assert!(
-                    spaced_between_tokens(taken) || openings > Scan::MAX_DEPTH as usize,
-                    "compact JSON not skipped whole: {}",
-                    taken
-                );
-            }
-        }
-
         /// Unwanted containers a tweet holds (`user`, `entities.hashtags`)
         /// holding any value, at any offset, with one edit or bytes of any
-        /// kind (a control byte, invalid UTF-8) put in inside them: the
+        /// kind (a control byte, invalid UTF-8) put in inside them, or one
+        /// bracket, comma, colon or quote swapped for another: the
         /// fast path reads the line as serde_json does, refusal included,
         /// byte for byte.
         #[test]
         fn skipped_containers_are_read_as_serde_json_reads_them(
             value in json_value(),
             edit in proptest::option::of(edit()),
+            swap in proptest::option::of((
+                proptest::prelude::any::<proptest::sample::Index>(),
+                proptest::sample::select(vec![b'{', b'}', b'[', b']', b',', b':', b'"']),
+            )),
             put in proptest::option::of(put_in_bytes()),
             at in proptest::prelude::any::<proptest::sample::Index>(),
             pad in 0usize..80,
         ) {
-            let value = match edit {
+            let mut value = match edit {
                 Some(edit) => edited(value, edit),
                 None => value,
             };
+            // One structural byte swapped for another (an object closed by
+            // `]`, a comma for a colon): an edit anywhere seldom hits one.
+            let structural: Vec<usize> = value
+                .bytes()
+                .enumerate()
+                .filter(|&(_, b)| b"{}[],:\"".contains(&b))
+                .map(|(i, _)| i)
+                .collect();
+            if let (Some((which, with)), false) = (swap, structural.is_empty()) {
+                let mut bytes = value.into_bytes();
+                bytes[structural[which.index(structural.len())]] = with;
+                value = String::from_utf8(bytes).expect("an ASCII byte for an ASCII byte");
+            }
             let run = "p".repeat(pad);
             let line = format!(
                 r#"{{"pad":"{run}","user":{{"v":{value}}},"id_str":"5","entities":{{"hashtags":[{value}],"urls":[]}},"text":"t"}}"#

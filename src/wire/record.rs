@@ -2459,6 +2459,9 @@ mod tests {
                         format!(r#"{{"id_str":"1","text":"{run}{end}}}"#),
                         format!(r#"{{"id_str":"1","skip":"{run}{end},"text":"t"}}"#),
                         format!(r#"{{"{run}{end}:1,"id_str":"1","text":"t"}}"#),
+                        // Inside a container skipped whole (`Scan::skip`).
+                        format!(r#"{{"id_str":"1","user":{{"a":[1,"{run}{end}]}},"text":"t"}}"#),
+                        format!(r#"{{"id_str":"1","user":[{{"{run}{end}:true}}],"text":"t"}}"#),
                     ] {
                         agrees(&decoder, &line).unwrap();
                     }
@@ -2846,6 +2849,64 @@ mod tests {
                     proptest::prop_assert_eq!(read, expected);
                 }
                 None => proptest::prop_assert!(has_u),
+            }
+        }
+
+        /// Unwanted containers a tweet holds (`user`, `entities.hashtags`)
+        /// holding any value, at any offset, with one edit or bytes of any
+        /// kind (a control byte, invalid UTF-8) put in inside them, or one
+        /// bracket, comma, colon or quote swapped for another: the
+        /// fast path reads the line as serde_json does, refusal included,
+        /// byte for byte.
+        #[test]
+        fn skipped_containers_are_read_as_serde_json_reads_them(
+            value in json_value(),
+            edit in proptest::option::of(edit()),
+            swap in proptest::option::of((
+                proptest::prelude::any::<proptest::sample::Index>(),
+                proptest::sample::select(vec![b'{', b'}', b'[', b']', b',', b':', b'"']),
+            )),
+            put in proptest::option::of(put_in_bytes()),
+            at in proptest::prelude::any::<proptest::sample::Index>(),
+            pad in 0usize..80,
+        ) {
+            let mut value = match edit {
+                Some(edit) => edited(value, edit),
+                None => value,
+            };
+            // One structural byte swapped for another (an object closed by
+            // `]`, a comma for a colon): an edit anywhere seldom hits one.
+            let structural: Vec<usize> = value
+                .bytes()
+                .enumerate()
+                .filter(|&(_, b)| b"{}[],:\"".contains(&b))
+                .map(|(i, _)| i)
+                .collect();
+            if let (Some((which, with)), false) = (swap, structural.is_empty()) {
+                let mut bytes = value.into_bytes();
+                bytes[structural[which.index(structural.len())]] = with;
+                value = String::from_utf8(bytes).expect("an ASCII byte for an ASCII byte");
+            }
+            let run = "p".repeat(pad);
+            let line = format!(
+                r#"{{"pad":"{run}","user":{{"v":{value}}},"id_str":"5","entities":{{"hashtags":[{value}],"urls":[]}},"text":"t"}}"#
+            );
+            for decoder in &decoders() {
+                agrees(decoder, &line).map_err(proptest::test_runner::TestCaseError::fail)?;
+            }
+            if let Some(put) = put {
+                // Inside the `user` object's value.
+                let start = line.find(r#""v":"#).expect("the member") + 4;
+                let at = start + at.index(value.len() + 1);
+                let mut bytes = line.into_bytes();
+                bytes.splice(at..at, put);
+                for decoder in &decoders() {
+                    let before = match utf8(&bytes) {
+                        Err(e) => format!("refused: {e:?}"),
+                        Ok(_) => outcome_of_bytes(decoder, &bytes, Reader::Serde),
+                    };
+                    proptest::prop_assert_eq!(outcome_of_bytes(decoder, &bytes, Reader::Fast), before);
+                }
             }
         }
 

@@ -680,6 +680,13 @@ impl Default for Verifier {
 /// them mark the shingle's kind (see [`super::shingle::tag_width`]).
 const CELL_MULTIPLIER: u32 = 0x9e37_79b1;
 
+/// The home cell of shingle `s` in a [`Verifier`]'s table of `1 << bits`
+/// cells (the AVX2 count computes it eight at a time, alike).
+#[inline(always)]
+fn home_cell(s: u32, bits: u32) -> usize {
+    (s.wrapping_mul(CELL_MULTIPLIER) >> (32 - bits)) as usize
+}
+
 impl Verifier {
     /// A verifier with no set loaded.
     pub fn new() -> Verifier {
@@ -740,10 +747,9 @@ impl Verifier {
         self.bits = bits;
         let mask = (1usize << bits) - 1;
         let (table, empty) = (&mut self.table, self.empty);
-        let shift = 32 - bits;
         // Extended from a mapped slice: room is made once, not per shingle.
         self.used.extend(set.iter().map(|&s| {
-            let mut at = (s.wrapping_mul(CELL_MULTIPLIER) >> shift) as usize;
+            let mut at = home_cell(s, bits);
             while table[at & (VERIFIER_CELLS - 1)] != empty {
                 at = (at + 1) & mask;
             }
@@ -754,7 +760,7 @@ impl Verifier {
 
     /// The home cell of a shingle.
     fn cell(&self, s: u32) -> usize {
-        (s.wrapping_mul(CELL_MULTIPLIER) >> (32 - self.bits)) as usize
+        home_cell(s, self.bits)
     }
 
     /// Whether the set holds `s`, looking from cell `at` on.

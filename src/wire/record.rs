@@ -2380,7 +2380,6 @@ mod tests {
         outcome_of_bytes(decoder, line.as_bytes(), reader)
     }
 
-    /// [`outcome`] of a line of any bytes, UTF-8 or not.
     /// Every decoder's fast path reads `bytes` as serde_json does, or
     /// refuses them alike (invalid UTF-8 refused before either reads).
     fn read_as_serde_reads(bytes: &[u8]) -> Result<(), proptest::test_runner::TestCaseError> {
@@ -2394,6 +2393,7 @@ mod tests {
         Ok(())
     }
 
+    /// [`outcome`] of a line of any bytes, UTF-8 or not.
     fn outcome_of_bytes(decoder: &Decoder, line: &[u8], reader: Reader) -> String {
         match decoder.decode_with(line, reader) {
             Ok(r) => format!(

@@ -59,7 +59,6 @@ use serde_json::value::RawValue;
 #[cfg(test)]
 use sonic_rs::parser::Parser;
 
-use crate::engine::id::word_at;
 pub use crate::engine::id::{MessageId, RawId};
 
 use crate::engine::config::ConfigError;
@@ -537,9 +536,9 @@ thread_local! {
     /// vector grown from empty cost an allocation or two per line, a tenth
     /// of decoding a v1.1 tweet.
     static CAPTURES: std::cell::Cell<Vec<Capture>> = const { std::cell::Cell::new(Vec::new()) };
-    /// The stop masks of the line being walked ([`stops::classify`]),
-    /// kept between lines for the same reason.
-    static STOPS: std::cell::Cell<Vec<u64>> = const { std::cell::Cell::new(Vec::new()) };
+    /// The line being walked, padded, and its stops ([`Scanned`]), kept
+    /// between lines for the same reason.
+    static SCANNED: std::cell::Cell<Scanned> = const { std::cell::Cell::new(Scanned::new()) };
 }
 
 impl Decoder {
@@ -635,15 +634,15 @@ impl Decoder {
         reader: Reader,
         removal: bool,
     ) -> Result<Record<'a>, InvalidReason> {
-        let mut stops = STOPS.take();
-        let record = classified(line, &mut stops).and_then(|text| {
+        let mut scanned = SCANNED.take();
+        let record = scanned.load(line).and_then(|text| {
             let mut captures = CAPTURES.take();
             captures.clear();
-            let record = self.decode_str(text, &stops, &mut captures, reader, removal);
+            let record = self.decode_str(text, &scanned, &mut captures, reader, removal);
             CAPTURES.set(captures);
             record
         });
-        STOPS.set(stops);
+        SCANNED.set(scanned);
         record
     }
 
@@ -671,7 +670,7 @@ impl Decoder {
     fn decode_str<'a>(
         &self,
         line: &'a str,
-        stops: &[u64],
+        scanned: &Scanned,
         captures: &mut Vec<Capture>,
         reader: Reader,
         removal: bool,
@@ -682,7 +681,7 @@ impl Decoder {
         // whose verdict and words stand: errors read as they always did,
         // and a line the fast path would wrongly refuse is still read.
         let fast = match reader {
-            Reader::Fast => self.walk(line, stops, captures, &mut shape),
+            Reader::Fast => self.walk(line, scanned, captures, &mut shape),
             #[cfg(test)]
             Reader::Sonic => self.walk_with_sonic(line, captures, &mut shape),
             Reader::Serde => false,
@@ -813,20 +812,22 @@ impl Decoder {
     fn walk(
         &self,
         line: &str,
-        stops: &[u64],
+        scanned: &Scanned,
         captures: &mut Vec<Capture>,
         shape: &mut RootShape,
     ) -> bool {
+        debug_assert_eq!(scanned.padded.len(), line.len() + PAD);
         let mut walk = Walk {
             scan: Scan {
-                bytes: line.as_bytes(),
-                stops,
+                bytes: &scanned.padded,
+                stops: &scanned.stops,
+                len: line.len(),
                 at: 0,
             },
             line,
             captures,
         };
-        walk.walked(&self.tree, 0, Some(shape)).is_ok() && walk.scan.space().is_none()
+        walk.walked(&self.tree, 0, Some(shape)).is_ok() && walk.scan.at_end()
     }
 
     /// Walks `line` with sonic-rs's parser, if it may (see
@@ -960,18 +961,56 @@ fn lossy_json_str(literal: &str) -> Option<String> {
     String::from_utf8(bytes).ok()
 }
 
-/// A line's stops classified into `stops` ([`stops::classify`]) and the
-/// line as text: checked as UTF-8 only when the classification met a byte
-/// that is not ASCII (ASCII is UTF-8), refused as [`utf8`] refuses it.
-fn classified<'a>(line: &'a [u8], stops: &mut Vec<u64>) -> Result<&'a str, InvalidReason> {
-    if stops::classify(line, stops) {
-        debug_assert!(line.is_ascii());
-        // SAFETY: `classify` found every byte of the line below 0x80, and
-        // ASCII text is UTF-8 (its tests hold that answer to `is_ascii`
-        // on every path).
-        return Ok(unsafe { std::str::from_utf8_unchecked(line) });
+/// How many zero bytes follow a line's copy in [`Scanned::padded`]: a
+/// block, so that the scan's stop past the line's last block, and every
+/// read of up to sixteen bytes from a position within the line or at its
+/// end, lie in the copy.
+const PAD: usize = stops::BLOCK;
+
+/// A line as [`Scan`] reads it: its bytes followed by [`PAD`] zero bytes,
+/// and its stops ([`stops::classify`]) followed by a word of all ones. With
+/// them, the scan reads bytes and stop words without a bound check of its
+/// own (see [`Scan`]): a zero byte is part of no JSON token, so no scan
+/// goes past the line's end, and a string's search for its next stop ends
+/// at the sentinel word at the latest.
+struct Scanned {
+    padded: Vec<u8>,
+    stops: Vec<u64>,
+}
+
+impl Scanned {
+    const fn new() -> Scanned {
+        Scanned {
+            padded: Vec::new(),
+            stops: Vec::new(),
+        }
     }
-    utf8(line)
+
+    /// Loads `line`: its stops classified, its copy padded, and the line as
+    /// text, checked as UTF-8 only when the classification met a byte that
+    /// is not ASCII (ASCII is UTF-8), refused as [`utf8`] refuses it.
+    fn load<'a>(&mut self, line: &'a [u8]) -> Result<&'a str, InvalidReason> {
+        let ascii = stops::classify(line, &mut self.stops);
+        self.stops.push(u64::MAX);
+        self.padded.clear();
+        self.padded.reserve(line.len() + PAD);
+        self.padded.extend_from_slice(line);
+        self.padded.extend_from_slice(&[0; PAD]);
+        if ascii {
+            debug_assert!(line.is_ascii());
+            // SAFETY: `classify` found every byte of the line below 0x80,
+            // and ASCII text is UTF-8 (its tests hold that answer to
+            // `is_ascii` on every path).
+            return Ok(unsafe { std::str::from_utf8_unchecked(line) });
+        }
+        utf8(line)
+    }
+}
+
+impl Default for Scanned {
+    fn default() -> Scanned {
+        Scanned::new()
+    }
 }
 
 /// The line as text, checked with SIMD where the processor has it: every
@@ -1089,7 +1128,7 @@ impl Walk<'_, '_> {
                 });
             }
         }
-        let first_byte = self.scan.space().ok_or(Refused)?;
+        let first_byte = self.scan.space();
         let start = self.scan.at;
         let mut plain = false;
         if branch {
@@ -1130,7 +1169,7 @@ impl Walk<'_, '_> {
         element: u32,
         shape: Option<&mut RootShape>,
     ) -> Result<(), Refused> {
-        let first = self.scan.space().ok_or(Refused)?;
+        let first = self.scan.space();
         let start = self.scan.at;
         match first {
             b'{' => {
@@ -1178,11 +1217,11 @@ impl Walk<'_, '_> {
             shape.object = true;
         }
         match self.scan.space() {
-            Some(b'}') => {
+            b'}' => {
                 self.scan.at += 1;
                 return Ok(());
             }
-            Some(b'"') => {}
+            b'"' => {}
             _ => return Err(Refused),
         }
         // Captures of this object start here; `seen` has bit `i % 64` set
@@ -1210,13 +1249,13 @@ impl Walk<'_, '_> {
                 continue;
             }
             match self.scan.space() {
-                Some(b',') => {
+                b',' => {
                     self.scan.at += 1;
-                    if self.scan.space() != Some(b'"') {
+                    if self.scan.space() != b'"' {
                         return Err(Refused);
                     }
                 }
-                Some(b'}') => {
+                b'}' => {
                     self.scan.at += 1;
                     return Ok(());
                 }
@@ -1240,27 +1279,21 @@ impl Walk<'_, '_> {
             return Ok(node.field(key.as_bytes(), head, tail));
         }
         let (from, to) = (open + 1, self.scan.at - 1);
-        let bytes = self.scan.bytes;
-        let key = &bytes[from..to];
+        let key = &self.line.as_bytes()[from..to];
         if !node.may_have_length(key.len()) {
             return Ok(None);
         }
-        // The key's two words read from the line where sixteen bytes are
-        // left in it (the closing quote and what follows are there), the
-        // bytes past the key masked off.
-        let (head, tail) = if from + 16 <= bytes.len() {
-            let keep = |word: u64, n: usize| match n {
-                0..8 => word & ((1u64 << (8 * n)) - 1),
-                _ => word,
-            };
-            let head = keep(word_at(bytes, from), key.len());
-            let tail = match key.len() {
-                0..=8 => 0,
-                n => keep(word_at(bytes, from + 8), n - 8),
-            };
-            (head, tail)
-        } else {
-            key_words(key)
+        // The key's two words read from the line's padded copy (the
+        // closing quote, and what follows it or the padding, are there),
+        // the bytes past the key masked off.
+        let keep = |word: u64, n: usize| match n {
+            0..8 => word & ((1u64 << (8 * n)) - 1),
+            _ => word,
+        };
+        let head = keep(self.scan.word(from), key.len());
+        let tail = match key.len() {
+            0..=8 => 0,
+            n => keep(self.scan.word(from + 8), n - 8),
         };
         Ok(node.field(key, head, tail))
     }
@@ -1268,7 +1301,7 @@ impl Walk<'_, '_> {
     /// An array's elements, after its `[`: each walked when a path goes
     /// through every element, skipped otherwise.
     fn array(&mut self, node: &Node) -> Result<(), Refused> {
-        if self.scan.space() == Some(b']') {
+        if self.scan.space() == b']' {
             self.scan.at += 1;
             return Ok(());
         }
@@ -1280,8 +1313,8 @@ impl Walk<'_, '_> {
             }
             element = element.saturating_add(1);
             match self.scan.space() {
-                Some(b',') => self.scan.at += 1,
-                Some(b']') => {
+                b',' => self.scan.at += 1,
+                b']' => {
                     self.scan.at += 1;
                     return Ok(());
                 }
@@ -1296,11 +1329,24 @@ impl Walk<'_, '_> {
 /// accepts, and refuses the rest, which then goes to serde_json. Skipped
 /// values nest at most [`Scan::MAX_DEPTH`] deep here (a bit each on one
 /// word); deeper ones go to serde_json, which has no limit there.
+///
+/// It reads the line's padded copy ([`Scanned`]) without bound checks, on
+/// one invariant: `at` never passes `len`. The scan moves only over bytes
+/// it has read and found part of a JSON token (or over a string's
+/// contents, up to a stop inside the line), and the zero bytes past the
+/// line are part of none, so it halts at the line's end at the latest.
+/// From there it reads at most sixteen bytes ahead; a stop it finds is
+/// inside the line or is the sentinel word's first, less than a block past
+/// the line's end; and the padding holds a block ([`PAD`]). Debug builds
+/// (every test) check each read.
 struct Scan<'a> {
+    /// The line followed by [`PAD`] zero bytes.
     bytes: &'a [u8],
     /// The line's stops (quotes, backslashes, control characters), a word
-    /// per 64 bytes ([`stops::classify`]).
+    /// per 64 bytes ([`stops::classify`]), and a word of all ones.
     stops: &'a [u64],
+    /// The line's length: where the padding starts.
+    len: usize,
     /// The offset of the next byte to read.
     at: usize,
 }
@@ -1314,35 +1360,69 @@ impl Scan<'_> {
     /// The most containers a skipped value may nest.
     const MAX_DEPTH: u32 = 64;
 
-    /// Skips JSON whitespace (the four bytes serde_json takes as such) and
-    /// peeks at the next byte.
+    /// The byte at `at`: the line's, or a zero past its end.
     #[inline(always)]
-    fn space(&mut self) -> Option<u8> {
+    fn byte(&self, at: usize) -> u8 {
+        debug_assert!(at < self.bytes.len());
+        // SAFETY: `at` is less than `PAD` past the line's end (the scan's
+        // invariant, [`Scan`]), and `bytes` holds `PAD` bytes after it.
+        unsafe { *self.bytes.get_unchecked(at) }
+    }
+
+    /// The eight bytes from `at`, the first the lowest.
+    #[inline(always)]
+    fn word(&self, at: usize) -> u64 {
+        debug_assert!(at <= self.len + 8 && at + 8 <= self.bytes.len());
+        // SAFETY: as for [`Scan::byte`]: the eight bytes end at most 16
+        // past the line's end, within the padding.
+        u64::from_le(unsafe { self.bytes.as_ptr().add(at).cast::<u64>().read_unaligned() })
+    }
+
+    /// Whether the scan has reached the line's end (whitespace skipped).
+    #[inline(always)]
+    fn at_end(&mut self) -> bool {
+        self.space();
+        self.at == self.len
+    }
+
+    /// Skips JSON whitespace (the four bytes serde_json takes as such) and
+    /// peeks at the next byte: zero at the line's end.
+    #[inline(always)]
+    fn space(&mut self) -> u8 {
         // Compact JSON first: every whitespace byte is at most a space.
-        let &byte = self.bytes.get(self.at)?;
+        let byte = self.byte(self.at);
         if byte > b' ' {
-            return Some(byte);
+            return byte;
         }
-        while let Some(&byte) = self.bytes.get(self.at) {
+        loop {
+            let byte = self.byte(self.at);
             if !matches!(byte, b' ' | b'\n' | b'\t' | b'\r') {
-                return Some(byte);
+                return byte;
             }
             self.at += 1;
         }
-        None
     }
 
-    /// The offset of the first stop at or after `from`, if the line has
-    /// one.
+    /// The offset of the first stop at or after `from` (at most the line's
+    /// end): the sentinel's first bit, past the line's end, when the line
+    /// has none.
     #[inline(always)]
-    fn next_stop(&self, from: usize) -> Option<usize> {
+    fn next_stop(&self, from: usize) -> usize {
+        let stop_word = |block: usize| {
+            debug_assert!(block < self.stops.len());
+            // SAFETY: `from` is at most the line's end, so `from / BLOCK`
+            // is at most the index of the sentinel word, which ends the
+            // search (it is all ones).
+            unsafe { *self.stops.get_unchecked(block) }
+        };
+        debug_assert!(from <= self.len);
         let mut block = from / stops::BLOCK;
-        let mut mask = *self.stops.get(block)? & (!0u64 << (from % stops::BLOCK));
+        let mut mask = stop_word(block) & (!0u64 << (from % stops::BLOCK));
         while mask == 0 {
             block += 1;
-            mask = *self.stops.get(block)?;
+            mask = stop_word(block);
         }
-        Some(block * stops::BLOCK + mask.trailing_zeros() as usize)
+        block * stops::BLOCK + mask.trailing_zeros() as usize
     }
 
     /// A string's rest, after its opening quote, up to and past its closing
@@ -1351,8 +1431,8 @@ impl Scan<'_> {
     /// goes on after it) or a control character (refused).
     #[inline(always)]
     fn string(&mut self) -> Result<bool, Refused> {
-        let at = self.next_stop(self.at).ok_or(Refused)?;
-        if self.bytes.get(at) == Some(&b'"') {
+        let at = self.next_stop(self.at);
+        if self.byte(at) == b'"' {
             self.at = at + 1;
             return Ok(false);
         }
@@ -1364,23 +1444,23 @@ impl Scan<'_> {
     /// the scan of a plain string is inlined into.
     #[inline(never)]
     fn string_from(&mut self, mut at: usize) -> Result<bool, Refused> {
-        let bytes = self.bytes;
         let mut escaped = false;
         loop {
-            match *bytes.get(at).ok_or(Refused)? {
+            // Past the line's end (the sentinel's stop) the byte is zero.
+            match self.byte(at) {
                 b'"' => {
                     self.at = at + 1;
                     return Ok(escaped);
                 }
                 b'\\' => {
                     escaped = true;
-                    match bytes.get(at + 1) {
-                        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {
+                    match self.byte(at + 1) {
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {
                             self.at = at + 2;
                         }
-                        Some(b'u') => {
-                            let hex = bytes.get(at + 2..at + 6).ok_or(Refused)?;
-                            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                        b'u' => {
+                            // A zero byte past the line's end is no digit.
+                            if !(at + 2..at + 6).all(|at| self.byte(at).is_ascii_hexdigit()) {
                                 return Err(Refused);
                             }
                             self.at = at + 6;
@@ -1390,7 +1470,7 @@ impl Scan<'_> {
                 }
                 _ => return Err(Refused),
             }
-            at = self.next_stop(self.at).ok_or(Refused)?;
+            at = self.next_stop(self.at);
         }
     }
 
@@ -1399,14 +1479,13 @@ impl Scan<'_> {
     /// refuses it.
     #[inline(always)]
     fn number(&mut self) -> Result<(), Refused> {
-        let bytes = self.bytes;
         let digits = |at: &mut usize| {
             let from = *at;
-            // Eight at a time while the line has eight bytes left: an id is
-            // nineteen digits. The first flagged byte ends the digits, so
-            // only a line's last few bytes are looked at one by one.
-            while *at + 8 <= bytes.len() {
-                let word = word_at(bytes, *at);
+            // Eight at a time: an id is nineteen digits. The first flagged
+            // byte ends the digits, at the line's end at the latest (the
+            // padding's zeros are flagged).
+            loop {
+                let word = self.word(*at);
                 // A byte is flagged if below `0` (borrowing), above `9`
                 // (carrying into its top bit) or non-ASCII; a borrow or a
                 // carry only ever flags bytes after a flagged one.
@@ -1419,31 +1498,27 @@ impl Scan<'_> {
                 }
                 *at += 8;
             }
-            while bytes.get(*at).is_some_and(u8::is_ascii_digit) {
-                *at += 1;
-            }
-            *at > from
         };
         let mut at = self.at;
-        if bytes.get(at) == Some(&b'-') {
+        if self.byte(at) == b'-' {
             at += 1;
         }
-        match bytes.get(at) {
-            Some(b'0') => at += 1,
-            Some(b'1'..=b'9') => {
+        match self.byte(at) {
+            b'0' => at += 1,
+            b'1'..=b'9' => {
                 digits(&mut at);
             }
             _ => return Err(Refused),
         }
-        if bytes.get(at) == Some(&b'.') {
+        if self.byte(at) == b'.' {
             at += 1;
             if !digits(&mut at) {
                 return Err(Refused);
             }
         }
-        if matches!(bytes.get(at), Some(b'e' | b'E')) {
+        if matches!(self.byte(at), b'e' | b'E') {
             at += 1;
-            if matches!(bytes.get(at), Some(b'+' | b'-')) {
+            if matches!(self.byte(at), b'+' | b'-') {
                 at += 1;
             }
             if !digits(&mut at) {
@@ -1456,7 +1531,13 @@ impl Scan<'_> {
 
     /// `true`, `false` or `null`, at its first byte.
     fn literal(&mut self, word: &[u8]) -> Result<(), Refused> {
-        if !self.bytes[self.at..].starts_with(word) {
+        // A literal is at most five bytes: read from within the line, they
+        // end inside the padding.
+        if !word
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| self.byte(self.at + i) == b)
+        {
             return Err(Refused);
         }
         self.at += word.len();
@@ -1469,12 +1550,11 @@ impl Scan<'_> {
     #[inline(always)]
     fn skip_value(&mut self) -> Result<(), Refused> {
         match self.space() {
-            Some(b'"') => {
+            b'"' => {
                 self.at += 1;
                 self.string().map(drop)
             }
-            Some(_) => self.skip(),
-            None => Err(Refused),
+            _ => self.skip(),
         }
     }
 
@@ -1485,7 +1565,7 @@ impl Scan<'_> {
         let mut open = 0u64;
         let mut depth = 0u32;
         'value: loop {
-            match self.space().ok_or(Refused)? {
+            match self.space() {
                 b'"' => {
                     self.at += 1;
                     self.string()?;
@@ -1493,8 +1573,8 @@ impl Scan<'_> {
                 b'{' => {
                     self.at += 1;
                     match self.space() {
-                        Some(b'}') => self.at += 1,
-                        Some(b'"') if depth < Self::MAX_DEPTH => {
+                        b'}' => self.at += 1,
+                        b'"' if depth < Self::MAX_DEPTH => {
                             open = open << 1 | 1;
                             depth += 1;
                             self.member_key()?;
@@ -1506,8 +1586,8 @@ impl Scan<'_> {
                 b'[' => {
                     self.at += 1;
                     match self.space() {
-                        Some(b']') => self.at += 1,
-                        Some(_) if depth < Self::MAX_DEPTH => {
+                        b']' => self.at += 1,
+                        _ if depth < Self::MAX_DEPTH => {
                             open <<= 1;
                             depth += 1;
                             continue 'value;
@@ -1533,18 +1613,18 @@ impl Scan<'_> {
                     continue 'value;
                 }
                 match self.space() {
-                    Some(b',') => {
+                    b',' => {
                         self.at += 1;
                         if object {
-                            if self.space() != Some(b'"') {
+                            if self.space() != b'"' {
                                 return Err(Refused);
                             }
                             self.member_key()?;
                         }
                         continue 'value;
                     }
-                    Some(b'}') if object => {}
-                    Some(b']') if !object => {}
+                    b'}' if object => {}
+                    b']' if !object => {}
                     _ => return Err(Refused),
                 }
                 self.at += 1;
@@ -1566,7 +1646,7 @@ impl Scan<'_> {
     /// after the key's quote is taken without the whitespace test.
     #[inline(always)]
     fn colon(&mut self) -> Result<(), Refused> {
-        if self.bytes.get(self.at) != Some(&b':') && self.space() != Some(b':') {
+        if self.byte(self.at) != b':' && self.space() != b':' {
             return Err(Refused);
         }
         self.at += 1;
@@ -1579,7 +1659,7 @@ impl Scan<'_> {
     /// is left for the general test.
     #[inline(always)]
     fn next_key(&mut self) -> bool {
-        let next = self.bytes.get(self.at..self.at + 2) == Some(b",\"");
+        let next = self.word(self.at) as u16 == u16::from_le_bytes(*b",\"");
         if next {
             self.at += 1;
         }
@@ -2417,9 +2497,9 @@ mod tests {
     fn takes_the_fast_path(decoder: &Decoder, line: &str) -> bool {
         let mut captures = Vec::new();
         let mut shape = RootShape::default();
-        let mut stops = Vec::new();
-        stops::classify(line.as_bytes(), &mut stops);
-        decoder.walk(line, &stops, &mut captures, &mut shape)
+        let mut scanned = Scanned::new();
+        scanned.load(line.as_bytes()).expect("UTF-8");
+        decoder.walk(line, &scanned, &mut captures, &mut shape)
     }
 
     /// The fast path agrees with serde_json and with today's decoder (the
@@ -2477,6 +2557,32 @@ mod tests {
                         format!(r#"{{"id_str":"1","user":[{{"{run}{end}:true}}],"text":"t"}}"#),
                     ] {
                         agrees(&decoder, &line).unwrap();
+                    }
+                }
+            }
+        }
+    }
+
+    /// The scan reads a line's padded copy without bound checks, on the
+    /// invariant that it never moves past the line's end ([`Scan`]): a
+    /// line cut at every byte, so that its end meets every token in every
+    /// state (a number's digits, an escape, a literal, a key, whitespace,
+    /// inside a skipped container and on a wanted path), and moved by a
+    /// run of leading spaces across a block's edge, is read as serde_json
+    /// reads it. Debug builds check every read against the copy's length.
+    #[test]
+    fn every_cut_of_a_line_is_read_as_serde_json_reads_it() {
+        let lines = [
+            r#"{"created_at":"Fri Mar 01 12:00:00 +0000 2019","id":1101452019152977920,"id_str":"1101452019152977920","text":"caf\u00e9 \"q\"\n","user":{"id":-4.5e+3,"id_str":"4","f":[true,false,null,0,1.25E-2],"screen_name":"A\\B"},"entities":{"hashtags":[{"text":"x","indices":[1,2]}],"urls":[{"url":"https://t.co/a","expanded_url":"https://a.example/\u00e9","indices":[0,1]}]},"lang":"en"}"#,
+            r#" { "id_str" : "7" , "text" : "t\ud83d\ude00" , "retweeted_status" : { "text" : "the original" , "n" : [ 1 , { } , [ ] ] } , "data" : { "id" : 12 , "x" : null } } "#,
+            r#"{"data":{"id":"9","text":"v2 é","referenced_tweets":[{"type":"retweeted","id":"8"}]},"includes":{"tweets":[{"id":"8","text":"inner"}]},"a_key_longer_than_sixteen":false}"#,
+        ];
+        for decoder in decoders() {
+            for line in lines {
+                for lead in 0..9 {
+                    let line = format!("{}{line}", " ".repeat(lead));
+                    for cut in (0..=line.len()).filter(|&cut| line.is_char_boundary(cut)) {
+                        agrees(&decoder, &line[..cut]).unwrap();
                     }
                 }
             }
@@ -2631,10 +2737,10 @@ mod tests {
         ] {
             let mut captures = Vec::new();
             let mut shape = RootShape::default();
-            let mut stops = Vec::new();
-            stops::classify(line.as_bytes(), &mut stops);
+            let mut scanned = Scanned::new();
+            scanned.load(line.as_bytes()).expect("UTF-8");
             assert!(
-                decoder.walk(line, &stops, &mut captures, &mut shape),
+                decoder.walk(line, &scanned, &mut captures, &mut shape),
                 "{line}"
             );
             assert!(shape.object && !captures.is_empty());

@@ -424,7 +424,7 @@ fn key_words(key: &[u8]) -> (u64, u64) {
 
 /// One value found on a wanted path: where its JSON text lies in the line.
 /// Offsets rather than a borrowed slice, so that one buffer of them serves
-/// every line a thread decodes (see [`CAPTURES`]).
+/// every line a thread decodes (see [`BUFFERS`]).
 #[derive(Clone, Copy, Debug)]
 struct Capture {
     path: u16,
@@ -439,6 +439,12 @@ struct Capture {
 }
 
 impl Capture {
+    /// Whether the captured value is `null`: of checked JSON values, the
+    /// one of four bytes that starts with `n`.
+    fn is_null(&self, line: &str) -> bool {
+        self.end - self.start == 4 && line.as_bytes().get(self.start) == Some(&b'n')
+    }
+
     /// The captured value's JSON text in `line`, the text it was found in.
     fn raw<'a>(&self, line: &'a str) -> &'a str {
         &line[self.start..self.end]
@@ -531,14 +537,25 @@ enum Reader {
     Serde,
 }
 
+/// What decoding a line needs besides the line, kept between the lines a
+/// thread decodes: fresh vectors grown from empty cost an allocation or
+/// two per line, a tenth of decoding a v1.1 tweet.
+struct Buffers {
+    /// The line being walked, padded, and its stops.
+    scanned: Scanned,
+    /// The captures of the line being decoded.
+    captures: Vec<Capture>,
+}
+
 thread_local! {
-    /// The captures of the line being decoded, kept between lines: a fresh
-    /// vector grown from empty cost an allocation or two per line, a tenth
-    /// of decoding a v1.1 tweet.
-    static CAPTURES: std::cell::Cell<Vec<Capture>> = const { std::cell::Cell::new(Vec::new()) };
-    /// The line being walked, padded, and its stops ([`Scanned`]), kept
-    /// between lines for the same reason.
-    static SCANNED: std::cell::Cell<Scanned> = const { std::cell::Cell::new(Scanned::new()) };
+    /// The thread's [`Buffers`]: one thread-local, borrowed once a line
+    /// (two taken and put back cost a v1.1 tweet about 120 instructions).
+    static BUFFERS: std::cell::RefCell<Buffers> = const {
+        std::cell::RefCell::new(Buffers {
+            scanned: Scanned::new(),
+            captures: Vec::new(),
+        })
+    };
 }
 
 impl Decoder {
@@ -634,16 +651,13 @@ impl Decoder {
         reader: Reader,
         removal: bool,
     ) -> Result<Record<'a>, InvalidReason> {
-        let mut scanned = SCANNED.take();
-        let record = scanned.load(line).and_then(|text| {
-            let mut captures = CAPTURES.take();
+        // Nothing below decodes another line, so the borrow is never
+        // taken twice.
+        BUFFERS.with_borrow_mut(|Buffers { scanned, captures }| {
+            let text = scanned.load(line)?;
             captures.clear();
-            let record = self.decode_str(text, &scanned, &mut captures, reader, removal);
-            CAPTURES.set(captures);
-            record
-        });
-        SCANNED.set(scanned);
-        record
+            self.decode_str(text, scanned, captures, reader, removal)
+        })
     }
 
     /// Whether the fast path reads `line` as serde_json alone reads it: the
@@ -712,9 +726,10 @@ impl Decoder {
         let found = |path: u16| captures.of(path);
         // The first path with a non-null value: its position and the value.
         let first_present = |paths: &[u16]| {
-            paths.iter().enumerate().find_map(|(index, &p)| {
-                found(p).find(|c| c.raw(line) != "null").map(|c| (index, c))
-            })
+            paths
+                .iter()
+                .enumerate()
+                .find_map(|(index, &p)| found(p).find(|c| !c.is_null(line)).map(|c| (index, c)))
         };
 
         // A deletion notice: the id it names, and nothing to compare.
@@ -762,7 +777,7 @@ impl Decoder {
         } else {
             let mut joined: Option<Cow<'a, str>> = None;
             for (index, &path) in self.texts.iter().enumerate() {
-                for c in found(path).filter(|c| c.raw(line) != "null") {
+                for c in found(path).filter(|c| !c.is_null(line)) {
                     let part = c.text(line).ok_or_else(|| {
                         InvalidReason::TextNotString(self.spec.text[index].to_string())
                     })?;
@@ -1004,12 +1019,6 @@ impl Scanned {
             return Ok(unsafe { std::str::from_utf8_unchecked(line) });
         }
         utf8(line)
-    }
-}
-
-impl Default for Scanned {
-    fn default() -> Scanned {
-        Scanned::new()
     }
 }
 

@@ -1008,10 +1008,10 @@ fn lossy_json_str(literal: &str) -> Option<String> {
     String::from_utf8(bytes).ok()
 }
 
-/// How many zero bytes follow a line's copy in [`Scanned::padded`]: a
-/// block, so that the scan's stop past the line's last block, and every
-/// read of up to sixteen bytes from a position within the line or at its
-/// end, lie in the copy.
+/// How many zero bytes follow a line's copy in [`Scanned::padded`] (as
+/// [`stops::classify`] copies it): a block, so that the scan's stop past
+/// the line's last block, and every read of up to sixteen bytes from a
+/// position within the line or at its end, lie in the copy.
 const PAD: usize = stops::BLOCK;
 
 /// A line as [`Scan`] reads it: its bytes followed by [`PAD`] zero bytes,
@@ -1037,12 +1037,9 @@ impl Scanned {
     /// text, checked as UTF-8 only when the classification met a byte that
     /// is not ASCII (ASCII is UTF-8), refused as [`utf8`] refuses it.
     fn load<'a>(&mut self, line: &'a [u8]) -> Result<&'a str, InvalidReason> {
-        let ascii = stops::classify(line, &mut self.stops);
+        let ascii = stops::classify(line, &mut self.stops, &mut self.padded);
         self.stops.push(u64::MAX);
-        self.padded.clear();
-        self.padded.reserve(line.len() + PAD);
-        self.padded.extend_from_slice(line);
-        self.padded.extend_from_slice(&[0; PAD]);
+        debug_assert_eq!(self.padded.len(), line.len() + PAD);
         if ascii {
             debug_assert!(line.is_ascii());
             // SAFETY: `classify` found every byte of the line below 0x80,

@@ -5,7 +5,9 @@
 //! over the string's words, and the classification is one pass over the
 //! line: with AVX2 where the processor has it (detected at run time, as
 //! `engine::bitmap` and the MinHash code do), else with SSE2 (the x86_64
-//! baseline), or, elsewhere, eight bytes a step.
+//! baseline), or, elsewhere, eight bytes a step. The same pass copies the
+//! line, followed by a block of zeros, for the scan to read without bound
+//! checks.
 
 /// The bytes of a block that count. A line's last, partial block is read
 /// as the line's last 64 bytes (its mask shifted down), or, in a line
@@ -21,18 +23,18 @@ fn is_stop(byte: u8) -> bool {
 
 /// Fills `masks` with one word per 64-byte block of `bytes`: bit `i` of
 /// word `b` set when byte `64 * b + i` is a stop ([`is_stop`]). Bytes past
-/// the end are not stops. Returns whether every byte is ASCII: the pass
-/// reads every byte anyway, and a line found ASCII here needs no UTF-8
-/// check of its own.
-pub(super) fn classify(bytes: &[u8], masks: &mut Vec<u64>) -> bool {
-    masks.clear();
+/// the end are not stops. Fills `copy` with `bytes` followed by [`BLOCK`]
+/// zero bytes. Returns whether every byte is ASCII: the pass reads every
+/// byte anyway, and a line found ASCII here needs no UTF-8 check of its
+/// own.
+pub(super) fn classify(bytes: &[u8], masks: &mut Vec<u64>, copy: &mut Vec<u8>) -> bool {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the processor has AVX2, the one feature
         // `avx2::classify` enables: checked just above.
-        return unsafe { avx2::classify(bytes, masks) };
+        return unsafe { avx2::classify(bytes, masks, copy) };
     }
-    classify_with(bytes, masks, block_mask)
+    classify_with(bytes, masks, copy, block_mask)
 }
 
 /// [`classify`], each block's stops and high bits computed by
@@ -42,19 +44,39 @@ pub(super) fn classify(bytes: &[u8], masks: &mut Vec<u64>) -> bool {
 fn classify_with(
     bytes: &[u8],
     masks: &mut Vec<u64>,
+    copy: &mut Vec<u8>,
     block_mask: impl Fn(&[u8; BLOCK]) -> (u64, u64),
 ) -> bool {
+    masks.clear();
+    copy.clear();
+    let len = bytes.len();
+    copy.reserve(len + BLOCK);
+    // Written in place as the blocks are read: a block is a constant-sized
+    // copy, where a `memcpy` of the line after the pass cost a tweet-sized
+    // line about 75 instructions.
+    let spare = &mut copy.spare_capacity_mut()[..len + BLOCK];
     let mut high = 0u64;
     let mut blocks = bytes.chunks_exact(BLOCK);
-    for block in &mut blocks {
-        let (stops, block_high) = block_mask(block.try_into().expect("64-byte chunk"));
+    for (at, block) in (0..).step_by(BLOCK).zip(&mut blocks) {
+        let block: &[u8; BLOCK] = block.try_into().expect("64-byte chunk");
+        let (stops, block_high) = block_mask(block);
+        spare[at..at + BLOCK].write_copy_of_slice(block);
         masks.push(stops);
         high |= block_high;
     }
     if let Some((stops, block_high)) = last_block(bytes, block_mask) {
+        match bytes.last_chunk::<BLOCK>() {
+            Some(window) => _ = spare[len - BLOCK..len].write_copy_of_slice(window),
+            None => _ = spare[..len].write_copy_of_slice(bytes),
+        }
         masks.push(stops);
         high |= block_high;
     }
+    spare[len..].write_copy_of_slice(&[0; BLOCK]);
+    // SAFETY: the first `len + BLOCK` bytes of the spare capacity were all
+    // written: every block, the last partial one (as the line's last 64
+    // bytes, or whole when the line is shorter), and the zeros after them.
+    unsafe { copy.set_len(len + BLOCK) };
     high == 0
 }
 
@@ -101,10 +123,10 @@ mod avx2 {
 
     /// [`super::classify`] with AVX2: thirty-two bytes a step.
     #[target_feature(enable = "avx2")]
-    pub(super) fn classify(bytes: &[u8], masks: &mut Vec<u64>) -> bool {
+    pub(super) fn classify(bytes: &[u8], masks: &mut Vec<u64>, copy: &mut Vec<u8>) -> bool {
         // The closure inherits this function's AVX2, so `block_mask` is
         // inlined into it.
-        super::classify_with(bytes, masks, |block| block_mask(block))
+        super::classify_with(bytes, masks, copy, |block| block_mask(block))
     }
 
     /// One block's stops and high bits, as [`super::sse2::block_mask`]
@@ -231,13 +253,23 @@ mod tests {
         proptest::collection::vec(byte, 0..300)
     }
 
+    /// The copy [`classify`] makes: the bytes, then a block of zeros.
+    fn padded(bytes: &[u8]) -> Vec<u8> {
+        [bytes, &[0; BLOCK]].concat()
+    }
+
     proptest! {
+        /// Every path flags the stops and only them, says whether the line
+        /// is ASCII, and copies it, padded; into buffers that held a longer
+        /// line before, as a thread's buffers do.
         #[test]
         fn every_stop_and_only_stops_are_flagged(bytes in bytes()) {
             let ascii = bytes.is_ascii();
-            let mut masks = Vec::new();
-            prop_assert_eq!(classify(&bytes, &mut masks), ascii);
+            let stale = || (vec![u64::MAX; 9], vec![0xee; 700]);
+            let (mut masks, mut copy) = stale();
+            prop_assert_eq!(classify(&bytes, &mut masks, &mut copy), ascii);
             prop_assert_eq!(&masks, &by_bytes(&bytes));
+            prop_assert_eq!(&copy, &padded(&bytes));
             let mut portable = Vec::new();
             let mut high = 0;
             for block in bytes.chunks(BLOCK) {
@@ -251,20 +283,23 @@ mod tests {
             prop_assert_eq!(high == 0, ascii);
             // The whole line through the portable masks: a last block
             // read as the line's last 64 bytes, or padded when shorter.
-            let mut whole = Vec::new();
-            prop_assert_eq!(classify_with(&bytes, &mut whole, portable::block_mask), ascii);
+            let (mut whole, mut copy) = stale();
+            prop_assert_eq!(classify_with(&bytes, &mut whole, &mut copy, portable::block_mask), ascii);
             prop_assert_eq!(&whole, &by_bytes(&bytes));
+            prop_assert_eq!(&copy, &padded(&bytes));
             #[cfg(target_arch = "x86_64")]
             {
-                let mut sse2 = Vec::new();
-                prop_assert_eq!(classify_with(&bytes, &mut sse2, block_mask), ascii);
+                let (mut sse2, mut copy) = stale();
+                prop_assert_eq!(classify_with(&bytes, &mut sse2, &mut copy, block_mask), ascii);
                 prop_assert_eq!(&sse2, &by_bytes(&bytes));
+                prop_assert_eq!(&copy, &padded(&bytes));
                 if std::arch::is_x86_feature_detected!("avx2") {
-                    let mut avx2 = Vec::new();
+                    let (mut avx2, mut copy) = stale();
                     // SAFETY: the processor has AVX2, checked just above.
-                    let avx2_ascii = unsafe { avx2::classify(&bytes, &mut avx2) };
+                    let avx2_ascii = unsafe { avx2::classify(&bytes, &mut avx2, &mut copy) };
                     prop_assert_eq!(avx2_ascii, ascii);
                     prop_assert_eq!(&avx2, &by_bytes(&bytes));
+                    prop_assert_eq!(&copy, &padded(&bytes));
                 }
             }
         }
@@ -275,14 +310,14 @@ mod tests {
         fn one_high_byte_anywhere_is_found(len in 1usize..200, at in any::<prop::sample::Index>(), high in 0x80u8..=0xff) {
             let mut bytes = vec![b'a'; len];
             bytes[at.index(len)] = high;
-            let mut masks = Vec::new();
-            prop_assert!(!classify(&bytes, &mut masks));
-            prop_assert!(!classify_with(&bytes, &mut masks, portable::block_mask));
+            let (mut masks, mut copy) = (Vec::new(), Vec::new());
+            prop_assert!(!classify(&bytes, &mut masks, &mut copy));
+            prop_assert!(!classify_with(&bytes, &mut masks, &mut copy, portable::block_mask));
             #[cfg(target_arch = "x86_64")]
-            prop_assert!(!classify_with(&bytes, &mut masks, block_mask));
+            prop_assert!(!classify_with(&bytes, &mut masks, &mut copy, block_mask));
             bytes[at.index(len)] = b'~';
-            prop_assert!(classify(&bytes, &mut masks));
-            prop_assert!(classify_with(&bytes, &mut masks, portable::block_mask));
+            prop_assert!(classify(&bytes, &mut masks, &mut copy));
+            prop_assert!(classify_with(&bytes, &mut masks, &mut copy, portable::block_mask));
         }
     }
 }

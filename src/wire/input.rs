@@ -168,7 +168,10 @@ pub struct Inputs {
     /// BOM): it is not read again, since a terminal's end of input (Ctrl-D)
     /// is not repeated.
     current_ended: bool,
-    /// Newlines passed on so far: the stream line the next line starts.
+    /// Newlines passed on so far, while a source is left to open: the
+    /// stream line the next source starts at (counting is no use once the
+    /// last source is read, and cost a tweet-sized line about 120
+    /// instructions).
     newlines: u64,
     /// Whether the last byte passed on ended a line (or nothing was passed).
     at_line_start: bool,
@@ -273,7 +276,9 @@ impl Inputs {
             return;
         }
         self.current_has_bytes = true;
-        self.newlines += memchr::memchr_iter(b'\n', buf).count() as u64;
+        if self.next < self.map.sources.len() {
+            self.newlines += memchr::memchr_iter(b'\n', buf).count() as u64;
+        }
         self.at_line_start = buf.last() == Some(&b'\n');
         if self.keeping_first_line {
             let mut state = self.map.state();

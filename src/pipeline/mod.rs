@@ -230,7 +230,7 @@ where
     let stop_reading = Arc::new(AtomicBool::new(false));
     let (raw_tx, mut raw_rx) = mpsc::channel::<RawBatch>(queue);
     let (prepared_tx, prepared_rx) = mpsc::channel::<ToDecide>(queue);
-    let (bytes_tx, bytes_rx) = mpsc::channel::<Vec<u8>>(queue);
+    let (bytes_tx, bytes_rx) = mpsc::channel::<Tagged>(queue);
     // Buffers flow back upstream once used: the engine returns each batch's
     // line buffer to the reader, the writer each output buffer to the engine.
     let (spare_lines_tx, spare_lines_rx) = std::sync::mpsc::channel::<Vec<u8>>();
@@ -481,11 +481,20 @@ fn read_batches<R: Read>(
     Ok(())
 }
 
+/// A batch's tagged lines, on their way to the writer.
+struct Tagged {
+    bytes: Vec<u8>,
+    /// How many lines `bytes` holds: counted as they are written, so that
+    /// the writer need not count them again (a pass over every output byte,
+    /// about 130 instructions a tweet-sized line).
+    lines: u64,
+}
+
 /// The engine's owner: verdicts in input order, tagged lines out.
 fn decide_batches<S: IndexStore>(
     mut store: S,
     mut inbox: Inbox,
-    output: mpsc::Sender<Vec<u8>>,
+    output: mpsc::Sender<Tagged>,
     spares: &Spares,
     (emit, repeats, on_invalid): (Emit, Repeats, OnInvalid),
     report: &Report,
@@ -517,12 +526,13 @@ fn decide_batches<S: IndexStore>(
         // otherwise.
         let mut explanations = store.explanations().iter();
         let mut out = reuse(&spares.out, batch.raw.bytes.len() + batch.items.len() * 64);
+        let mut lines = 0u64;
         for (at, item) in batch.items.iter().enumerate() {
             match item {
                 Item::Invalid(invalid) => {
                     summary.invalid += 1;
                     if on_invalid == OnInvalid::Fail {
-                        let _ = output.blocking_send(out);
+                        let _ = output.blocking_send(Tagged { bytes: out, lines });
                         return Err(Error::Invalid(invalid.clone()));
                     }
                     report.skipped(invalid);
@@ -558,13 +568,14 @@ fn decide_batches<S: IndexStore>(
                     let explanation = explanations.next();
                     if emit.wants(verdict) && repeats.wants(verdict) {
                         batch::write_explained(&mut out, &batch, message, verdict, explanation);
+                        lines += 1;
                     }
                 }
             }
         }
         give_back(&spares.lines, batch.raw.bytes);
         report.progress.update(&summary, store.stats().len as usize);
-        if !out.is_empty() && output.blocking_send(out).is_err() {
+        if !out.is_empty() && output.blocking_send(Tagged { bytes: out, lines }).is_err() {
             break; // The output is closed: stop quietly.
         }
     }
@@ -578,7 +589,7 @@ fn decide_batches<S: IndexStore>(
 /// lines it took for sure: those flushed before it closed.
 fn write_batches<W: Write>(
     output: W,
-    mut chunks: mpsc::Receiver<Vec<u8>>,
+    mut chunks: mpsc::Receiver<Tagged>,
     spare: &std::sync::mpsc::Sender<Vec<u8>>,
 ) -> Result<Option<u64>, Error> {
     let mut output = io::BufWriter::with_capacity(1 << 16, output);
@@ -586,9 +597,14 @@ fn write_batches<W: Write>(
     let (mut flushed, mut buffered) = (0u64, 0u64);
     let result = (|| {
         while let Some(chunk) = chunks.blocking_recv() {
-            output.write_all(&chunk)?;
-            buffered += memchr::memchr_iter(b'\n', &chunk).count() as u64;
-            give_back(spare, chunk);
+            output.write_all(&chunk.bytes)?;
+            debug_assert_eq!(
+                chunk.lines,
+                memchr::memchr_iter(b'\n', &chunk.bytes).count() as u64,
+                "a tagged line is one line"
+            );
+            buffered += chunk.lines;
+            give_back(spare, chunk.bytes);
             if chunks.is_empty() {
                 output.flush()?;
                 flushed += std::mem::take(&mut buffered);

@@ -25,9 +25,62 @@ pub fn now_millis() -> i64 {
 
 /// A `created_at` value (the text inside the JSON string) in either
 /// format, as milliseconds since the epoch; `None` when it is in neither.
+///
+/// Consecutive messages of a stream mostly share their second (all but 2%
+/// of `dev-200k`'s neighbours; any stream of more than a message a second
+/// in v1.1's format), so each thread keeps the last text it read and what
+/// it gave: the same text again costs a compare, not a parse (about 300
+/// instructions).
 pub fn parse_created_at(text: &str) -> Option<i64> {
+    let bytes = text.as_bytes();
+    if bytes.len() > LastParsed::ROOM {
+        return parse_uncached(text);
+    }
+    let last = LAST_PARSED.get();
+    if usize::from(last.len) == bytes.len() && last.text[..bytes.len()] == *bytes {
+        return last.millis;
+    }
+    let millis = parse_uncached(text);
+    let mut kept = [0; LastParsed::ROOM];
+    kept[..bytes.len()].copy_from_slice(bytes);
+    LAST_PARSED.set(LastParsed {
+        text: kept,
+        len: bytes.len() as u8,
+        millis,
+    });
+    millis
+}
+
+/// [`parse_created_at`], without the thread's last answer.
+fn parse_uncached(text: &str) -> Option<i64> {
     let ms = parse_v1(text.as_bytes()).or_else(|| parse_rfc3339(text.as_bytes()))?;
     Some(ms.clamp(0, MAX_TIME))
+}
+
+/// The last `created_at` text a thread parsed (when it fitted), and the
+/// answer.
+#[derive(Clone, Copy)]
+struct LastParsed {
+    text: [u8; LastParsed::ROOM],
+    /// The text's length; more than [`LastParsed::ROOM`] before the first.
+    len: u8,
+    millis: Option<i64>,
+}
+
+impl LastParsed {
+    /// The longest text kept: v1.1's is 30 bytes, RFC 3339's with
+    /// milliseconds and an offset 29.
+    const ROOM: usize = 40;
+}
+
+thread_local! {
+    static LAST_PARSED: std::cell::Cell<LastParsed> = const {
+        std::cell::Cell::new(LastParsed {
+            text: [0; LastParsed::ROOM],
+            len: u8::MAX,
+            millis: None,
+        })
+    };
 }
 
 /// Days from 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's
@@ -412,6 +465,31 @@ mod tests {
         #[test]
         fn every_string_is_read_as_before(text in timestamp_like()) {
             prop_assert_eq!(parse_created_at(&text), reference::parse_created_at(&text), "{:?}", text);
+        }
+
+        /// A run of texts where neighbours are often the same, or differ
+        /// in one byte only (the thread's last answer must not be given
+        /// for a text of the same length): each is read as the reference
+        /// reads it.
+        #[test]
+        fn repeated_and_neighbouring_texts_are_read_as_before(
+            texts in proptest::collection::vec(timestamp_like(), 1..6),
+            picks in proptest::collection::vec((any::<prop::sample::Index>(), 0usize..40, any::<bool>()), 1..40),
+        ) {
+            for (pick, at, change) in picks {
+                let mut text = texts[pick.index(texts.len())].clone().into_bytes();
+                if change && !text.is_empty() {
+                    // One digit, or one byte of anything else, changed.
+                    let at = at % text.len();
+                    text[at] = match text[at] {
+                        b'0'..=b'8' => text[at] + 1,
+                        b'9' => b'0',
+                        other => other ^ 1,
+                    };
+                }
+                let text = String::from_utf8_lossy(&text).into_owned();
+                prop_assert_eq!(parse_created_at(&text), reference::parse_created_at(&text), "{:?}", text);
+            }
         }
 
         #[test]

@@ -209,10 +209,9 @@ fn canonical_u64(s: &str) -> Option<u64> {
 const ZEROS: u64 = 0x3030_3030_3030_3030;
 
 /// The eight bytes from `at` (which the caller has checked are there) as a
-/// word, the first byte lowest: the word-at-a-time scans' read, here and in
-/// the wire's decoder.
+/// word, the first byte lowest: the id's eight-digit reads.
 #[inline(always)]
-pub(crate) fn word_at(bytes: &[u8], at: usize) -> u64 {
+fn word_at(bytes: &[u8], at: usize) -> u64 {
     let mut word = [0; 8];
     word.copy_from_slice(&bytes[at..at + 8]);
     u64::from_le_bytes(word)

@@ -446,9 +446,10 @@ pub fn slots_differ(later: &[u32], earlier: &[u32], later_cut: bool, earlier_cut
     // 0.0007 of recall on the 200,000-message stream for no precision).
     // So the earlier set is read only when the later has a number of its
     // own: most pairs asked share their numbers, and it is then not read.
-    !earlier_cut && has_slot_missing_from(later, earlier) && !later_cut && {
-        has_slot_missing_from(earlier, later)
-    }
+    !earlier_cut
+        && !later_cut
+        && has_slot_missing_from(later, earlier)
+        && has_slot_missing_from(earlier, later)
 }
 
 /// Whether `set` has a number's word (see [`super::shingle::is_slot`])
@@ -478,7 +479,7 @@ fn has_slot_missing_from(set: &[u32], other: &[u32]) -> bool {
 }
 
 /// Shingles [`has_slot_missing_from`] tests for a number at once: two
-/// vectors of four under SSE2, one under AVX2.
+/// SSE2 vectors of four (the portable code the build compiles).
 const SLOT_BLOCK: usize = 8;
 
 /// [`slots_differ`] as it was before blocks and the second set read only

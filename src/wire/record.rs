@@ -838,11 +838,10 @@ impl Decoder {
         // A date has no escapes: a string with one is no date.
         let created_at = self.created_at.iter().find_map(|&path| {
             let c = found(path).next()?;
-            if c.plain {
-                return c.plain_text(line);
-            }
-            let text = c.raw(line).strip_prefix('"')?.strip_suffix('"')?;
-            (!text.contains('\\')).then_some(text)
+            c.plain_text(line).or_else(|| {
+                let text = c.raw(line).strip_prefix('"')?.strip_suffix('"')?;
+                (!text.contains('\\')).then_some(text)
+            })
         });
         Ok(Record {
             id,
@@ -1052,7 +1051,7 @@ impl Scanned {
 }
 
 /// The line as text, checked with SIMD where the processor has it: every
-/// byte of a line not found all ASCII ([`classified`]) is checked, and the
+/// byte of a line not found all ASCII ([`Scanned::load`]) is checked, and the
 /// standard library's check (which skips ASCII a word at a time) cost a
 /// tweet-sized line 340 instructions.
 fn utf8(line: &[u8]) -> Result<&str, InvalidReason> {
@@ -1445,9 +1444,9 @@ impl Scan<'_> {
         }
     }
 
-    /// The offset of the first stop at or after `from` (at most the line's
-    /// end): the sentinel's first bit, past the line's end, when the line
-    /// has none.
+    /// The offset of the first stop at or after `from` (which is at most
+    /// the line's end): the sentinel's first bit, past the line's end, when
+    /// the line has none from there.
     #[inline(always)]
     fn next_stop(&self, from: usize) -> usize {
         let stop_word = |block: usize| {

@@ -688,6 +688,20 @@ impl Index {
             .map(|(&slot, ())| (slot, &self.entries[slot as usize]))
     }
 
+    /// From now until [`Index::finish_growth`], the postings table's growth
+    /// waits (see [`Postings::defer_growth`]): for a batch decided after
+    /// its overlaps were counted on several threads, whose growth those
+    /// threads then share.
+    pub fn defer_growth(&mut self) {
+        self.postings.defer_growth();
+    }
+
+    /// Makes the growth that waited since [`Index::defer_growth`], on
+    /// `threads` threads (see [`Postings::finish_growth`]).
+    pub fn finish_growth(&mut self, threads: usize) {
+        self.postings.finish_growth(threads);
+    }
+
     /// Indexes a message, evicting the least recently used one if full.
     /// Returns the evicted message's id.
     ///

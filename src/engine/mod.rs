@@ -1372,6 +1372,9 @@ impl IndexStore for Deduper {
         if counted.is_some() {
             let keys = asks.iter().map(|ask| ask.sketch.band_keys.len()).sum();
             self.batch_keys.clear(keys);
+            // The batch's growth of the postings waits for its end, and is
+            // then shared among the counting threads.
+            self.index.defer_growth();
         }
         for (position, ask) in asks.iter().enumerate() {
             for (distance, stage) in PREFETCH_STAGES {
@@ -1426,6 +1429,9 @@ impl IndexStore for Deduper {
                 let last = self.explainer.last.take();
                 self.explainer.batch.extend(last);
             }
+        }
+        if counted.is_some() {
+            self.index.finish_growth(self.workers.len());
         }
         self.times.serial_cpu += thread_cpu_time().saturating_sub(serial_started);
         Ok(())

@@ -434,7 +434,7 @@ impl Postings {
         self.size = size;
         self.grow_at = self.next_grow_at();
         if threads > 1 && old_size >= MIN_PARALLEL_REHASH {
-            rehash_in_parts(self.cells.as_mut_slice(), old_size, threads);
+            rehash_in_parts(self.cells.as_mut_slice(), old_size, threads, self.len);
         } else {
             rehash_in_place(self.cells.as_mut_slice(), old_size);
         }
@@ -459,7 +459,8 @@ const MIN_PARALLEL_REHASH: usize = (256 << 10) / size_of::<u64>();
 
 /// Moves the postings in the first `old_size` cells of `cells`, placed for
 /// a table of that size, to where the table's present size puts them, on
-/// `parts` threads (the caller's among them), in three passes:
+/// `parts` threads (the caller's among them), in three passes (`held`:
+/// the postings there, to size the threads' buffers):
 /// - each thread takes the postings out of a share of the old cells,
 ///   emptying them, and sorts them by the share of the grown table their
 ///   home lies in ([`take_part`]);
@@ -473,7 +474,7 @@ const MIN_PARALLEL_REHASH: usize = (256 << 10) / size_of::<u64>();
 /// home, which is all a lookup or a removal asks of the table. Unlike
 /// [`rehash_in_place`], where postings lie within their runs depends on
 /// the number of threads; nothing reads that order.
-fn rehash_in_parts(cells: &mut [u64], old_size: usize, parts: usize) {
+fn rehash_in_parts(cells: &mut [u64], old_size: usize, parts: usize, held: usize) {
     let size = cells.len();
     let span = size.div_ceil(parts);
     let share = old_size.div_ceil(parts);
@@ -481,9 +482,10 @@ fn rehash_in_parts(cells: &mut [u64], old_size: usize, parts: usize) {
         let mut shares = cells[..old_size].chunks_mut(share);
         let mine = shares.next();
         let others: Vec<_> = shares
-            .map(|old| scope.spawn(move || take_part(old, size, span, parts)))
+            .map(|old| scope.spawn(move || take_part(old, size, span, parts, held)))
             .collect();
-        let mut taken = vec![mine.map_or_else(Vec::new, |old| take_part(old, size, span, parts))];
+        let mut taken =
+            vec![mine.map_or_else(Vec::new, |old| take_part(old, size, span, parts, held))];
         taken.extend(
             others
                 .into_iter()
@@ -496,7 +498,9 @@ fn rehash_in_parts(cells: &mut [u64], old_size: usize, parts: usize) {
         let taken = &taken;
         let mine = shares.next();
         let others: Vec<_> = shares
-            .map(|(part, grown)| scope.spawn(move || place_part(grown, part * span, size, taken, part)))
+            .map(|(part, grown)| {
+                scope.spawn(move || place_part(grown, part * span, size, taken, part))
+            })
             .collect();
         let mut left = vec![mine.map_or_else(Vec::new, |(part, grown)| {
             place_part(grown, part * span, size, taken, part)
@@ -519,13 +523,22 @@ fn rehash_in_parts(cells: &mut [u64], old_size: usize, parts: usize) {
 
 /// Takes every posting out of `old` (a share of the old cells), emptying
 /// them, sorted by the share of `span` cells of a table of `size` cells
-/// that the posting's home lies in (`parts` shares). Never inlined, so
+/// that the posting's home lies in (`parts` shares; `held` postings in the
+/// whole old table). Never inlined, so
 /// that profiles tell the part that runs in parallel from the serial.
 #[inline(never)]
-fn take_part(old: &mut [u64], size: usize, span: usize, parts: usize) -> Vec<Vec<u64>> {
-    let in_use = old.iter().filter(|&&c| c != 0).count();
+fn take_part(
+    old: &mut [u64],
+    size: usize,
+    span: usize,
+    parts: usize,
+    held: usize,
+) -> Vec<Vec<u64>> {
+    // The postings are spread about evenly over the shares: room for a
+    // little more than even saves most regrowth.
+    let expected = held / parts / parts;
     let mut by_part: Vec<Vec<u64>> = (0..parts)
-        .map(|_| Vec::with_capacity(in_use / parts + in_use / 8 + 16))
+        .map(|_| Vec::with_capacity(expected + expected / 4 + 16))
         .collect();
     for c in old.iter_mut().filter(|c| **c != 0) {
         let part = home(key_of(*c), size) / span;
@@ -929,7 +942,7 @@ mod tests {
                 cells[at] = cell(key, n as u32);
                 held.push(cell(key, n as u32));
             }
-            rehash_in_parts(&mut cells, old_size, parts);
+            rehash_in_parts(&mut cells, old_size, parts, held.len());
             let size = cells.len();
             for &posting in &held {
                 let mut at = home(key_of(posting), size);

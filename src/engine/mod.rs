@@ -838,6 +838,18 @@ impl Deduper {
         self.decide(id, sketch, false, counted).0
     }
 
+    /// Offers the index the data of a message about to be decided, made
+    /// ahead on another thread (see [`Index::offer`]).
+    pub fn offer_entry_data(&mut self, band_keys: &[u32], shingles: &[u32], data: Box<[u32]>) {
+        self.index.offer(band_keys, shingles, data);
+    }
+
+    /// Drops what no insert took of the data offered (see
+    /// [`Index::clear_offered`]).
+    pub fn clear_offered(&mut self) {
+        self.index.clear_offered();
+    }
+
     /// How many threads verify a batch's candidates (see [`overlaps`]):
     /// the deciding thread and `threads - 1` more, started per batch, from
     /// [`overlaps::MIN_THREADS`] on (below, the deciding thread verifies

@@ -274,6 +274,28 @@ pub struct Index {
     ids: Option<Postings>,
     /// Messages removed so far.
     removals: u64,
+    /// Entries' data made ahead, on another thread, for messages about to
+    /// be inserted (see [`Index::offer`]), in the order they are offered.
+    offered: Vec<Offered>,
+    /// The first of `offered` not yet passed by an insert.
+    next_offered: usize,
+}
+
+/// An indexed message's data made ahead (see [`Index::offer`]): its band
+/// keys then its shingles, and where the slices it was made from lie, so
+/// that an insert of exactly those slices takes it.
+#[derive(Debug)]
+struct Offered {
+    /// Address and length of the band keys it was made from.
+    keys: (usize, usize),
+    /// Address and length of the shingles it was made from.
+    shingles: (usize, usize),
+    data: Option<Box<[u32]>>,
+}
+
+/// A slice's address and length, to tell it from any other live slice.
+fn place_of(slice: &[u32]) -> (usize, usize) {
+    (slice.as_ptr() as usize, slice.len())
 }
 
 impl std::fmt::Debug for Index {
@@ -338,6 +360,8 @@ impl Index {
             max_bytes: None,
             ids: None,
             removals: 0,
+            offered: Vec::new(),
+            next_offered: 0,
         }
     }
 
@@ -688,6 +712,58 @@ impl Index {
             .map(|(&slot, ())| (slot, &self.entries[slot as usize]))
     }
 
+    /// From now until [`Index::finish_growth`], the postings table's growth
+    /// waits (see [`Postings::defer_growth`]): for a batch decided after
+    /// its overlaps were counted on several threads, whose growth those
+    /// threads then share.
+    pub fn defer_growth(&mut self) {
+        self.postings.defer_growth();
+    }
+
+    /// Makes the growth that waited since [`Index::defer_growth`], on
+    /// `threads` threads (see [`Postings::finish_growth`]).
+    pub fn finish_growth(&mut self, threads: usize) {
+        self.postings.finish_growth(threads);
+    }
+
+    /// Offers the data of a message about to be inserted, made ahead on
+    /// another thread: `data` must be `band_keys` then `shingles`, the very
+    /// slices the insert will be given. An insert of those slices (the same
+    /// memory, so the same contents) takes it instead of allocating and
+    /// copying on the deciding thread. Offers are taken in order: an insert
+    /// passes over the ones before its own (messages not indexed after
+    /// all). Those left are dropped by [`Index::clear_offered`].
+    pub fn offer(&mut self, band_keys: &[u32], shingles: &[u32], data: Box<[u32]>) {
+        self.offered.push(Offered {
+            keys: place_of(band_keys),
+            shingles: place_of(shingles),
+            data: Some(data),
+        });
+    }
+
+    /// Drops the offers no insert took (see [`Index::offer`]). Call it
+    /// before the slices they were made from are freed: another slice at
+    /// the same place must not take them.
+    pub fn clear_offered(&mut self) {
+        self.offered.clear();
+        self.next_offered = 0;
+    }
+
+    /// The data offered for exactly these slices, if any (see
+    /// [`Index::offer`]).
+    fn take_offered(&mut self, band_keys: &[u32], shingles: &[u32]) -> Option<Box<[u32]>> {
+        let (keys, shingles) = (place_of(band_keys), place_of(shingles));
+        let found = self.offered[self.next_offered..]
+            .iter()
+            .position(|o| o.keys == keys && o.shingles == shingles)?;
+        let at = self.next_offered + found;
+        self.next_offered = at + 1;
+        self.offered[at]
+            .data
+            .take()
+            .filter(|data| data.len() == keys.1 + shingles.1)
+    }
+
     /// Indexes a message, evicting the least recently used one if full.
     /// Returns the evicted message's id.
     ///
@@ -742,10 +818,15 @@ impl Index {
         posted: Option<u32>,
     ) -> Option<MessageId> {
         let exact = exact_key(message.set_fingerprint);
-        let mut data = Vec::with_capacity(message.band_keys.len() + message.shingles.len());
-        data.extend_from_slice(message.band_keys);
-        data.extend_from_slice(message.shingles);
-        let data = data.into_boxed_slice();
+        let data = match self.take_offered(message.band_keys, message.shingles) {
+            Some(data) => data,
+            None => {
+                let mut data = Vec::with_capacity(message.band_keys.len() + message.shingles.len());
+                data.extend_from_slice(message.band_keys);
+                data.extend_from_slice(message.shingles);
+                data.into_boxed_slice()
+            }
+        };
         let fresh = Entry {
             seq: message.seq,
             id,

@@ -838,6 +838,18 @@ impl Deduper {
         self.decide(id, sketch, false, counted).0
     }
 
+    /// Offers the index the data of a message about to be decided, made
+    /// ahead on another thread (see [`Index::offer`]).
+    pub fn offer_entry_data(&mut self, band_keys: &[u32], shingles: &[u32], data: Box<[u32]>) {
+        self.index.offer(band_keys, shingles, data);
+    }
+
+    /// Drops what no insert took of the data offered (see
+    /// [`Index::clear_offered`]).
+    pub fn clear_offered(&mut self) {
+        self.index.clear_offered();
+    }
+
     /// How many threads verify a batch's candidates (see [`overlaps`]):
     /// the deciding thread and `threads - 1` more, started per batch, from
     /// [`overlaps::MIN_THREADS`] on (below, the deciding thread verifies
@@ -1372,6 +1384,9 @@ impl IndexStore for Deduper {
         if counted.is_some() {
             let keys = asks.iter().map(|ask| ask.sketch.band_keys.len()).sum();
             self.batch_keys.clear(keys);
+            // The batch's growth of the postings waits for its end, and is
+            // then shared among the counting threads.
+            self.index.defer_growth();
         }
         for (position, ask) in asks.iter().enumerate() {
             for (distance, stage) in PREFETCH_STAGES {
@@ -1426,6 +1441,9 @@ impl IndexStore for Deduper {
                 let last = self.explainer.last.take();
                 self.explainer.batch.extend(last);
             }
+        }
+        if counted.is_some() {
+            self.index.finish_growth(self.workers.len());
         }
         self.times.serial_cpu += thread_cpu_time().saturating_sub(serial_started);
         Ok(())

@@ -80,6 +80,11 @@ pub struct Postings {
     /// The thread faulting in the pages of `cells` since the last growth,
     /// joined before they are freed.
     populating: Option<Populating>,
+    /// Cells of the table by its growth rule: `cells.len()`, or more while
+    /// a growth waits (see [`Postings::defer_growth`]).
+    size: usize,
+    /// Whether growth waits for [`Postings::finish_growth`].
+    deferring: bool,
 }
 
 impl Clone for Postings {
@@ -90,6 +95,8 @@ impl Clone for Postings {
             grow_at: self.grow_at,
             full_size: self.full_size,
             populating: None,
+            size: self.size,
+            deferring: self.deferring,
         }
     }
 }
@@ -152,12 +159,17 @@ impl Postings {
             grow_at: grow_at(MIN_CELLS, full_size),
             full_size,
             populating: None,
+            size: MIN_CELLS,
+            deferring: false,
         }
     }
 
-    /// Cells in the table now (for memory accounting: 8 bytes each).
+    /// Cells in the table (for memory accounting: 8 bytes each): by its
+    /// growth rule, so a growth that waits (see [`Postings::defer_growth`])
+    /// is counted as made, and a byte budget evicts the same messages
+    /// whether growth waits or not.
     pub fn cells(&self) -> usize {
-        self.cells.len()
+        self.size
     }
 
     /// Cells of the table at its full size (see [`Postings::with_full_size`]).
@@ -313,15 +325,19 @@ impl Postings {
     /// the table ends the same size: only where the postings lie within
     /// their runs differs, which no lookup depends on.
     pub fn reserve(&mut self, total: usize) {
-        let mut size = self.cells.len();
+        let mut size = self.size;
         // Inserting with `len` held grows when `len >= grow_at`, so holding
         // `total` needs a size whose `grow_at` is at least `total`.
         while total > grow_at(size, self.full_size) {
             size = self.grown_size(size);
         }
-        if size > self.cells.len() {
-            self.grow_to(size);
+        if size > self.size {
+            self.size = size;
         }
+        if self.size > self.cells.len() {
+            self.grow_to(self.size, 1);
+        }
+        self.grow_at = self.next_grow_at();
     }
 
     /// The size a table of `size` cells grows to: double, or its full size
@@ -335,18 +351,71 @@ impl Postings {
     }
 
     /// Doubles the table, or grows it to its full size if that is nearer
-    /// (see [`Postings::grow_to`]). Out of line: it is rare, and kept out of
-    /// [`Postings::insert_capped`], which is inlined.
+    /// (see [`Postings::grow_to`]); while growth waits, only notes the size
+    /// the rule has the table grow to, and grows it then only if its cells
+    /// fill past [`DEFERRED_MAX_LOAD`]. Out of line: it is rare, and kept
+    /// out of [`Postings::insert_capped`], which is inlined.
     #[cold]
     #[inline(never)]
     fn grow(&mut self) {
-        self.grow_to(self.grown_size(self.cells.len()));
+        if self.len >= grow_at(self.size, self.full_size) {
+            self.size = self.grown_size(self.size);
+        }
+        let overfull = self.len >= deferred_limit(self.cells.len());
+        if self.size > self.cells.len() && (!self.deferring || overfull) {
+            self.grow_to(self.size, 1);
+        }
+        self.grow_at = self.next_grow_at();
+    }
+
+    /// Postings held when [`Postings::grow`] must next be asked: when the
+    /// rule grows the table, or, with a growth waiting, when its cells fill
+    /// past [`DEFERRED_MAX_LOAD`] if that comes first.
+    fn next_grow_at(&self) -> usize {
+        let rule = grow_at(self.size, self.full_size);
+        if self.size > self.cells.len() {
+            rule.min(deferred_limit(self.cells.len()))
+        } else {
+            rule
+        }
+    }
+
+    /// From now until [`Postings::finish_growth`], growing waits: inserts
+    /// note the size the table's rule grows it to, and the cells grow to it
+    /// (all growths at once) when `finish_growth` is called, with the
+    /// postings rehashed on several threads. The size the table ends is the
+    /// one it would have grown to meanwhile, so memory is the same; only
+    /// where postings lie within their runs differs, which no lookup
+    /// depends on. Meanwhile the cells hold more postings than the rule
+    /// lets them (up to [`DEFERRED_MAX_LOAD`], past which they grow at
+    /// once, on this thread): lookups walk longer runs, but find the same.
+    ///
+    /// A replica decides a batch of hundreds of messages at a time, adding
+    /// a few thousand postings, while a table of millions of cells grows
+    /// only at a fifth in use: deferred to the batch's end, the growth that
+    /// falls within it leaves the deciding thread for the threads that
+    /// counted the batch's overlaps.
+    pub fn defer_growth(&mut self) {
+        self.deferring = true;
+        self.grow_at = self.next_grow_at();
+    }
+
+    /// Makes the growth that waited since [`Postings::defer_growth`], if
+    /// any, rehashing on `threads` threads (the caller's among them), and
+    /// grows at once from then on.
+    pub fn finish_growth(&mut self, threads: usize) {
+        self.deferring = false;
+        if self.size > self.cells.len() {
+            self.grow_to(self.size, threads);
+        }
+        self.grow_at = self.next_grow_at();
     }
 
     /// Grows the table to `size` cells in place (see [`Cells`]): only the
     /// added cells are new memory, and the postings are rehashed where they
-    /// lie.
-    fn grow_to(&mut self, size: usize) {
+    /// lie, on `threads` threads if the table is large enough to pay for
+    /// them (see [`rehash_in_parts`]).
+    fn grow_to(&mut self, size: usize, threads: usize) {
         let old_size = self.cells.len();
         // The last growth's thread must be done before the cells can move.
         if let Some(populating) = self.populating.take() {
@@ -362,9 +431,151 @@ impl Postings {
         if added.len() >= MIN_POPULATE_CELLS {
             self.populating = populate_in_background(added);
         }
-        self.grow_at = grow_at(size, self.full_size);
-        rehash_in_place(self.cells.as_mut_slice(), old_size);
+        self.size = size;
+        self.grow_at = self.next_grow_at();
+        if threads > 1 && old_size >= MIN_PARALLEL_REHASH {
+            rehash_in_parts(self.cells.as_mut_slice(), old_size, threads, self.len);
+        } else {
+            rehash_in_place(self.cells.as_mut_slice(), old_size);
+        }
     }
+}
+
+/// Most of its cells a table whose growth waits (see
+/// [`Postings::defer_growth`]) fills before it grows all the same: runs at
+/// half the cells in use are still a few cells long, and a batch's
+/// postings fill a large table by far less.
+const DEFERRED_MAX_LOAD: f64 = 0.5;
+
+/// Postings a table of `cells` holds, with a growth waiting, before it
+/// grows at once (see [`DEFERRED_MAX_LOAD`]).
+fn deferred_limit(cells: usize) -> usize {
+    ((cells as f64 * DEFERRED_MAX_LOAD) as usize).max(1)
+}
+
+/// Fewest old cells a rehash splits among threads: 256 KiB of them. On
+/// smaller tables starting the threads costs more than it saves.
+const MIN_PARALLEL_REHASH: usize = (256 << 10) / size_of::<u64>();
+
+/// Moves the postings in the first `old_size` cells of `cells`, placed for
+/// a table of that size, to where the table's present size puts them, on
+/// `parts` threads (the caller's among them), in three passes (`held`:
+/// the postings there, to size the threads' buffers):
+/// - each thread takes the postings out of a share of the old cells,
+///   emptying them, and sorts them by the share of the grown table their
+///   home lies in ([`take_part`]);
+/// - each thread puts the postings whose home lies in its share of the
+///   grown table, probing within that share only ([`place_part`]); a
+///   posting whose run reaches the share's end is left over;
+/// - the caller puts the few left over, probing from their homes across
+///   the shares as an insert does.
+///
+/// Every posting then lies at the end of a run of cells in use from its
+/// home, which is all a lookup or a removal asks of the table. Unlike
+/// [`rehash_in_place`], where postings lie within their runs depends on
+/// the number of threads; nothing reads that order.
+fn rehash_in_parts(cells: &mut [u64], old_size: usize, parts: usize, held: usize) {
+    let size = cells.len();
+    let span = size.div_ceil(parts);
+    let share = old_size.div_ceil(parts);
+    let taken: Vec<Vec<Vec<u64>>> = std::thread::scope(|scope| {
+        let mut shares = cells[..old_size].chunks_mut(share);
+        let mine = shares.next();
+        let others: Vec<_> = shares
+            .map(|old| scope.spawn(move || take_part(old, size, span, parts, held)))
+            .collect();
+        let mut taken =
+            vec![mine.map_or_else(Vec::new, |old| take_part(old, size, span, parts, held))];
+        taken.extend(
+            others
+                .into_iter()
+                .map(|thread| thread.join().expect("a rehash thread cannot panic")),
+        );
+        taken
+    });
+    let left: Vec<Vec<u64>> = std::thread::scope(|scope| {
+        let mut shares = cells.chunks_mut(span).enumerate();
+        let taken = &taken;
+        let mine = shares.next();
+        let others: Vec<_> = shares
+            .map(|(part, grown)| {
+                scope.spawn(move || place_part(grown, part * span, size, taken, part))
+            })
+            .collect();
+        let mut left = vec![mine.map_or_else(Vec::new, |(part, grown)| {
+            place_part(grown, part * span, size, taken, part)
+        })];
+        left.extend(
+            others
+                .into_iter()
+                .map(|thread| thread.join().expect("a rehash thread cannot panic")),
+        );
+        left
+    });
+    for &moving in left.iter().flatten() {
+        let mut at = home(key_of(moving), size);
+        while cells[at] != 0 {
+            at = next(at, size);
+        }
+        cells[at] = moving;
+    }
+}
+
+/// Takes every posting out of `old` (a share of the old cells), emptying
+/// them, sorted by the share of `span` cells of a table of `size` cells
+/// that the posting's home lies in (`parts` shares; `held` postings in the
+/// whole old table). Never inlined, so
+/// that profiles tell the part that runs in parallel from the serial.
+#[inline(never)]
+fn take_part(
+    old: &mut [u64],
+    size: usize,
+    span: usize,
+    parts: usize,
+    held: usize,
+) -> Vec<Vec<u64>> {
+    // The postings are spread about evenly over the shares: room for a
+    // little more than even saves most regrowth.
+    let expected = held / parts / parts;
+    let mut by_part: Vec<Vec<u64>> = (0..parts)
+        .map(|_| Vec::with_capacity(expected + expected / 4 + 16))
+        .collect();
+    for c in old.iter_mut().filter(|c| **c != 0) {
+        let part = home(key_of(*c), size) / span;
+        if let Some(to) = by_part.get_mut(part) {
+            to.push(*c);
+        }
+        *c = 0;
+    }
+    by_part
+}
+
+/// Puts into `grown` (the share of a table of `size` cells from cell
+/// `base` on, empty) the postings of every [`take_part`] sorted into share
+/// `part`, probing from each one's home up to the share's end; returns
+/// those whose run reached it. Never inlined, as [`take_part`].
+#[inline(never)]
+fn place_part(
+    grown: &mut [u64],
+    base: usize,
+    size: usize,
+    taken: &[Vec<Vec<u64>>],
+    part: usize,
+) -> Vec<u64> {
+    let mut left = Vec::new();
+    for from in taken {
+        for &moving in from.get(part).into_iter().flatten() {
+            let mut at = home(key_of(moving), size) - base;
+            while at < grown.len() && grown[at] != 0 {
+                at += 1;
+            }
+            match grown.get_mut(at) {
+                Some(cell) => *cell = moving,
+                None => left.push(moving),
+            }
+        }
+    }
+    left
 }
 
 /// The home cell of `key` in a table of `size` cells. Keys are hashes
@@ -705,6 +916,92 @@ mod tests {
             proptest::prop_assert_eq!(reserved.len(), grown.len());
             for k in 0..keys as usize {
                 proptest::prop_assert_eq!(slots(&reserved, key(k)), slots(&grown, key(k)));
+            }
+        }
+
+        /// Rehashing on several threads into a table of any larger size
+        /// holds every posting once, at the end of a run of cells in use from
+        /// its home, whatever wrapped round the end of either table, collided
+        /// or ran past a thread's share of the grown table.
+        #[test]
+        fn rehashing_in_parts_keeps_every_posting_findable(
+            old_size in 1usize..200,
+            grown_by in 1usize..200,
+            parts in 1usize..7,
+            keys in proptest::collection::vec(proptest::num::u32::ANY, 0..150),
+            clustered in proptest::bool::ANY,
+        ) {
+            let mut cells = vec![0u64; old_size + grown_by];
+            let mut held = Vec::new();
+            for (n, &key) in keys.iter().take(old_size - 1).enumerate() {
+                let key = if clustered { key | 0xfff0_0000 } else { key };
+                let mut at = home(key, old_size);
+                while cells[at] != 0 {
+                    at = next(at, old_size);
+                }
+                cells[at] = cell(key, n as u32);
+                held.push(cell(key, n as u32));
+            }
+            rehash_in_parts(&mut cells, old_size, parts, held.len());
+            let size = cells.len();
+            for &posting in &held {
+                let mut at = home(key_of(posting), size);
+                while cells[at] != posting {
+                    proptest::prop_assert_ne!(cells[at], 0, "a run broken before {:x}", posting);
+                    at = next(at, size);
+                }
+            }
+            let mut all: Vec<u64> = cells.iter().copied().filter(|&c| c != 0).collect();
+            all.sort_unstable();
+            held.sort_unstable();
+            proptest::prop_assert_eq!(all, held);
+        }
+
+        /// A table whose growth waits ends, after `finish_growth`, the size
+        /// growing at once makes it, and counts that size all along (memory
+        /// accounting, and so a byte budget, see no difference); both hold
+        /// the same slots under every key, through inserts, capped buckets
+        /// and removals.
+        #[test]
+        fn deferred_growth_ends_the_size_growing_makes_it(
+            expected in proptest::sample::select(vec![0usize, 10, 300, 5_000]),
+            ops in proptest::collection::vec((0u32..400, proptest::bool::weighted(0.8)), 0..3_000),
+            threads in 1usize..5,
+            max_bucket in proptest::sample::select(vec![2usize, 8, usize::MAX]),
+        ) {
+            let (mut at_once, mut deferred) =
+                (Postings::with_capacity(expected), Postings::with_capacity(expected));
+            deferred.defer_growth();
+            let key = |k: u32| k.wrapping_mul(0x9e37_79b1);
+            let mut slot = 0u32;
+            let mut inserted: Vec<(u32, u32)> = Vec::new();
+            for &(k, insert) in &ops {
+                if insert || inserted.is_empty() {
+                    slot += 1;
+                    let a = at_once.insert_capped(key(k), slot, max_bucket);
+                    let d = deferred.insert_capped(key(k), slot, max_bucket);
+                    proptest::prop_assert_eq!(a, d);
+                    if a {
+                        inserted.push((key(k), slot));
+                    }
+                } else {
+                    let (k, s) = inserted.swap_remove(k as usize % inserted.len());
+                    at_once.remove(k, s);
+                    deferred.remove(k, s);
+                }
+                proptest::prop_assert_eq!(deferred.cells(), at_once.cells());
+                // Never fuller than the rule lets a table of its cells be,
+                // or than a growth waiting lets it be.
+                let cells = deferred.cells.len();
+                let most = deferred_limit(cells).max(grow_at(cells, deferred.full_size));
+                proptest::prop_assert!(deferred.len() <= most + 1);
+            }
+            deferred.finish_growth(threads);
+            proptest::prop_assert_eq!(deferred.cells.len(), at_once.cells.len());
+            proptest::prop_assert_eq!(deferred.cells(), at_once.cells());
+            proptest::prop_assert_eq!(deferred.len(), at_once.len());
+            for k in 0..400 {
+                proptest::prop_assert_eq!(slots(&deferred, key(k)), slots(&at_once, key(k)));
             }
         }
 

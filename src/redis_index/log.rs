@@ -137,6 +137,12 @@ pub struct Batch {
     tokens: Vec<u8>,
     shingles: Vec<u32>,
     keys: Vec<u32>,
+    /// For each message to check, the data an index entry holds of it (its
+    /// keys, then its shingles), made here, on the thread that reads the
+    /// log ahead, rather than on the one that applies it (see
+    /// [`crate::engine::index::Index::offer`]); `None` for the others, and
+    /// once taken.
+    entry_data: Vec<Option<Box<[u32]>>>,
 }
 
 impl Batch {
@@ -186,6 +192,13 @@ impl Batch {
             let k = usize::from(r.u8().map_err(truncated)?);
             let start = batch.keys.len();
             push_u32s(&mut batch.keys, r.take(4 * k).map_err(truncated)?);
+            let data = (flags & (QUERY | REMOVE) == 0).then(|| {
+                let mut data = Vec::with_capacity(k + n);
+                data.extend_from_slice(&batch.keys[start..]);
+                data.extend_from_slice(&batch.shingles[shingles.clone()]);
+                data.into_boxed_slice()
+            });
+            batch.entry_data.push(data);
             batch.messages.push(Logged {
                 id,
                 op: match (flags & QUERY != 0, flags & REMOVE != 0) {
@@ -229,6 +242,12 @@ impl Batch {
     /// The tokens whose verdicts may be forgotten.
     pub fn forget(&self) -> impl Iterator<Item = &[u8]> {
         self.forget.iter().map(|r| &self.tokens[r.clone()])
+    }
+
+    /// Takes the entries' data made as the batch was read (see
+    /// `entry_data`): one per message, `None` where there is none.
+    pub fn take_entry_data(&mut self) -> Vec<Option<Box<[u32]>>> {
+        std::mem::take(&mut self.entry_data)
     }
 
     /// The `i`-th message as the index store takes it (its token scoped).

@@ -717,13 +717,19 @@ impl RedisIndex {
 
     /// Applies one page's entries (see [`read_page`]) and moves the
     /// replica's position past them.
-    fn apply_page(&mut self, page: Page, verdicts: &mut Vec<Verdict>) -> Step {
+    fn apply_page(&mut self, mut page: Page, verdicts: &mut Vec<Verdict>) -> Step {
+        let mut entry_data: Vec<_> = page
+            .run
+            .iter_mut()
+            .map(|(batch, _)| batch.take_entry_data())
+            .collect();
         let refs: Vec<(&Batch, bool)> = page
             .run
             .iter()
             .map(|(batch, mine)| (batch, *mine))
             .collect();
-        self.replica.apply_entries(&refs, verdicts);
+        self.replica
+            .apply_entries_with_data(&refs, &mut entry_data, verdicts);
         let messages: u64 = page.run.iter().map(|(batch, _)| batch.len() as u64).sum();
         self.since_snapshot += messages;
         if let Some((number, id)) = page.last {

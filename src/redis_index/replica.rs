@@ -179,6 +179,20 @@ impl Replica {
     /// [`crate::engine::overlaps`]) whatever the size of its entries, and
     /// the deciding thread keeps only the part that depends on order.
     pub fn apply_entries(&mut self, entries: &[(&Batch, bool)], verdicts: &mut Vec<Verdict>) {
+        self.apply_entries_with_data(entries, &mut [], verdicts);
+    }
+
+    /// [`Replica::apply_entries`], with the entries' data made as they were
+    /// read (see [`Batch::take_entry_data`]): `entry_data[e]` is entry
+    /// `e`'s, or missing. The index takes a message's instead of making it
+    /// (see [`crate::engine::index::Index::offer`]); what it does not take
+    /// is dropped. The outcome is the same with or without.
+    pub fn apply_entries_with_data(
+        &mut self,
+        entries: &[(&Batch, bool)],
+        entry_data: &mut [Vec<Option<Box<[u32]>>>],
+        verdicts: &mut Vec<Verdict>,
+    ) {
         let mut first = 0;
         while first < entries.len() {
             // The memo must not fill up within a run: the oldest tokens
@@ -193,7 +207,8 @@ impl Replica {
                 messages += next.len();
                 end += 1;
             }
-            self.apply_run(&entries[first..end], verdicts);
+            let data = entry_data.get_mut(first..end).unwrap_or_default();
+            self.apply_run(&entries[first..end], data, verdicts);
             first = end;
         }
     }
@@ -204,7 +219,12 @@ impl Replica {
     /// entry, in log order. The caller has made sure the memo cannot
     /// overflow on the way, so the plan is what applying the entries one
     /// by one would find.
-    fn apply_run(&mut self, entries: &[(&Batch, bool)], verdicts: &mut Vec<Verdict>) {
+    fn apply_run(
+        &mut self,
+        entries: &[(&Batch, bool)],
+        entry_data: &mut [Vec<Option<Box<[u32]>>>],
+        verdicts: &mut Vec<Verdict>,
+    ) {
         self.plan.clear();
         let total = entries.iter().map(|(batch, _)| batch.len()).sum();
         let mut run: Vec<Ask<'_>> = Vec::with_capacity(total);
@@ -217,13 +237,18 @@ impl Replica {
         let mut decided_at: foldhash::HashMap<&[u8], usize> =
             foldhash::HashMap::with_capacity_and_hasher(total, Default::default());
         let mut forgotten: HashSet<&[u8]> = HashSet::new();
-        for &(batch, own) in entries {
+        for (e, &(batch, own)) in entries.iter().enumerate() {
             for token in batch.forget() {
                 decided_at.remove(token);
                 forgotten.insert(token);
             }
+            let mut data = entry_data.get_mut(e).map(|data| data.iter_mut());
             for i in 0..batch.len() {
                 let ask = batch.ask(i);
+                let made = data
+                    .as_mut()
+                    .and_then(Iterator::next)
+                    .and_then(Option::take);
                 let plan = match (ask.op, ask.token) {
                     (Op::Query, _) if !own => Plan::Skipped,
                     (Op::Check | Op::Remove, Some(token)) => {
@@ -242,12 +267,19 @@ impl Replica {
                         Plan::Decided(run.len() - 1)
                     }
                 };
+                if let (Plan::Decided(_), Op::Check, Some(made)) = (plan, ask.op, made) {
+                    self.deduper
+                        .offer_entry_data(ask.sketch.band_keys, ask.sketch.shingles, made);
+                }
                 self.plan.push(plan);
             }
         }
         self.decided.clear();
         // The in-memory engine never fails.
         let _ = self.deduper.decide(&run, &mut self.decided);
+        // The offers name the entries' memory, which outlives this call
+        // only as far as the caller keeps it.
+        self.deduper.clear_offered();
         let mut plans = self.plan.iter();
         for &(batch, own) in entries {
             // Answers first: a remembered verdict is the memo's as the run
@@ -521,6 +553,49 @@ mod tests {
                 .map_or(0, |t| t.counted_batches);
         }
         assert!(counted >= 10, "runs were counted ahead {counted} times");
+    }
+
+    /// With the entries' data made as they were read and offered to the
+    /// index (as a replica reading the log ahead does), runs give the
+    /// verdicts, and the index the entries, bytes and snapshot, of entries
+    /// applied one by one without: the index takes the data of exactly the
+    /// messages it indexes, and what it takes is what it would make.
+    #[test]
+    fn entries_applied_with_their_data_made_ahead_give_what_they_give_one_by_one() {
+        let mut taken = 0;
+        for seed in 1..40 {
+            let d = deduper();
+            let mut entries = random_entries(&d, seed, 40);
+            let mut one_by_one = Replica::new(deduper());
+            let mut expected = Vec::new();
+            for (batch, own) in &entries {
+                one_by_one.apply(batch, *own, &mut expected);
+            }
+            let mut data: Vec<Vec<Option<Box<[u32]>>>> = entries
+                .iter_mut()
+                .map(|(batch, _)| batch.take_entry_data())
+                .collect();
+            let made = data.iter().flatten().filter(|d| d.is_some()).count();
+            let mut engine = deduper();
+            engine.set_threads(std::num::NonZeroUsize::new(3).unwrap());
+            let mut runs = Replica::new(engine);
+            let mut verdicts = Vec::new();
+            let refs: Vec<(&Batch, bool)> = entries.iter().map(|(b, own)| (b, *own)).collect();
+            let mut at = 0;
+            for piece in refs.chunks(1 + seed as usize % 4 * 12) {
+                let end = at + piece.len();
+                runs.apply_entries_with_data(piece, &mut data[at..end], &mut verdicts);
+                at = end;
+            }
+            assert_eq!(verdicts, expected, "seed {seed}");
+            assert_eq!(runs.encode(), one_by_one.encode(), "seed {seed}");
+            assert_eq!(
+                runs.deduper().index().bytes(),
+                one_by_one.deduper().index().bytes()
+            );
+            taken += made - data.iter().flatten().filter(|d| d.is_some()).count();
+        }
+        assert!(taken >= 1_000, "the index took {taken} entries' data");
     }
 
     const STORY: &str = "the river burst its banks overnight and the old mill road is closed";

@@ -580,7 +580,7 @@ pub struct Deduper {
     filled: SlotSet,
     /// The keys the batch being decided has posted under (a superset):
     /// where a message looks for the messages the batch indexed.
-    batch_keys: SlotSet,
+    batch_keys: KeyFilter,
     times: DecisionTimes,
     /// The guards a match must pass, from the configuration.
     guards: Guards,
@@ -647,6 +647,71 @@ impl SlotSet {
     }
 }
 
+/// A set of keys that may answer yes for a key it lacks, never no for one
+/// it holds: one bit a key, picked by the key's top bits, in a bitmap
+/// eight times as large as the keys it will hold (so a key it lacks finds
+/// its bit set about once in twenty at the batch's end, and less before).
+///
+/// A batch's keys: a message walks the postings of each of its keys the
+/// batch may have posted under, for the messages the batch indexed. A key
+/// it has not posted under, walked, finds no message the batch indexed
+/// (every such message posted under all its keys), so an answer of yes too
+/// many changes no candidate, only costs a walk. Where a set of the keys
+/// themselves took two hashed lookups into a table of up to 256 KiB a key
+/// (one to insert it, one to ask), this takes one bit in a table of a few
+/// KiB.
+#[derive(Debug, Default)]
+struct KeyFilter {
+    /// The bitmap; its first `1 << (32 - shift)` bits are in use.
+    words: Vec<u64>,
+    /// The key's bits below the ones that pick its bit.
+    shift: u32,
+}
+
+impl KeyFilter {
+    /// Fewest bits in use: 4 Ki (512 bytes).
+    const MIN_BITS: usize = 1 << 12;
+
+    /// Empties it, sized for up to `keys` keys.
+    fn clear(&mut self, keys: usize) {
+        let bits = keys
+            .saturating_mul(8)
+            .next_power_of_two()
+            .clamp(Self::MIN_BITS, 1 << 31);
+        let words = bits / 64;
+        if self.words.len() < words {
+            self.words.resize(words, 0);
+        }
+        self.words[..words].fill(0);
+        self.shift = 32 - bits.trailing_zeros();
+    }
+
+    /// The word and the bit of `key`. Band keys are hashes, but some bits
+    /// of a key may mark its kind: a multiply spreads them over the top
+    /// bits that pick the bit.
+    #[inline]
+    fn place(&self, key: u32) -> (usize, u64) {
+        let bit = key.wrapping_mul(0x9e37_79b1) >> self.shift;
+        ((bit / 64) as usize, 1 << (bit % 64))
+    }
+
+    /// Adds `key`.
+    #[inline]
+    fn insert(&mut self, key: u32) {
+        let (word, bit) = self.place(key);
+        if let Some(w) = self.words.get_mut(word) {
+            *w |= bit;
+        }
+    }
+
+    /// Whether `key` may be in the set: always when it is.
+    #[inline]
+    fn may_contain(&self, key: u32) -> bool {
+        let (word, bit) = self.place(key);
+        self.words.get(word).is_some_and(|w| w & bit != 0)
+    }
+}
+
 impl std::fmt::Debug for Deduper {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Deduper")
@@ -696,7 +761,7 @@ impl Deduper {
                 .collect(),
             known: Vec::new(),
             filled: SlotSet::default(),
-            batch_keys: SlotSet::default(),
+            batch_keys: KeyFilter::default(),
             times: DecisionTimes::default(),
         })
     }
@@ -1123,7 +1188,7 @@ impl Deduper {
                 // walked.
                 let start = self.candidates.len();
                 for &key in sketch.band_keys {
-                    if self.batch_keys.contains(key) {
+                    if self.batch_keys.may_contain(key) {
                         self.index
                             .candidates(std::slice::from_ref(&key), &mut self.candidates);
                     }
@@ -1131,12 +1196,18 @@ impl Deduper {
                 self.candidates.extend(exact);
                 let fresh = self.candidates.len() - start;
                 self.seen.clear(fresh);
+                // Only the fresh part is sifted: the counted candidates
+                // before it stay where they are, unread.
                 let (filled, seen) = (&self.filled, &mut self.seen);
-                let mut at = 0;
-                self.candidates.retain(|&slot| {
-                    at += 1;
-                    at <= start || (filled.contains(slot) && seen.insert(slot))
-                });
+                let mut kept = start;
+                for at in start..self.candidates.len() {
+                    let slot = self.candidates[at];
+                    if filled.contains(slot) && seen.insert(slot) {
+                        self.candidates[kept] = slot;
+                        kept += 1;
+                    }
+                }
+                self.candidates.truncate(kept);
             }
         }
         self.verifier.load(sketch.shingles);
@@ -1682,6 +1753,42 @@ mod tests {
         };
         IndexStore::decide(&mut d, &[ask], &mut verdicts).unwrap();
         assert_eq!(verdicts, [Verdict::Repeat(None)]);
+    }
+
+    /// The batch's key filter holds every key put in it, at every size, and
+    /// turns most others away (else every key would be walked).
+    #[test]
+    fn the_key_filter_holds_its_keys_and_turns_most_others_away() {
+        let mut filter = KeyFilter::default();
+        let mut x = 7u32;
+        let mut next = || {
+            x = x.wrapping_mul(0x2c1b_3c6d).wrapping_add(0x297a_2d39);
+            x
+        };
+        for keys in [0usize, 1, 100, 512, 10_000, 40_000, 3_000] {
+            filter.clear(keys);
+            // Random keys, and keys alike but for their high bits.
+            let held: Vec<u32> = (0..keys)
+                .map(|n| if n % 2 == 0 { next() } else { (n as u32) << 20 })
+                .collect();
+            for &key in &held {
+                filter.insert(key);
+            }
+            for &key in &held {
+                assert!(filter.may_contain(key), "{keys} keys lost {key:#x}");
+            }
+            let others = (0..10_000).filter(|_| filter.may_contain(next())).count();
+            assert!(
+                others < 1_500,
+                "{keys} keys: {others} of 10,000 others let in"
+            );
+        }
+        // Emptied, it holds nothing of before.
+        filter.clear(10);
+        assert_eq!(
+            (0..10_000).filter(|_| filter.may_contain(next())).count(),
+            0
+        );
     }
 
     #[test]

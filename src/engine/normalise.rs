@@ -70,26 +70,33 @@ impl Normaliser {
     ) -> Normalised {
         out.clear();
         scratch.clear();
+        // One pass over the text says whether it is ASCII and which of the
+        // rules' signs it holds (each was a `memchr` or an `is_ascii` of
+        // its own, about 70 instructions a call on a tweet).
+        let mut marks = Marks::of(text.as_bytes());
         // Feeds escape twice now and then (`&amp;amp;`): decode until stable,
         // a few rounds at most.
         let mut decoded = Cow::Borrowed(text);
-        for _ in 0..3 {
-            // (The `memchr` crate's search: `str::contains` scans byte by
-            // byte on short texts.)
-            if memchr::memchr(b'&', decoded.as_bytes()).is_none() {
-                break;
+        if marks.amp {
+            for _ in 0..3 {
+                // (The `memchr` crate's search: `str::contains` scans byte
+                // by byte on short texts.)
+                if memchr::memchr(b'&', decoded.as_bytes()).is_none() {
+                    break;
+                }
+                match html_escape::decode_html_entities(&decoded) {
+                    Cow::Borrowed(_) => break,
+                    Cow::Owned(once_more) => decoded = Cow::Owned(once_more),
+                }
             }
-            match html_escape::decode_html_entities(&decoded) {
-                Cow::Borrowed(_) => break,
-                Cow::Owned(once_more) => decoded = Cow::Owned(once_more),
-            }
+            marks = Marks::of(decoded.as_bytes());
         }
 
         // An ASCII text (most of them) stays ASCII: its URLs become ASCII
         // tokens, and NFKC leaves ASCII alone. It is written straight into
         // `out` and lowercased there, in one pass and one copy, where other
         // text goes through `scratch` and the Unicode tables.
-        let ascii = decoded.is_ascii();
+        let ascii = marks.ascii;
         if ascii {
             push_without_urls(&decoded, urls, out);
             lowercase_ascii(out);
@@ -98,17 +105,24 @@ impl Normaliser {
             fold_non_ascii(scratch, out);
         }
 
-        // Retweet markers and credits hold an `@`: most texts are ruled out
-        // by one `memchr` (removing markers adds none).
-        let has_at = memchr::memchr(b'@', out.as_bytes()).is_some();
+        // Retweet markers and credits hold an `@`, and quoted retweets a
+        // quote mark (`"`, or `“`, whose first byte is 0xe2): most texts
+        // are ruled out by the marks, or a `memchr`. The ASCII path writes
+        // no `@` or `"` of its own (a link's token is `url` and hex digits,
+        // an ellipsis dots), so its output holds one only if the text did;
+        // when the text's was in a link that went, the rules find nothing
+        // to remove, as they would not have run. Folding other text may make
+        // one (`＠` is `@` in NFKC): its output is searched.
+        let has_at = if ascii {
+            marks.at
+        } else {
+            memchr::memchr(b'@', out.as_bytes()).is_some()
+        };
         if has_at {
             remove_retweet_markers(out, scratch);
         }
-        // Quoted retweets hold a quote mark (`"`, or `“`, whose first byte
-        // is 0xe2, never in ASCII text): most texts are ruled out by one
-        // `memchr` or `memchr2`.
         let may_quote = if ascii {
-            memchr::memchr(b'"', out.as_bytes()).is_some()
+            marks.quote
         } else {
             memchr::memchr2(b'"', 0xe2, out.as_bytes()).is_some()
         };
@@ -261,6 +275,92 @@ pub struct Normalised {
     /// The normal form is known to be all ASCII (the text was, and so its
     /// normal form is); `false` says nothing either way.
     pub ascii: bool,
+}
+
+/// What one pass over a text finds: whether it is all ASCII, and whether
+/// it holds an `&` (an entity to decode), an `@` (a retweet marker or
+/// credit may stand there) or a `"` (a quoted retweet's mark).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Marks {
+    ascii: bool,
+    amp: bool,
+    at: bool,
+    quote: bool,
+}
+
+impl Marks {
+    /// The marks of `bytes`, 16 bytes at a time.
+    fn of(bytes: &[u8]) -> Marks {
+        #[cfg(target_arch = "x86_64")]
+        {
+            marks_sse2::of(bytes)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            Marks::of_bytes(bytes)
+        }
+    }
+
+    /// The marks of `bytes`, byte by byte: the portable version, and the
+    /// oracle of the SSE2 one.
+    #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+    fn of_bytes(bytes: &[u8]) -> Marks {
+        Marks {
+            ascii: bytes.is_ascii(),
+            amp: bytes.contains(&b'&'),
+            at: bytes.contains(&b'@'),
+            quote: bytes.contains(&b'"'),
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod marks_sse2 {
+    use super::Marks;
+    use std::arch::x86_64::*;
+
+    /// [`Marks::of`] with SSE2 (part of the x86-64 baseline): each 16
+    /// bytes are compared with the three signs, the results and the bytes
+    /// themselves (whose high bits say non-ASCII) gathered by `or`, and
+    /// read once at the end. A text's last 16 bytes are read as one more
+    /// group, overlapping the one before (a test of presence counts no
+    /// byte twice wrongly), so no byte is copied; a text of fewer than 16
+    /// bytes is read byte by byte.
+    pub(super) fn of(bytes: &[u8]) -> Marks {
+        if bytes.len() < 16 {
+            return Marks::of_bytes(bytes);
+        }
+        let (groups, _) = bytes.as_chunks::<16>();
+        let last = bytes.len() - 16;
+        // SAFETY: SSE2 is part of the x86-64 baseline; every load reads 16
+        // bytes inside `bytes` (a whole group, or the 16 ending at its
+        // end, which exist as `bytes.len()` >= 16).
+        unsafe {
+            let (amp, at, quote) = (
+                _mm_set1_epi8(b'&' as i8),
+                _mm_set1_epi8(b'@' as i8),
+                _mm_set1_epi8(b'"' as i8),
+            );
+            let tail = _mm_loadu_si128(bytes.as_ptr().add(last).cast());
+            let mut high = tail;
+            let mut amps = _mm_cmpeq_epi8(tail, amp);
+            let mut ats = _mm_cmpeq_epi8(tail, at);
+            let mut quotes = _mm_cmpeq_epi8(tail, quote);
+            for group in groups {
+                let v = _mm_loadu_si128(group.as_ptr().cast());
+                high = _mm_or_si128(high, v);
+                amps = _mm_or_si128(amps, _mm_cmpeq_epi8(v, amp));
+                ats = _mm_or_si128(ats, _mm_cmpeq_epi8(v, at));
+                quotes = _mm_or_si128(quotes, _mm_cmpeq_epi8(v, quote));
+            }
+            Marks {
+                ascii: _mm_movemask_epi8(high) == 0,
+                amp: _mm_movemask_epi8(amps) != 0,
+                at: _mm_movemask_epi8(ats) != 0,
+                quote: _mm_movemask_epi8(quotes) != 0,
+            }
+        }
+    }
 }
 
 /// Lowercases the ASCII letters of `text` in place, as
@@ -1358,6 +1458,55 @@ mod tests {
         #[test]
         fn any_text_normalises_and_tokenises_as_the_reference(text in proptest::prelude::any::<String>()) {
             same_as_the_reference(&text)?;
+        }
+    }
+
+    /// The one-pass marks are those of byte-by-byte searches: every
+    /// length from 0 to 80 (below, at and past a group of 16, and the
+    /// last group's overlap), each sign and a non-ASCII byte alone at
+    /// every place, and all of them together.
+    #[test]
+    fn marks_are_the_byte_searches() {
+        for len in 0..=80 {
+            let plain = vec![b'x'; len];
+            assert_eq!(Marks::of(&plain), Marks::of_bytes(&plain), "len {len}");
+            for at in 0..len {
+                for sign in [b'&', b'@', b'"', 0xc3, 0x80, 0xff] {
+                    let mut bytes = plain.clone();
+                    bytes[at] = sign;
+                    let marks = Marks::of(&bytes);
+                    assert_eq!(
+                        marks,
+                        Marks::of_bytes(&bytes),
+                        "len {len}, {sign:#x} at {at}"
+                    );
+                }
+            }
+        }
+        let all = b"say @you & \"me\" \xe2 and some more text past sixteen";
+        assert_eq!(
+            Marks::of(all),
+            Marks {
+                ascii: false,
+                amp: true,
+                at: true,
+                quote: true
+            }
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn marks_of_any_bytes_are_the_byte_searches(
+            bytes in proptest::collection::vec(proptest::prop_oneof![
+                proptest::prelude::Just(b'&'),
+                proptest::prelude::Just(b'@'),
+                proptest::prelude::Just(b'"'),
+                proptest::prelude::Just(b'a'),
+                proptest::prelude::any::<u8>(),
+            ], 0..200)
+        ) {
+            proptest::prop_assert_eq!(Marks::of(&bytes), Marks::of_bytes(&bytes));
         }
     }
 

@@ -113,7 +113,6 @@ pub struct Scratch {
     tokens: Vec<u64>,
     spans: Vec<(usize, usize, bool)>,
     char_starts: Vec<usize>,
-    set: Vec<u32>,
     mixed: Vec<u64>,
     truncated: bool,
 }
@@ -222,19 +221,20 @@ impl Preparer {
             scratch.joined.clear();
             scratch.joined.push_str(fallback);
         }
-        shingle::shingle_into(
+        // The set is written where the batch keeps it, and read there.
+        let from = shingles.len();
+        shingle::append_shingles(
             self.shingling,
             self.sampling,
             &scratch.tokens,
             &scratch.joined,
             &mut scratch.char_starts,
-            &mut scratch.set,
+            shingles,
         );
-        shingles.extend_from_slice(&scratch.set);
-        self.sketcher
-            .band_keys(&scratch.set, &mut scratch.mixed, band_keys);
+        let set = &shingles[from..];
+        self.sketcher.band_keys(set, &mut scratch.mixed, band_keys);
         push_anchor_keys(&scratch.tokens, band_keys);
-        set_fingerprint(&scratch.set)
+        set_fingerprint(set)
     }
 
     /// Sketches one text into an owned buffer.

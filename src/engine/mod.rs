@@ -284,12 +284,19 @@ pub fn push_anchor_keys(tokens: &[u64], out: &mut Vec<u32>) {
         }
         (h >> 32) as u32
     };
-    if tokens.len() >= SHORT_ANCHOR_TOKENS {
-        out.push(anchor(SHORT_TAG, &tokens[..SHORT_ANCHOR_TOKENS]));
-    }
-    if tokens.len() >= ANCHOR_TOKENS {
-        out.push(anchor(PREFIX_TAG, &tokens[..ANCHOR_TOKENS]));
-        out.push(anchor(SUFFIX_TAG, &tokens[tokens.len() - ANCHOR_TOKENS..]));
+    // Runs of fixed length (no bound checks, loops unrolled) and the keys
+    // appended together: one check of the vector's room, not three.
+    if let (Some(first), Some(last)) = (
+        tokens.first_chunk::<ANCHOR_TOKENS>(),
+        tokens.last_chunk::<ANCHOR_TOKENS>(),
+    ) {
+        out.extend_from_slice(&[
+            anchor(SHORT_TAG, &first[..SHORT_ANCHOR_TOKENS]),
+            anchor(PREFIX_TAG, first),
+            anchor(SUFFIX_TAG, last),
+        ]);
+    } else if let Some(first) = tokens.first_chunk::<SHORT_ANCHOR_TOKENS>() {
+        out.push(anchor(SHORT_TAG, first));
     }
 }
 
@@ -1457,6 +1464,43 @@ mod tests {
     use super::*;
     use crate::engine::config::DEFAULT_RECENT;
     use std::num::NonZeroUsize;
+
+    /// The anchor keys as they were appended before the fixed-length runs
+    /// (the oracle of `push_anchor_keys`).
+    fn reference_anchor_keys(tokens: &[u64], out: &mut Vec<u32>) {
+        const PREFIX_TAG: u64 = 0x7072_6566_6978_0001;
+        const SUFFIX_TAG: u64 = 0x7375_6666_6978_0002;
+        const SHORT_TAG: u64 = 0x7368_6f72_7470_0003;
+        let anchor = |tag: u64, run: &[u64]| {
+            let mut h = tag;
+            for &t in run {
+                h = shingle::mix64(h ^ t);
+            }
+            (h >> 32) as u32
+        };
+        if tokens.len() >= SHORT_ANCHOR_TOKENS {
+            out.push(anchor(SHORT_TAG, &tokens[..SHORT_ANCHOR_TOKENS]));
+        }
+        if tokens.len() >= ANCHOR_TOKENS {
+            out.push(anchor(PREFIX_TAG, &tokens[..ANCHOR_TOKENS]));
+            out.push(anchor(SUFFIX_TAG, &tokens[tokens.len() - ANCHOR_TOKENS..]));
+        }
+    }
+
+    proptest::proptest! {
+        /// Every length of token sequence, around the anchors' lengths and
+        /// past them, gets the keys it got, after what the vector held.
+        #[test]
+        fn anchor_keys_are_the_reference_keys(
+            tokens in proptest::collection::vec(proptest::prelude::any::<u64>(), 0..14),
+            before in proptest::collection::vec(proptest::prelude::any::<u32>(), 0..3),
+        ) {
+            let (mut got, mut want) = (before.clone(), before);
+            push_anchor_keys(&tokens, &mut got);
+            reference_anchor_keys(&tokens, &mut want);
+            proptest::prop_assert_eq!(got, want);
+        }
+    }
 
     fn deduper(capacity: usize) -> Deduper {
         Deduper::new(EngineConfig {

@@ -204,6 +204,7 @@ impl Preparer {
             self.tokeniser.tokenise_with(
                 &scratch.normalised,
                 normalised.ascii,
+                normalised.hashless,
                 &mut scratch.spans,
                 &mut scratch.tokens,
             );

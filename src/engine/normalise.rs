@@ -149,7 +149,11 @@ impl Normaliser {
         if truncated {
             cut_truncated_word(out);
         }
-        Normalised { truncated, ascii }
+        Normalised {
+            truncated,
+            ascii,
+            hashless: ascii && !marks.hash,
+        }
     }
 
     /// The normaliser as it was before the ASCII path (issue 42, sixth
@@ -275,17 +279,23 @@ pub struct Normalised {
     /// The normal form is known to be all ASCII (the text was, and so its
     /// normal form is); `false` says nothing either way.
     pub ascii: bool,
+    /// The normal form is known to hold no `#` (an ASCII text without one:
+    /// its normal form writes none of its own); `false` says nothing
+    /// either way.
+    pub hashless: bool,
 }
 
 /// What one pass over a text finds: whether it is all ASCII, and whether
 /// it holds an `&` (an entity to decode), an `@` (a retweet marker or
-/// credit may stand there) or a `"` (a quoted retweet's mark).
+/// credit may stand there), a `"` (a quoted retweet's mark) or a `#` (a
+/// hashtag, which the tokeniser folds into runs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Marks {
     ascii: bool,
     amp: bool,
     at: bool,
     quote: bool,
+    hash: bool,
 }
 
 impl Marks {
@@ -310,6 +320,7 @@ impl Marks {
             amp: bytes.contains(&b'&'),
             at: bytes.contains(&b'@'),
             quote: bytes.contains(&b'"'),
+            hash: bytes.contains(&b'#'),
         }
     }
 }
@@ -336,28 +347,32 @@ mod marks_sse2 {
         // bytes inside `bytes` (a whole group, or the 16 ending at its
         // end, which exist as `bytes.len()` >= 16).
         unsafe {
-            let (amp, at, quote) = (
+            let (amp, at, quote, hash) = (
                 _mm_set1_epi8(b'&' as i8),
                 _mm_set1_epi8(b'@' as i8),
                 _mm_set1_epi8(b'"' as i8),
+                _mm_set1_epi8(b'#' as i8),
             );
             let tail = _mm_loadu_si128(bytes.as_ptr().add(last).cast());
             let mut high = tail;
             let mut amps = _mm_cmpeq_epi8(tail, amp);
             let mut ats = _mm_cmpeq_epi8(tail, at);
             let mut quotes = _mm_cmpeq_epi8(tail, quote);
+            let mut hashes = _mm_cmpeq_epi8(tail, hash);
             for group in groups {
                 let v = _mm_loadu_si128(group.as_ptr().cast());
                 high = _mm_or_si128(high, v);
                 amps = _mm_or_si128(amps, _mm_cmpeq_epi8(v, amp));
                 ats = _mm_or_si128(ats, _mm_cmpeq_epi8(v, at));
                 quotes = _mm_or_si128(quotes, _mm_cmpeq_epi8(v, quote));
+                hashes = _mm_or_si128(hashes, _mm_cmpeq_epi8(v, hash));
             }
             Marks {
                 ascii: _mm_movemask_epi8(high) == 0,
                 amp: _mm_movemask_epi8(amps) != 0,
                 at: _mm_movemask_epi8(ats) != 0,
                 quote: _mm_movemask_epi8(quotes) != 0,
+                hash: _mm_movemask_epi8(hashes) != 0,
             }
         }
     }
@@ -1412,6 +1427,7 @@ mod tests {
         proptest::prop_assert_eq!(&out, &reference);
         proptest::prop_assert_eq!(normalised.truncated, cut);
         proptest::prop_assert!(!normalised.ascii || out.is_ascii());
+        proptest::prop_assert!(!normalised.hashless || !out.contains('#'));
         // An ASCII text takes the ASCII path (entities may decode to
         // anything, so a text with an `&` may or may not).
         if text.is_ascii() && !text.contains('&') {
@@ -1471,7 +1487,7 @@ mod tests {
             let plain = vec![b'x'; len];
             assert_eq!(Marks::of(&plain), Marks::of_bytes(&plain), "len {len}");
             for at in 0..len {
-                for sign in [b'&', b'@', b'"', 0xc3, 0x80, 0xff] {
+                for sign in [b'&', b'@', b'"', b'#', 0xc3, 0x80, 0xff] {
                     let mut bytes = plain.clone();
                     bytes[at] = sign;
                     let marks = Marks::of(&bytes);
@@ -1490,7 +1506,8 @@ mod tests {
                 ascii: false,
                 amp: true,
                 at: true,
-                quote: true
+                quote: true,
+                hash: false
             }
         );
     }
@@ -1502,6 +1519,7 @@ mod tests {
                 proptest::prelude::Just(b'&'),
                 proptest::prelude::Just(b'@'),
                 proptest::prelude::Just(b'"'),
+                proptest::prelude::Just(b'#'),
                 proptest::prelude::Just(b'a'),
                 proptest::prelude::any::<u8>(),
             ], 0..200)

@@ -226,7 +226,7 @@ fn sample_from(sampling: Sampling, set: &mut Vec<u32>, from: usize) {
     if let Sampling::Mod(modulus) = sampling {
         // The lowest bit may say a shingle's width (tag_width): sample on
         // the others, so that every width is sampled alike.
-        let keep = |f: u32| (f >> 1) % modulus == 0;
+        let keep = |f: u32| (f >> 1).is_multiple_of(modulus);
         let kept = set[from..].iter().filter(|&&f| keep(f)).count();
         if kept >= MIN_SAMPLED {
             let mut end = from;

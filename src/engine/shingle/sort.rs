@@ -45,8 +45,9 @@ pub fn sort_dedup_from(set: &mut Vec<u32>, from: usize) {
         return;
     }
     part.sort_unstable();
-    let mut end = from + usize::from(!part.is_empty());
-    for at in end..set.len() {
+    let first = from + usize::from(!part.is_empty());
+    let mut end = first;
+    for at in first..set.len() {
         let f = set[at];
         if f != set[end - 1] {
             set[end] = f;

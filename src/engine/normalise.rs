@@ -299,12 +299,13 @@ struct Marks {
 }
 
 impl Marks {
-    /// The marks of `bytes`, 16 bytes at a time.
+    /// The marks of `bytes`, 16 or 32 bytes at a time (see `marks_x86`).
     fn of(bytes: &[u8]) -> Marks {
         #[cfg(target_arch = "x86_64")]
         {
             if bytes.len() >= 32 && std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: the processor has AVX2 (checked just above).
+                // SAFETY: the processor has AVX2, and there are 32 bytes or
+                // more (both checked just above).
                 unsafe { marks_x86::of_avx2(bytes) }
             } else {
                 marks_x86::of(bytes)
@@ -316,9 +317,9 @@ impl Marks {
         }
     }
 
-    /// The marks of `bytes`, byte by byte: the portable version, and the
-    /// oracle of the SSE2 one.
-    #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+    /// The marks of `bytes`, byte by byte: the portable version, the x86
+    /// one's for texts of fewer than 16 bytes, and the vector versions'
+    /// oracle.
     fn of_bytes(bytes: &[u8]) -> Marks {
         Marks {
             ascii: bytes.is_ascii(),

@@ -113,7 +113,6 @@ pub struct Scratch {
     tokens: Vec<u64>,
     spans: Vec<(usize, usize, bool)>,
     char_starts: Vec<usize>,
-    set: Vec<u32>,
     mixed: Vec<u64>,
     truncated: bool,
 }
@@ -205,6 +204,7 @@ impl Preparer {
             self.tokeniser.tokenise_with(
                 &scratch.normalised,
                 normalised.ascii,
+                normalised.hashless,
                 &mut scratch.spans,
                 &mut scratch.tokens,
             );
@@ -222,19 +222,20 @@ impl Preparer {
             scratch.joined.clear();
             scratch.joined.push_str(fallback);
         }
-        shingle::shingle_into(
+        // The set is written where the batch keeps it, and read there.
+        let from = shingles.len();
+        shingle::append_shingles(
             self.shingling,
             self.sampling,
             &scratch.tokens,
             &scratch.joined,
             &mut scratch.char_starts,
-            &mut scratch.set,
+            shingles,
         );
-        shingles.extend_from_slice(&scratch.set);
-        self.sketcher
-            .band_keys(&scratch.set, &mut scratch.mixed, band_keys);
+        let set = &shingles[from..];
+        self.sketcher.band_keys(set, &mut scratch.mixed, band_keys);
         push_anchor_keys(&scratch.tokens, band_keys);
-        set_fingerprint(&scratch.set)
+        set_fingerprint(set)
     }
 
     /// Sketches one text into an owned buffer.
@@ -284,12 +285,19 @@ pub fn push_anchor_keys(tokens: &[u64], out: &mut Vec<u32>) {
         }
         (h >> 32) as u32
     };
-    if tokens.len() >= SHORT_ANCHOR_TOKENS {
-        out.push(anchor(SHORT_TAG, &tokens[..SHORT_ANCHOR_TOKENS]));
-    }
-    if tokens.len() >= ANCHOR_TOKENS {
-        out.push(anchor(PREFIX_TAG, &tokens[..ANCHOR_TOKENS]));
-        out.push(anchor(SUFFIX_TAG, &tokens[tokens.len() - ANCHOR_TOKENS..]));
+    // Runs of fixed length (no bound checks, loops unrolled) and the keys
+    // appended together: one check of the vector's room, not three.
+    if let (Some(first), Some(last)) = (
+        tokens.first_chunk::<ANCHOR_TOKENS>(),
+        tokens.last_chunk::<ANCHOR_TOKENS>(),
+    ) {
+        out.extend_from_slice(&[
+            anchor(SHORT_TAG, &first[..SHORT_ANCHOR_TOKENS]),
+            anchor(PREFIX_TAG, first),
+            anchor(SUFFIX_TAG, last),
+        ]);
+    } else if let Some(first) = tokens.first_chunk::<SHORT_ANCHOR_TOKENS>() {
+        out.push(anchor(SHORT_TAG, first));
     }
 }
 
@@ -1546,6 +1554,43 @@ mod tests {
     use super::*;
     use crate::engine::config::DEFAULT_RECENT;
     use std::num::NonZeroUsize;
+
+    /// The anchor keys as they were appended before the fixed-length runs
+    /// (the oracle of `push_anchor_keys`).
+    fn reference_anchor_keys(tokens: &[u64], out: &mut Vec<u32>) {
+        const PREFIX_TAG: u64 = 0x7072_6566_6978_0001;
+        const SUFFIX_TAG: u64 = 0x7375_6666_6978_0002;
+        const SHORT_TAG: u64 = 0x7368_6f72_7470_0003;
+        let anchor = |tag: u64, run: &[u64]| {
+            let mut h = tag;
+            for &t in run {
+                h = shingle::mix64(h ^ t);
+            }
+            (h >> 32) as u32
+        };
+        if tokens.len() >= SHORT_ANCHOR_TOKENS {
+            out.push(anchor(SHORT_TAG, &tokens[..SHORT_ANCHOR_TOKENS]));
+        }
+        if tokens.len() >= ANCHOR_TOKENS {
+            out.push(anchor(PREFIX_TAG, &tokens[..ANCHOR_TOKENS]));
+            out.push(anchor(SUFFIX_TAG, &tokens[tokens.len() - ANCHOR_TOKENS..]));
+        }
+    }
+
+    proptest::proptest! {
+        /// Every length of token sequence, around the anchors' lengths and
+        /// past them, gets the keys it got, after what the vector held.
+        #[test]
+        fn anchor_keys_are_the_reference_keys(
+            tokens in proptest::collection::vec(proptest::prelude::any::<u64>(), 0..14),
+            before in proptest::collection::vec(proptest::prelude::any::<u32>(), 0..3),
+        ) {
+            let (mut got, mut want) = (before.clone(), before);
+            push_anchor_keys(&tokens, &mut got);
+            reference_anchor_keys(&tokens, &mut want);
+            proptest::prop_assert_eq!(got, want);
+        }
+    }
 
     fn deduper(capacity: usize) -> Deduper {
         Deduper::new(EngineConfig {

@@ -70,26 +70,33 @@ impl Normaliser {
     ) -> Normalised {
         out.clear();
         scratch.clear();
+        // One pass over the text says whether it is ASCII and which of the
+        // rules' signs it holds (each was a `memchr` or an `is_ascii` of
+        // its own, about 70 instructions a call on a tweet).
+        let mut marks = Marks::of(text.as_bytes());
         // Feeds escape twice now and then (`&amp;amp;`): decode until stable,
         // a few rounds at most.
         let mut decoded = Cow::Borrowed(text);
-        for _ in 0..3 {
-            // (The `memchr` crate's search: `str::contains` scans byte by
-            // byte on short texts.)
-            if memchr::memchr(b'&', decoded.as_bytes()).is_none() {
-                break;
+        if marks.amp {
+            for _ in 0..3 {
+                // (The `memchr` crate's search: `str::contains` scans byte
+                // by byte on short texts.)
+                if memchr::memchr(b'&', decoded.as_bytes()).is_none() {
+                    break;
+                }
+                match html_escape::decode_html_entities(&decoded) {
+                    Cow::Borrowed(_) => break,
+                    Cow::Owned(once_more) => decoded = Cow::Owned(once_more),
+                }
             }
-            match html_escape::decode_html_entities(&decoded) {
-                Cow::Borrowed(_) => break,
-                Cow::Owned(once_more) => decoded = Cow::Owned(once_more),
-            }
+            marks = Marks::of(decoded.as_bytes());
         }
 
         // An ASCII text (most of them) stays ASCII: its URLs become ASCII
         // tokens, and NFKC leaves ASCII alone. It is written straight into
         // `out` and lowercased there, in one pass and one copy, where other
         // text goes through `scratch` and the Unicode tables.
-        let ascii = decoded.is_ascii();
+        let ascii = marks.ascii;
         if ascii {
             push_without_urls(&decoded, urls, out);
             lowercase_ascii(out);
@@ -98,17 +105,24 @@ impl Normaliser {
             fold_non_ascii(scratch, out);
         }
 
-        // Retweet markers and credits hold an `@`: most texts are ruled out
-        // by one `memchr` (removing markers adds none).
-        let has_at = memchr::memchr(b'@', out.as_bytes()).is_some();
+        // Retweet markers and credits hold an `@`, and quoted retweets a
+        // quote mark (`"`, or `“`, whose first byte is 0xe2): most texts
+        // are ruled out by the marks, or a `memchr`. The ASCII path writes
+        // no `@` or `"` of its own (a link's token is `url` and hex digits,
+        // an ellipsis dots), so its output holds one only if the text did;
+        // when the text's was in a link that went, the rules find nothing
+        // to remove, as they would not have run. Folding other text may make
+        // one (`＠` is `@` in NFKC): its output is searched.
+        let has_at = if ascii {
+            marks.at
+        } else {
+            memchr::memchr(b'@', out.as_bytes()).is_some()
+        };
         if has_at {
             remove_retweet_markers(out, scratch);
         }
-        // Quoted retweets hold a quote mark (`"`, or `“`, whose first byte
-        // is 0xe2, never in ASCII text): most texts are ruled out by one
-        // `memchr` or `memchr2`.
         let may_quote = if ascii {
-            memchr::memchr(b'"', out.as_bytes()).is_some()
+            marks.quote
         } else {
             memchr::memchr2(b'"', 0xe2, out.as_bytes()).is_some()
         };
@@ -135,7 +149,11 @@ impl Normaliser {
         if truncated {
             cut_truncated_word(out);
         }
-        Normalised { truncated, ascii }
+        Normalised {
+            truncated,
+            ascii,
+            hashless: ascii && !marks.hash,
+        }
     }
 
     /// The normaliser as it was before the ASCII path (issue 42, sixth
@@ -261,6 +279,154 @@ pub struct Normalised {
     /// The normal form is known to be all ASCII (the text was, and so its
     /// normal form is); `false` says nothing either way.
     pub ascii: bool,
+    /// The normal form is known to hold no `#` (an ASCII text without one:
+    /// its normal form writes none of its own); `false` says nothing
+    /// either way.
+    pub hashless: bool,
+}
+
+/// What one pass over a text finds: whether it is all ASCII, and whether
+/// it holds an `&` (an entity to decode), an `@` (a retweet marker or
+/// credit may stand there), a `"` (a quoted retweet's mark) or a `#` (a
+/// hashtag, which the tokeniser folds into runs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Marks {
+    ascii: bool,
+    amp: bool,
+    at: bool,
+    quote: bool,
+    hash: bool,
+}
+
+impl Marks {
+    /// The marks of `bytes`, 16 or 32 bytes at a time (see `marks_x86`).
+    fn of(bytes: &[u8]) -> Marks {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if bytes.len() >= 32 && std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the processor has AVX2, and there are 32 bytes or
+                // more (both checked just above).
+                unsafe { marks_x86::of_avx2(bytes) }
+            } else {
+                marks_x86::of(bytes)
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            Marks::of_bytes(bytes)
+        }
+    }
+
+    /// The marks of `bytes`, byte by byte: the portable version, the x86
+    /// one's for texts of fewer than 16 bytes, and the vector versions'
+    /// oracle.
+    fn of_bytes(bytes: &[u8]) -> Marks {
+        Marks {
+            ascii: bytes.is_ascii(),
+            amp: bytes.contains(&b'&'),
+            at: bytes.contains(&b'@'),
+            quote: bytes.contains(&b'"'),
+            hash: bytes.contains(&b'#'),
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+/// [`Marks::of`] with vector instructions: SSE2 (the x86-64 baseline), and
+/// AVX2 where the processor has it.
+mod marks_x86 {
+    use super::Marks;
+    use std::arch::x86_64::*;
+
+    /// [`Marks::of`] with SSE2 (part of the x86-64 baseline): each 16
+    /// bytes are compared with the three signs, the results and the bytes
+    /// themselves (whose high bits say non-ASCII) gathered by `or`, and
+    /// read once at the end. A text's last 16 bytes are read as one more
+    /// group, overlapping the one before (a test of presence counts no
+    /// byte twice wrongly), so no byte is copied; a text of fewer than 16
+    /// bytes is read byte by byte.
+    pub(super) fn of(bytes: &[u8]) -> Marks {
+        if bytes.len() < 16 {
+            return Marks::of_bytes(bytes);
+        }
+        let (groups, _) = bytes.as_chunks::<16>();
+        let last = bytes.len() - 16;
+        // SAFETY: SSE2 is part of the x86-64 baseline; every load reads 16
+        // bytes inside `bytes` (a whole group, or the 16 ending at its
+        // end, which exist as `bytes.len()` >= 16).
+        unsafe {
+            let (amp, at, quote, hash) = (
+                _mm_set1_epi8(b'&' as i8),
+                _mm_set1_epi8(b'@' as i8),
+                _mm_set1_epi8(b'"' as i8),
+                _mm_set1_epi8(b'#' as i8),
+            );
+            let tail = _mm_loadu_si128(bytes.as_ptr().add(last).cast());
+            let mut high = tail;
+            let mut amps = _mm_cmpeq_epi8(tail, amp);
+            let mut ats = _mm_cmpeq_epi8(tail, at);
+            let mut quotes = _mm_cmpeq_epi8(tail, quote);
+            let mut hashes = _mm_cmpeq_epi8(tail, hash);
+            for group in groups {
+                let v = _mm_loadu_si128(group.as_ptr().cast());
+                high = _mm_or_si128(high, v);
+                amps = _mm_or_si128(amps, _mm_cmpeq_epi8(v, amp));
+                ats = _mm_or_si128(ats, _mm_cmpeq_epi8(v, at));
+                quotes = _mm_or_si128(quotes, _mm_cmpeq_epi8(v, quote));
+                hashes = _mm_or_si128(hashes, _mm_cmpeq_epi8(v, hash));
+            }
+            Marks {
+                ascii: _mm_movemask_epi8(high) == 0,
+                amp: _mm_movemask_epi8(amps) != 0,
+                at: _mm_movemask_epi8(ats) != 0,
+                quote: _mm_movemask_epi8(quotes) != 0,
+                hash: _mm_movemask_epi8(hashes) != 0,
+            }
+        }
+    }
+
+    /// [`of`] 32 bytes at a time, for texts of 32 bytes or more (half the
+    /// instructions of 16 at a time on a tweet).
+    ///
+    /// # Safety
+    /// The processor must have AVX2, and `bytes` hold at least 32 bytes.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn of_avx2(bytes: &[u8]) -> Marks {
+        debug_assert!(bytes.len() >= 32);
+        let (groups, _) = bytes.as_chunks::<32>();
+        let last = bytes.len() - 32;
+        let (amp, at, quote, hash) = (
+            _mm256_set1_epi8(b'&' as i8),
+            _mm256_set1_epi8(b'@' as i8),
+            _mm256_set1_epi8(b'"' as i8),
+            _mm256_set1_epi8(b'#' as i8),
+        );
+        // SAFETY: every load reads 32 bytes inside `bytes` (a whole group,
+        // or the 32 ending at its end, which exist as `bytes.len()` >= 32
+        // is the caller's promise).
+        let tail = unsafe { _mm256_loadu_si256(bytes.as_ptr().add(last).cast()) };
+        let mut high = tail;
+        let mut amps = _mm256_cmpeq_epi8(tail, amp);
+        let mut ats = _mm256_cmpeq_epi8(tail, at);
+        let mut quotes = _mm256_cmpeq_epi8(tail, quote);
+        let mut hashes = _mm256_cmpeq_epi8(tail, hash);
+        for group in groups {
+            // SAFETY: as above.
+            let v = unsafe { _mm256_loadu_si256(group.as_ptr().cast()) };
+            high = _mm256_or_si256(high, v);
+            amps = _mm256_or_si256(amps, _mm256_cmpeq_epi8(v, amp));
+            ats = _mm256_or_si256(ats, _mm256_cmpeq_epi8(v, at));
+            quotes = _mm256_or_si256(quotes, _mm256_cmpeq_epi8(v, quote));
+            hashes = _mm256_or_si256(hashes, _mm256_cmpeq_epi8(v, hash));
+        }
+        Marks {
+            ascii: _mm256_movemask_epi8(high) == 0,
+            amp: _mm256_movemask_epi8(amps) != 0,
+            at: _mm256_movemask_epi8(ats) != 0,
+            quote: _mm256_movemask_epi8(quotes) != 0,
+            hash: _mm256_movemask_epi8(hashes) != 0,
+        }
+    }
 }
 
 /// Lowercases the ASCII letters of `text` in place, as
@@ -297,8 +463,40 @@ fn lowercase_ascii_word(word: u64) -> u64 {
 /// Whether `text` holds `via` (as `text.contains("via")`, without setting
 /// up a substring searcher for a three-letter word).
 fn holds_via(text: &str) -> bool {
-    memchr::memchr_iter(b'v', text.as_bytes())
-        .any(|at| text.as_bytes()[at + 1..].starts_with(b"ia"))
+    let bytes = text.as_bytes();
+    let mut from = 0;
+    while let Some(at) = find_byte(bytes, from, b'v') {
+        if bytes[at + 1..].starts_with(b"ia") {
+            return true;
+        }
+        from = at + 1;
+    }
+    false
+}
+
+/// Where the first `byte` at or after `from` in `bytes` is, if there is
+/// one, 16 bytes at a time. On a tweet this is cheaper than a `memchr`,
+/// whose every call costs about 60 instructions before it reads a byte,
+/// and the rules look for `@` and `v` a few times a text.
+#[inline]
+fn find_byte(bytes: &[u8], from: usize, byte: u8) -> Option<usize> {
+    let mut at = from;
+    #[cfg(target_arch = "x86_64")]
+    while let Some(group) = bytes.get(at..at + 16) {
+        use std::arch::x86_64::*;
+        // SAFETY: SSE2 is part of the x86-64 baseline, and the load reads
+        // the 16 bytes of `group`.
+        let found = unsafe {
+            let v = _mm_loadu_si128(group.as_ptr().cast());
+            _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(byte as i8)))
+        };
+        if found != 0 {
+            return Some(at + found.trailing_zeros() as usize);
+        }
+        at += 16;
+    }
+    let rest = bytes.get(at..)?;
+    rest.iter().position(|&b| b == byte).map(|i| at + i)
 }
 
 /// Appends `text` to `out` with each URL replaced by its token (the
@@ -546,7 +744,22 @@ fn non_space_run_end(text: &str, at: usize) -> usize {
     let bytes = text.as_bytes();
     let mut i = at;
     while i < bytes.len() {
-        let b = bytes[i];
+        // Sixteen bytes at a time past those that cannot end the run
+        // (ASCII above the space: white space is the space, controls, or
+        // not ASCII): a URL's bytes nearly all are, and going byte by byte
+        // cost about seven instructions a byte.
+        #[cfg(target_arch = "x86_64")]
+        while let Some(group) = bytes.get(i..i + 16) {
+            let stops = may_stop_a_run(group);
+            if stops != 0 {
+                i += stops.trailing_zeros() as usize;
+                break;
+            }
+            i += 16;
+        }
+        let Some(&b) = bytes.get(i) else {
+            break;
+        };
         if b.is_ascii() {
             // `char::is_whitespace` on ASCII: also the vertical tab, which
             // `u8::is_ascii_whitespace` leaves out.
@@ -567,6 +780,23 @@ fn non_space_run_end(text: &str, at: usize) -> usize {
         }
     }
     bytes.len()
+}
+
+/// The mask of the bytes of `group` (16) that are the space, below it, or
+/// not ASCII: those that may be (or begin) white space.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn may_stop_a_run(group: &[u8]) -> u32 {
+    use std::arch::x86_64::*;
+    debug_assert_eq!(group.len(), 16);
+    // SAFETY: SSE2 is part of the x86-64 baseline, and the load reads the
+    // 16 bytes of `group`.
+    unsafe {
+        let v = _mm_loadu_si128(group.as_ptr().cast());
+        // As signed bytes, those not ASCII are negative: one compare.
+        let stops = _mm_cmplt_epi8(v, _mm_set1_epi8(0x21));
+        _mm_movemask_epi8(stops) as u32
+    }
 }
 
 /// Whether `c` is a word character as a regex's Unicode `\w` (and so `\b`)
@@ -814,10 +1044,18 @@ fn remove_retweet_markers(text: &mut String, scratch: &mut String) {
 /// closing quote mark that ends the text).
 fn remove_quote_markers(text: &mut String, scratch: &mut String) -> bool {
     let mut spans: Vec<std::ops::Range<usize>> = Vec::new();
-    for (at, quote) in text.char_indices() {
-        if quote != '"' && quote != '\u{201c}' {
+    // The quote marks are found by their bytes (a `"`, or the first byte
+    // of `“`, 0xe2, which only ever begins a character): decoding every
+    // character of the text to find them cost about four instructions a
+    // character.
+    for at in memchr::memchr2_iter(b'"', 0xe2, text.as_bytes()) {
+        let quote = if text.as_bytes()[at] == b'"' {
+            '"'
+        } else if text[at..].starts_with('\u{201c}') {
+            '\u{201c}'
+        } else {
             continue;
-        }
+        };
         let after = at + quote.len_utf8();
         // Back over white space and a colon to a `rt` or `mt` word.
         let before = text[..at].trim_end_matches(char::is_whitespace);
@@ -866,12 +1104,12 @@ fn remove_quote_markers(text: &mut String, scratch: &mut String) -> bool {
 /// `regex::Regex::find_iter` gives them.
 ///
 /// A regex search costs about a thousand instructions a text that holds a
-/// marker; this scan costs a `memchr` a text and a few steps an `@`. Every
-/// match holds exactly one `@` (nothing else in the pattern can be one), so
-/// matches are found from their `@`s, in order: back from it over white
-/// space, one optional colon and white space to `rt` or `mt` standing as a
-/// word, then forward over the mention's word characters, white space and
-/// one optional colon. Both ways the pattern reads one way only: white space
+/// marker; this scan costs a search for `@` (see `find_byte`) and a few
+/// steps an `@`. Every match holds exactly one `@` (nothing else in the
+/// pattern can be one), so matches are found from their `@`s, in order:
+/// back from it over white space, one optional colon and white space to
+/// `rt` or `mt` standing as a word, then forward over the mention's word
+/// characters, white space and one optional colon. Both ways the pattern reads one way only: white space
 /// and colons are not word characters, nor `@`.
 struct RetweetMarkers<'t> {
     text: &'t str,
@@ -937,8 +1175,7 @@ impl Iterator for RetweetMarkers<'_> {
     type Item = std::ops::Range<usize>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        while let Some(found) = memchr::memchr(b'@', &self.text.as_bytes()[self.next..]) {
-            let mention = self.next + found;
+        while let Some(mention) = find_byte(self.text.as_bytes(), self.next, b'@') {
             self.next = mention + 1;
             if let Some(span) = self.match_at(mention) {
                 self.at = span.end;
@@ -1004,12 +1241,29 @@ fn push_url_token(out: &mut String, url: &str) {
         xxh3_64_with_seed(key, URL_SEED)
     };
     // `format!("url{hash:016x}")`, without the formatting machinery.
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut token = *b"url0000000000000000";
-    for (i, digit) in token[3..].iter_mut().enumerate() {
-        *digit = HEX[(hash >> (60 - 4 * i)) as usize & 0xf];
-    }
-    out.push_str(std::str::from_utf8(&token).expect("`url` and hex digits are ASCII"));
+    token[3..11].copy_from_slice(&hex_digits((hash >> 32) as u32));
+    token[11..].copy_from_slice(&hex_digits(hash as u32));
+    // SAFETY: `url` and hex digits are ASCII, so the bytes are UTF-8 (a
+    // checked conversion cost about 60 instructions a link).
+    out.push_str(unsafe { std::str::from_utf8_unchecked(&token) });
+}
+
+/// The eight lowercase hex digits of `x`, most significant first (as
+/// `format!("{x:08x}")` writes them), computed in a `u64` a digit a byte:
+/// a digit at a time through a table cost about 80 instructions a link.
+fn hex_digits(x: u32) -> [u8; 8] {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    // Spread the nibbles, least significant in the lowest byte.
+    let x = u64::from(x);
+    let x = (x & 0xffff_0000) << 16 | (x & 0xffff);
+    let x = (x & 0x0000_ff00_0000_ff00) << 8 | (x & 0x0000_00ff_0000_00ff);
+    let x = (x & 0x00f0_00f0_00f0_00f0) << 4 | (x & 0x000f_000f_000f_000f);
+    // A nibble of 10 or more reaches 16 with 6 added: it is a letter, and
+    // takes `a` - `0` - 10 more. No byte's sum carries into the next.
+    let letters = (x + 6 * ONES) >> 4 & ONES;
+    let digits = x + u64::from(b'0') * ONES + letters * u64::from(b'a' - b'0' - 10);
+    digits.to_be_bytes()
 }
 
 /// Where what follows the first `://` of `url` starts (0 if it has none),
@@ -1312,6 +1566,7 @@ mod tests {
         proptest::prop_assert_eq!(&out, &reference);
         proptest::prop_assert_eq!(normalised.truncated, cut);
         proptest::prop_assert!(!normalised.ascii || out.is_ascii());
+        proptest::prop_assert!(!normalised.hashless || !out.contains('#'));
         // An ASCII text takes the ASCII path (entities may decode to
         // anything, so a text with an `&` may or may not).
         if text.is_ascii() && !text.contains('&') {
@@ -1358,6 +1613,134 @@ mod tests {
         #[test]
         fn any_text_normalises_and_tokenises_as_the_reference(text in proptest::prelude::any::<String>()) {
             same_as_the_reference(&text)?;
+        }
+    }
+
+    proptest::proptest! {
+        /// `find_byte` finds what `memchr` finds, from every place of any
+        /// bytes (short and long, the byte absent, once, often).
+        #[test]
+        fn bytes_are_found_where_memchr_finds_them(
+            bytes in proptest::collection::vec(proptest::prop_oneof![
+                proptest::prelude::Just(b'@'),
+                proptest::prelude::Just(b'v'),
+                proptest::prelude::any::<u8>(),
+            ], 0..100),
+            byte in proptest::prop_oneof![
+                proptest::prelude::Just(b'@'),
+                proptest::prelude::Just(b'v'),
+                proptest::prelude::any::<u8>(),
+            ],
+        ) {
+            for from in 0..=bytes.len() + 1 {
+                let want = bytes
+                    .get(from..)
+                    .and_then(|rest| memchr::memchr(byte, rest))
+                    .map(|i| from + i);
+                proptest::prop_assert_eq!(find_byte(&bytes, from, byte), want, "from {}", from);
+            }
+        }
+
+        /// The run of non-white-space from every character of a text ends
+        /// where the first white space character (`char::is_whitespace`)
+        /// after it is: long runs (past a group of 16), controls that are
+        /// white space and others that are not, non-ASCII white space and
+        /// other non-ASCII characters.
+        #[test]
+        fn non_space_runs_end_at_the_first_white_space(
+            text in "([a-zA-Z0-9/:.?=_-]{0,40}[ \t\n\x0b\x0c\r\x01\x1f\u{85}\u{a0}\u{2003}\u{3000}é…😀]?){0,8}"
+        ) {
+            for (at, _) in text.char_indices() {
+                let want = text[at..]
+                    .char_indices()
+                    .find(|&(_, c)| c.is_whitespace())
+                    .map_or(text.len(), |(i, _)| at + i);
+                proptest::prop_assert_eq!(non_space_run_end(&text, at), want, "from {}", at);
+            }
+        }
+    }
+
+    /// The hex digits are `format!`'s, for every value of each nibble in
+    /// every place, and others.
+    #[test]
+    fn hex_digits_are_formats() {
+        let mut values = vec![0, u32::MAX, 0x0123_4567, 0x89ab_cdef, 0xa5a5_5a5a];
+        for place in 0..8 {
+            for nibble in 0..16u32 {
+                values.push(nibble << (4 * place));
+                values.push(!(nibble << (4 * place)));
+            }
+        }
+        let mut state = 0x5eed_u64;
+        for _ in 0..10_000 {
+            state = crate::engine::shingle::mix64(state.wrapping_add(0x9e37_79b9_7f4a_7c15));
+            values.push(state as u32);
+        }
+        for x in values {
+            assert_eq!(hex_digits(x), *format!("{x:08x}").as_bytes(), "{x:#x}");
+        }
+    }
+
+    /// Both vector versions of [`Marks::of`] (16 bytes at a time, and 32
+    /// where AVX2 is and the text is long enough) give `marks`.
+    #[cfg(target_arch = "x86_64")]
+    fn the_vector_marks_are(bytes: &[u8], marks: Marks) {
+        assert_eq!(marks_x86::of(bytes), marks, "{bytes:?}");
+        if bytes.len() >= 32 && std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the processor has AVX2, and there are 32 bytes or more.
+            let avx2 = unsafe { marks_x86::of_avx2(bytes) };
+            assert_eq!(avx2, marks, "{bytes:?}");
+        }
+    }
+
+    /// The one-pass marks are those of byte-by-byte searches: every
+    /// length from 0 to 80 (below, at and past a group of 16 or 32, and
+    /// the last group's overlap), each sign and a non-ASCII byte alone at
+    /// every place, and all of them together.
+    #[test]
+    fn marks_are_the_byte_searches() {
+        for len in 0..=80 {
+            let plain = vec![b'x'; len];
+            assert_eq!(Marks::of(&plain), Marks::of_bytes(&plain), "len {len}");
+            for at in 0..len {
+                for sign in [b'&', b'@', b'"', b'#', 0xc3, 0x80, 0xff] {
+                    let mut bytes = plain.clone();
+                    bytes[at] = sign;
+                    let marks = Marks::of_bytes(&bytes);
+                    assert_eq!(Marks::of(&bytes), marks, "len {len}, {sign:#x} at {at}");
+                    #[cfg(target_arch = "x86_64")]
+                    the_vector_marks_are(&bytes, marks);
+                }
+            }
+        }
+        let all = b"say @you & \"me\" \xe2 and some more text past sixteen";
+        assert_eq!(
+            Marks::of(all),
+            Marks {
+                ascii: false,
+                amp: true,
+                at: true,
+                quote: true,
+                hash: false
+            }
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn marks_of_any_bytes_are_the_byte_searches(
+            bytes in proptest::collection::vec(proptest::prop_oneof![
+                proptest::prelude::Just(b'&'),
+                proptest::prelude::Just(b'@'),
+                proptest::prelude::Just(b'"'),
+                proptest::prelude::Just(b'#'),
+                proptest::prelude::Just(b'a'),
+                proptest::prelude::any::<u8>(),
+            ], 0..200)
+        ) {
+            proptest::prop_assert_eq!(Marks::of(&bytes), Marks::of_bytes(&bytes));
+            #[cfg(target_arch = "x86_64")]
+            the_vector_marks_are(&bytes, Marks::of_bytes(&bytes));
         }
     }
 

@@ -217,12 +217,27 @@ pub fn spot_fingerprint(chain: impl IntoIterator<Item = u64>) -> u32 {
 /// module documentation): all of them, or those 0 modulo `M` when there are
 /// at least [`MIN_SAMPLED`].
 pub fn sample(sampling: Sampling, set: &mut Vec<u32>) {
+    sample_from(sampling, set, 0);
+}
+
+/// [`sample`] of the set that starts at `from` in `set` (what comes
+/// before it is left alone).
+fn sample_from(sampling: Sampling, set: &mut Vec<u32>, from: usize) {
     if let Sampling::Mod(modulus) = sampling {
         // The lowest bit may say a shingle's width (tag_width): sample on
         // the others, so that every width is sampled alike.
-        let kept = set.iter().filter(|&&f| (f >> 1) % modulus == 0).count();
+        let keep = |f: u32| (f >> 1).is_multiple_of(modulus);
+        let kept = set[from..].iter().filter(|&&f| keep(f)).count();
         if kept >= MIN_SAMPLED {
-            set.retain(|&f| (f >> 1) % modulus == 0);
+            let mut end = from;
+            for at in from..set.len() {
+                let f = set[at];
+                if keep(f) {
+                    set[end] = f;
+                    end += 1;
+                }
+            }
+            set.truncate(end);
         }
     }
 }
@@ -349,6 +364,22 @@ pub fn shingle_into(
     out: &mut Vec<u32>,
 ) {
     out.clear();
+    append_shingles(shingling, sampling, tokens, joined, char_starts, out);
+}
+
+/// [`shingle_into`], the set appended to `out` after what it holds
+/// (which is left as it is): a batch's sets are written where they are
+/// kept, not built apart and copied there (about a hundred instructions a
+/// message).
+pub fn append_shingles(
+    shingling: Shingling,
+    sampling: Sampling,
+    tokens: &[u64],
+    joined: &str,
+    char_starts: &mut Vec<usize>,
+    out: &mut Vec<u32>,
+) {
+    let from = out.len();
     match shingling {
         Shingling::Words(width) => word_shingles(tokens, width, Tag::None, out),
         Shingling::WordsUpTo(longest) => {
@@ -393,9 +424,9 @@ pub fn shingle_into(
             }
         }
     }
-    sort::sort_dedup(out);
-    sample(sampling, out);
-    out.truncate(MAX_SHINGLES);
+    sort::sort_dedup_from(out, from);
+    sample_from(sampling, out, from);
+    out.truncate(from + MAX_SHINGLES);
 }
 
 /// The parts of two shingle sets that can be compared with each other.
@@ -743,6 +774,35 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// A set appended after other values is the set [`shingle_into`]
+        /// makes, and the values before it stay: every shingling, sampled
+        /// or not, short and long texts (past [`MAX_SHINGLES`] and the
+        /// sort network's length).
+        #[test]
+        fn an_appended_set_is_the_set_built_apart(
+            tokens in proptest::collection::vec(0u64..60, 0..700),
+            before in proptest::collection::vec(proptest::prelude::any::<u32>(), 0..20),
+            kind in 0usize..4,
+            width in 1usize..4,
+            sampled in proptest::prelude::any::<bool>(),
+        ) {
+            let tokens: Vec<u64> = tokens.into_iter().map(mix64).collect();
+            let shingling = match kind {
+                0 => Shingling::Words(width),
+                1 => Shingling::WordsUpTo(width),
+                2 => Shingling::Spots(width),
+                _ => Shingling::Chars(width),
+            };
+            let sampling = if sampled { Sampling::Mod(3) } else { Sampling::All };
+            let joined = "ab cd éf gh";
+            let mut apart = vec![7];
+            shingle_into(shingling, sampling, &tokens, joined, &mut Vec::new(), &mut apart);
+            let mut appended = before.clone();
+            append_shingles(shingling, sampling, &tokens, joined, &mut Vec::new(), &mut appended);
+            proptest::prop_assert_eq!(&appended[..before.len()], &before[..]);
+            proptest::prop_assert_eq!(&appended[before.len()..], &apart[..]);
+        }
+
         /// The unrolled widths hash as [`fingerprint`] does, window by
         /// window.
         #[test]

@@ -178,7 +178,8 @@ impl Tokeniser {
     /// [`Tokeniser::tokenise`] without joined text, through `spans` (a
     /// reusable buffer). `ascii` says the caller knows `text` to be all
     /// ASCII (the normaliser says so); when it is false, the text is looked
-    /// at.
+    /// at. `hashless` says the caller knows it holds no `#`: then no token
+    /// is a hashtag and no run is folded.
     ///
     /// The tokens are found first, into `spans`, and hashed in a loop of
     /// their own: handing each token to a closure that hashes it (as
@@ -188,6 +189,7 @@ impl Tokeniser {
         &self,
         text: &str,
         ascii: bool,
+        hashless: bool,
         spans: &mut Vec<(usize, usize, bool)>,
         out: &mut Vec<u64>,
     ) {
@@ -199,6 +201,19 @@ impl Tokeniser {
             for_each_run(bytes, false, &mut |start, end, _| {
                 spans.push((start, end, true));
             });
+            if hashless {
+                // No hashtag, no run to fold: each token is its hash, and
+                // one `extend` makes room once (a `push` a token checked
+                // the room, and the hashtag tests, about ten instructions
+                // a token between them).
+                out.extend(spans.iter().map(|&(start, end, _)| {
+                    tag_number(
+                        hash_bytes(&bytes[start..end]),
+                        is_number_at(bytes, start, end),
+                    )
+                }));
+                return;
+            }
             for &(start, end, _) in spans.iter() {
                 run.ascii_token(bytes, start, end, out);
             }
@@ -722,9 +737,11 @@ mod tests {
             tokeniser.tokenise(&text, &mut general, None);
             let mut spans = vec![(7, 3, false)];
             for ascii in [false, text.is_ascii()] {
-                let mut through_spans = vec![1];
-                tokeniser.tokenise_with(&text, ascii, &mut spans, &mut through_spans);
-                proptest::prop_assert_eq!(&through_spans[1..], &general[..]);
+                for hashless in [false, !text.contains('#')] {
+                    let mut through_spans = vec![1];
+                    tokeniser.tokenise_with(&text, ascii, hashless, &mut spans, &mut through_spans);
+                    proptest::prop_assert_eq!(&through_spans[1..], &general[..]);
+                }
             }
         }
 

@@ -26,17 +26,35 @@ pub const NETWORK_MAX: usize = 128;
 
 /// Sorts `set` ascending and removes repeats (as `sort_unstable` then
 /// `dedup` would).
-#[inline]
+#[cfg(test)]
 pub fn sort_dedup(set: &mut Vec<u32>) {
+    sort_dedup_from(set, 0);
+}
+
+/// Sorts the part of `set` from `from` on ascending and removes its
+/// repeats (as `sort_unstable` then `dedup` would), leaving what comes
+/// before it alone.
+#[inline]
+pub fn sort_dedup_from(set: &mut Vec<u32>, from: usize) {
+    let part = &mut set[from..];
     #[cfg(target_arch = "x86_64")]
-    if (2..=NETWORK_MAX).contains(&set.len()) && std::arch::is_x86_feature_detected!("avx2") {
+    if (2..=NETWORK_MAX).contains(&part.len()) && std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the processor has AVX2 (checked just above).
-        let kept = unsafe { avx2::sort_dedup(set) };
-        set.truncate(kept);
+        let kept = unsafe { avx2::sort_dedup(part) };
+        set.truncate(from + kept);
         return;
     }
-    set.sort_unstable();
-    set.dedup();
+    part.sort_unstable();
+    let first = from + usize::from(!part.is_empty());
+    let mut end = first;
+    for at in first..set.len() {
+        let f = set[at];
+        if f != set[end - 1] {
+            set[end] = f;
+            end += 1;
+        }
+    }
+    set.truncate(end);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -381,6 +399,13 @@ mod tests {
                 let mut got = set.clone();
                 sort_dedup(&mut got);
                 assert_eq!(got, reference(&set), "length {len}, round {round}: {set:?}");
+                // After other values, which stay as they are.
+                let before = [9, 3, 9, u32::MAX];
+                let mut after = before.to_vec();
+                after.extend_from_slice(&set);
+                sort_dedup_from(&mut after, before.len());
+                assert_eq!(after[..before.len()], before, "length {len}, round {round}");
+                assert_eq!(after[before.len()..], got, "length {len}, round {round}");
             }
         }
         // Already sorted and reversed, distinct, and all one value.

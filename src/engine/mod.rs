@@ -580,6 +580,9 @@ pub struct Deduper {
     /// its decision (see [`overlaps`]), the deciding thread's first: one
     /// per thread to use.
     workers: Vec<overlaps::Worker>,
+    /// The overlaps of the first candidates of the message being decided,
+    /// counted ahead of its batch (see [`overlaps`]).
+    known: Vec<verdict::Overlap>,
     /// The slots the batch being decided has filled: their messages came
     /// after the overlaps were counted, so they are verified in order.
     filled: SlotSet,
@@ -764,6 +767,7 @@ impl Deduper {
             workers: (0..default_threads())
                 .map(|_| overlaps::Worker::default())
                 .collect(),
+            known: Vec::new(),
             filled: SlotSet::default(),
             batch_keys: KeyFilter::default(),
             times: DecisionTimes::default(),
@@ -1167,6 +1171,7 @@ impl Deduper {
         // changes no verdict (the best is the most similar, ties to the
         // earliest, and a lone match is looked for among them all).
         self.candidates.clear();
+        self.known.clear();
         match counted {
             None => {
                 self.index
@@ -1176,11 +1181,20 @@ impl Deduper {
                 let seen = &mut self.seen;
                 self.candidates.retain(|&slot| seen.insert(slot));
             }
-            Some(_) => {
-                // Besides the candidates counted ahead (read in the loop
-                // below), those the batch has indexed since, under the
+            Some(counted) => {
+                // The candidates the batch found at its start that could
+                // reach the floor and are still indexed (a message keeps its
+                // postings while it is), counted already...
+                for &(slot, overlap) in counted {
+                    if !self.filled.contains(slot) && self.index.holds(slot) {
+                        self.candidates.push(slot);
+                        self.known.push(overlap);
+                    }
+                }
+                // ...then those the batch has indexed since, under the
                 // message's keys: only keys the batch posted under are
                 // walked.
+                let start = self.candidates.len();
                 for &key in sketch.band_keys {
                     if self.batch_keys.may_contain(key) {
                         self.index
@@ -1188,23 +1202,22 @@ impl Deduper {
                     }
                 }
                 self.candidates.extend(exact);
-                self.seen.clear(self.candidates.len());
+                let fresh = self.candidates.len() - start;
+                self.seen.clear(fresh);
+                // Only the fresh part is sifted: the counted candidates
+                // before it stay where they are, unread.
                 let (filled, seen) = (&self.filled, &mut self.seen);
-                self.candidates
-                    .retain(|&slot| filled.contains(slot) && seen.insert(slot));
+                let mut kept = start;
+                for at in start..self.candidates.len() {
+                    let slot = self.candidates[at];
+                    if filled.contains(slot) && seen.insert(slot) {
+                        self.candidates[kept] = slot;
+                        kept += 1;
+                    }
+                }
+                self.candidates.truncate(kept);
             }
         }
-        // The candidates counted ahead of the batch that could reach the
-        // floor and are still indexed (a message keeps its postings while
-        // it is), with their counts, then the others: read from where they
-        // lie, not copied first.
-        let (filled, index) = (&self.filled, &self.index);
-        let counted = counted
-            .unwrap_or_default()
-            .iter()
-            .filter(|&&(slot, _)| !filled.contains(slot) && index.holds(slot))
-            .map(|&(slot, overlap)| (slot, Some(overlap)));
-        let others = self.candidates.iter().map(|&slot| (slot, None));
         self.verifier.load(sketch.shingles);
         let bands = self.preparer.lsh_params().bands;
         let anchors = sketch.band_keys.get(bands..).unwrap_or_default();
@@ -1219,7 +1232,7 @@ impl Deduper {
         let mut specific: [Option<bool>; MAX_ANCHORS] = [None; MAX_ANCHORS];
         // The most similar candidate a guard refused (for `--explain`).
         let mut refused: Option<(u32, f64, verdict::Refusal)> = None;
-        for (slot, known) in counted.chain(others) {
+        for (at, &slot) in self.candidates.iter().enumerate() {
             // Only a candidate that reaches the best so far (or the
             // threshold, or until one does, a lone match's near bar)
             // matters, so the comparison may give up early.
@@ -1228,8 +1241,9 @@ impl Deduper {
                 None if lone.is_on() => lone.floor(),
                 None => self.config.threshold,
             };
-            // A candidate counted ahead of the batch (`known`) is not
-            // verified again (see [`overlaps`]).
+            // A candidate counted ahead of the batch is not verified again
+            // (see [`overlaps`]).
+            let known = self.known.get(at).copied();
             let Some(entry) = self.index.peek(slot) else {
                 continue;
             };

@@ -275,16 +275,7 @@ pub const SHORT_ANCHOR_TOKENS: usize = 4;
 /// comment before it): the anchors make them candidates, and the measure
 /// decides (see [`share_anchor`]). They cost three postings per message.
 pub fn push_anchor_keys(tokens: &[u64], out: &mut Vec<u32>) {
-    const PREFIX_TAG: u64 = 0x7072_6566_6978_0001;
-    const SUFFIX_TAG: u64 = 0x7375_6666_6978_0002;
-    const SHORT_TAG: u64 = 0x7368_6f72_7470_0003;
-    let anchor = |tag: u64, run: &[u64]| {
-        let mut h = tag;
-        for &t in run {
-            h = shingle::mix64(h ^ t);
-        }
-        (h >> 32) as u32
-    };
+    let anchor = anchor_key;
     // Runs of fixed length (no bound checks, loops unrolled) and the keys
     // appended together: one check of the vector's room, not three.
     if let (Some(first), Some(last)) = (
@@ -299,6 +290,23 @@ pub fn push_anchor_keys(tokens: &[u64], out: &mut Vec<u32>) {
     } else if let Some(first) = tokens.first_chunk::<SHORT_ANCHOR_TOKENS>() {
         out.push(anchor(SHORT_TAG, first));
     }
+}
+
+/// The tags that keep the three kinds of anchor key apart (see
+/// [`push_anchor_keys`]).
+const PREFIX_TAG: u64 = 0x7072_6566_6978_0001;
+const SUFFIX_TAG: u64 = 0x7375_6666_6978_0002;
+const SHORT_TAG: u64 = 0x7368_6f72_7470_0003;
+
+/// The key of an anchor: its run of tokens hashed under its kind's tag.
+/// Always inlined, so that a run of fixed length is hashed unrolled.
+#[inline(always)]
+fn anchor_key(tag: u64, run: &[u64]) -> u32 {
+    let mut h = tag;
+    for &t in run {
+        h = shingle::mix64(h ^ t);
+    }
+    (h >> 32) as u32
 }
 
 /// Most anchor keys a message has (see [`push_anchor_keys`]).
@@ -1558,16 +1566,7 @@ mod tests {
     /// The anchor keys as they were appended before the fixed-length runs
     /// (the oracle of `push_anchor_keys`).
     fn reference_anchor_keys(tokens: &[u64], out: &mut Vec<u32>) {
-        const PREFIX_TAG: u64 = 0x7072_6566_6978_0001;
-        const SUFFIX_TAG: u64 = 0x7375_6666_6978_0002;
-        const SHORT_TAG: u64 = 0x7368_6f72_7470_0003;
-        let anchor = |tag: u64, run: &[u64]| {
-            let mut h = tag;
-            for &t in run {
-                h = shingle::mix64(h ^ t);
-            }
-            (h >> 32) as u32
-        };
+        let anchor = anchor_key;
         if tokens.len() >= SHORT_ANCHOR_TOKENS {
             out.push(anchor(SHORT_TAG, &tokens[..SHORT_ANCHOR_TOKENS]));
         }

@@ -885,6 +885,51 @@ mod tests {
         }
     }
 
+    /// A table of `old_size` cells with room to grow by `grown_by`, holding
+    /// a posting for each of `keys` (at most all but one cell, so that runs
+    /// can fill it and wrap; `clustered` sets their top bits, whose homes
+    /// are near the end and wrap most), and those postings.
+    fn old_table(
+        old_size: usize,
+        grown_by: usize,
+        keys: &[u32],
+        clustered: bool,
+    ) -> (Vec<u64>, Vec<u64>) {
+        let mut cells = vec![0u64; old_size + grown_by];
+        let mut held = Vec::new();
+        for (n, &key) in keys.iter().take(old_size - 1).enumerate() {
+            let key = if clustered { key | 0xfff0_0000 } else { key };
+            let mut at = home(key, old_size);
+            while cells[at] != 0 {
+                at = next(at, old_size);
+            }
+            cells[at] = cell(key, n as u32);
+            held.push(cell(key, n as u32));
+        }
+        (cells, held)
+    }
+
+    /// That `cells` hold `held` and nothing else, each once, at the end of
+    /// an unbroken run of cells in use from its home.
+    fn every_posting_ends_its_run(
+        cells: &[u64],
+        mut held: Vec<u64>,
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        let size = cells.len();
+        for &posting in &held {
+            let mut at = home(key_of(posting), size);
+            while cells[at] != posting {
+                proptest::prop_assert_ne!(cells[at], 0, "a run broken before {:x}", posting);
+                at = next(at, size);
+            }
+        }
+        let mut all: Vec<u64> = cells.iter().copied().filter(|&c| c != 0).collect();
+        all.sort_unstable();
+        held.sort_unstable();
+        proptest::prop_assert_eq!(all, held);
+        Ok(())
+    }
+
     proptest::proptest! {
         /// A table reserved for the postings it will hold ends the size
         /// growing one by one makes it, does not grow again while they come,
@@ -931,30 +976,9 @@ mod tests {
             keys in proptest::collection::vec(proptest::num::u32::ANY, 0..150),
             clustered in proptest::bool::ANY,
         ) {
-            let mut cells = vec![0u64; old_size + grown_by];
-            let mut held = Vec::new();
-            for (n, &key) in keys.iter().take(old_size - 1).enumerate() {
-                let key = if clustered { key | 0xfff0_0000 } else { key };
-                let mut at = home(key, old_size);
-                while cells[at] != 0 {
-                    at = next(at, old_size);
-                }
-                cells[at] = cell(key, n as u32);
-                held.push(cell(key, n as u32));
-            }
+            let (mut cells, held) = old_table(old_size, grown_by, &keys, clustered);
             rehash_in_parts(&mut cells, old_size, parts, held.len());
-            let size = cells.len();
-            for &posting in &held {
-                let mut at = home(key_of(posting), size);
-                while cells[at] != posting {
-                    proptest::prop_assert_ne!(cells[at], 0, "a run broken before {:x}", posting);
-                    at = next(at, size);
-                }
-            }
-            let mut all: Vec<u64> = cells.iter().copied().filter(|&c| c != 0).collect();
-            all.sort_unstable();
-            held.sort_unstable();
-            proptest::prop_assert_eq!(all, held);
+            every_posting_ends_its_run(&cells, held)?;
         }
 
         /// A table whose growth waits ends, after `finish_growth`, the size
@@ -1015,32 +1039,9 @@ mod tests {
             keys in proptest::collection::vec(proptest::num::u32::ANY, 0..150),
             clustered in proptest::bool::ANY,
         ) {
-            let mut cells = vec![0u64; old_size + grown_by];
-            let mut held = Vec::new();
-            // At most all but one cell of the old table, so that runs can
-            // fill it and wrap; keys near the top of the spread wrap most.
-            for (n, &key) in keys.iter().take(old_size - 1).enumerate() {
-                let key = if clustered { key | 0xfff0_0000 } else { key };
-                let mut at = home(key, old_size);
-                while cells[at] != 0 {
-                    at = next(at, old_size);
-                }
-                cells[at] = cell(key, n as u32);
-                held.push(cell(key, n as u32));
-            }
+            let (mut cells, held) = old_table(old_size, grown_by, &keys, clustered);
             rehash_in_place(&mut cells, old_size);
-            let size = cells.len();
-            for &posting in &held {
-                let mut at = home(key_of(posting), size);
-                while cells[at] != posting {
-                    proptest::prop_assert_ne!(cells[at], 0, "a run broken before {:x}", posting);
-                    at = next(at, size);
-                }
-            }
-            let mut all: Vec<u64> = cells.iter().copied().filter(|&c| c != 0).collect();
-            all.sort_unstable();
-            held.sort_unstable();
-            proptest::prop_assert_eq!(all, held);
+            every_posting_ends_its_run(&cells, held)?;
         }
 
         /// Rehashing a block of cells at a time, through either way of
@@ -1055,15 +1056,7 @@ mod tests {
             keys in proptest::collection::vec(proptest::num::u32::ANY, 0..300),
             clustered in proptest::bool::ANY,
         ) {
-            let mut cells = vec![0u64; old_size + grown_by];
-            for (n, &key) in keys.iter().take(old_size - 1).enumerate() {
-                let key = if clustered { key | 0xfff0_0000 } else { key };
-                let mut at = home(key, old_size);
-                while cells[at] != 0 {
-                    at = next(at, old_size);
-                }
-                cells[at] = cell(key, n as u32);
-            }
+            let (mut cells, _) = old_table(old_size, grown_by, &keys, clustered);
             let mut expected = cells.clone();
             rehash_in_place_reference(&mut expected, old_size);
             let mut portable = cells.clone();

@@ -387,7 +387,7 @@ impl Postings {
     /// one it would have grown to meanwhile, so memory is the same; only
     /// where postings lie within their runs differs, which no lookup
     /// depends on. Meanwhile the cells hold more postings than the rule
-    /// lets them (up to [`DEFERRED_MAX_LOAD`], past which they grow at
+    /// lets them (up to half their cells, past which they grow at
     /// once, on this thread): lookups walk longer runs, but find the same.
     ///
     /// A replica decides a batch of hundreds of messages at a time, adding

@@ -293,6 +293,15 @@ struct Offered {
     data: Option<Box<[u32]>>,
 }
 
+/// The data an entry holds of a message: its band keys, then its shingles
+/// (made here on insert, or ahead of it, see [`Index::offer`]).
+pub fn entry_data(band_keys: &[u32], shingles: &[u32]) -> Box<[u32]> {
+    let mut data = Vec::with_capacity(band_keys.len() + shingles.len());
+    data.extend_from_slice(band_keys);
+    data.extend_from_slice(shingles);
+    data.into_boxed_slice()
+}
+
 /// A slice's address and length, to tell it from any other live slice.
 fn place_of(slice: &[u32]) -> (usize, usize) {
     (slice.as_ptr() as usize, slice.len())
@@ -727,7 +736,7 @@ impl Index {
     }
 
     /// Offers the data of a message about to be inserted, made ahead on
-    /// another thread: `data` must be `band_keys` then `shingles`, the very
+    /// another thread: `data` must be [`entry_data`] of the very
     /// slices the insert will be given. An insert of those slices (the same
     /// memory, so the same contents) takes it instead of allocating and
     /// copying on the deciding thread. Offers are taken in order: an insert
@@ -818,15 +827,9 @@ impl Index {
         posted: Option<u32>,
     ) -> Option<MessageId> {
         let exact = exact_key(message.set_fingerprint);
-        let data = match self.take_offered(message.band_keys, message.shingles) {
-            Some(data) => data,
-            None => {
-                let mut data = Vec::with_capacity(message.band_keys.len() + message.shingles.len());
-                data.extend_from_slice(message.band_keys);
-                data.extend_from_slice(message.shingles);
-                data.into_boxed_slice()
-            }
-        };
+        let data = self
+            .take_offered(message.band_keys, message.shingles)
+            .unwrap_or_else(|| entry_data(message.band_keys, message.shingles));
         let fresh = Entry {
             seq: message.seq,
             id,

@@ -275,7 +275,6 @@ pub const SHORT_ANCHOR_TOKENS: usize = 4;
 /// comment before it): the anchors make them candidates, and the measure
 /// decides (see [`share_anchor`]). They cost three postings per message.
 pub fn push_anchor_keys(tokens: &[u64], out: &mut Vec<u32>) {
-    let anchor = anchor_key;
     // Runs of fixed length (no bound checks, loops unrolled) and the keys
     // appended together: one check of the vector's room, not three.
     if let (Some(first), Some(last)) = (
@@ -283,12 +282,12 @@ pub fn push_anchor_keys(tokens: &[u64], out: &mut Vec<u32>) {
         tokens.last_chunk::<ANCHOR_TOKENS>(),
     ) {
         out.extend_from_slice(&[
-            anchor(SHORT_TAG, &first[..SHORT_ANCHOR_TOKENS]),
-            anchor(PREFIX_TAG, first),
-            anchor(SUFFIX_TAG, last),
+            anchor_key(SHORT_TAG, &first[..SHORT_ANCHOR_TOKENS]),
+            anchor_key(PREFIX_TAG, first),
+            anchor_key(SUFFIX_TAG, last),
         ]);
     } else if let Some(first) = tokens.first_chunk::<SHORT_ANCHOR_TOKENS>() {
-        out.push(anchor(SHORT_TAG, first));
+        out.push(anchor_key(SHORT_TAG, first));
     }
 }
 
@@ -664,9 +663,10 @@ impl SlotSet {
 }
 
 /// A set of keys that may answer yes for a key it lacks, never no for one
-/// it holds: one bit a key, picked by the key's top bits, in a bitmap
-/// eight times as large as the keys it will hold (so a key it lacks finds
-/// its bit set about once in twenty at the batch's end, and less before).
+/// it holds: one bit a key, picked by the key's top bits, in a bitmap of 8
+/// to 16 bits a key it will hold (so a key it lacks finds its bit set
+/// between once in sixteen and once in eight at the batch's end, and less
+/// before).
 ///
 /// A batch's keys: a message walks the postings of each of its keys the
 /// batch may have posted under, for the messages the batch indexed. A key
@@ -1566,13 +1566,15 @@ mod tests {
     /// The anchor keys as they were appended before the fixed-length runs
     /// (the oracle of `push_anchor_keys`).
     fn reference_anchor_keys(tokens: &[u64], out: &mut Vec<u32>) {
-        let anchor = anchor_key;
         if tokens.len() >= SHORT_ANCHOR_TOKENS {
-            out.push(anchor(SHORT_TAG, &tokens[..SHORT_ANCHOR_TOKENS]));
+            out.push(anchor_key(SHORT_TAG, &tokens[..SHORT_ANCHOR_TOKENS]));
         }
         if tokens.len() >= ANCHOR_TOKENS {
-            out.push(anchor(PREFIX_TAG, &tokens[..ANCHOR_TOKENS]));
-            out.push(anchor(SUFFIX_TAG, &tokens[tokens.len() - ANCHOR_TOKENS..]));
+            out.push(anchor_key(PREFIX_TAG, &tokens[..ANCHOR_TOKENS]));
+            out.push(anchor_key(
+                SUFFIX_TAG,
+                &tokens[tokens.len() - ANCHOR_TOKENS..],
+            ));
         }
     }
 

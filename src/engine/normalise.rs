@@ -89,7 +89,9 @@ impl Normaliser {
                     Cow::Owned(once_more) => decoded = Cow::Owned(once_more),
                 }
             }
-            marks = Marks::of(decoded.as_bytes());
+            if let Cow::Owned(text) = &decoded {
+                marks = Marks::of(text.as_bytes());
+            }
         }
 
         // An ASCII text (most of them) stays ASCII: its URLs become ASCII
@@ -339,7 +341,7 @@ mod marks_x86 {
     use std::arch::x86_64::*;
 
     /// [`Marks::of`] with SSE2 (part of the x86-64 baseline): each 16
-    /// bytes are compared with the three signs, the results and the bytes
+    /// bytes are compared with the four signs, the results and the bytes
     /// themselves (whose high bits say non-ASCII) gathered by `or`, and
     /// read once at the end. A text's last 16 bytes are read as one more
     /// group, overlapping the one before (a test of presence counts no
@@ -1109,8 +1111,9 @@ fn remove_quote_markers(text: &mut String, scratch: &mut String) -> bool {
 /// pattern can be one), so matches are found from their `@`s, in order:
 /// back from it over white space, one optional colon and white space to
 /// `rt` or `mt` standing as a word, then forward over the mention's word
-/// characters, white space and one optional colon. Both ways the pattern reads one way only: white space
-/// and colons are not word characters, nor `@`.
+/// characters, white space and one optional colon. Both ways the pattern
+/// reads one way only: white space and colons are not word characters,
+/// nor `@`.
 struct RetweetMarkers<'t> {
     text: &'t str,
     /// Where the next match may start (the end of the last one).

@@ -515,9 +515,9 @@ pub fn slots_apply(config: &crate::engine::config::EngineConfig) -> bool {
 }
 
 /// The stop words' shingles under `words:1-2`, with a bitmap of their top
-/// eight bits in front: most words are not stop words, and the bitmap
-/// (at most 36 bits set of 256) tells most of them so in one read, where a binary
-/// search took six steps.
+/// eight bits in front: most words are not stop words, and the bitmap (at
+/// most 36 bits set of 256) tells most of them so in one read, where a
+/// binary search took six steps.
 struct StopWordShingles {
     /// Bit `f >> 24` is set for every stop word's shingle `f`.
     tops: [u64; 4],

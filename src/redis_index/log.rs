@@ -30,6 +30,7 @@
 
 use std::ops::Range;
 
+use crate::engine::index::entry_data;
 use crate::engine::shingle::MAX_SHINGLES;
 use crate::engine::{Ask, Op, Sketch};
 use crate::state::snapshot::{Reader, encode_id};
@@ -192,12 +193,8 @@ impl Batch {
             let k = usize::from(r.u8().map_err(truncated)?);
             let start = batch.keys.len();
             push_u32s(&mut batch.keys, r.take(4 * k).map_err(truncated)?);
-            let data = (flags & (QUERY | REMOVE) == 0).then(|| {
-                let mut data = Vec::with_capacity(k + n);
-                data.extend_from_slice(&batch.keys[start..]);
-                data.extend_from_slice(&batch.shingles[shingles.clone()]);
-                data.into_boxed_slice()
-            });
+            let data = (flags & (QUERY | REMOVE) == 0)
+                .then(|| entry_data(&batch.keys[start..], &batch.shingles[shingles.clone()]));
             batch.entry_data.push(data);
             batch.messages.push(Logged {
                 id,

@@ -665,6 +665,12 @@ impl Index {
         (slot as usize) < self.entries.len() && !self.free.contains(slot)
     }
 
+    /// Slots in use or freed so far: every slot is below it, and an insert
+    /// that takes no freed or evicted message's slot takes this one.
+    pub fn slots(&self) -> usize {
+        self.entries.len()
+    }
+
     /// The slot of the most recently inserted or touched message.
     pub fn newest_slot(&self) -> Option<u32> {
         self.recency.peek_mru().map(|(&slot, ())| slot)

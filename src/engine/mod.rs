@@ -592,7 +592,7 @@ pub struct Deduper {
     known: Vec<verdict::Overlap>,
     /// The slots the batch being decided has filled: their messages came
     /// after the overlaps were counted, so they are verified in order.
-    filled: SlotSet,
+    filled: FilledSlots,
     /// The keys the batch being decided has posted under (a superset):
     /// where a message looks for the messages the batch indexed.
     batch_keys: KeyFilter,
@@ -659,6 +659,48 @@ impl SlotSet {
             }
             at = (at + 1) & mask;
         }
+    }
+}
+
+/// The slots a batch has filled since it started: every slot at or past
+/// the index's slots at the start (`from`: slots are added at the end, one
+/// by one, and never taken away), and those below it the batch refilled (an
+/// evicted, expired or removed message's), in a [`SlotSet`].
+///
+/// A replica whose index is not full only ever adds slots: a slot counted
+/// ahead of the batch, which lay below `from`, is then told from the filled
+/// ones by one comparison, not by a probe of a table that finds nothing.
+#[derive(Debug, Default)]
+struct FilledSlots {
+    /// The index's slots when the batch started.
+    from: u32,
+    /// Slots below `from` the batch has refilled.
+    refilled: SlotSet,
+    /// Whether `refilled` holds any.
+    any_refilled: bool,
+}
+
+impl FilledSlots {
+    /// Empties it for a batch of up to `most` inserts into an index of
+    /// `slots` slots.
+    fn clear(&mut self, slots: usize, most: usize) {
+        self.from = u32::try_from(slots).unwrap_or(u32::MAX);
+        self.refilled.clear(most);
+        self.any_refilled = false;
+    }
+
+    /// Adds `slot`, just filled.
+    fn insert(&mut self, slot: u32) {
+        if slot < self.from {
+            self.refilled.insert(slot);
+            self.any_refilled = true;
+        }
+    }
+
+    /// Whether the batch has filled `slot`.
+    #[inline]
+    fn contains(&self, slot: u32) -> bool {
+        slot >= self.from || (self.any_refilled && self.refilled.contains(slot))
     }
 }
 
@@ -776,7 +818,7 @@ impl Deduper {
                 .map(|_| overlaps::Worker::default())
                 .collect(),
             known: Vec::new(),
-            filled: SlotSet::default(),
+            filled: FilledSlots::default(),
             batch_keys: KeyFilter::default(),
             times: DecisionTimes::default(),
         })
@@ -1467,7 +1509,7 @@ impl IndexStore for Deduper {
                 counted
             });
         let serial_started = thread_cpu_time();
-        self.filled.clear(asks.len());
+        self.filled.clear(self.index.slots(), asks.len());
         if counted.is_some() {
             let keys = asks.iter().map(|ask| ask.sketch.band_keys.len()).sum();
             self.batch_keys.clear(keys);
@@ -1590,6 +1632,36 @@ mod tests {
             push_anchor_keys(&tokens, &mut got);
             reference_anchor_keys(&tokens, &mut want);
             proptest::prop_assert_eq!(got, want);
+        }
+    }
+
+    proptest::proptest! {
+        /// The filled slots answer as a plain set of every slot inserted
+        /// since the batch started, below the start's slots (refilled) or
+        /// past them, over batches one after another (so a stale batch's
+        /// slots must not answer).
+        #[test]
+        fn filled_slots_are_the_slots_inserted_in_the_batch(
+            batches in proptest::collection::vec(
+                (0u32..300, proptest::collection::vec(0u32..400, 0..80)),
+                1..5,
+            ),
+        ) {
+            let mut filled = FilledSlots::default();
+            for (slots, inserted) in batches {
+                filled.clear(slots as usize, inserted.len());
+                let mut want = std::collections::HashSet::new();
+                for &slot in &inserted {
+                    filled.insert(slot);
+                    want.insert(slot);
+                }
+                for slot in 0..400 {
+                    // A slot at or past the start's is one the batch filled
+                    // (the index adds slots at its end only).
+                    let filled_by_batch = want.contains(&slot) || slot >= slots;
+                    proptest::prop_assert_eq!(filled.contains(slot), filled_by_batch, "slot {}", slot);
+                }
+            }
         }
     }
 

@@ -881,20 +881,28 @@ impl Index {
             self.recency.push(slot, ());
             (slot, None)
         };
-        for (at, &key) in message
-            .band_keys
-            .iter()
-            .chain(std::iter::once(&exact))
-            .enumerate()
-        {
-            match posted {
-                None => {
+        match posted {
+            // The band keys, then the exact-set key, as the mask counts them.
+            // A plain loop and one insert after it: walking them as one
+            // chained iterator asked at every key which half it was in
+            // (about 90 instructions a message on a replica's thread).
+            None => {
+                for &key in message.band_keys {
                     self.postings.insert_capped(key, slot, self.max_bucket);
                 }
-                Some(mask) if at < 32 && mask & (1 << at) != 0 => {
-                    self.postings.insert_capped(key, slot, usize::MAX);
+                self.postings.insert_capped(exact, slot, self.max_bucket);
+            }
+            Some(mask) => {
+                for (at, &key) in message
+                    .band_keys
+                    .iter()
+                    .chain(std::iter::once(&exact))
+                    .enumerate()
+                {
+                    if at < 32 && mask & (1 << at) != 0 {
+                        self.postings.insert_capped(key, slot, usize::MAX);
+                    }
                 }
-                Some(_) => {}
             }
         }
         if let Some(ids) = &mut self.ids {

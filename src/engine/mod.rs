@@ -596,6 +596,9 @@ pub struct Deduper {
     /// The keys the batch being decided has posted under (a superset):
     /// where a message looks for the messages the batch indexed.
     batch_keys: KeyFilter,
+    /// Whether the message being checked has put its keys in `batch_keys`
+    /// already, as it looked its candidates up (see [`Deduper::best_match`]).
+    keys_in_batch: bool,
     times: DecisionTimes,
     /// The guards a match must pass, from the configuration.
     guards: Guards,
@@ -768,6 +771,18 @@ impl KeyFilter {
         let (word, bit) = self.place(key);
         self.words.get(word).is_some_and(|w| w & bit != 0)
     }
+
+    /// Whether `key` may have been in the set (as [`KeyFilter::may_contain`]
+    /// answered before), and adds it: one place worked out for both.
+    #[inline]
+    fn may_contain_then_insert(&mut self, key: u32) -> bool {
+        let (word, bit) = self.place(key);
+        self.words.get_mut(word).is_some_and(|w| {
+            let held = *w & bit != 0;
+            *w |= bit;
+            held
+        })
+    }
 }
 
 impl std::fmt::Debug for Deduper {
@@ -820,6 +835,7 @@ impl Deduper {
             known: Vec::new(),
             filled: FilledSlots::default(),
             batch_keys: KeyFilter::default(),
+            keys_in_batch: false,
             times: DecisionTimes::default(),
         })
     }
@@ -879,6 +895,7 @@ impl Deduper {
         if sketch.shingles.is_empty() {
             return self.nothing_to_compare();
         }
+        self.keys_in_batch = false;
         let (verdict, identical) = self.decide(Some(&id), sketch, true, counted);
         if verdict.is_repeat() {
             // Decided already: it takes no arrival number, refreshes
@@ -914,8 +931,10 @@ impl Deduper {
                 && let Some(slot) = self.index.newest_slot()
             {
                 self.filled.insert(slot);
-                for &key in sketch.band_keys {
-                    self.batch_keys.insert(key);
+                if !self.keys_in_batch {
+                    for &key in sketch.band_keys {
+                        self.batch_keys.insert(key);
+                    }
                 }
             }
         }
@@ -1245,12 +1264,24 @@ impl Deduper {
                 // message's keys: only keys the batch posted under are
                 // walked.
                 let start = self.candidates.len();
+                // A message with no exact copy indexed is about to be
+                // indexed itself (or is a query, rarely): its keys go in the
+                // filter as they are asked, one place worked out for both.
+                // A key put in for a message that is not indexed after all
+                // only costs a walk that finds nothing.
+                let file_keys = exact.is_none();
                 for &key in sketch.band_keys {
-                    if self.batch_keys.may_contain(key) {
+                    let may_hold = if file_keys {
+                        self.batch_keys.may_contain_then_insert(key)
+                    } else {
+                        self.batch_keys.may_contain(key)
+                    };
+                    if may_hold {
                         self.index
                             .candidates(std::slice::from_ref(&key), &mut self.candidates);
                     }
                 }
+                self.keys_in_batch = file_keys;
                 self.candidates.extend(exact);
                 let fresh = self.candidates.len() - start;
                 self.seen.clear(fresh);
@@ -1907,6 +1938,36 @@ mod tests {
             (0..10_000).filter(|_| filter.may_contain(next())).count(),
             0
         );
+    }
+
+    /// Asking and adding in one call answers as asking alone did before the
+    /// key went in, and holds the key after, at every size.
+    #[test]
+    fn the_key_filter_asked_and_filled_at_once_answers_as_asked_before() {
+        let mut x = 11u32;
+        let mut next = || {
+            x = x.wrapping_mul(0x2c1b_3c6d).wrapping_add(0x297a_2d39);
+            x
+        };
+        for keys in [0usize, 1, 100, 512, 10_000] {
+            let (mut both, mut apart) = (KeyFilter::default(), KeyFilter::default());
+            both.clear(keys);
+            apart.clear(keys);
+            // Twice as many asks as the filter is sized for, so that some
+            // find their bit set by a key before them.
+            for n in 0..2 * keys {
+                let key = if n % 3 == 0 { (n as u32) << 20 } else { next() };
+                let asked = apart.may_contain(key);
+                apart.insert(key);
+                assert_eq!(
+                    both.may_contain_then_insert(key),
+                    asked,
+                    "{keys} keys: {key:#x}"
+                );
+                assert!(both.may_contain(key));
+            }
+            assert_eq!(both.words, apart.words);
+        }
     }
 
     #[test]

@@ -885,7 +885,7 @@ impl Index {
             // The band keys, then the exact-set key, as the mask counts them.
             // A plain loop and one insert after it: walking them as one
             // chained iterator asked at every key which half it was in
-            // (about 90 instructions a message on a replica's thread).
+            // (about 60 instructions a message on a replica's thread).
             None => {
                 for &key in message.band_keys {
                     self.postings.insert_capped(key, slot, self.max_bucket);

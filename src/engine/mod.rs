@@ -592,10 +592,13 @@ pub struct Deduper {
     known: Vec<verdict::Overlap>,
     /// The slots the batch being decided has filled: their messages came
     /// after the overlaps were counted, so they are verified in order.
-    filled: SlotSet,
+    filled: FilledSlots,
     /// The keys the batch being decided has posted under (a superset):
     /// where a message looks for the messages the batch indexed.
     batch_keys: KeyFilter,
+    /// Whether the message being checked has put its keys in `batch_keys`
+    /// already, as it looked its candidates up (see [`Deduper::best_match`]).
+    keys_in_batch: bool,
     times: DecisionTimes,
     /// The guards a match must pass, from the configuration.
     guards: Guards,
@@ -659,6 +662,48 @@ impl SlotSet {
             }
             at = (at + 1) & mask;
         }
+    }
+}
+
+/// The slots a batch has filled since it started: every slot at or past
+/// the index's slots at the start (`from`: slots are added at the end, one
+/// by one, and never taken away), and those below it the batch refilled (an
+/// evicted, expired or removed message's), in a [`SlotSet`].
+///
+/// A replica whose index is not full only ever adds slots: a slot counted
+/// ahead of the batch, which lay below `from`, is then told from the filled
+/// ones by one comparison, not by a probe of a table that finds nothing.
+#[derive(Debug, Default)]
+struct FilledSlots {
+    /// The index's slots when the batch started.
+    from: u32,
+    /// Slots below `from` the batch has refilled.
+    refilled: SlotSet,
+    /// Whether `refilled` holds any.
+    any_refilled: bool,
+}
+
+impl FilledSlots {
+    /// Empties it for a batch of up to `most` inserts into an index of
+    /// `slots` slots.
+    fn clear(&mut self, slots: usize, most: usize) {
+        self.from = u32::try_from(slots).unwrap_or(u32::MAX);
+        self.refilled.clear(most);
+        self.any_refilled = false;
+    }
+
+    /// Adds `slot`, just filled.
+    fn insert(&mut self, slot: u32) {
+        if slot < self.from {
+            self.refilled.insert(slot);
+            self.any_refilled = true;
+        }
+    }
+
+    /// Whether the batch has filled `slot`.
+    #[inline]
+    fn contains(&self, slot: u32) -> bool {
+        slot >= self.from || (self.any_refilled && self.refilled.contains(slot))
     }
 }
 
@@ -726,6 +771,18 @@ impl KeyFilter {
         let (word, bit) = self.place(key);
         self.words.get(word).is_some_and(|w| w & bit != 0)
     }
+
+    /// Whether `key` may have been in the set (as [`KeyFilter::may_contain`]
+    /// answered before), and adds it: one place worked out for both.
+    #[inline]
+    fn may_contain_then_insert(&mut self, key: u32) -> bool {
+        let (word, bit) = self.place(key);
+        self.words.get_mut(word).is_some_and(|w| {
+            let held = *w & bit != 0;
+            *w |= bit;
+            held
+        })
+    }
 }
 
 impl std::fmt::Debug for Deduper {
@@ -776,8 +833,9 @@ impl Deduper {
                 .map(|_| overlaps::Worker::default())
                 .collect(),
             known: Vec::new(),
-            filled: SlotSet::default(),
+            filled: FilledSlots::default(),
             batch_keys: KeyFilter::default(),
+            keys_in_batch: false,
             times: DecisionTimes::default(),
         })
     }
@@ -837,6 +895,7 @@ impl Deduper {
         if sketch.shingles.is_empty() {
             return self.nothing_to_compare();
         }
+        self.keys_in_batch = false;
         let (verdict, identical) = self.decide(Some(&id), sketch, true, counted);
         if verdict.is_repeat() {
             // Decided already: it takes no arrival number, refreshes
@@ -872,8 +931,10 @@ impl Deduper {
                 && let Some(slot) = self.index.newest_slot()
             {
                 self.filled.insert(slot);
-                for &key in sketch.band_keys {
-                    self.batch_keys.insert(key);
+                if !self.keys_in_batch {
+                    for &key in sketch.band_keys {
+                        self.batch_keys.insert(key);
+                    }
                 }
             }
         }
@@ -1203,12 +1264,24 @@ impl Deduper {
                 // message's keys: only keys the batch posted under are
                 // walked.
                 let start = self.candidates.len();
+                // A message with no exact copy indexed is about to be
+                // indexed itself (or is a query, rarely): its keys go in the
+                // filter as they are asked, one place worked out for both.
+                // A key put in for a message that is not indexed after all
+                // only costs a walk that finds nothing.
+                let file_keys = exact.is_none();
                 for &key in sketch.band_keys {
-                    if self.batch_keys.may_contain(key) {
+                    let may_hold = if file_keys {
+                        self.batch_keys.may_contain_then_insert(key)
+                    } else {
+                        self.batch_keys.may_contain(key)
+                    };
+                    if may_hold {
                         self.index
                             .candidates(std::slice::from_ref(&key), &mut self.candidates);
                     }
                 }
+                self.keys_in_batch = file_keys;
                 self.candidates.extend(exact);
                 let fresh = self.candidates.len() - start;
                 self.seen.clear(fresh);
@@ -1467,7 +1540,7 @@ impl IndexStore for Deduper {
                 counted
             });
         let serial_started = thread_cpu_time();
-        self.filled.clear(asks.len());
+        self.filled.clear(self.index.slots(), asks.len());
         if counted.is_some() {
             let keys = asks.iter().map(|ask| ask.sketch.band_keys.len()).sum();
             self.batch_keys.clear(keys);
@@ -1590,6 +1663,36 @@ mod tests {
             push_anchor_keys(&tokens, &mut got);
             reference_anchor_keys(&tokens, &mut want);
             proptest::prop_assert_eq!(got, want);
+        }
+    }
+
+    proptest::proptest! {
+        /// The filled slots answer as a plain set of every slot inserted
+        /// since the batch started, below the start's slots (refilled) or
+        /// past them, over batches one after another (so a stale batch's
+        /// slots must not answer).
+        #[test]
+        fn filled_slots_are_the_slots_inserted_in_the_batch(
+            batches in proptest::collection::vec(
+                (0u32..300, proptest::collection::vec(0u32..400, 0..80)),
+                1..5,
+            ),
+        ) {
+            let mut filled = FilledSlots::default();
+            for (slots, inserted) in batches {
+                filled.clear(slots as usize, inserted.len());
+                let mut want = std::collections::HashSet::new();
+                for &slot in &inserted {
+                    filled.insert(slot);
+                    want.insert(slot);
+                }
+                for slot in 0..400 {
+                    // A slot at or past the start's is one the batch filled
+                    // (the index adds slots at its end only).
+                    let filled_by_batch = want.contains(&slot) || slot >= slots;
+                    proptest::prop_assert_eq!(filled.contains(slot), filled_by_batch, "slot {}", slot);
+                }
+            }
         }
     }
 
@@ -1835,6 +1938,36 @@ mod tests {
             (0..10_000).filter(|_| filter.may_contain(next())).count(),
             0
         );
+    }
+
+    /// Asking and adding in one call answers as asking alone did before the
+    /// key went in, and holds the key after, at every size.
+    #[test]
+    fn the_key_filter_asked_and_filled_at_once_answers_as_asked_before() {
+        let mut x = 11u32;
+        let mut next = || {
+            x = x.wrapping_mul(0x2c1b_3c6d).wrapping_add(0x297a_2d39);
+            x
+        };
+        for keys in [0usize, 1, 100, 512, 10_000] {
+            let (mut both, mut apart) = (KeyFilter::default(), KeyFilter::default());
+            both.clear(keys);
+            apart.clear(keys);
+            // Twice as many asks as the filter is sized for, so that some
+            // find their bit set by a key before them.
+            for n in 0..2 * keys {
+                let key = if n % 3 == 0 { (n as u32) << 20 } else { next() };
+                let asked = apart.may_contain(key);
+                apart.insert(key);
+                assert_eq!(
+                    both.may_contain_then_insert(key),
+                    asked,
+                    "{keys} keys: {key:#x}"
+                );
+                assert!(both.may_contain(key));
+            }
+            assert_eq!(both.words, apart.words);
+        }
     }
 
     #[test]

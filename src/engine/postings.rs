@@ -255,9 +255,18 @@ impl Postings {
         }
         let mut at = self.home(key);
         let cells = self.cells.as_mut_slice();
+        let size = cells.len();
+        // Checked once here, not at every cell of the run: a replica's
+        // thread walks about three cells an insert, and ten inserts a
+        // message.
+        if at >= size {
+            return false;
+        }
         let mut same = 0;
         loop {
-            let c = cells[at];
+            // SAFETY: `at < size` was checked before the loop, and `next`
+            // keeps it below `size` (it wraps to 0 at the end).
+            let c = unsafe { *cells.get_unchecked(at) };
             if c == 0 {
                 break;
             }
@@ -267,9 +276,10 @@ impl Postings {
                     return false;
                 }
             }
-            at = next(at, cells.len());
+            at = next(at, size);
         }
-        cells[at] = cell(key, slot);
+        // SAFETY: as in the loop, `at < size`.
+        unsafe { *cells.get_unchecked_mut(at) = cell(key, slot) };
         self.len += 1;
         true
     }

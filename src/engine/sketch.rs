@@ -113,13 +113,19 @@ pub struct Sketcher {
     #[cfg(target_arch = "x86_64")]
     avx2_only: bool,
     /// The coefficients as [`avx2::min_hash_bands`] reads them (see
-    /// [`avx2::lanes`]).
+    /// [`avx2::lanes`]), but for the last one or two functions when they
+    /// are a group's only ones (see `duo`).
     #[cfg(target_arch = "x86_64")]
     lanes: Vec<avx2::Lanes>,
     /// The groups of `lanes` two by two, as [`avx2::min_hash_bands`]
     /// reads them (see [`avx2::pairs`]).
     #[cfg(target_arch = "x86_64")]
     pairs: Vec<avx2::PairLanes>,
+    /// The last one or two functions, when the functions are not a
+    /// multiple of four and the last group would hold only them, laid out
+    /// to be taken on four shingles at once (see [`avx2::duo`]).
+    #[cfg(target_arch = "x86_64")]
+    duo: Option<avx2::PairLanes>,
 }
 
 impl Sketcher {
@@ -134,13 +140,17 @@ impl Sketcher {
             .map(|_| (next() | 1, next()))
             .collect();
         #[cfg(target_arch = "x86_64")]
-        let lanes = avx2::lanes(&coefficients);
+        let (grouped, duo) = avx2::split_duo(&coefficients);
+        #[cfg(target_arch = "x86_64")]
+        let lanes = avx2::lanes(grouped);
         Sketcher {
             params,
             #[cfg(target_arch = "x86_64")]
             pairs: avx2::pairs(&lanes),
             #[cfg(target_arch = "x86_64")]
             lanes,
+            #[cfg(target_arch = "x86_64")]
+            duo,
             coefficients,
             #[cfg(target_arch = "x86_64")]
             avx2_only: avx2_only(),
@@ -168,6 +178,7 @@ impl Sketcher {
                     &self.coefficients,
                     &self.lanes,
                     &self.pairs,
+                    self.duo.as_ref(),
                     self.params.rows,
                     shingles,
                     mixed,
@@ -251,21 +262,45 @@ mod avx2 {
             .collect()
     }
 
+    /// The coefficients [`lanes`] groups, and the last one or two functions
+    /// apart as a duo (see [`duo`]) when the count is not a multiple of
+    /// four and they would be a group's only ones: a group takes one
+    /// shingle at a time whatever it holds, a duo four.
+    pub(super) fn split_duo(coefficients: &[(u64, u64)]) -> (&[(u64, u64)], Option<PairLanes>) {
+        let (grouped, last) = coefficients.split_at(coefficients.len() / 4 * 4);
+        match *last {
+            [f] => (grouped, Some(duo(f, f))),
+            [f, g] => (grouped, Some(duo(f, g))),
+            _ => (coefficients, None),
+        }
+    }
+
+    /// Two functions `f` and `g` laid out as a pair of groups (see
+    /// [`PairLanes`]) whose group `A` is four copies of `f` and `B` four of
+    /// `g`: taken on four different shingles at once (one a 64-bit lane),
+    /// the even 32-bit lanes are `f`'s values and the odd ones `g`'s.
+    pub(super) fn duo(f: (u64, u64), g: (u64, u64)) -> PairLanes {
+        pairs(&lanes(&[f, f, f, f, g, g, g, g]))[0]
+    }
+
     /// Most groups of four functions [`min_of_groups`] is compiled for (a
     /// register each, and a few for the work); more go two functions a
     /// pass over the shingles instead ([`min_of_two`]).
     const MAX_GROUPS: usize = 8;
 
-    /// [`super::min_hash_bands`], computed as the module says. `lanes` are
-    /// the coefficients laid out by [`lanes`].
+    /// [`super::min_hash_bands`], computed as the module says. `lanes` and
+    /// `pairs` are the coefficients laid out by [`lanes`] and [`pairs`],
+    /// `duo` the last one or two apart (see [`split_duo`]).
     ///
     /// # Safety
     /// The processor must have AVX2.
     #[target_feature(enable = "avx2")]
+    #[allow(clippy::too_many_arguments)]
     pub(super) unsafe fn min_hash_bands(
         coefficients: &[(u64, u64)],
         lanes: &[Lanes],
         pairs: &[PairLanes],
+        duo: Option<&PairLanes>,
         rows: usize,
         shingles: &[u32],
         mixed: &mut Vec<u64>,
@@ -275,45 +310,20 @@ mod avx2 {
             with_minima(coefficients.len(), |minima| fold_bands(minima, rows, out));
             return;
         }
+        let functions = coefficients.len();
         macro_rules! by_groups {
             ($($groups:literal => $pairs:literal $rest:literal,)*) => {
-                match lanes.len() {
-                    $($groups => {
-                        let (paired, single) = min_of_groups::<$pairs, $rest>(
-                            pairs.first_chunk().expect("as many pairs as matched"),
-                            lanes[2 * $pairs..].first_chunk().expect("the odd group"),
-                            shingles,
-                            mixed,
-                        );
-                        let mut minima = [0u32; 4 * $groups];
-                        // A pair's minima: group `A`'s in the even lanes,
-                        // `B`'s in the odd ones.
-                        let apart = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-                        for (pair, least) in paired.iter().enumerate() {
-                            let eight = _mm256_permutevar8x32_epi32(*least, apart);
-                            // SAFETY: the store is to `minima[8 * pair ..
-                            // 8 * pair + 8]` (unaligned).
-                            unsafe {
-                                _mm256_storeu_si256(minima.as_mut_ptr().add(8 * pair).cast(), eight)
-                            };
-                        }
-                        // A single group's: the odd lanes, gathered into the
-                        // low half.
-                        let odd = _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7);
-                        for least in &single {
-                            let four = _mm256_castsi256_si128(
-                                _mm256_permutevar8x32_epi32(*least, odd),
-                            );
-                            // SAFETY: the store is to `minima[8 * pairs ..
-                            // 8 * pairs + 4]`, the last four (unaligned).
-                            unsafe {
-                                _mm_storeu_si128(minima.as_mut_ptr().add(8 * $pairs).cast(), four)
-                            };
-                        }
-                        fold_bands(&minima[..coefficients.len()], rows, out);
-                    })*
+                match (lanes.len(), duo) {
+                    $(
+                        ($groups, None) => keys_of_groups::<$pairs, $rest, 0>(
+                            pairs, lanes, &[], functions, rows, shingles, mixed, out,
+                        ),
+                        ($groups, Some(duo)) => keys_of_groups::<$pairs, $rest, 1>(
+                            pairs, lanes, &[*duo], functions, rows, shingles, mixed, out,
+                        ),
+                    )*
                     _ => {
-                        with_minima(coefficients.len(), |minima| {
+                        with_minima(functions, |minima| {
                             min_of_pairs(coefficients, shingles, mixed, minima);
                             fold_bands(minima, rows, out);
                         });
@@ -322,6 +332,7 @@ mod avx2 {
             };
         }
         by_groups!(
+            0 => 0 0,
             1 => 0 1,
             2 => 1 0,
             3 => 1 1,
@@ -333,11 +344,69 @@ mod avx2 {
         );
     }
 
+    /// The band keys of `shingles` (not empty) for `functions` functions
+    /// laid out as `P` pairs of groups, `R` (0 or 1) single groups and
+    /// `D` (0 or 1) duos: their minima by [`min_of_groups`], put in order,
+    /// then folded.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn keys_of_groups<const P: usize, const R: usize, const D: usize>(
+        pairs: &[PairLanes],
+        lanes: &[Lanes],
+        duo: &[PairLanes; D],
+        functions: usize,
+        rows: usize,
+        shingles: &[u32],
+        mixed: &mut Vec<u64>,
+        out: &mut Vec<u32>,
+    ) {
+        let (paired, single, duo) = min_of_groups::<P, R, D>(
+            pairs.first_chunk().expect("as many pairs as matched"),
+            lanes[2 * P..].first_chunk().expect("the odd group"),
+            duo,
+            shingles,
+            mixed,
+        );
+        let mut minima = [0u32; 4 * MAX_GROUPS + 4];
+        // A pair's minima: group `A`'s in the even lanes, `B`'s in the odd
+        // ones.
+        let apart = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+        for (pair, least) in paired.iter().enumerate() {
+            let eight = _mm256_permutevar8x32_epi32(*least, apart);
+            // SAFETY: the store is to `minima[8 * pair .. 8 * pair + 8]`,
+            // within `4 * MAX_GROUPS` (unaligned).
+            unsafe { _mm256_storeu_si256(minima.as_mut_ptr().add(8 * pair).cast(), eight) };
+        }
+        // A single group's: the odd lanes, gathered into the low half.
+        let odd = _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7);
+        for least in &single {
+            let four = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(*least, odd));
+            // SAFETY: the store is to `minima[8 * P .. 8 * P + 4]`, within
+            // `4 * MAX_GROUPS` (unaligned).
+            unsafe { _mm_storeu_si128(minima.as_mut_ptr().add(8 * P).cast(), four) };
+        }
+        // A duo's: the least of each function's four lanes, the first
+        // function's in the low half of the 64 bits kept, the second's in
+        // the high half.
+        for least in &duo {
+            let least = _mm256_min_epu32(*least, _mm256_permute4x64_epi64::<0b01_00_11_10>(*least));
+            let least = _mm256_min_epu32(least, _mm256_shuffle_epi32::<0b01_00_11_10>(least));
+            let both = _mm_cvtsi128_si64(_mm256_castsi256_si128(least)) as u64;
+            let at = 4 * (2 * P + R);
+            minima[at] = both as u32;
+            minima[at + 1] = (both >> 32) as u32;
+        }
+        fold_bands(&minima[..functions], rows, out);
+    }
+
     /// The least `(a * x + b) >> 32` (as u32, wrapping arithmetic) over
-    /// the mixed `shingles`, for each of the `8 * P` functions of `pairs`
-    /// and the `4 * R` of `single` (`R` is 0 or 1): for a pair, group `A`'s
-    /// in the even 32-bit lanes of its register and `B`'s in the odd ones;
-    /// for a single group, the odd lanes.
+    /// the mixed `shingles`, for each of the `8 * P` functions of `pairs`,
+    /// the `4 * R` of `single` (`R` is 0 or 1) and the two of `duo` (`D`
+    /// is 0 or 1): for a pair, group `A`'s in the even 32-bit lanes of its
+    /// register and `B`'s in the odd ones; for a single group, the odd
+    /// lanes; for a duo, its first function's in the even lanes and its
+    /// second's in the odd ones, each over a quarter of the shingles.
     ///
     /// A shingle is mixed once, its `x` broadcast to four lanes, and every
     /// function takes it in turn, eight or four at a time: the minima stay
@@ -347,34 +416,39 @@ mod avx2 {
     /// instructions); two groups share one register (eleven for the two):
     /// the widening multiplies give each group's high halves, `A`'s moved
     /// down into the even lanes, and both groups' cross terms are two
-    /// 32-bit multiplies, of `x` and of `x` with its halves swapped.
+    /// 32-bit multiplies, of `x` and of `x` with its halves swapped. A duo
+    /// takes the four shingles just mixed as they are, in the same twelve
+    /// instructions as a pair (with the swap): three a shingle for its two
+    /// functions, where a group of them took seven.
     #[target_feature(enable = "avx2")]
     #[inline]
-    fn min_of_groups<const P: usize, const R: usize>(
+    fn min_of_groups<const P: usize, const R: usize, const D: usize>(
         pairs: &[PairLanes; P],
         single: &[Lanes; R],
+        duo: &[PairLanes; D],
         shingles: &[u32],
         mixed: &mut Vec<u64>,
-    ) -> ([__m256i; P], [__m256i; R]) {
-        debug_assert!(2 * P + R <= MAX_GROUPS && R <= 1);
+    ) -> ([__m256i; P], [__m256i; R], [__m256i; D]) {
+        debug_assert!(2 * P + R <= MAX_GROUPS && R <= 1 && D <= 1);
         // Every shingle mixed first, four at a time (a 64-bit multiply is
         // six instructions on four lanes; mixing one shingle alone took
         // fourteen). The last few are padded with copies of the first of
-        // them, never read. The buffer only ever grows: every cell read is
-        // written first, so zeroing it for each message (a `memset` call)
-        // bought nothing.
+        // them, never read but by the duo, whose minima a copy does not
+        // change. The buffer only ever grows: every cell read is written
+        // first, so zeroing it for each message (a `memset` call) bought
+        // nothing.
         let padded = shingles.len().next_multiple_of(4);
         if mixed.len() < padded {
             mixed.resize(padded, 0);
         }
         let mut fours = shingles.chunks_exact(4);
         let rest = fours.remainder();
-        let mut last = [0u32; 4];
-        if let Some(&first) = rest.first() {
-            last = [first; 4];
-            last[..rest.len()].copy_from_slice(rest);
-        }
+        // Element by element: `copy_from_slice` of the rest was a
+        // `memcpy` call.
+        let last: [u32; 4] =
+            std::array::from_fn(|i| rest.get(i).or(rest.first()).copied().unwrap_or(0));
         let tail = (!rest.is_empty()).then_some(&last[..]);
+        let mut duo_least = [_mm256_set1_epi32(-1); D];
         for (four, into) in (&mut fours)
             .chain(tail)
             .zip(mixed[..padded].chunks_exact_mut(4))
@@ -388,6 +462,10 @@ mod avx2 {
                     _mm256_set1_epi64x(1 << 32),
                 ));
                 _mm256_storeu_si256(into.as_mut_ptr().cast(), xs);
+                for (least, lanes) in duo_least.iter_mut().zip(duo) {
+                    let swapped = _mm256_shuffle_epi32::<0b10_11_00_01>(xs);
+                    *least = _mm256_min_epu32(*least, pair_values(xs, swapped, lanes));
+                }
             }
         }
         let mut paired = [_mm256_set1_epi32(-1); P];
@@ -395,30 +473,8 @@ mod avx2 {
         for &x in &mixed[..shingles.len()] {
             let x = _mm256_set1_epi64x(x as i64);
             let swapped = _mm256_shuffle_epi32::<0b10_11_00_01>(x);
-            for (least, [low_a, b_a, low_b, b_b, cross, cross_swapped]) in
-                paired.iter_mut().zip(pairs)
-            {
-                // SAFETY: each is four u64s (unaligned loads).
-                let (low_a, b_a, low_b, b_b, cross, cross_swapped) = unsafe {
-                    (
-                        _mm256_loadu_si256(low_a.as_ptr().cast()),
-                        _mm256_loadu_si256(b_a.as_ptr().cast()),
-                        _mm256_loadu_si256(low_b.as_ptr().cast()),
-                        _mm256_loadu_si256(b_b.as_ptr().cast()),
-                        _mm256_loadu_si256(cross.as_ptr().cast()),
-                        _mm256_loadu_si256(cross_swapped.as_ptr().cast()),
-                    )
-                };
-                let high_a = _mm256_add_epi64(_mm256_mul_epu32(x, low_a), b_a);
-                let high_b = _mm256_add_epi64(_mm256_mul_epu32(x, low_b), b_b);
-                // Even lanes: `A`'s high halves; odd lanes: `B`'s.
-                let high =
-                    _mm256_blend_epi32::<0b1010_1010>(_mm256_srli_epi64::<32>(high_a), high_b);
-                let terms = _mm256_add_epi32(
-                    _mm256_mullo_epi32(x, cross),
-                    _mm256_mullo_epi32(swapped, cross_swapped),
-                );
-                *least = _mm256_min_epu32(*least, _mm256_add_epi32(high, terms));
+            for (least, lanes) in paired.iter_mut().zip(pairs) {
+                *least = _mm256_min_epu32(*least, pair_values(x, swapped, lanes));
             }
             for (least, [low, b, cross]) in least.iter_mut().zip(single) {
                 // SAFETY: each is four u64s (unaligned loads).
@@ -439,7 +495,37 @@ mod avx2 {
                 *least = _mm256_min_epu32(*least, value);
             }
         }
-        (paired, least)
+        (paired, least, duo_least)
+    }
+
+    /// The values `(a * x + b) >> 32` of a pair of groups (see
+    /// [`PairLanes`]) on the 64-bit lanes of `x` (`swapped`: `x` with the
+    /// halves of each lane swapped): group `A`'s in the even 32-bit lanes,
+    /// `B`'s in the odd ones.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn pair_values(x: __m256i, swapped: __m256i, lanes: &PairLanes) -> __m256i {
+        let [low_a, b_a, low_b, b_b, cross, cross_swapped] = lanes;
+        // SAFETY: each is four u64s (unaligned loads).
+        let (low_a, b_a, low_b, b_b, cross, cross_swapped) = unsafe {
+            (
+                _mm256_loadu_si256(low_a.as_ptr().cast()),
+                _mm256_loadu_si256(b_a.as_ptr().cast()),
+                _mm256_loadu_si256(low_b.as_ptr().cast()),
+                _mm256_loadu_si256(b_b.as_ptr().cast()),
+                _mm256_loadu_si256(cross.as_ptr().cast()),
+                _mm256_loadu_si256(cross_swapped.as_ptr().cast()),
+            )
+        };
+        let high_a = _mm256_add_epi64(_mm256_mul_epu32(x, low_a), b_a);
+        let high_b = _mm256_add_epi64(_mm256_mul_epu32(x, low_b), b_b);
+        // Even lanes: `A`'s high halves; odd lanes: `B`'s.
+        let high = _mm256_blend_epi32::<0b1010_1010>(_mm256_srli_epi64::<32>(high_a), high_b);
+        let terms = _mm256_add_epi32(
+            _mm256_mullo_epi32(x, cross),
+            _mm256_mullo_epi32(swapped, cross_swapped),
+        );
+        _mm256_add_epi32(high, terms)
     }
 
     /// [`mix64`](super::mix64) of each 64-bit lane.
@@ -696,7 +782,9 @@ mod tests {
     proptest::proptest! {
         /// The AVX2 version, which this machine may not pick, computes the
         /// same keys as the portable one: for every banding, so with one
-        /// to eight groups of four functions, a last group padded, and
+        /// to eight groups of four functions, a last group padded, the
+        /// last one or two functions taken as a duo (see
+        /// [`avx2::split_duo`]), and
         /// more groups than [`avx2::min_of_groups`] takes (two functions
         /// a pass then).
         #[test]
@@ -732,6 +820,7 @@ mod tests {
                 &sketcher.coefficients,
                 &sketcher.lanes,
                 &sketcher.pairs,
+                sketcher.duo.as_ref(),
                 sketcher.params.rows,
                 shingles,
                 mixed,

@@ -281,14 +281,62 @@ pub fn push_anchor_keys(tokens: &[u64], out: &mut Vec<u32>) {
         tokens.first_chunk::<ANCHOR_TOKENS>(),
         tokens.last_chunk::<ANCHOR_TOKENS>(),
     ) {
-        out.extend_from_slice(&[
-            anchor_key(SHORT_TAG, &first[..SHORT_ANCHOR_TOKENS]),
-            anchor_key(PREFIX_TAG, first),
-            anchor_key(SUFFIX_TAG, last),
-        ]);
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the processor has AVX2 (checked just above).
+            out.extend_from_slice(&unsafe { anchor_keys_avx2(first, last) });
+            return;
+        }
+        out.extend_from_slice(&anchor_keys(first, last));
     } else if let Some(first) = tokens.first_chunk::<SHORT_ANCHOR_TOKENS>() {
         out.push(anchor_key(SHORT_TAG, first));
     }
+}
+
+/// The short, prefix and suffix keys of a text of at least
+/// [`ANCHOR_TOKENS`] tokens, whose first and last that many are `first` and
+/// `last` (see [`push_anchor_keys`]).
+#[inline(always)]
+fn anchor_keys(first: &[u64; ANCHOR_TOKENS], last: &[u64; ANCHOR_TOKENS]) -> [u32; 3] {
+    [
+        anchor_key(SHORT_TAG, &first[..SHORT_ANCHOR_TOKENS]),
+        anchor_key(PREFIX_TAG, first),
+        anchor_key(SUFFIX_TAG, last),
+    ]
+}
+
+/// [`anchor_keys`] with the three hashes side by side in 64-bit lanes
+/// (the short key's, the prefix's, the suffix's, and the suffix's again):
+/// six steps of four-lane [`mix64`](shingle::mix64) (about 24
+/// instructions each) instead of sixteen scalar ones (about 14 each). The
+/// short key is read after its fourth step.
+///
+/// # Safety
+/// The processor must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn anchor_keys_avx2(first: &[u64; ANCHOR_TOKENS], last: &[u64; ANCHOR_TOKENS]) -> [u32; 3] {
+    use std::arch::x86_64::*;
+    let mut h = _mm256_setr_epi64x(
+        SHORT_TAG as i64,
+        PREFIX_TAG as i64,
+        SUFFIX_TAG as i64,
+        SUFFIX_TAG as i64,
+    );
+    let mut short = 0;
+    for (at, (&f, &l)) in first.iter().zip(last).enumerate() {
+        let tokens = _mm256_setr_epi64x(f as i64, f as i64, l as i64, l as i64);
+        h = sketch::avx2::mix64_x4(_mm256_xor_si256(h, tokens));
+        if at + 1 == SHORT_ANCHOR_TOKENS {
+            short = (_mm256_extract_epi64::<0>(h) as u64 >> 32) as u32;
+        }
+    }
+    let high = |lane: i64| (lane as u64 >> 32) as u32;
+    [
+        short,
+        high(_mm256_extract_epi64::<1>(h)),
+        high(_mm256_extract_epi64::<2>(h)),
+    ]
 }
 
 /// The tags that keep the three kinds of anchor key apart (see
@@ -1663,6 +1711,21 @@ mod tests {
             push_anchor_keys(&tokens, &mut got);
             reference_anchor_keys(&tokens, &mut want);
             proptest::prop_assert_eq!(got, want);
+        }
+
+        /// The AVX2 anchor keys, which [`push_anchor_keys`] takes where
+        /// the processor has AVX2, are the portable ones.
+        #[cfg(target_arch = "x86_64")]
+        #[test]
+        fn the_avx2_anchor_keys_are_the_portable_ones(
+            first in proptest::prelude::any::<[u64; ANCHOR_TOKENS]>(),
+            last in proptest::prelude::any::<[u64; ANCHOR_TOKENS]>(),
+        ) {
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the processor has AVX2 (checked just above).
+                let got = unsafe { anchor_keys_avx2(&first, &last) };
+                proptest::prop_assert_eq!(got, anchor_keys(&first, &last));
+            }
         }
     }
 

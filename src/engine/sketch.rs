@@ -112,14 +112,9 @@ pub struct Sketcher {
     /// Whether [`avx2::min_hash_bands`] computes the keys.
     #[cfg(target_arch = "x86_64")]
     avx2_only: bool,
-    /// The coefficients as [`avx2::min_hash_bands`] reads them (see
-    /// [`avx2::lanes`]).
+    /// The coefficients as [`avx2::min_hash_bands`] reads them.
     #[cfg(target_arch = "x86_64")]
-    lanes: Vec<avx2::Lanes>,
-    /// The groups of `lanes` two by two, as [`avx2::min_hash_bands`]
-    /// reads them (see [`avx2::pairs`]).
-    #[cfg(target_arch = "x86_64")]
-    pairs: Vec<avx2::PairLanes>,
+    layout: avx2::Layout,
 }
 
 impl Sketcher {
@@ -133,14 +128,10 @@ impl Sketcher {
         let coefficients: Vec<(u64, u64)> = (0..params.bands * params.rows)
             .map(|_| (next() | 1, next()))
             .collect();
-        #[cfg(target_arch = "x86_64")]
-        let lanes = avx2::lanes(&coefficients);
         Sketcher {
             params,
             #[cfg(target_arch = "x86_64")]
-            pairs: avx2::pairs(&lanes),
-            #[cfg(target_arch = "x86_64")]
-            lanes,
+            layout: avx2::Layout::new(params, &coefficients),
             coefficients,
             #[cfg(target_arch = "x86_64")]
             avx2_only: avx2_only(),
@@ -166,8 +157,7 @@ impl Sketcher {
             unsafe {
                 avx2::min_hash_bands(
                     &self.coefficients,
-                    &self.lanes,
-                    &self.pairs,
+                    &self.layout,
                     self.params.rows,
                     shingles,
                     mixed,
@@ -198,9 +188,56 @@ fn avx2_only() -> bool {
 /// 64-bit add and one 32-bit multiply of both cross terms at once (`xl·ah`
 /// in the even lanes, `xh·al` in the odd). The keys are the same bits.
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use super::{fold_bands, mix_into, with_minima};
+pub(super) mod avx2 {
+    use super::{LshParams, band_seed, fold_bands, mix_into, with_minima};
     use std::arch::x86_64::*;
+
+    /// The coefficients as [`min_hash_bands`] reads them.
+    ///
+    /// The functions are taken row by row: every band's first function,
+    /// then every band's second, and so on, so that their minima come out
+    /// in that order, and the same row of four bands is four adjacent
+    /// minima, which [`fold_by_rows`] hashes into their keys together.
+    #[derive(Clone, Debug)]
+    pub(super) struct Layout {
+        /// The functions four a group (see [`lanes`]), but for the last one
+        /// or two when they are a group's only ones (see `duo`).
+        lanes: Vec<Lanes>,
+        /// The groups of `lanes` two by two (see [`pairs`]).
+        pairs: Vec<PairLanes>,
+        /// The last one or two functions, when the functions are not a
+        /// multiple of four and the last group would hold only them, laid
+        /// out to be taken on four shingles at once (see [`duo`]).
+        duo: Option<PairLanes>,
+        /// The seeds of the band keys' hash (see [`band_seed`]), four bands
+        /// a group.
+        seeds: Vec<[u64; 4]>,
+        /// Bands, and rows a band.
+        params: LshParams,
+    }
+
+    impl Layout {
+        /// The layout of `coefficients` (band by band, as
+        /// [`super::Sketcher`] holds them) for the banding `params`.
+        pub(super) fn new(params: LshParams, coefficients: &[(u64, u64)]) -> Layout {
+            let by_row: Vec<(u64, u64)> = (0..params.rows)
+                .flat_map(|row| {
+                    (0..params.bands).map(move |band| coefficients[band * params.rows + row])
+                })
+                .collect();
+            let (grouped, duo) = split_duo(&by_row);
+            let lanes = lanes(grouped);
+            Layout {
+                pairs: pairs(&lanes),
+                lanes,
+                duo,
+                seeds: (0..params.bands.div_ceil(4))
+                    .map(|group| std::array::from_fn(|i| band_seed(4 * group + i)))
+                    .collect(),
+                params,
+            }
+        }
+    }
 
     /// Four hash functions side by side, one a 64-bit lane: the three
     /// vectors [`min_of_groups`] multiplies and adds by (`al`, `b`, and
@@ -251,21 +288,41 @@ mod avx2 {
             .collect()
     }
 
+    /// The coefficients [`lanes`] groups, and the last one or two functions
+    /// apart as a duo (see [`duo`]) when the count is not a multiple of
+    /// four and they would be a group's only ones: a group takes one
+    /// shingle at a time whatever it holds, a duo four.
+    pub(super) fn split_duo(coefficients: &[(u64, u64)]) -> (&[(u64, u64)], Option<PairLanes>) {
+        let (grouped, last) = coefficients.split_at(coefficients.len() / 4 * 4);
+        match *last {
+            [f] => (grouped, Some(duo(f, f))),
+            [f, g] => (grouped, Some(duo(f, g))),
+            _ => (coefficients, None),
+        }
+    }
+
+    /// Two functions `f` and `g` laid out as a pair of groups (see
+    /// [`PairLanes`]) whose group `A` is four copies of `f` and `B` four of
+    /// `g`: taken on four different shingles at once (one a 64-bit lane),
+    /// the even 32-bit lanes are `f`'s values and the odd ones `g`'s.
+    pub(super) fn duo(f: (u64, u64), g: (u64, u64)) -> PairLanes {
+        pairs(&lanes(&[f, f, f, f, g, g, g, g]))[0]
+    }
+
     /// Most groups of four functions [`min_of_groups`] is compiled for (a
     /// register each, and a few for the work); more go two functions a
     /// pass over the shingles instead ([`min_of_two`]).
     const MAX_GROUPS: usize = 8;
 
-    /// [`super::min_hash_bands`], computed as the module says. `lanes` are
-    /// the coefficients laid out by [`lanes`].
+    /// [`super::min_hash_bands`], computed as the module says. `layout` is
+    /// `coefficients` laid out (see [`Layout`]).
     ///
     /// # Safety
     /// The processor must have AVX2.
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn min_hash_bands(
         coefficients: &[(u64, u64)],
-        lanes: &[Lanes],
-        pairs: &[PairLanes],
+        layout: &Layout,
         rows: usize,
         shingles: &[u32],
         mixed: &mut Vec<u64>,
@@ -275,45 +332,20 @@ mod avx2 {
             with_minima(coefficients.len(), |minima| fold_bands(minima, rows, out));
             return;
         }
+        let functions = coefficients.len();
         macro_rules! by_groups {
             ($($groups:literal => $pairs:literal $rest:literal,)*) => {
-                match lanes.len() {
-                    $($groups => {
-                        let (paired, single) = min_of_groups::<$pairs, $rest>(
-                            pairs.first_chunk().expect("as many pairs as matched"),
-                            lanes[2 * $pairs..].first_chunk().expect("the odd group"),
-                            shingles,
-                            mixed,
-                        );
-                        let mut minima = [0u32; 4 * $groups];
-                        // A pair's minima: group `A`'s in the even lanes,
-                        // `B`'s in the odd ones.
-                        let apart = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-                        for (pair, least) in paired.iter().enumerate() {
-                            let eight = _mm256_permutevar8x32_epi32(*least, apart);
-                            // SAFETY: the store is to `minima[8 * pair ..
-                            // 8 * pair + 8]` (unaligned).
-                            unsafe {
-                                _mm256_storeu_si256(minima.as_mut_ptr().add(8 * pair).cast(), eight)
-                            };
-                        }
-                        // A single group's: the odd lanes, gathered into the
-                        // low half.
-                        let odd = _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7);
-                        for least in &single {
-                            let four = _mm256_castsi256_si128(
-                                _mm256_permutevar8x32_epi32(*least, odd),
-                            );
-                            // SAFETY: the store is to `minima[8 * pairs ..
-                            // 8 * pairs + 4]`, the last four (unaligned).
-                            unsafe {
-                                _mm_storeu_si128(minima.as_mut_ptr().add(8 * $pairs).cast(), four)
-                            };
-                        }
-                        fold_bands(&minima[..coefficients.len()], rows, out);
-                    })*
+                match (layout.lanes.len(), &layout.duo) {
+                    $(
+                        ($groups, None) => keys_of_groups::<$pairs, $rest, 0>(
+                            layout, &[], shingles, mixed, out,
+                        ),
+                        ($groups, Some(duo)) => keys_of_groups::<$pairs, $rest, 1>(
+                            layout, &[*duo], shingles, mixed, out,
+                        ),
+                    )*
                     _ => {
-                        with_minima(coefficients.len(), |minima| {
+                        with_minima(functions, |minima| {
                             min_of_pairs(coefficients, shingles, mixed, minima);
                             fold_bands(minima, rows, out);
                         });
@@ -322,6 +354,7 @@ mod avx2 {
             };
         }
         by_groups!(
+            0 => 0 0,
             1 => 0 1,
             2 => 1 0,
             3 => 1 1,
@@ -333,11 +366,112 @@ mod avx2 {
         );
     }
 
+    /// Most minima [`keys_of_groups`] keeps, and room for a last read of
+    /// four from the last one (see [`fold_by_rows`]).
+    const MINIMA_ROOM: usize = 4 * MAX_GROUPS + 8;
+
+    /// The band keys of `shingles` (not empty) for the functions of
+    /// `layout`, which are `P` pairs of groups, `R` (0 or 1) single groups
+    /// and `D` (0 or 1) duos (`duo`, the layout's): their minima by
+    /// [`min_of_groups`], put in order, then folded.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn keys_of_groups<const P: usize, const R: usize, const D: usize>(
+        layout: &Layout,
+        duo: &[PairLanes; D],
+        shingles: &[u32],
+        mixed: &mut Vec<u64>,
+        out: &mut Vec<u32>,
+    ) {
+        let (paired, single, duo) = min_of_groups::<P, R, D>(
+            layout
+                .pairs
+                .first_chunk()
+                .expect("as many pairs as matched"),
+            layout.lanes[2 * P..].first_chunk().expect("the odd group"),
+            duo,
+            shingles,
+            mixed,
+        );
+        let mut minima = [0u32; MINIMA_ROOM];
+        // A pair's minima: group `A`'s in the even lanes, `B`'s in the odd
+        // ones.
+        let apart = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+        for (pair, least) in paired.iter().enumerate() {
+            let eight = _mm256_permutevar8x32_epi32(*least, apart);
+            // SAFETY: the store is to `minima[8 * pair .. 8 * pair + 8]`,
+            // within `4 * MAX_GROUPS` (unaligned).
+            unsafe { _mm256_storeu_si256(minima.as_mut_ptr().add(8 * pair).cast(), eight) };
+        }
+        // A single group's: the odd lanes, gathered into the low half.
+        let odd = _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7);
+        for least in &single {
+            let four = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(*least, odd));
+            // SAFETY: the store is to `minima[8 * P .. 8 * P + 4]`, within
+            // `4 * MAX_GROUPS` (unaligned).
+            unsafe { _mm_storeu_si128(minima.as_mut_ptr().add(8 * P).cast(), four) };
+        }
+        // A duo's: the least of each function's four lanes, the first
+        // function's in the low half of the 64 bits kept, the second's in
+        // the high half.
+        for least in &duo {
+            let least = _mm256_min_epu32(*least, _mm256_permute4x64_epi64::<0b01_00_11_10>(*least));
+            let least = _mm256_min_epu32(least, _mm256_shuffle_epi32::<0b01_00_11_10>(least));
+            let both = _mm_cvtsi128_si64(_mm256_castsi256_si128(least)) as u64;
+            let at = 4 * (2 * P + R);
+            minima[at] = both as u32;
+            minima[at + 1] = (both >> 32) as u32;
+        }
+        fold_by_rows(&minima, layout, out);
+    }
+
+    /// Appends the band keys of `minima` (one a function of `layout`, in
+    /// its order; what lies past them is read but not used): four bands
+    /// at once, a 64-bit lane each, their rows' minima taken in turn as
+    /// [`super::band_key`] takes them, and the four keys written at once
+    /// (the vector's room made first). The scalar fold was a call and 18
+    /// serial [`mix64`](super::mix64)s (about 300 instructions a message);
+    /// four lanes of [`mix64_x4`] are about 20.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn fold_by_rows(minima: &[u32; MINIMA_ROOM], layout: &Layout, out: &mut Vec<u32>) {
+        let LshParams { bands, rows } = layout.params;
+        // The last read is of four minima from `(rows - 1) * bands + 4 *
+        // (groups - 1)`, at most `bands * rows + 3` in all.
+        assert!(
+            bands * rows + 3 <= MINIMA_ROOM,
+            "a layout of at most MAX_GROUPS groups"
+        );
+        out.reserve(4 * layout.seeds.len());
+        let high = _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7);
+        let into = out.spare_capacity_mut().as_mut_ptr();
+        for (group, seeds) in layout.seeds.iter().enumerate() {
+            // SAFETY: `seeds` is four u64s (an unaligned load).
+            let mut h = unsafe { _mm256_loadu_si256(seeds.as_ptr().cast()) };
+            for row in 0..rows {
+                // SAFETY: the four u32s read lie within `minima` (asserted
+                // above; an unaligned load).
+                let least =
+                    unsafe { _mm_loadu_si128(minima.as_ptr().add(row * bands + 4 * group).cast()) };
+                h = mix64_x4(_mm256_xor_si256(h, _mm256_cvtepu32_epi64(least)));
+            }
+            let four = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(h, high));
+            // SAFETY: the vector has room for four keys a group past its
+            // length (reserved above; an unaligned store).
+            unsafe { _mm_storeu_si128(into.add(4 * group).cast(), four) };
+        }
+        // SAFETY: the first `bands` cells past the length were written
+        // (four a group, `bands.div_ceil(4)` groups).
+        unsafe { out.set_len(out.len() + bands) };
+    }
+
     /// The least `(a * x + b) >> 32` (as u32, wrapping arithmetic) over
-    /// the mixed `shingles`, for each of the `8 * P` functions of `pairs`
-    /// and the `4 * R` of `single` (`R` is 0 or 1): for a pair, group `A`'s
-    /// in the even 32-bit lanes of its register and `B`'s in the odd ones;
-    /// for a single group, the odd lanes.
+    /// the mixed `shingles`, for each of the `8 * P` functions of `pairs`,
+    /// the `4 * R` of `single` (`R` is 0 or 1) and the two of `duo` (`D`
+    /// is 0 or 1): for a pair, group `A`'s in the even 32-bit lanes of its
+    /// register and `B`'s in the odd ones; for a single group, the odd
+    /// lanes; for a duo, its first function's in the even lanes and its
+    /// second's in the odd ones, each over a quarter of the shingles.
     ///
     /// A shingle is mixed once, its `x` broadcast to four lanes, and every
     /// function takes it in turn, eight or four at a time: the minima stay
@@ -347,78 +481,53 @@ mod avx2 {
     /// instructions); two groups share one register (eleven for the two):
     /// the widening multiplies give each group's high halves, `A`'s moved
     /// down into the even lanes, and both groups' cross terms are two
-    /// 32-bit multiplies, of `x` and of `x` with its halves swapped.
+    /// 32-bit multiplies, of `x` and of `x` with its halves swapped. A duo
+    /// takes the four shingles just mixed as they are, in the same twelve
+    /// instructions as a pair (with the swap): three a shingle for its two
+    /// functions, where a group of them took seven.
     #[target_feature(enable = "avx2")]
     #[inline]
-    fn min_of_groups<const P: usize, const R: usize>(
+    fn min_of_groups<const P: usize, const R: usize, const D: usize>(
         pairs: &[PairLanes; P],
         single: &[Lanes; R],
+        duo: &[PairLanes; D],
         shingles: &[u32],
         mixed: &mut Vec<u64>,
-    ) -> ([__m256i; P], [__m256i; R]) {
-        debug_assert!(2 * P + R <= MAX_GROUPS && R <= 1);
+    ) -> ([__m256i; P], [__m256i; R], [__m256i; D]) {
+        debug_assert!(2 * P + R <= MAX_GROUPS && R <= 1 && D <= 1);
         // Every shingle mixed first, four at a time (a 64-bit multiply is
         // six instructions on four lanes; mixing one shingle alone took
         // fourteen). The last few are padded with copies of the first of
-        // them, never read. The buffer only ever grows: every cell read is
-        // written first, so zeroing it for each message (a `memset` call)
-        // bought nothing.
+        // them, never read but by the duo, whose minima a copy does not
+        // change. The buffer only ever grows: every cell read is written
+        // first, so zeroing it for each message (a `memset` call) bought
+        // nothing.
         let padded = shingles.len().next_multiple_of(4);
         if mixed.len() < padded {
             mixed.resize(padded, 0);
         }
-        let mut fours = shingles.chunks_exact(4);
-        let rest = fours.remainder();
-        let mut last = [0u32; 4];
-        if let Some(&first) = rest.first() {
-            last = [first; 4];
-            last[..rest.len()].copy_from_slice(rest);
+        // The whole fours, then the last few padded, each a call of the
+        // same inlined body: a chain of the two cost eleven instructions
+        // a four in iterator steps.
+        let (fours, rest) = shingles.as_chunks::<4>();
+        let (into, _) = mixed[..padded].as_chunks_mut::<4>();
+        let mut duo_least = [_mm256_set1_epi32(-1); D];
+        for (four, into) in fours.iter().zip(&mut *into) {
+            mix_four(four, into, duo, &mut duo_least);
         }
-        let tail = (!rest.is_empty()).then_some(&last[..]);
-        for (four, into) in (&mut fours)
-            .chain(tail)
-            .zip(mixed[..padded].chunks_exact_mut(4))
-        {
-            // SAFETY: `four` is four u32s and `into` four u64s (an
-            // unaligned load and store).
-            unsafe {
-                let four = _mm_loadu_si128(four.as_ptr().cast());
-                let xs = mix64_x4(_mm256_or_si256(
-                    _mm256_cvtepu32_epi64(four),
-                    _mm256_set1_epi64x(1 << 32),
-                ));
-                _mm256_storeu_si256(into.as_mut_ptr().cast(), xs);
-            }
+        if let (Some(&first), Some(into)) = (rest.first(), into.last_mut()) {
+            // Element by element: `copy_from_slice` of the rest was a
+            // `memcpy` call.
+            let last: [u32; 4] = std::array::from_fn(|i| rest.get(i).copied().unwrap_or(first));
+            mix_four(&last, into, duo, &mut duo_least);
         }
         let mut paired = [_mm256_set1_epi32(-1); P];
         let mut least = [_mm256_set1_epi32(-1); R];
         for &x in &mixed[..shingles.len()] {
             let x = _mm256_set1_epi64x(x as i64);
             let swapped = _mm256_shuffle_epi32::<0b10_11_00_01>(x);
-            for (least, [low_a, b_a, low_b, b_b, cross, cross_swapped]) in
-                paired.iter_mut().zip(pairs)
-            {
-                // SAFETY: each is four u64s (unaligned loads).
-                let (low_a, b_a, low_b, b_b, cross, cross_swapped) = unsafe {
-                    (
-                        _mm256_loadu_si256(low_a.as_ptr().cast()),
-                        _mm256_loadu_si256(b_a.as_ptr().cast()),
-                        _mm256_loadu_si256(low_b.as_ptr().cast()),
-                        _mm256_loadu_si256(b_b.as_ptr().cast()),
-                        _mm256_loadu_si256(cross.as_ptr().cast()),
-                        _mm256_loadu_si256(cross_swapped.as_ptr().cast()),
-                    )
-                };
-                let high_a = _mm256_add_epi64(_mm256_mul_epu32(x, low_a), b_a);
-                let high_b = _mm256_add_epi64(_mm256_mul_epu32(x, low_b), b_b);
-                // Even lanes: `A`'s high halves; odd lanes: `B`'s.
-                let high =
-                    _mm256_blend_epi32::<0b1010_1010>(_mm256_srli_epi64::<32>(high_a), high_b);
-                let terms = _mm256_add_epi32(
-                    _mm256_mullo_epi32(x, cross),
-                    _mm256_mullo_epi32(swapped, cross_swapped),
-                );
-                *least = _mm256_min_epu32(*least, _mm256_add_epi32(high, terms));
+            for (least, lanes) in paired.iter_mut().zip(pairs) {
+                *least = _mm256_min_epu32(*least, pair_values(x, swapped, lanes));
             }
             for (least, [low, b, cross]) in least.iter_mut().zip(single) {
                 // SAFETY: each is four u64s (unaligned loads).
@@ -439,13 +548,70 @@ mod avx2 {
                 *least = _mm256_min_epu32(*least, value);
             }
         }
-        (paired, least)
+        (paired, least, duo_least)
+    }
+
+    /// Mixes four shingles into `into` (see [`mix64_x4`]) and lowers each
+    /// duo's minima (see [`min_of_groups`]) by their values.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn mix_four<const D: usize>(
+        four: &[u32; 4],
+        into: &mut [u64; 4],
+        duo: &[PairLanes; D],
+        least: &mut [__m256i; D],
+    ) {
+        // SAFETY: `four` is four u32s and `into` four u64s (an unaligned
+        // load and store).
+        let xs = unsafe {
+            let four = _mm_loadu_si128(four.as_ptr().cast());
+            let xs = mix64_x4(_mm256_or_si256(
+                _mm256_cvtepu32_epi64(four),
+                _mm256_set1_epi64x(1 << 32),
+            ));
+            _mm256_storeu_si256(into.as_mut_ptr().cast(), xs);
+            xs
+        };
+        for (least, lanes) in least.iter_mut().zip(duo) {
+            let swapped = _mm256_shuffle_epi32::<0b10_11_00_01>(xs);
+            *least = _mm256_min_epu32(*least, pair_values(xs, swapped, lanes));
+        }
+    }
+
+    /// The values `(a * x + b) >> 32` of a pair of groups (see
+    /// [`PairLanes`]) on the 64-bit lanes of `x` (`swapped`: `x` with the
+    /// halves of each lane swapped): group `A`'s in the even 32-bit lanes,
+    /// `B`'s in the odd ones.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn pair_values(x: __m256i, swapped: __m256i, lanes: &PairLanes) -> __m256i {
+        let [low_a, b_a, low_b, b_b, cross, cross_swapped] = lanes;
+        // SAFETY: each is four u64s (unaligned loads).
+        let (low_a, b_a, low_b, b_b, cross, cross_swapped) = unsafe {
+            (
+                _mm256_loadu_si256(low_a.as_ptr().cast()),
+                _mm256_loadu_si256(b_a.as_ptr().cast()),
+                _mm256_loadu_si256(low_b.as_ptr().cast()),
+                _mm256_loadu_si256(b_b.as_ptr().cast()),
+                _mm256_loadu_si256(cross.as_ptr().cast()),
+                _mm256_loadu_si256(cross_swapped.as_ptr().cast()),
+            )
+        };
+        let high_a = _mm256_add_epi64(_mm256_mul_epu32(x, low_a), b_a);
+        let high_b = _mm256_add_epi64(_mm256_mul_epu32(x, low_b), b_b);
+        // Even lanes: `A`'s high halves; odd lanes: `B`'s.
+        let high = _mm256_blend_epi32::<0b1010_1010>(_mm256_srli_epi64::<32>(high_a), high_b);
+        let terms = _mm256_add_epi32(
+            _mm256_mullo_epi32(x, cross),
+            _mm256_mullo_epi32(swapped, cross_swapped),
+        );
+        _mm256_add_epi32(high, terms)
     }
 
     /// [`mix64`](super::mix64) of each 64-bit lane.
     #[target_feature(enable = "avx2")]
     #[inline]
-    fn mix64_x4(x: __m256i) -> __m256i {
+    pub(in crate::engine) fn mix64_x4(x: __m256i) -> __m256i {
         let x = _mm256_xor_si256(x, _mm256_srli_epi64::<30>(x));
         let x = times(x, 0xbf58_476d_1ce4_e5b9);
         let x = _mm256_xor_si256(x, _mm256_srli_epi64::<27>(x));
@@ -617,10 +783,16 @@ fn fold_rows<const ROWS: usize>(minima: &[u32], out: &mut Vec<u32>) {
     );
 }
 
+/// The seed of band `band`'s key (see [`band_key`]).
+#[inline(always)]
+fn band_seed(band: usize) -> u64 {
+    (band as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ COEFFICIENT_SEED
+}
+
 /// The key of band `band`, whose functions' minima are `row`.
 #[inline(always)]
 fn band_key(band: usize, row: &[u32]) -> u32 {
-    let mut h = (band as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ COEFFICIENT_SEED;
+    let mut h = band_seed(band);
     for &least in row {
         h = mix64(h ^ u64::from(least));
     }
@@ -696,7 +868,9 @@ mod tests {
     proptest::proptest! {
         /// The AVX2 version, which this machine may not pick, computes the
         /// same keys as the portable one: for every banding, so with one
-        /// to eight groups of four functions, a last group padded, and
+        /// to eight groups of four functions, a last group padded, the
+        /// last one or two functions taken as a duo (see
+        /// [`avx2::split_duo`]), and
         /// more groups than [`avx2::min_of_groups`] takes (two functions
         /// a pass then).
         #[test]
@@ -730,8 +904,7 @@ mod tests {
         unsafe {
             avx2::min_hash_bands(
                 &sketcher.coefficients,
-                &sketcher.lanes,
-                &sketcher.pairs,
+                &sketcher.layout,
                 sketcher.params.rows,
                 shingles,
                 mixed,

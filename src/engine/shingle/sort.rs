@@ -9,10 +9,13 @@
 //! lane-wise minima and maxima with no branch on the data: each step pairs
 //! every lane with the one `d` places away, either in another register
 //! (two instructions a pair) or in the same one (a shuffle, a minimum, a
-//! maximum and a blend). Fingerprints are plain integers, so any correct
-//! sort gives the same order, and the padding sorts after every
-//! fingerprint (or equals one, which is then indistinguishable): the
-//! first `n` lanes of the sorted registers are the set, sorted.
+//! maximum and a blend). Registers that would hold padding alone (for
+//! sets of 17–24, 33–40 and 41–48) are not held: the steps that would
+//! touch them change nothing and are left out. Fingerprints are plain
+//! integers, so any correct sort gives the same order, and the padding
+//! sorts after every fingerprint (or equals one, which is then
+//! indistinguishable): the first `n` lanes of the sorted registers are the
+//! set, sorted.
 //!
 //! Repeats are dropped while the set is still in registers: each lane is
 //! compared with the one before it (a lane permute and a blend a
@@ -73,14 +76,19 @@ mod avx2 {
         match set.len() {
             0..=8 => sort_in::<1>(set),
             9..=16 => sort_in::<2>(set),
-            17..=32 => sort_in::<4>(set),
-            33..=64 => sort_in::<8>(set),
+            17..=24 => sort_in::<3>(set),
+            25..=32 => sort_in::<4>(set),
+            33..=40 => sort_in::<5>(set),
+            41..=48 => sort_in::<6>(set),
+            49..=64 => sort_in::<8>(set),
             _ => sort_in::<16>(set),
         }
     }
 
     /// Loads `set` into `K` registers (the lanes past its end set to
-    /// `u32::MAX`), sorts them as one sequence of `8 * K` lanes and stores
+    /// `u32::MAX`; `K` of 3, 5 or 6 stands for 4, 8 and 8 registers whose
+    /// last ones, all `u32::MAX`, are not held: see [`sort_3`], [`sort_5`]
+    /// and [`sort_6`]), sorts them as one sequence of `8 * K` lanes and stores
     /// the distinct values of its first `set.len()` lanes back, in order, at
     /// the start of `set`; returns how many.
     #[target_feature(enable = "avx2")]
@@ -108,9 +116,21 @@ mod avx2 {
         match K {
             1 => v[0] = sort_1::<true>(v[0]),
             2 => (v[0], v[1]) = sort_2::<true>(v[0], v[1]),
+            3 => {
+                let sorted = sort_3([v[0], v[1], v[2]]);
+                v[..3].copy_from_slice(&sorted);
+            }
             4 => {
                 let sorted = sort_4::<true>([v[0], v[1], v[2], v[3]]);
                 v[..4].copy_from_slice(&sorted);
+            }
+            5 => {
+                let sorted = sort_5([v[0], v[1], v[2], v[3], v[4]]);
+                v[..5].copy_from_slice(&sorted);
+            }
+            6 => {
+                let sorted = sort_6([v[0], v[1], v[2], v[3], v[4], v[5]]);
+                v[..6].copy_from_slice(&sorted);
             }
             8 => {
                 let sorted = sort_8::<true>([v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]]);
@@ -120,7 +140,7 @@ mod avx2 {
                 let sorted = sort_16::<true>(v[..16].try_into().expect("sixteen registers"));
                 v[..16].copy_from_slice(&sorted);
             }
-            _ => unreachable!("one, two, four, eight or sixteen registers"),
+            _ => unreachable!("one to six, eight or sixteen registers"),
         }
         // Lane `i` of `repeats[j]` is set where element `8 * j + i` is in
         // the set and equals the one before it: each register rotated up
@@ -295,6 +315,59 @@ mod avx2 {
         let (a, b) = sort_2::<true>(a, b);
         let (c, d) = sort_2::<false>(c, d);
         merge_4::<UP>([a, b, c, d])
+    }
+
+    // A set that fills only part of the last power of two of registers
+    // is sorted as if padded to it with registers of `u32::MAX`, which are
+    // not held: ascending, the padding belongs at the end, so the second
+    // half, sorted descending for the merge, has it in front. An exchange
+    // of a register with one of the padding leaves both as they are, and
+    // a merge of padding alone is padding; what is left of the network is
+    // the steps below, which touch held registers only.
+
+    /// Sorts three registers' lanes ascending, as [`sort_4`] sorts them
+    /// and a fourth of `u32::MAX` (which would come last, and is not
+    /// returned). The second half is then the padding, then the third
+    /// register's lanes descending; merging the halves exchanges the first
+    /// register with padding (nothing), the second with the third, and the
+    /// second half's merge starts with an exchange that moves the padding
+    /// behind the third register's lanes.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn sort_3([a, b, c]: [__m256i; 3]) -> [__m256i; 3] {
+        let (a, b) = sort_2::<true>(a, b);
+        let d = sort_1::<false>(c);
+        let (b, d) = exchange::<true>(b, d);
+        let (a, b) = merge_2::<true>(a, b);
+        [a, b, merge_1::<true>(d)]
+    }
+
+    /// Sorts five registers' lanes ascending, as [`sort_8`] sorts them and
+    /// three registers of `u32::MAX` (see [`sort_3`]): the second half is
+    /// three registers of padding, then the fifth's lanes descending.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn sort_5([a, b, c, d, e]: [__m256i; 5]) -> [__m256i; 5] {
+        let [a, b, c, d] = sort_4::<true>([a, b, c, d]);
+        let h = sort_1::<false>(e);
+        let (d, h) = exchange::<true>(d, h);
+        let [a, b, c, d] = merge_4::<true>([a, b, c, d]);
+        [a, b, c, d, merge_1::<true>(h)]
+    }
+
+    /// Sorts six registers' lanes ascending, as [`sort_8`] sorts them and
+    /// two registers of `u32::MAX` (see [`sort_3`]): the second half is two
+    /// registers of padding, then the fifth's and sixth's lanes descending.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn sort_6([a, b, c, d, e, f]: [__m256i; 6]) -> [__m256i; 6] {
+        let [a, b, c, d] = sort_4::<true>([a, b, c, d]);
+        let (g, h) = sort_2::<false>(e, f);
+        let (c, g) = exchange::<true>(c, g);
+        let (d, h) = exchange::<true>(d, h);
+        let [a, b, c, d] = merge_4::<true>([a, b, c, d]);
+        let (g, h) = merge_2::<true>(g, h);
+        [a, b, c, d, g, h]
     }
 
     /// Merges eight registers' bitonic lanes.

@@ -201,22 +201,22 @@ impl Tokeniser {
             for_each_run(bytes, false, &mut |start, end, _| {
                 spans.push((start, end, true));
             });
-            // Each token is its hash, and one `extend` makes room once (a
-            // `push` a token checked the room, and the hashtag tests, about
-            // ten instructions a token between them).
-            let from = out.len();
-            out.extend(spans.iter().map(|&(start, end, _)| {
-                tag_number(
-                    hash_bytes(&bytes[start..end]),
-                    is_number_at(bytes, start, end),
-                )
-            }));
-            if !hashless {
-                // The hashtags are found from the few `#` bytes, not by a
-                // test at every token.
-                fold_hashtag_blocks(bytes, spans, from, out);
+            if hashless {
+                // No hashtag, no run to fold: each token is its hash, and
+                // one `extend` makes room once (a `push` a token checked
+                // the room, and the hashtag tests, about ten instructions
+                // a token between them).
+                out.extend(spans.iter().map(|&(start, end, _)| {
+                    tag_number(
+                        hash_bytes(&bytes[start..end]),
+                        is_number_at(bytes, start, end),
+                    )
+                }));
+                return;
             }
-            return;
+            for &(start, end, _) in spans.iter() {
+                run.ascii_token(bytes, start, end, out);
+            }
         } else {
             self.for_each_token(text, |start, end, ascii| spans.push((start, end, ascii)));
             for &(start, end, ascii) in spans.iter() {
@@ -408,57 +408,6 @@ fn for_each_run(bytes: &[u8], non_ascii: bool, f: &mut impl FnMut(usize, usize, 
     if carry != 0 {
         f(start, bytes.len(), run_high);
     }
-}
-
-/// Replaces each block of [`HASHTAG_BLOCK`] or more hashtags in a row among
-/// the token hashes `out[from..]` of the ASCII text `bytes` (one a span of
-/// `spans`, in order, none folded yet) by its block token: what
-/// [`HashtagFold`] does token by token.
-///
-/// A token is a hashtag when a `#` comes right before it, so the hashtags
-/// are found from the `#` bytes (a few in a text that has any; `memchr`
-/// finds them) and a search of the spans by start, instead of a test at
-/// every token (about a fifth of tokenising a text with a `#`).
-fn fold_hashtag_blocks(
-    bytes: &[u8],
-    spans: &[(usize, usize, bool)],
-    from: usize,
-    out: &mut Vec<u64>,
-) {
-    // Tokens before `searched` are behind every `#` still to come.
-    let mut searched = 0;
-    // The current run of hashtags in a row, as token indices `first..next`.
-    let mut run = 0..0;
-    // Tokens already taken out of `out` by folding blocks before.
-    let mut removed = 0;
-    let end_run = |run: std::ops::Range<usize>, out: &mut Vec<u64>, removed: &mut usize| {
-        if run.len() < HASHTAG_BLOCK {
-            return;
-        }
-        let block = spans[run.clone()]
-            .iter()
-            .fold(HASHTAG_BLOCK_SEED, |hash, &(start, end, _)| {
-                mix64(hash ^ hash_bytes(&bytes[start..end]))
-            });
-        let at = from + run.start - *removed;
-        out.splice(at..at + run.len(), std::iter::once(block));
-        *removed += run.len() - 1;
-    };
-    for hash_at in memchr::memchr_iter(b'#', bytes) {
-        let start = hash_at + 1;
-        let index = searched + spans[searched..].partition_point(|&(s, _, _)| s < start);
-        if spans.get(index).is_none_or(|&(s, _, _)| s != start) {
-            searched = index;
-            continue;
-        }
-        searched = index + 1;
-        if index != run.end {
-            end_run(run, out, &mut removed);
-            run = index..index;
-        }
-        run.end = index + 1;
-    }
-    end_run(run, out, &mut removed);
 }
 
 /// The token hashes of a text with a hashtag run folded on the way: what
@@ -794,21 +743,6 @@ mod tests {
                     proptest::prop_assert_eq!(&through_spans[1..], &general[..]);
                 }
             }
-        }
-
-        #[test]
-        fn hashtag_blocks_found_from_their_signs_are_folded_as_token_by_token(
-            text in "((#{1,2}[a-c0-9_]{1,3}|[a-c0-9]{1,2})[ #.,+:]{0,2}){0,40}|(#[a-z]{1,30} ?){0,12}"
-        ) {
-            // The new path (hashes first, then the blocks folded from the
-            // `#` bytes) against the old one (HashtagFold, token by token).
-            let tokeniser = Tokeniser::new();
-            let mut token_by_token = Vec::new();
-            tokeniser.tokenise(&text, &mut token_by_token, None);
-            let mut spans = Vec::new();
-            let mut from_signs = vec![5, 6];
-            tokeniser.tokenise_with(&text, true, false, &mut spans, &mut from_signs);
-            proptest::prop_assert_eq!(&from_signs[2..], &token_by_token[..]);
         }
 
         #[test]

@@ -313,14 +313,6 @@ fn word_shingles(tokens: &[u64], width: usize, tag: Tag, out: &mut Vec<u32>) {
 /// instructions a call).
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl", "x86_64+avx2"))]
 fn word_shingles_up_to(tokens: &[u64], widest: usize, out: &mut Vec<u32>) {
-    if widest == 2 {
-        // The default (`words:1-2`), with its marks known to the compiler:
-        // a loop over the widths that chose the mark inside it compiled to
-        // slower, unvectorised code.
-        tagged_word_shingles(tokens, 1, Tag::Slot, out);
-        tagged_word_shingles(tokens, 2, Tag::Width(true), out);
-        return;
-    }
     for width in 1..=widest {
         tagged_word_shingles(tokens, width, words_up_to_tag(width, widest), out);
     }

@@ -301,40 +301,6 @@ enum Tag {
 /// same hashes (400 instructions a message fewer on `dev-200k` with AVX2).
 #[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl", "x86_64+avx2"))]
 fn word_shingles(tokens: &[u64], width: usize, tag: Tag, out: &mut Vec<u32>) {
-    tagged_word_shingles(tokens, width, tag, out);
-}
-
-/// The `words:1-N` shingles of `tokens`, widths 1 to `widest` (at most
-/// the number of tokens, and at least 1) one after another, each width
-/// marked as [`words_up_to_tag`] says.
-///
-/// All widths in one call of one version: a call of [`word_shingles`] a
-/// width paid its choice of version and its prologue each time (about 20
-/// instructions a call).
-#[multiversion::multiversion(targets("x86_64+avx512f+avx512dq+avx512vl", "x86_64+avx2"))]
-fn word_shingles_up_to(tokens: &[u64], widest: usize, out: &mut Vec<u32>) {
-    for width in 1..=widest {
-        tagged_word_shingles(tokens, width, words_up_to_tag(width, widest), out);
-    }
-}
-
-/// How `words:1-N` marks the shingles of `width` words when the widest
-/// are `widest`: single words below the widest runs are one a token, in
-/// order, and their numbers are marked; every other width by whether it
-/// is the widest.
-#[inline(always)]
-fn words_up_to_tag(width: usize, widest: usize) -> Tag {
-    if width == 1 && widest > 1 {
-        Tag::Slot
-    } else {
-        Tag::Width(width == widest)
-    }
-}
-
-/// The body of [`word_shingles`] and [`word_shingles_up_to`]. Inlined into
-/// every version of them.
-#[inline(always)]
-fn tagged_word_shingles(tokens: &[u64], width: usize, tag: Tag, out: &mut Vec<u32>) {
     // One loop for each kind of mark, so that each is compiled (and
     // vectorised) without a branch on the kind inside it.
     match tag {
@@ -418,7 +384,16 @@ pub fn append_shingles(
         Shingling::Words(width) => word_shingles(tokens, width, Tag::None, out),
         Shingling::WordsUpTo(longest) => {
             let widest = longest.min(tokens.len().max(1));
-            word_shingles_up_to(tokens, widest, out);
+            for width in 1..=widest {
+                // Single words below the widest runs are one a token, in
+                // order: numbers are marked.
+                let tag = if width == 1 && widest > 1 {
+                    Tag::Slot
+                } else {
+                    Tag::Width(width == widest)
+                };
+                word_shingles(tokens, width, tag, out);
+            }
         }
         Shingling::Spots(width) => {
             if spot_chains(tokens, width, char_starts) {
@@ -872,35 +847,6 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// All widths in one call give what a call a width gave.
-        #[test]
-        fn word_shingles_up_to_are_those_of_each_width_in_turn(
-            tokens in proptest::collection::vec(
-                proptest::prop_oneof![
-                    proptest::prelude::any::<u64>(),
-                    proptest::strategy::Strategy::prop_map(0u64..1 << 32, |low| {
-                        crate::engine::tokenise::NUMBER_TAG << 32 | low
-                    }),
-                ],
-                0..40,
-            ),
-            longest in 1usize..5,
-        ) {
-            let widest = longest.min(tokens.len().max(1));
-            let mut at_once = vec![9];
-            word_shingles_up_to(&tokens, widest, &mut at_once);
-            let mut width_by_width = vec![9];
-            for width in 1..=widest {
-                let tag = if width == 1 && widest > 1 {
-                    Tag::Slot
-                } else {
-                    Tag::Width(width == widest)
-                };
-                word_shingles(&tokens, width, tag, &mut width_by_width);
-            }
-            proptest::prop_assert_eq!(at_once, width_by_width);
-        }
-
         /// Marking widths and numbers in the hashing pass gives the set
         /// that marking them afterwards gave, numbers among the words or
         /// not, for texts shorter and longer than the widest runs.

@@ -118,7 +118,7 @@ impl Normaliser {
         let has_at = if ascii {
             marks.at
         } else {
-            memchr::memchr(b'@', out.as_bytes()).is_some()
+            find_byte(out.as_bytes(), 0, b'@').is_some()
         };
         if has_at {
             remove_retweet_markers(out, scratch);
@@ -811,6 +811,34 @@ fn is_word_char(c: char) -> bool {
     }
 }
 
+/// `text` past its leading word characters (as
+/// `text.trim_start_matches(is_word_char)`): ASCII bytes are judged on
+/// their own, and only a non-ASCII character is decoded and looked up.
+/// Mentions are nearly all ASCII, and the `str` trim decoded every
+/// character through the closure, about 200 instructions a mention.
+fn skip_word_chars(text: &str) -> &str {
+    let bytes = text.as_bytes();
+    let mut at = 0;
+    while let Some(&b) = bytes.get(at) {
+        if b.is_ascii_alphanumeric() || b == b'_' {
+            at += 1;
+        } else if b.is_ascii() {
+            break;
+        } else {
+            // `at` is on a character boundary: every byte before it was a
+            // whole ASCII character or a whole character skipped.
+            let Some(c) = text[at..].chars().next() else {
+                break;
+            };
+            if !regex_syntax::is_word_character(c) {
+                break;
+            }
+            at += c.len_utf8();
+        }
+    }
+    &text[at..]
+}
+
 /// Appends `text` lowercased to `out` and returns true if `text` is already
 /// NFKC; returns false, with `out` partly written, if it may not be.
 ///
@@ -924,7 +952,7 @@ pub const LEADING_VIA_CREDIT_PATTERN: &str = r"^\s*[(\[]?via\s+@\w+[)\]]?\s*:?";
 fn trailing_via_credit(text: &str) -> Option<usize> {
     let mention = text.rfind('@')?;
     let after = &text[mention + 1..];
-    let name = after.trim_start_matches(is_word_char);
+    let name = skip_word_chars(after);
     if name.len() == after.len() {
         return None;
     }
@@ -959,7 +987,7 @@ fn leading_via_credit(text: &str) -> Option<usize> {
         return None;
     }
     let name = spaced.strip_prefix('@')?;
-    let rest = name.trim_start_matches(is_word_char);
+    let rest = skip_word_chars(name);
     if rest.len() == name.len() {
         return None;
     }
@@ -1071,7 +1099,7 @@ fn remove_quote_markers(text: &mut String, scratch: &mut String) -> bool {
         let rest = &text[after..];
         let end = match rest.strip_prefix('@') {
             Some(name) => {
-                let tail = name.trim_start_matches(is_word_char);
+                let tail = skip_word_chars(name);
                 if tail.len() == name.len() {
                     continue;
                 }
@@ -1164,7 +1192,7 @@ impl<'t> RetweetMarkers<'t> {
         }
         // Forward: `\w+`, `\s*`, `:?`.
         let after = &text[mention + 1..];
-        let name = after.trim_start_matches(is_word_char);
+        let name = skip_word_chars(after);
         if name.len() == after.len() {
             return None;
         }
@@ -1210,15 +1238,16 @@ fn expand<'u>(found: &str, urls: &'u [(Cow<'_, str>, Cow<'_, str>)]) -> Option<&
 /// its canonical form (no scheme, no `www.`, no fragment, no trailing slash,
 /// lowercase host), so two spellings of one address give one token.
 fn push_url_token(out: &mut String, url: &str) {
-    // Byte scans (`memchr`) rather than `str` patterns: `split_once("://")`
-    // alone set up a two-way searcher for every link, and the searches
-    // cost more than the hash. Every byte looked for is ASCII, so every
+    // Byte scans rather than `str` patterns: `split_once("://")` alone set
+    // up a two-way searcher for every link, and the searches cost more than
+    // the hash. (`find_byte`, not `memchr`, whose calls cost about 46
+    // instructions each on a link's few dozen bytes.) Every byte looked for is ASCII, so every
     // cut is on a character boundary.
     let rest = &url[after_scheme(url)..];
     let rest = rest.strip_prefix("www.").unwrap_or(rest);
-    let rest = &rest[..memchr::memchr(b'#', rest.as_bytes()).unwrap_or(rest.len())];
+    let rest = &rest[..find_byte(rest.as_bytes(), 0, b'#').unwrap_or(rest.len())];
     let rest = rest.trim_end_matches('/');
-    let (host, path) = match memchr::memchr(b'/', rest.as_bytes()) {
+    let (host, path) = match find_byte(rest.as_bytes(), 0, b'/') {
         Some(slash) => (&rest[..slash], &rest[slash + 1..]),
         None => (rest, ""),
     };
@@ -1274,8 +1303,7 @@ fn hex_digits(x: u32) -> [u8; 8] {
 fn after_scheme(url: &str) -> usize {
     let bytes = url.as_bytes();
     let mut from = 0;
-    while let Some(at) = memchr::memchr(b':', &bytes[from..]) {
-        let colon = from + at;
+    while let Some(colon) = find_byte(bytes, from, b':') {
         if bytes[colon + 1..].starts_with(b"//") {
             return colon + 3;
         }
@@ -1660,6 +1688,31 @@ mod tests {
                     .map_or(text.len(), |(i, _)| at + i);
                 proptest::prop_assert_eq!(non_space_run_end(&text, at), want, "from {}", at);
             }
+        }
+
+        /// Skipping a text's leading word characters leaves what
+        /// `trim_start_matches(is_word_char)` leaves, from every character:
+        /// ASCII word bytes and others, non-ASCII word characters (letters,
+        /// digits, a combining mark) and non-ASCII ones that are not.
+        #[test]
+        fn word_chars_are_skipped_as_trim_start_matches_does(
+            text in "[a-zA-Z0-9_@:. \t()é\u{301}\u{663}ſ…😀\u{a0}-]{0,40}"
+        ) {
+            for (at, _) in text.char_indices() {
+                let want = text[at..].trim_start_matches(is_word_char);
+                proptest::prop_assert_eq!(skip_word_chars(&text[at..]), want, "from {}", at);
+            }
+        }
+
+        /// The same on any text.
+        #[test]
+        fn word_chars_of_any_text_are_skipped_as_trim_start_matches_does(
+            text in proptest::prelude::any::<String>()
+        ) {
+            proptest::prop_assert_eq!(
+                skip_word_chars(&text),
+                text.trim_start_matches(is_word_char)
+            );
         }
     }
 

@@ -118,7 +118,7 @@ impl Normaliser {
         let has_at = if ascii {
             marks.at
         } else {
-            memchr::memchr(b'@', out.as_bytes()).is_some()
+            find_byte(out.as_bytes(), 0, b'@').is_some()
         };
         if has_at {
             remove_retweet_markers(out, scratch);
@@ -440,11 +440,42 @@ fn lowercase_ascii(text: &mut str) {
     // (see `lowercase_ascii_word`): ASCII stays ASCII and every other byte
     // is left as it is, so the text stays valid UTF-8.
     let bytes = unsafe { text.as_bytes_mut() };
+    #[cfg(target_arch = "x86_64")]
+    let bytes = {
+        // Sixteen bytes at a time, the eight-byte words and single bytes
+        // below left for the last fifteen: about half the instructions of
+        // the words alone on a tweet.
+        let (groups, rest) = bytes.as_chunks_mut::<16>();
+        for group in groups {
+            *group = lowercase_ascii_group(*group);
+        }
+        rest
+    };
     let (words, tail) = bytes.as_chunks_mut::<8>();
     for word in words {
         *word = lowercase_ascii_word(u64::from_le_bytes(*word)).to_le_bytes();
     }
     tail.make_ascii_lowercase();
+}
+
+/// Sixteen bytes with their ASCII capitals lowercased and every other byte
+/// unchanged, by one SSE2 signed compare: `A`..=`Z` moved to the bottom of
+/// the signed range are the bytes below `i8::MIN + 26`.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn lowercase_ascii_group(group: [u8; 16]) -> [u8; 16] {
+    use std::arch::x86_64::*;
+    // SAFETY: SSE2 is part of the x86-64 baseline; the load and the store
+    // read and write the 16 bytes of local arrays.
+    unsafe {
+        let v = _mm_loadu_si128(group.as_ptr().cast());
+        let shifted = _mm_add_epi8(v, _mm_set1_epi8(0x80u8.wrapping_sub(b'A') as i8));
+        let capitals = _mm_cmplt_epi8(shifted, _mm_set1_epi8((0x80u8 + 26) as i8));
+        let lowered = _mm_or_si128(v, _mm_and_si128(capitals, _mm_set1_epi8(0x20)));
+        let mut out = [0u8; 16];
+        _mm_storeu_si128(out.as_mut_ptr().cast(), lowered);
+        out
+    }
 }
 
 /// Eight bytes with their ASCII capitals lowercased and every other byte
@@ -811,6 +842,34 @@ fn is_word_char(c: char) -> bool {
     }
 }
 
+/// `text` past its leading word characters (as
+/// `text.trim_start_matches(is_word_char)`): ASCII bytes are judged on
+/// their own, and only a non-ASCII character is decoded and looked up.
+/// Mentions are nearly all ASCII, and the `str` trim decoded every
+/// character through the closure, about 200 instructions a mention.
+fn skip_word_chars(text: &str) -> &str {
+    let bytes = text.as_bytes();
+    let mut at = 0;
+    while let Some(&b) = bytes.get(at) {
+        if b.is_ascii_alphanumeric() || b == b'_' {
+            at += 1;
+        } else if b.is_ascii() {
+            break;
+        } else {
+            // `at` is on a character boundary: every byte before it was a
+            // whole ASCII character or a whole character skipped.
+            let Some(c) = text[at..].chars().next() else {
+                break;
+            };
+            if !regex_syntax::is_word_character(c) {
+                break;
+            }
+            at += c.len_utf8();
+        }
+    }
+    &text[at..]
+}
+
 /// Appends `text` lowercased to `out` and returns true if `text` is already
 /// NFKC; returns false, with `out` partly written, if it may not be.
 ///
@@ -924,7 +983,7 @@ pub const LEADING_VIA_CREDIT_PATTERN: &str = r"^\s*[(\[]?via\s+@\w+[)\]]?\s*:?";
 fn trailing_via_credit(text: &str) -> Option<usize> {
     let mention = text.rfind('@')?;
     let after = &text[mention + 1..];
-    let name = after.trim_start_matches(is_word_char);
+    let name = skip_word_chars(after);
     if name.len() == after.len() {
         return None;
     }
@@ -959,7 +1018,7 @@ fn leading_via_credit(text: &str) -> Option<usize> {
         return None;
     }
     let name = spaced.strip_prefix('@')?;
-    let rest = name.trim_start_matches(is_word_char);
+    let rest = skip_word_chars(name);
     if rest.len() == name.len() {
         return None;
     }
@@ -1071,7 +1130,7 @@ fn remove_quote_markers(text: &mut String, scratch: &mut String) -> bool {
         let rest = &text[after..];
         let end = match rest.strip_prefix('@') {
             Some(name) => {
-                let tail = name.trim_start_matches(is_word_char);
+                let tail = skip_word_chars(name);
                 if tail.len() == name.len() {
                     continue;
                 }
@@ -1164,7 +1223,7 @@ impl<'t> RetweetMarkers<'t> {
         }
         // Forward: `\w+`, `\s*`, `:?`.
         let after = &text[mention + 1..];
-        let name = after.trim_start_matches(is_word_char);
+        let name = skip_word_chars(after);
         if name.len() == after.len() {
             return None;
         }
@@ -1210,15 +1269,16 @@ fn expand<'u>(found: &str, urls: &'u [(Cow<'_, str>, Cow<'_, str>)]) -> Option<&
 /// its canonical form (no scheme, no `www.`, no fragment, no trailing slash,
 /// lowercase host), so two spellings of one address give one token.
 fn push_url_token(out: &mut String, url: &str) {
-    // Byte scans (`memchr`) rather than `str` patterns: `split_once("://")`
-    // alone set up a two-way searcher for every link, and the searches
-    // cost more than the hash. Every byte looked for is ASCII, so every
+    // Byte scans rather than `str` patterns: `split_once("://")` alone set
+    // up a two-way searcher for every link, and the searches cost more than
+    // the hash. (`find_byte`, not `memchr`, whose calls cost about 46
+    // instructions each on a link's few dozen bytes.) Every byte looked for is ASCII, so every
     // cut is on a character boundary.
     let rest = &url[after_scheme(url)..];
     let rest = rest.strip_prefix("www.").unwrap_or(rest);
-    let rest = &rest[..memchr::memchr(b'#', rest.as_bytes()).unwrap_or(rest.len())];
+    let rest = &rest[..find_byte(rest.as_bytes(), 0, b'#').unwrap_or(rest.len())];
     let rest = rest.trim_end_matches('/');
-    let (host, path) = match memchr::memchr(b'/', rest.as_bytes()) {
+    let (host, path) = match find_byte(rest.as_bytes(), 0, b'/') {
         Some(slash) => (&rest[..slash], &rest[slash + 1..]),
         None => (rest, ""),
     };
@@ -1274,8 +1334,7 @@ fn hex_digits(x: u32) -> [u8; 8] {
 fn after_scheme(url: &str) -> usize {
     let bytes = url.as_bytes();
     let mut from = 0;
-    while let Some(at) = memchr::memchr(b':', &bytes[from..]) {
-        let colon = from + at;
+    while let Some(colon) = find_byte(bytes, from, b':') {
         if bytes[colon + 1..].starts_with(b"//") {
             return colon + 3;
         }
@@ -1661,6 +1720,31 @@ mod tests {
                 proptest::prop_assert_eq!(non_space_run_end(&text, at), want, "from {}", at);
             }
         }
+
+        /// Skipping a text's leading word characters leaves what
+        /// `trim_start_matches(is_word_char)` leaves, from every character:
+        /// ASCII word bytes and others, non-ASCII word characters (letters,
+        /// digits, a combining mark) and non-ASCII ones that are not.
+        #[test]
+        fn word_chars_are_skipped_as_trim_start_matches_does(
+            text in "[a-zA-Z0-9_@:. \t()é\u{301}\u{663}ſ…😀\u{a0}-]{0,40}"
+        ) {
+            for (at, _) in text.char_indices() {
+                let want = text[at..].trim_start_matches(is_word_char);
+                proptest::prop_assert_eq!(skip_word_chars(&text[at..]), want, "from {}", at);
+            }
+        }
+
+        /// The same on any text.
+        #[test]
+        fn word_chars_of_any_text_are_skipped_as_trim_start_matches_does(
+            text in proptest::prelude::any::<String>()
+        ) {
+            proptest::prop_assert_eq!(
+                skip_word_chars(&text),
+                text.trim_start_matches(is_word_char)
+            );
+        }
     }
 
     /// The hex digits are `format!`'s, for every value of each nibble in
@@ -1774,6 +1858,32 @@ mod tests {
             let mut lowered = text.to_string();
             lowercase_ascii(&mut lowered);
             assert_eq!(lowered, text.to_ascii_lowercase());
+        }
+    }
+
+    /// Every byte value in every place of a group of 16, among others at
+    /// the edges of the capitals and of ASCII, lowercases as
+    /// `to_ascii_lowercase` does; and so do texts of every length 0–80
+    /// (groups, words and single bytes at the end).
+    #[test]
+    fn lowercasing_sixteen_bytes_at_once_is_to_ascii_lowercase() {
+        #[cfg(target_arch = "x86_64")]
+        for b in 0..=255u8 {
+            for lane in 0..16 {
+                for other in [0u8, b'@', b'A', b'Z', b'[', b'a', 0x7f, 0x80, 0xc1, 0xff] {
+                    let mut bytes = [other; 16];
+                    bytes[lane] = b;
+                    let expected = bytes.map(|b| b.to_ascii_lowercase());
+                    assert_eq!(lowercase_ascii_group(bytes), expected, "{bytes:?}");
+                }
+            }
+        }
+        let pattern = "AbZ@[`{ÉzQ😀Mx";
+        for len in 0..=80 {
+            let text: String = pattern.chars().cycle().take(len).collect();
+            let mut lowered = text.clone();
+            lowercase_ascii(&mut lowered);
+            assert_eq!(lowered, text.to_ascii_lowercase(), "{text:?}");
         }
     }
 

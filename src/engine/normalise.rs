@@ -1272,8 +1272,8 @@ fn push_url_token(out: &mut String, url: &str) {
     // Byte scans rather than `str` patterns: `split_once("://")` alone set
     // up a two-way searcher for every link, and the searches cost more than
     // the hash. (`find_byte`, not `memchr`, whose calls cost about 46
-    // instructions each on a link's few dozen bytes.) Every byte looked for is ASCII, so every
-    // cut is on a character boundary.
+    // instructions each on a link's few dozen bytes.) Every byte looked for
+    // is ASCII, so every cut is on a character boundary.
     let rest = &url[after_scheme(url)..];
     let rest = rest.strip_prefix("www.").unwrap_or(rest);
     let rest = &rest[..find_byte(rest.as_bytes(), 0, b'#').unwrap_or(rest.len())];

@@ -258,10 +258,10 @@ impl Postings {
         let size = cells.len();
         // Checked once here, not at every cell of the run: a replica's
         // thread walks about three cells an insert, and ten inserts a
-        // message.
-        if at >= size {
-            return false;
-        }
+        // message. A home is always below the size (see [`home`]); were it
+        // not, the run stops loudly rather than the posting being dropped
+        // as if its bucket were full.
+        assert!(at < size, "a key's home cell lies within its table");
         let mut same = 0;
         loop {
             // SAFETY: `at < size` was checked before the loop, and `next`

@@ -442,6 +442,55 @@ fn decide_in_batches(
     )
 }
 
+/// The messages of `texts` as [`decide_in_batches`] takes them: checks,
+/// with `queries` in seven queries instead, and with `removals` every
+/// ninth a removal of an earlier message (a delete notice: its slot goes
+/// on the free list mid-batch); times that go back and forth.
+fn plan(config: &EngineConfig, texts: &[String], queries: u32, removals: bool) -> Vec<Planned> {
+    let d = Deduper::new(config.clone()).unwrap();
+    let mut scratch = dedup_stream::engine::Scratch::default();
+    texts
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            if removals && i % 9 == 8 {
+                return Planned {
+                    id: MessageId::Integer(i as u64 / 2),
+                    sketch: dedup_stream::SketchBuf::default(),
+                    op: dedup_stream::engine::Op::Remove,
+                    time: 0,
+                };
+            }
+            Planned {
+                id: MessageId::Integer(i as u64),
+                sketch: d.preparer().sketch(text, &[], &mut scratch),
+                op: if queries > 0 && i as u32 % 7 < queries {
+                    dedup_stream::engine::Op::Query
+                } else {
+                    dedup_stream::engine::Op::Check
+                },
+                time: (i as i64 * 7) % 50 + i as i64,
+            }
+        })
+        .collect()
+}
+
+/// Texts of a few words from a small vocabulary, many near one another:
+/// retweet marks, templates, repeats.
+fn batch_texts() -> impl Strategy<Value = Vec<String>> {
+    prop::collection::vec(
+        prop::collection::vec(
+            prop::sample::select(vec![
+                "rust", "conf", "keynote", "flood", "highway", "closed", "the", "a", "of", "RT",
+                "@bob:", "#news", "東京", "雨", "…", "now", "live", "news",
+            ]),
+            0..14,
+        )
+        .prop_map(|w| w.join(" ")),
+        64..400,
+    )
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
 
@@ -453,13 +502,7 @@ proptest! {
     /// a byte budget, queries among the checks, removals.
     #[test]
     fn batches_are_decided_alike_on_any_number_of_threads(
-        texts in prop::collection::vec(
-            prop::collection::vec(prop::sample::select(vec![
-                "rust", "conf", "keynote", "flood", "highway", "closed", "the", "a",
-                "of", "RT", "@bob:", "#news", "東京", "雨", "…", "now", "live", "news",
-            ]), 0..14).prop_map(|w| w.join(" ")),
-            64..400,
-        ),
+        texts in batch_texts(),
         sizes in prop::collection::vec(1usize..300, 1..4),
         capacity in 1usize..80,
         max_bucket in 1usize..6,
@@ -479,34 +522,7 @@ proptest! {
             max_index_bytes: max_bytes.and_then(NonZeroUsize::new),
             ..EngineConfig::default()
         };
-        let d = Deduper::new(config.clone()).unwrap();
-        let mut scratch = dedup_stream::engine::Scratch::default();
-        let planned: Vec<Planned> = texts
-            .iter()
-            .enumerate()
-            .map(|(i, text)| {
-                // Now and then a removal of an earlier message (a delete
-                // notice): its slot goes on the free list mid-batch.
-                if removals && i % 9 == 8 {
-                    return Planned {
-                        id: MessageId::Integer(i as u64 / 2),
-                        sketch: dedup_stream::SketchBuf::default(),
-                        op: dedup_stream::engine::Op::Remove,
-                        time: 0,
-                    };
-                }
-                Planned {
-                    id: MessageId::Integer(i as u64),
-                    sketch: d.preparer().sketch(text, &[], &mut scratch),
-                    op: if queries > 0 && i as u32 % 7 < queries {
-                        dedup_stream::engine::Op::Query
-                    } else {
-                        dedup_stream::engine::Op::Check
-                    },
-                    time: (i as i64 * 7) % 50 + i as i64,
-                }
-            })
-            .collect();
+        let planned = plan(&config, &texts, queries, removals);
         let (serial, serial_state, none, _) = decide_in_batches(&config, 1, &planned, &sizes);
         prop_assert_eq!(none, 0, "one thread counts nothing ahead");
         let (parallel, parallel_state, counted, large) =
@@ -517,5 +533,55 @@ proptest! {
         }
         prop_assert_eq!(parallel.len(), serial.len());
         prop_assert!(parallel_state == serial_state, "the indexes differ");
+    }
+
+    /// A batch decided on one thread, whose messages have their candidates
+    /// walked a few places ahead of their decisions and mended for what
+    /// the decisions in between did (engine::ahead), gets the verdicts of
+    /// batches of one message, which walk at the decision: whatever the
+    /// messages in between do to the index (inserts under the same keys,
+    /// evictions at a small capacity that fill freed slots again, full
+    /// buckets, a window that expires messages, a byte budget, queries,
+    /// removals, messages sent again), and leaves the same index.
+    #[test]
+    fn candidates_walked_ahead_are_those_walked_at_the_decision(
+        texts in batch_texts(),
+        sizes in prop::collection::vec(7usize..300, 1..4),
+        capacity in 1usize..80,
+        max_bucket in 1usize..6,
+        (measure, shingling) in prop_oneof![
+            measures(),
+            Just((Measure::Jaccard, EngineConfig::default().shingling)),
+            Just((Measure::Containment, EngineConfig::default().shingling)),
+        ],
+        window in prop::option::of(1u64..60),
+        max_bytes in prop::option::of(2_000usize..20_000),
+        queries in 0u32..4,
+        removals in any::<bool>(),
+    ) {
+        let config = EngineConfig {
+            capacity: NonZeroUsize::new(capacity).unwrap(),
+            max_bucket,
+            measure,
+            shingling,
+            window: window.and_then(dedup_stream::engine::config::Window::from_millis),
+            max_index_bytes: max_bytes.and_then(NonZeroUsize::new),
+            ..EngineConfig::default()
+        };
+        let mut planned = plan(&config, &texts, queries, removals);
+        // Now and then an earlier message sent again, text and id.
+        let d = Deduper::new(config.clone()).unwrap();
+        let mut scratch = dedup_stream::engine::Scratch::default();
+        for i in (10..planned.len()).step_by(11) {
+            planned[i].id = MessageId::Integer(i as u64 / 2);
+            planned[i].sketch = d.preparer().sketch(&texts[i / 2], &[], &mut scratch);
+        }
+        let (walked, walked_state, _, _) = decide_in_batches(&config, 1, &planned, &sizes);
+        let (alone, alone_state, _, _) = decide_in_batches(&config, 1, &planned, &[1]);
+        for (at, (w, a)) in walked.iter().zip(&alone).enumerate() {
+            prop_assert_eq!(w, a, "message {}", at);
+        }
+        prop_assert_eq!(walked.len(), alone.len());
+        prop_assert!(walked_state == alone_state, "the indexes differ");
     }
 }

@@ -551,6 +551,11 @@ impl Index {
         }
     }
 
+    /// Calls `f` with every slot posted under `key`.
+    pub fn for_each_posted(&self, key: u32, f: impl FnMut(u32)) {
+        self.postings.for_each(key, f);
+    }
+
     /// Starts loading one stage of what deciding on a message will read
     /// (see [`PrefetchStage`]). A hint: it changes nothing but timing.
     ///

@@ -31,6 +31,7 @@
 //! ([`config`]), message ids ([`id`]) and errors are its own, and every
 //! other layer builds on it (`tests/layout.rs` checks this).
 
+mod ahead;
 pub mod bitmap;
 pub mod cells;
 pub mod config;
@@ -619,11 +620,16 @@ pub struct Deduper {
     counts: EngineCounts,
     /// The distinct candidates of the message being decided.
     candidates: Vec<u32>,
-    /// The slots whose entries [`PrefetchStage::Entries`] loaded for the
-    /// messages a few places ahead, by position modulo [`PREFETCH_RING`],
-    /// for [`PrefetchStage::Sets`] to load their sets without walking the
-    /// postings again.
-    prefetched: [Vec<u32>; PREFETCH_RING],
+    /// The candidates [`PrefetchStage::Entries`] found for the messages a
+    /// few places ahead, by position modulo [`WALKED_RING`]: the sets
+    /// stage loads their sets, and the decision takes them rather than
+    /// walking the postings again (see [`ahead`]).
+    walked: [ahead::Walked; WALKED_RING],
+    /// Where in `walked` the message being decided finds its candidates,
+    /// when they were walked ahead and may be taken.
+    walked_for: Option<usize>,
+    /// The last few inserts, to mend candidates walked ahead of them.
+    recent: ahead::RecentInserts,
     /// Which slots are among them (see [`SlotSet`]).
     seen: SlotSet,
     /// The message's set, laid out for verifying its candidates.
@@ -872,7 +878,9 @@ impl Deduper {
             clock,
             counts: EngineCounts::default(),
             candidates: Vec::new(),
-            prefetched: Default::default(),
+            walked: Default::default(),
+            walked_for: None,
+            recent: ahead::RecentInserts::default(),
             seen: SlotSet::default(),
             verifier: verdict::Verifier::new(),
             scratch: Scratch::default(),
@@ -963,6 +971,7 @@ impl Deduper {
                 }),
                 _ => None,
             };
+            let slots = self.index.slots();
             self.index.insert(
                 id,
                 Insert {
@@ -975,8 +984,15 @@ impl Deduper {
                     truncated: sketch.truncated,
                 },
             );
+            // The newest slot is the one just filled (an insert is the most
+            // recently used, and a byte budget evicts the least).
+            let filled = self.index.newest_slot();
+            if let Some(slot) = filled {
+                self.recent
+                    .note(slot, sketch.band_keys, (slot as usize) < slots);
+            }
             if counted.is_some()
-                && let Some(slot) = self.index.newest_slot()
+                && let Some(slot) = filled
             {
                 self.filled.insert(slot);
                 if !self.keys_in_batch {
@@ -1268,6 +1284,82 @@ impl Deduper {
         Verdict::Repeat(first)
     }
 
+    /// The inserts since the message being decided had its candidates
+    /// walked ahead, if they were, may be taken, and were few enough to
+    /// mend them by (see [`ahead`]).
+    fn walked_since(&mut self) -> Option<(usize, ahead::Since)> {
+        let at = self.walked_for.take()?;
+        let walked = &self.walked[at];
+        Some((at, self.recent.since(walked.fills, walked.slots_at)?))
+    }
+
+    /// Takes as the message's candidates those walked ahead of its
+    /// decision (in `walked[at]`, with the inserts `since` made since),
+    /// mended for what the decisions in between changed, and `exact`: the
+    /// distinct slots a walk of the postings now would find, in another
+    /// order.
+    fn take_walked(
+        &mut self,
+        at: usize,
+        sketch: Sketch<'_>,
+        exact: Option<u32>,
+        since: ahead::Since,
+    ) {
+        let walked = &mut self.walked[at];
+        std::mem::swap(&mut self.candidates, &mut walked.slots);
+        self.candidates.truncate(walked.candidates);
+        let (index, recent, candidates) = (&self.index, &self.recent, &mut self.candidates);
+        // A slot emptied since left the postings, and may hold a newcomer:
+        // without one emptied, every slot walked still holds its message.
+        if index.evictions() + index.removals() != walked.freed {
+            candidates.retain(|&slot| index.holds(slot) && !recent.filled(since, slot));
+        }
+        // The messages indexed since, under the keys they may have posted
+        // under: a handful of slots at most, so looked for in a list.
+        let start = candidates.len();
+        if ahead::RecentInserts::any(since) {
+            for &key in sketch.band_keys {
+                if recent.may_have_posted(since, key) {
+                    index.for_each_posted(key, |slot| {
+                        if recent.filled(since, slot) && !candidates[start..].contains(&slot) {
+                            candidates.push(slot);
+                        }
+                    });
+                }
+            }
+        }
+        if let Some(slot) = exact
+            && !candidates.contains(&slot)
+        {
+            candidates.push(slot);
+        }
+    }
+
+    /// Walks the postings of the message at `position` in the batch being
+    /// decided, a few places ahead of its decision (see [`ahead`]): keeps
+    /// its distinct candidates for the decision, and starts loading the
+    /// entries of the first [`index::PREFETCH_BUDGET`], and of the slots
+    /// under its exact-set key.
+    fn walk_ahead(&mut self, position: usize, sketch: Sketch<'_>) {
+        let walked = &mut self.walked[position % WALKED_RING];
+        walked.slots.clear();
+        self.index.candidates(sketch.band_keys, &mut walked.slots);
+        self.seen.clear(walked.slots.len());
+        let seen = &mut self.seen;
+        walked.slots.retain(|&slot| seen.insert(slot));
+        walked.candidates = walked.slots.len();
+        self.index
+            .for_each_posted(index::exact_key(sketch.set_fingerprint), |slot| {
+                walked.slots.push(slot)
+            });
+        self.index
+            .prefetch_slots(walked.slots.iter().take(index::PREFETCH_BUDGET).copied());
+        walked.position = Some(position);
+        walked.fills = self.recent.fills();
+        walked.freed = self.index.evictions() + self.index.removals();
+        walked.slots_at = u32::try_from(self.index.slots()).unwrap_or(u32::MAX);
+    }
+
     /// The most similar indexed message (ties: the earliest), if any is at
     /// least as similar as the threshold; otherwise the lone recent match,
     /// if there is one (see [`verdict::LoneMatch`]).
@@ -1290,6 +1382,9 @@ impl Deduper {
         self.candidates.clear();
         self.known.clear();
         match counted {
+            None if let Some((at, since)) = self.walked_since() => {
+                self.take_walked(at, sketch, exact, since);
+            }
             None => {
                 self.index
                     .candidates(sketch.band_keys, &mut self.candidates);
@@ -1553,11 +1648,11 @@ const ENTRIES_DISTANCE: usize = 6;
 /// How many messages ahead the sets stage runs (see [`PREFETCH_STAGES`]).
 const SETS_DISTANCE: usize = 3;
 
-/// Messages whose noted slots [`Deduper`] keeps between its entries and
-/// sets stages: at least the distance between them, plus one.
-const PREFETCH_RING: usize = 4;
+/// Messages whose candidates [`Deduper`] keeps from its entries stage to
+/// their decision: at least the entries stage's distance, plus one.
+const WALKED_RING: usize = 8;
 
-const _: () = assert!(PREFETCH_RING > ENTRIES_DISTANCE - SETS_DISTANCE);
+const _: () = assert!(WALKED_RING > ENTRIES_DISTANCE);
 
 impl IndexStore for Deduper {
     /// Decides in order, and before each message asks the memory to start
@@ -1596,6 +1691,10 @@ impl IndexStore for Deduper {
             // then shared among the counting threads.
             self.index.defer_growth();
         }
+        // Candidates walked in an earlier call are not this batch's.
+        for walked in &mut self.walked {
+            walked.position = None;
+        }
         for (position, ask) in asks.iter().enumerate() {
             for (distance, stage) in PREFETCH_STAGES {
                 let Some(ahead) = asks.get(position + distance) else {
@@ -1616,22 +1715,32 @@ impl IndexStore for Deduper {
                     }
                     continue;
                 }
-                // The sets stage reads the slots the entries stage noted
-                // for the same message, when it ran in this call.
-                let noted = &mut self.prefetched[(position + distance) % PREFETCH_RING];
+                // The entries stage walks the message's postings and keeps
+                // its candidates; the sets stage reads them, when that ran
+                // in this call.
                 match stage {
-                    PrefetchStage::Entries => self.index.prefetch_entries(
-                        ahead.sketch.band_keys,
-                        ahead.sketch.set_fingerprint,
-                        noted,
-                    ),
-                    PrefetchStage::Sets if position + distance >= ENTRIES_DISTANCE => {
-                        self.index.prefetch_sets(noted)
+                    PrefetchStage::Entries => {
+                        if ahead.op != Op::Remove {
+                            self.walk_ahead(position + distance, ahead.sketch);
+                        }
                     }
-                    _ => self.prefetch(ahead.sketch, stage),
+                    PrefetchStage::Sets => {
+                        let walked = &self.walked[(position + distance) % WALKED_RING];
+                        if walked.position == Some(position + distance) {
+                            let loaded = walked.slots.len().min(index::PREFETCH_BUDGET);
+                            self.index.prefetch_sets(&walked.slots[..loaded]);
+                        }
+                    }
+                    PrefetchStage::Postings => self.prefetch(ahead.sketch, stage),
                 }
             }
             self.prefetch_evictions();
+            // `--explain` takes the decision's own walk, as it does the
+            // uncounted path (see `counted` above).
+            let walked = &self.walked[position % WALKED_RING];
+            self.walked_for =
+                (counted.is_none() && !self.explainer.on && walked.position == Some(position))
+                    .then_some(position % WALKED_RING);
             let counted = counted.as_ref().map(|counted| counted.of(position));
             verdicts.push(match ask.op {
                 Op::Check => self.check_counted(ask.id.clone(), ask.sketch, ask.time, counted),
@@ -1645,6 +1754,7 @@ impl IndexStore for Deduper {
                     }
                 }
             });
+            self.walked_for = None;
             if self.explainer.on {
                 let last = self.explainer.last.take();
                 self.explainer.batch.extend(last);
@@ -2192,6 +2302,66 @@ mod tests {
         };
         assert_eq!(decide(1), (Verdict::New, 0));
         assert_eq!(decide(overlaps::MIN_THREADS), (Verdict::New, 1));
+    }
+
+    /// A message's candidates are walked a few places before its decision
+    /// (see [`ahead`]). When the slot of one of them is given to another
+    /// message in between, the newcomer is no candidate unless it posted
+    /// under the message's keys, however similar: here it did not, and the
+    /// message is new, as it is when walked at its decision.
+    #[test]
+    fn a_slot_walked_ahead_and_refilled_meanwhile_is_not_its_newcomers() {
+        let mut d = Deduper::new(EngineConfig {
+            capacity: NonZeroUsize::new(1).unwrap(),
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        d.set_threads(NonZeroUsize::MIN);
+        let bands = d.preparer().lsh_params().bands;
+        let sketch = |shingles: Vec<u32>, key: u32| SketchBuf {
+            set_fingerprint: index::set_fingerprint(&shingles),
+            shingles,
+            band_keys: (0..bands as u32).map(|band| key * 100 + band).collect(),
+            truncated: false,
+        };
+        let set = |last: u32| (1..20).chain(std::iter::once(last)).collect::<Vec<_>>();
+        // In slot 0 when the message is walked, under its keys.
+        let walked = sketch(set(40), 1);
+        let walked_verdict = d.check(id(100), walked.as_sketch());
+        assert_eq!(walked_verdict, Verdict::New);
+        // Each insert evicts the one before, into slot 0; the last, of
+        // nearly the message's set, under other keys.
+        let mut batch: Vec<SketchBuf> = (0..ENTRIES_DISTANCE as u32 - 1)
+            .map(|n| sketch((1000 * (n + 1)..1000 * (n + 1) + 20).collect(), n + 2))
+            .collect();
+        batch.push(sketch(set(50), 9));
+        batch.push(sketch(set(30), 1));
+        let ids: Vec<MessageId> = (0..batch.len() as u64).map(id).collect();
+        let asks: Vec<Ask<'_>> = batch
+            .iter()
+            .zip(&ids)
+            .map(|(sketch, id)| Ask {
+                id,
+                sketch: sketch.as_sketch(),
+                op: Op::Check,
+                token: None,
+                time: 0,
+            })
+            .collect();
+        let mut verdicts = Vec::new();
+        IndexStore::decide(&mut d, &asks, &mut verdicts).unwrap();
+        assert_eq!(verdicts.last(), Some(&Verdict::New));
+        // The same message, walked at its decision.
+        let mut alone = Deduper::new(EngineConfig {
+            capacity: NonZeroUsize::new(1).unwrap(),
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        alone.check(id(5), batch[ENTRIES_DISTANCE - 1].as_sketch());
+        assert_eq!(
+            alone.check(id(6), batch[ENTRIES_DISTANCE].as_sketch()),
+            Verdict::New
+        );
     }
 
     /// Checks `text` as message `n` of time `time`.

@@ -46,6 +46,90 @@ pub struct Tokeniser {
     /// the regex crate's own parser (so from the tables a regex would use).
     cjk: Arc<[(char, char)]>,
     word: Arc<[(char, char)]>,
+    /// The class of every character below U+40000, taken from the ranges
+    /// above (see [`ClassTable`]).
+    table: Arc<ClassTable>,
+}
+
+/// The class (`WORD`, `CJK` or `OTHER`) of every character below
+/// [`TABLED`], in blocks of 256: `blocks[index[c >> 8]][c & 0xff]`. Blocks
+/// alike are stored once (most blocks are all one class), so the table is
+/// a few tens of kilobytes.
+///
+/// Why: a binary search of the word ranges (some 700) cost about 500
+/// instructions a run holding non-ASCII text, two lookups here a few.
+/// Emoji (U+1F300 and up) are the most common characters of such runs,
+/// hence the table reaches past the Basic Multilingual Plane, to the end of
+/// the CJK planes.
+#[derive(Debug)]
+struct ClassTable {
+    index: Box<[u16; TABLED >> 8]>,
+    blocks: Box<[[u8; 256]]>,
+}
+
+/// The characters [`ClassTable`] holds: those below U+40000 (planes 0 to 3).
+const TABLED: usize = 0x4_0000;
+
+impl ClassTable {
+    /// Builds the table from the classes' ranges, as [`class_by_ranges`]
+    /// reads them: ASCII by its own rule, then `word`, then `cjk`.
+    fn new(word: &[(char, char)], cjk: &[(char, char)]) -> ClassTable {
+        let mut flat = vec![OTHER; TABLED];
+        // Lowest precedence first: a later fill overwrites an earlier one.
+        for (ranges, class) in [(cjk, CJK), (word, WORD)] {
+            for &(start, end) in ranges {
+                let start = start as usize;
+                let end = (end as usize).min(TABLED - 1);
+                if start <= end {
+                    flat[start..=end].fill(class);
+                }
+            }
+        }
+        for (code, entry) in flat[..128].iter_mut().enumerate() {
+            let c = code as u8;
+            *entry = if c.is_ascii_alphanumeric() || c == b'_' {
+                WORD
+            } else {
+                OTHER
+            };
+        }
+        let mut index = Box::new([0u16; TABLED >> 8]);
+        let mut blocks: Vec<[u8; 256]> = Vec::new();
+        // Where the block all of one class is, by class (the classes are
+        // below 32).
+        let mut uniform_at = [None; 32];
+        for (slot, chunk) in index.iter_mut().zip(flat.as_chunks::<256>().0) {
+            // Most blocks are one class throughout: those are found at
+            // once, the rest compared with the mixed ones kept so far (a
+            // table built a tokeniser, so its cost counts too).
+            let class = chunk[0];
+            let at = if *chunk == [class; 256] {
+                *uniform_at[usize::from(class)].get_or_insert_with(|| {
+                    blocks.push(*chunk);
+                    blocks.len() - 1
+                })
+            } else {
+                blocks.iter().position(|b| b == chunk).unwrap_or_else(|| {
+                    blocks.push(*chunk);
+                    blocks.len() - 1
+                })
+            };
+            // At most TABLED >> 8 blocks: the number fits.
+            *slot = at as u16;
+        }
+        ClassTable {
+            index,
+            blocks: blocks.into_boxed_slice(),
+        }
+    }
+
+    /// The class of `c`, if the table holds it.
+    #[inline(always)]
+    fn get(&self, c: char) -> Option<u8> {
+        let code = c as usize;
+        let block = *self.index.get(code >> 8)? as usize;
+        self.blocks.get(block).map(|block| block[code & 0xff])
+    }
 }
 
 impl Default for Tokeniser {
@@ -121,41 +205,20 @@ impl Tokeniser {
                 _ => unreachable!("a Unicode class parses to a Unicode class"),
             }
         };
-        Tokeniser {
-            // The two alternatives of TOKEN_PATTERN.
-            cjk: ranges(r"[\p{Han}\p{Hiragana}\p{Katakana}]"),
-            word: ranges(r"[\w--[\p{Han}\p{Hiragana}\p{Katakana}]]"),
-        }
+        // The two alternatives of TOKEN_PATTERN.
+        let cjk = ranges(r"[\p{Han}\p{Hiragana}\p{Katakana}]");
+        let word = ranges(r"[\w--[\p{Han}\p{Hiragana}\p{Katakana}]]");
+        let table = Arc::new(ClassTable::new(&word, &cjk));
+        Tokeniser { cjk, word, table }
     }
 
     /// Which alternative of the token pattern `c` may continue: `CJK`,
     /// `WORD`, or neither (`OTHER`).
+    #[inline(always)]
     fn char_class(&self, c: char) -> u8 {
-        let holds = |ranges: &[(char, char)]| {
-            ranges
-                .binary_search_by(|&(start, end)| {
-                    if end < c {
-                        std::cmp::Ordering::Less
-                    } else if start > c {
-                        std::cmp::Ordering::Greater
-                    } else {
-                        std::cmp::Ordering::Equal
-                    }
-                })
-                .is_ok()
-        };
-        if c.is_ascii() {
-            if c.is_ascii_alphanumeric() || c == '_' {
-                WORD
-            } else {
-                OTHER
-            }
-        } else if holds(&self.word) {
-            WORD
-        } else if holds(&self.cjk) {
-            CJK
-        } else {
-            OTHER
+        match self.table.get(c) {
+            Some(class) => class,
+            None => class_by_ranges(&self.word, &self.cjk, c),
         }
     }
 
@@ -343,6 +406,37 @@ impl Tokeniser {
             .find_iter(text)
             .map(|m| (m.start(), m.end()))
             .collect()
+    }
+}
+
+/// Which alternative of the token pattern `c` may continue, by a binary
+/// search of the classes' ranges: `word`'s, then `cjk`'s.
+fn class_by_ranges(word: &[(char, char)], cjk: &[(char, char)], c: char) -> u8 {
+    let holds = |ranges: &[(char, char)]| {
+        ranges
+            .binary_search_by(|&(start, end)| {
+                if end < c {
+                    std::cmp::Ordering::Less
+                } else if start > c {
+                    std::cmp::Ordering::Greater
+                } else {
+                    std::cmp::Ordering::Equal
+                }
+            })
+            .is_ok()
+    };
+    if c.is_ascii() {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            WORD
+        } else {
+            OTHER
+        }
+    } else if holds(word) {
+        WORD
+    } else if holds(cjk) {
+        CJK
+    } else {
+        OTHER
     }
 }
 
@@ -749,6 +843,25 @@ mod tests {
         fn tokens_are_the_reference_tokens(text in "(#?#?@?[a-cé日本_]{1,3}[ ,.#\u{3000}]{0,2}){0,12}") {
             proptest::prop_assert_eq!(tokens(&text), reference_tokens(&text));
         }
+    }
+
+    #[test]
+    fn every_characters_class_is_the_ranges_class() {
+        // Every character, not a sample: the table must agree wherever it
+        // holds the class, and above it the ranges answer.
+        let tokeniser = Tokeniser::new();
+        for c in (0..=char::MAX as u32).filter_map(char::from_u32) {
+            assert_eq!(
+                tokeniser.char_class(c),
+                class_by_ranges(&tokeniser.word, &tokeniser.cjk, c),
+                "{:?} (U+{:04X})",
+                c,
+                c as u32
+            );
+        }
+        // And the table is the small one its documentation promises.
+        let blocks = tokeniser.table.blocks.len();
+        assert!(blocks < 256, "{blocks}");
     }
 
     #[test]

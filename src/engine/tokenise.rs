@@ -293,8 +293,16 @@ pub fn is_number(token: u64) -> bool {
 }
 
 impl Tokeniser {
-    /// Builds the tables of the token pattern's classes.
+    /// The tokeniser: its tables are built once a process and shared
+    /// (a run builds several preparers, and the class table costs some
+    /// 550,000 instructions to build).
     pub fn new() -> Tokeniser {
+        static BUILT: std::sync::LazyLock<Tokeniser> = std::sync::LazyLock::new(Tokeniser::build);
+        BUILT.clone()
+    }
+
+    /// Builds the tables of the token pattern's classes.
+    fn build() -> Tokeniser {
         let ranges = |class: &str| -> Arc<[(char, char)]> {
             let hir = regex_syntax::parse(class).expect("built-in class parses");
             match hir.kind() {

@@ -24,6 +24,7 @@
 //! The `#` and `@` signs are left for the tokeniser, which keeps only words.
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfkc_quick};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
@@ -211,11 +212,10 @@ impl Normaliser {
         }
         scratch.push_str(&decoded[last..]);
 
-        // NFKC, then lowercase. ASCII is already in both forms but for case,
-        // and most other text is already NFKC: the quick check says so
-        // without building anything. `…`, the one non-ASCII character of
-        // many truncated tweets, is replaced by what NFKC makes of it first,
-        // which often leaves plain ASCII.
+        // NFKC, then lowercase. ASCII is already in both forms but for case.
+        // `…`, the one non-ASCII character of many truncated tweets, is
+        // replaced by what NFKC makes of it first, which often leaves plain
+        // ASCII.
         if !scratch.is_ascii() && scratch.contains('…') {
             let mut last = 0;
             for (at, _) in scratch.match_indices('…') {
@@ -230,8 +230,8 @@ impl Normaliser {
         if scratch.is_ascii() {
             out.push_str(scratch);
             out.make_ascii_lowercase();
-        } else if !fold_if_nfkc(scratch, out) {
-            out.clear();
+        } else {
+            // The definition, without the quick check's shortcut.
             scratch.nfkc().for_each(|c| push_lowercase(out, c));
         }
 
@@ -930,13 +930,54 @@ fn fold_piece_if_nfkc(piece: &str, out: &mut String) -> bool {
     true
 }
 
-/// Whether `c` is one of the common characters that NFKC and lowercasing
-/// leave as they are, and that the NFKC quick check allows as a starter
-/// (canonical combining class 0): the curly quotes and the main emoji
-/// blocks. A test checks each of them against the tables.
+/// Whether `c` is a character that NFKC and lowercasing leave as they are,
+/// and that the NFKC quick check allows as a starter (canonical combining
+/// class 0): in the Basic Multilingual Plane by the Unicode tables, each
+/// character's answer kept the first time it is asked ([`PLAIN_MEMO`]);
+/// above it the main emoji blocks. A test checks each of them against the
+/// tables.
 #[inline]
 fn is_plain(c: char) -> bool {
-    matches!(c as u32, 0x2018..=0x201F | 0x1F300..=0x1F64F | 0x1F680..=0x1F6FF | 0x1F900..=0x1F9FF)
+    let code = c as usize;
+    let Some(word) = PLAIN_MEMO.get(code >> 5) else {
+        return matches!(code, 0x1F300..=0x1F64F | 0x1F680..=0x1F6FF | 0x1F900..=0x1F9FF);
+    };
+    let shift = 2 * (code & 31);
+    // Relaxed: an answer is the same whoever writes it, and nothing else
+    // is published with it.
+    let known = word.load(Ordering::Relaxed) >> shift;
+    if known & KNOWN != 0 {
+        return known & PLAIN != 0;
+    }
+    let plain = is_plain_by_the_tables(c);
+    word.fetch_or((KNOWN | u64::from(plain)) << shift, Ordering::Relaxed);
+    plain
+}
+
+/// Two bits a character of the Basic Multilingual Plane, 32 to a word:
+/// [`KNOWN`] once its answer is kept, [`PLAIN`] if it is plain (see
+/// [`is_plain`]).
+///
+/// Why: before it, each non-ASCII character other than curly quotes and
+/// emoji cost the quick check and the lowercase of its piece of text (some
+/// 400 instructions); here a kept answer is a few. The answers are kept as
+/// they are asked for rather than built ahead: the tables take some 700
+/// instructions a character, and a process meets a few hundred distinct
+/// characters, not the 65,536 of the plane.
+static PLAIN_MEMO: [AtomicU64; 0x1_0000 / 32] = [const { AtomicU64::new(0) }; 0x1_0000 / 32];
+
+/// The bit of a character in [`PLAIN_MEMO`] that says its answer is kept.
+const KNOWN: u64 = 2;
+
+/// The bit of a character in [`PLAIN_MEMO`] that says it is plain.
+const PLAIN: u64 = 1;
+
+/// Whether `c` is plain (see [`is_plain`]), by the Unicode tables: the
+/// slow answer the table holds.
+fn is_plain_by_the_tables(c: char) -> bool {
+    unicode_normalization::char::canonical_combining_class(c) == 0
+        && is_nfkc_quick(std::iter::once(c)) == IsNormalized::Yes
+        && (c.is_lowercase() || !c.is_alphabetic() || c.to_lowercase().eq(std::iter::once(c)))
 }
 
 /// The length of the longest all-ASCII prefix of `bytes`, found 16 bytes
@@ -1915,7 +1956,44 @@ mod tests {
             push_lowercase(&mut lower, c);
             assert_eq!(lower, c.to_string(), "{c:?}");
         }
-        assert!(plain > 1_000, "{plain}");
+        assert!(plain > 5_000, "{plain}");
+    }
+
+    /// The memo's answer is the tables', asked for the first time and
+    /// asked again (the test above checks every plain answer).
+    #[test]
+    fn the_plain_memo_keeps_the_tables_answers() {
+        for c in ('\u{80}'..='\u{FFFF}').filter(|c| !c.is_ascii()) {
+            let first = is_plain(c);
+            assert_eq!(first, is_plain_by_the_tables(c), "{c:?}");
+            assert_eq!(is_plain(c), first, "{c:?} asked again");
+        }
+    }
+
+    /// Every character of the Basic Multilingual Plane, alone and between
+    /// others (a letter with a combining mark after it, an upper-case
+    /// letter, an emoji), folds as NFKC then lowercase does.
+    #[test]
+    fn every_bmp_character_folds_as_nfkc_then_lowercase() {
+        let reference = |text: &str| {
+            let mut out = String::new();
+            text.nfkc().for_each(|c| push_lowercase(&mut out, c));
+            out
+        };
+        for c in ('\u{80}'..='\u{FFFF}').filter(|c| !c.is_ascii()) {
+            for text in [
+                format!("{c}"),
+                format!("x{c}\u{301}É"),
+                format!("É{c}{c}\u{327}\u{301}"),
+                format!("\u{301}{c}😀Ω\u{308}{c}"),
+                format!("A{c}\u{2018}\u{fe0f}"),
+            ] {
+                let mut scratch = text.clone();
+                let mut out = String::new();
+                fold_non_ascii(&mut scratch, &mut out);
+                assert_eq!(out, reference(&text), "{text:?}");
+            }
+        }
     }
 
     fn regex_url_spans(text: &str) -> Vec<std::ops::Range<usize>> {

@@ -46,6 +46,89 @@ pub struct Tokeniser {
     /// the regex crate's own parser (so from the tables a regex would use).
     cjk: Arc<[(char, char)]>,
     word: Arc<[(char, char)]>,
+    /// The class of every character below U+40000, taken from the ranges
+    /// above (see [`ClassTable`]).
+    table: Arc<ClassTable>,
+}
+
+/// The class (`WORD`, `CJK` or `OTHER`) of every character below
+/// [`TABLED`], in blocks of 256: `blocks[index[c >> 8]][c & 0xff]`. A
+/// block all of one class is stored once (most blocks are), so the table
+/// is some 35 kilobytes (137 blocks).
+///
+/// Why: a binary search of the word ranges (some 700) cost about 500
+/// instructions a run holding non-ASCII text, two lookups here a few.
+/// Emoji (U+1F300 and up) are the most common characters of such runs,
+/// hence the table reaches past the Basic Multilingual Plane, to the end of
+/// the CJK planes.
+#[derive(Debug)]
+struct ClassTable {
+    index: Box<[u16; TABLED >> 8]>,
+    blocks: Box<[[u8; 256]]>,
+}
+
+/// The characters [`ClassTable`] holds: those below U+40000 (planes 0 to 3).
+const TABLED: usize = 0x4_0000;
+
+impl ClassTable {
+    /// Builds the table from the classes' ranges, as [`class_by_ranges`]
+    /// reads them: ASCII by its own rule, then `word`, then `cjk`.
+    fn new(word: &[(char, char)], cjk: &[(char, char)]) -> ClassTable {
+        let mut flat = vec![OTHER; TABLED];
+        // Lowest precedence first: a later fill overwrites an earlier one.
+        for (ranges, class) in [(cjk, CJK), (word, WORD)] {
+            for &(start, end) in ranges {
+                let start = start as usize;
+                let end = (end as usize).min(TABLED - 1);
+                if start <= end {
+                    flat[start..=end].fill(class);
+                }
+            }
+        }
+        for (code, entry) in flat[..128].iter_mut().enumerate() {
+            let c = code as u8;
+            *entry = if c.is_ascii_alphanumeric() || c == b'_' {
+                WORD
+            } else {
+                OTHER
+            };
+        }
+        let mut index = Box::new([0u16; TABLED >> 8]);
+        let mut blocks: Vec<[u8; 256]> = Vec::new();
+        // Where the block all of one class is, by class (the classes are
+        // below 32).
+        let mut uniform_at = [None; 32];
+        for (slot, chunk) in index.iter_mut().zip(flat.as_chunks::<256>().0) {
+            // Most blocks are one class throughout: those are stored once
+            // for each class. The mixed ones are kept as they are: hardly
+            // any two are alike, and looking for copies made the table's
+            // build cost more (it is built a tokeniser).
+            let class = chunk[0];
+            let at = if *chunk == [class; 256] {
+                *uniform_at[usize::from(class)].get_or_insert_with(|| {
+                    blocks.push(*chunk);
+                    blocks.len() - 1
+                })
+            } else {
+                blocks.push(*chunk);
+                blocks.len() - 1
+            };
+            // At most TABLED >> 8 blocks: the number fits.
+            *slot = at as u16;
+        }
+        ClassTable {
+            index,
+            blocks: blocks.into_boxed_slice(),
+        }
+    }
+
+    /// The class of `c`, if the table holds it.
+    #[inline(always)]
+    fn get(&self, c: char) -> Option<u8> {
+        let code = c as usize;
+        let block = *self.index.get(code >> 8)? as usize;
+        self.blocks.get(block).map(|block| block[code & 0xff])
+    }
 }
 
 impl Default for Tokeniser {
@@ -65,10 +148,112 @@ pub fn token_hash(token: &str) -> u64 {
     hash_bytes(token.as_bytes())
 }
 
-/// Hashes one token's bytes.
+/// Hashes one token's bytes: xxh3-64 with [`TOKEN_SEED`], the crate's
+/// value on every input (a property test checks every length to 40).
+///
+/// Most tokens are 1 to 16 bytes. For those the crate tests the length
+/// against 16, 8, 4 and 0 in turn; here one `match` on it picks the case
+/// (a jump table), and each case is the crate's arithmetic with the seed's
+/// and secret's part folded into one constant. Longer and empty inputs go
+/// to the crate.
 #[inline(always)]
 fn hash_bytes(bytes: &[u8]) -> u64 {
-    xxh3_64_with_seed(bytes, TOKEN_SEED)
+    match *bytes {
+        [first, ..] if bytes.len() <= 3 => {
+            let len = bytes.len();
+            let combo = u32::from(first) << 16
+                | u32::from(bytes[len >> 1]) << 24
+                | u32::from(bytes[len - 1])
+                | (len as u32) << 8;
+            xxh64_avalanche(u64::from(combo) ^ short_token::FLIP_1_TO_3)
+        }
+        [a, b, c, d, ..] if bytes.len() <= 8 => {
+            let len = bytes.len();
+            let high = u32::from_le_bytes([a, b, c, d]);
+            let low = match bytes[len - 4..] {
+                [a, b, c, d] => u32::from_le_bytes([a, b, c, d]),
+                _ => 0,
+            };
+            let keyed = (u64::from(low) + (u64::from(high) << 32)) ^ short_token::FLIP_4_TO_8;
+            strong_avalanche(keyed, len as u64)
+        }
+        [a, b, c, d, e, f, g, h, ..] if bytes.len() <= 16 => {
+            let len = bytes.len();
+            let lo = u64::from_le_bytes([a, b, c, d, e, f, g, h]) ^ short_token::FLIP_9_TO_16_LO;
+            let hi = match bytes[len - 8..] {
+                [a, b, c, d, e, f, g, h] => u64::from_le_bytes([a, b, c, d, e, f, g, h]),
+                _ => 0,
+            } ^ short_token::FLIP_9_TO_16_HI;
+            let product = u128::from(lo) * u128::from(hi);
+            let acc = (len as u64)
+                .wrapping_add(lo.swap_bytes())
+                .wrapping_add(hi)
+                .wrapping_add(product as u64 ^ (product >> 64) as u64);
+            xxh3_avalanche(acc)
+        }
+        _ => xxh3_64_with_seed(bytes, TOKEN_SEED),
+    }
+}
+
+/// The constants of xxh3-64 for inputs of 1 to 16 bytes with
+/// [`TOKEN_SEED`]: the parts of its default secret those lengths read,
+/// combined with the seed as the crate combines them.
+mod short_token {
+    use super::TOKEN_SEED;
+
+    /// The first 56 bytes of xxh3's default secret (`XXH3_kSecret`).
+    const SECRET: [u8; 56] = [
+        0xb8, 0xfe, 0x6c, 0x39, 0x23, 0xa4, 0x4b, 0xbe, 0x7c, 0x01, 0x81, 0x2c, 0xf7, 0x21, 0xad,
+        0x1c, 0xde, 0xd4, 0x6d, 0xe9, 0x83, 0x90, 0x97, 0xdb, 0x72, 0x40, 0xa4, 0xa4, 0xb7, 0xb3,
+        0x67, 0x1f, 0xcb, 0x79, 0xe6, 0x4e, 0xcc, 0xc0, 0xe5, 0x78, 0x82, 0x5a, 0xd0, 0x7d, 0xcc,
+        0xff, 0x72, 0x21, 0xb8, 0x08, 0x46, 0x74, 0xf7, 0x43, 0x24, 0x8e,
+    ];
+
+    const fn read32(at: usize) -> u64 {
+        u32::from_le_bytes([SECRET[at], SECRET[at + 1], SECRET[at + 2], SECRET[at + 3]]) as u64
+    }
+
+    const fn read64(at: usize) -> u64 {
+        read32(at) | read32(at + 4) << 32
+    }
+
+    /// 1 to 3 bytes.
+    pub(super) const FLIP_1_TO_3: u64 = (read32(0) ^ read32(4)).wrapping_add(TOKEN_SEED);
+    /// 4 to 8 bytes (the seed with its low half's bytes swapped into its
+    /// high half, as the crate does).
+    pub(super) const FLIP_4_TO_8: u64 = (read64(8) ^ read64(16))
+        .wrapping_sub(TOKEN_SEED ^ ((TOKEN_SEED as u32).swap_bytes() as u64) << 32);
+    /// 9 to 16 bytes: the first eight bytes' and the last eight's.
+    pub(super) const FLIP_9_TO_16_LO: u64 = (read64(24) ^ read64(32)).wrapping_add(TOKEN_SEED);
+    pub(super) const FLIP_9_TO_16_HI: u64 = (read64(40) ^ read64(48)).wrapping_sub(TOKEN_SEED);
+}
+
+/// xxh64's final mix (xxh3 ends inputs of 1 to 3 bytes with it).
+#[inline(always)]
+fn xxh64_avalanche(mut value: u64) -> u64 {
+    value ^= value >> 33;
+    value = value.wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+    value ^= value >> 29;
+    value = value.wrapping_mul(0x1656_67B1_9E37_79F9);
+    value ^ value >> 32
+}
+
+/// xxh3's final mix for inputs of 4 to 8 bytes.
+#[inline(always)]
+fn strong_avalanche(mut value: u64, len: u64) -> u64 {
+    value ^= value.rotate_left(49) ^ value.rotate_left(24);
+    value = value.wrapping_mul(0x9FB2_1C65_1E98_DF25);
+    value ^= (value >> 35).wrapping_add(len);
+    value = value.wrapping_mul(0x9FB2_1C65_1E98_DF25);
+    value ^ value >> 28
+}
+
+/// xxh3's final mix for inputs of 9 to 16 bytes.
+#[inline(always)]
+fn xxh3_avalanche(mut value: u64) -> u64 {
+    value ^= value >> 37;
+    value = value.wrapping_mul(0x1656_6791_9E37_79F9);
+    value ^ value >> 32
 }
 
 /// Whether the token `text[start..end]` is a number: ASCII digits only,
@@ -108,8 +293,16 @@ pub fn is_number(token: u64) -> bool {
 }
 
 impl Tokeniser {
-    /// Builds the tables of the token pattern's classes.
+    /// The tokeniser: its tables are built once a process and shared
+    /// (a run builds several preparers, and the class table costs some
+    /// 550,000 instructions to build).
     pub fn new() -> Tokeniser {
+        static BUILT: std::sync::LazyLock<Tokeniser> = std::sync::LazyLock::new(Tokeniser::build);
+        BUILT.clone()
+    }
+
+    /// Builds the tables of the token pattern's classes.
+    fn build() -> Tokeniser {
         let ranges = |class: &str| -> Arc<[(char, char)]> {
             let hir = regex_syntax::parse(class).expect("built-in class parses");
             match hir.kind() {
@@ -121,41 +314,20 @@ impl Tokeniser {
                 _ => unreachable!("a Unicode class parses to a Unicode class"),
             }
         };
-        Tokeniser {
-            // The two alternatives of TOKEN_PATTERN.
-            cjk: ranges(r"[\p{Han}\p{Hiragana}\p{Katakana}]"),
-            word: ranges(r"[\w--[\p{Han}\p{Hiragana}\p{Katakana}]]"),
-        }
+        // The two alternatives of TOKEN_PATTERN.
+        let cjk = ranges(r"[\p{Han}\p{Hiragana}\p{Katakana}]");
+        let word = ranges(r"[\w--[\p{Han}\p{Hiragana}\p{Katakana}]]");
+        let table = Arc::new(ClassTable::new(&word, &cjk));
+        Tokeniser { cjk, word, table }
     }
 
     /// Which alternative of the token pattern `c` may continue: `CJK`,
     /// `WORD`, or neither (`OTHER`).
+    #[inline(always)]
     fn char_class(&self, c: char) -> u8 {
-        let holds = |ranges: &[(char, char)]| {
-            ranges
-                .binary_search_by(|&(start, end)| {
-                    if end < c {
-                        std::cmp::Ordering::Less
-                    } else if start > c {
-                        std::cmp::Ordering::Greater
-                    } else {
-                        std::cmp::Ordering::Equal
-                    }
-                })
-                .is_ok()
-        };
-        if c.is_ascii() {
-            if c.is_ascii_alphanumeric() || c == '_' {
-                WORD
-            } else {
-                OTHER
-            }
-        } else if holds(&self.word) {
-            WORD
-        } else if holds(&self.cjk) {
-            CJK
-        } else {
-            OTHER
+        match self.table.get(c) {
+            Some(class) => class,
+            None => class_by_ranges(&self.word, &self.cjk, c),
         }
     }
 
@@ -343,6 +515,37 @@ impl Tokeniser {
             .find_iter(text)
             .map(|m| (m.start(), m.end()))
             .collect()
+    }
+}
+
+/// Which alternative of the token pattern `c` may continue, by a binary
+/// search of the classes' ranges: `word`'s, then `cjk`'s.
+fn class_by_ranges(word: &[(char, char)], cjk: &[(char, char)], c: char) -> u8 {
+    let holds = |ranges: &[(char, char)]| {
+        ranges
+            .binary_search_by(|&(start, end)| {
+                if end < c {
+                    std::cmp::Ordering::Less
+                } else if start > c {
+                    std::cmp::Ordering::Greater
+                } else {
+                    std::cmp::Ordering::Equal
+                }
+            })
+            .is_ok()
+    };
+    if c.is_ascii() {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            WORD
+        } else {
+            OTHER
+        }
+    } else if holds(word) {
+        WORD
+    } else if holds(cjk) {
+        CJK
+    } else {
+        OTHER
     }
 }
 
@@ -746,9 +949,41 @@ mod tests {
         }
 
         #[test]
+        fn short_token_hashes_are_the_crates(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..=40)) {
+            // Every length to 40: the three short cases, their edges, and
+            // the crate's own cases on either side.
+            for len in 0..=bytes.len() {
+                proptest::prop_assert_eq!(
+                    hash_bytes(&bytes[..len]),
+                    xxh3_64_with_seed(&bytes[..len], TOKEN_SEED),
+                    "{:?}", &bytes[..len]
+                );
+            }
+        }
+
+        #[test]
         fn tokens_are_the_reference_tokens(text in "(#?#?@?[a-cé日本_]{1,3}[ ,.#\u{3000}]{0,2}){0,12}") {
             proptest::prop_assert_eq!(tokens(&text), reference_tokens(&text));
         }
+    }
+
+    #[test]
+    fn every_characters_class_is_the_ranges_class() {
+        // Every character, not a sample: the table must agree wherever it
+        // holds the class, and above it the ranges answer.
+        let tokeniser = Tokeniser::new();
+        for c in (0..=char::MAX as u32).filter_map(char::from_u32) {
+            assert_eq!(
+                tokeniser.char_class(c),
+                class_by_ranges(&tokeniser.word, &tokeniser.cjk, c),
+                "{:?} (U+{:04X})",
+                c,
+                c as u32
+            );
+        }
+        // And the table is the small one its documentation promises.
+        let blocks = tokeniser.table.blocks.len();
+        assert!(blocks < 256, "{blocks}");
     }
 
     #[test]

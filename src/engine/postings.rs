@@ -627,8 +627,11 @@ fn rehash_in_place(cells: &mut [u64], old_size: usize) {
     rehash_in_place_with(cells, old_size, portable_in_use);
 }
 
-/// Cells a rehash looks at together: a cache line's.
-const BLOCK: usize = CELLS_PER_LINE;
+/// Cells a rehash looks at together: four cache lines'. A table grows at a
+/// fifth of its cells in use, so a block of one line held under two
+/// postings, and the loop round each block (its count, its address, the
+/// test for cells marked put) cost more than the block's mask.
+const BLOCK: usize = 4 * CELLS_PER_LINE;
 
 /// [`rehash_in_place`], finding the cells in use a block at a time with
 /// `in_use` (bit `i` set when cell `i` of the block holds a posting).
@@ -639,32 +642,72 @@ const BLOCK: usize = CELLS_PER_LINE;
 /// each). A block's mask is taken before any of its cells is dealt with,
 /// and cells change under it, but only in ways the cell-by-cell pass skips
 /// alike: a cell is emptied only as it is taken itself, and a cell filled
-/// below the one being taken is marked put (`put_below`), which taking
-/// tests first. So the postings move in the same order to the same cells
-/// as [`rehash_in_place_reference`] moves them.
+/// below the one being taken is marked put (`put_below`), which the mask
+/// drops (at the block's start, and again after each posting that marked
+/// one). So the postings move in the same order to the same cells as
+/// [`rehash_in_place_reference`] moves them.
+///
+/// Most postings move up, into an empty cell above the one they leave
+/// (growing never lowers a home, and doubling about doubles it): those
+/// [`move_up`] puts without the general walk of [`take`], which marks
+/// nothing for them. Marks are rare (a posting put below the cell it left:
+/// runs that wrap round the old table's end, and homes near the start), so
+/// a block above every mark made so far skips reading the bitmap.
 #[inline(always)]
 fn rehash_in_place_with(cells: &mut [u64], old_size: usize, in_use: impl Fn(&[u64; BLOCK]) -> u32) {
+    assert!(
+        old_size <= cells.len(),
+        "the old cells lie within the grown table"
+    );
+    // Then every home lies below the size (see [`home`]), which
+    // [`move_up`] relies on.
+    assert!(
+        u64::try_from(cells.len()).is_ok_and(|size| size <= 1 << 32),
+        "a table's size fits the home's multiply"
+    );
     // Cells put below the cell being taken: above it, every cell is either
     // put or empty, so these are the only ones a probe must ask about.
     let mut put_below = vec![0u64; old_size.div_ceil(64)];
+    // Above every cell marked in `put_below` so far.
+    let mut marked_below = 0;
     let blocks = old_size / BLOCK;
     for from in (blocks * BLOCK..old_size).rev() {
-        take(cells, from, &mut put_below);
+        if take(cells, from, &mut put_below) {
+            marked_below = marked_below.max(from);
+        }
     }
     for block in (0..blocks).rev() {
         let start = block * BLOCK;
-        // Every block lies within the old cells, so a whole one is there.
-        let Some(lanes) = cells[start..].first_chunk::<BLOCK>() else {
-            return;
-        };
+        // SAFETY: `start + BLOCK <= blocks * BLOCK <= old_size <= cells.len()`
+        // (asserted above), so the block lies within the cells, and a
+        // `[u64; BLOCK]` has the alignment of a `u64`.
+        let lanes = unsafe { &*cells.as_ptr().add(start).cast::<[u64; BLOCK]>() };
         let mut mask = in_use(lanes);
+        if start < marked_below {
+            mask &= !put_in_block(&put_below, start);
+        }
         // Last first, as the cell-by-cell pass takes them.
         while mask != 0 {
             let lane = 31 - mask.leading_zeros();
             mask &= !(1 << lane);
-            take(cells, start + lane as usize, &mut put_below);
+            let from = start + lane as usize;
+            if !move_up(cells, from) {
+                if take(cells, from, &mut put_below) {
+                    marked_below = marked_below.max(from);
+                }
+                mask &= !put_in_block(&put_below, start);
+            }
         }
     }
+}
+
+/// The cells of the block from `start` (a multiple of [`BLOCK`]) marked
+/// put (see [`rehash_in_place_with`]): bit `i` for cell `start + i`.
+#[inline(always)]
+fn put_in_block(put: &[u64], start: usize) -> u32 {
+    const _: () = assert!(64 % BLOCK == 0, "a block's marks lie in one word");
+    let mask = (1u64 << BLOCK) - 1;
+    (put[start / 64] >> (start % 64) & mask) as u32
 }
 
 /// Whether cell `at` was put by the rehash (see [`rehash_in_place_with`]).
@@ -673,15 +716,53 @@ fn is_put_below(put: &[u64], at: usize) -> bool {
     put[at / 64] >> (at % 64) & 1 != 0
 }
 
+/// Moves the posting in cell `from` (in use, not yet taken, below
+/// `cells.len()`) to the first empty cell from its home on, if its home
+/// lies above `from` and that cell before the table's end: where [`take`]
+/// would put it, with nothing displaced and nothing marked. Returns
+/// whether it moved; if not, nothing changed.
+#[inline(always)]
+fn move_up(cells: &mut [u64], from: usize) -> bool {
+    let size = cells.len();
+    debug_assert!(from < size);
+    // SAFETY: the caller's `from` lies below `cells.len()`.
+    let moving = unsafe { *cells.get_unchecked(from) };
+    let mut at = home(key_of(moving), size);
+    if at <= from {
+        return false;
+    }
+    // Above `from` every cell is put or empty: the first empty one ends
+    // the posting's run. A home lies below the size (see [`home`]), so
+    // only the cells after it need the bound checked.
+    debug_assert!(at < size);
+    loop {
+        // SAFETY: `at < size`: a home is below it, and the loop stops
+        // before stepping onto it.
+        let cell = unsafe { cells.get_unchecked_mut(at) };
+        if *cell == 0 {
+            *cell = moving;
+            // SAFETY: as above.
+            unsafe { *cells.get_unchecked_mut(from) = 0 };
+            return true;
+        }
+        at += 1;
+        if at == size {
+            return false;
+        }
+    }
+}
+
 /// Takes the posting in cell `from`, if there is one still to move, and
 /// moves it, and each posting it displaces in turn, where an insert into
-/// the grown table would put it (see [`rehash_in_place`]).
+/// the grown table would put it (see [`rehash_in_place`]). Returns
+/// whether it marked a cell put (all of them below `from`).
 #[inline(always)]
-fn take(cells: &mut [u64], from: usize, put_below: &mut [u64]) {
+fn take(cells: &mut [u64], from: usize, put_below: &mut [u64]) -> bool {
     let size = cells.len();
     let mut moving = cells[from];
+    let mut marked = false;
     if moving == 0 || is_put_below(put_below, from) {
-        return;
+        return marked;
     }
     cells[from] = 0;
     loop {
@@ -705,6 +786,7 @@ fn take(cells: &mut [u64], from: usize, put_below: &mut [u64]) {
         // chain, and every later cell taken lies below it.
         if at < from {
             put_below[at / 64] |= 1 << (at % 64);
+            marked = true;
         }
         let displaced = std::mem::replace(&mut cells[at], moving);
         if displaced == 0 {
@@ -712,6 +794,7 @@ fn take(cells: &mut [u64], from: usize, put_below: &mut [u64]) {
         }
         moving = displaced;
     }
+    marked
 }
 
 /// The cells of `block` in use, one by one.
@@ -728,7 +811,7 @@ mod avx2 {
     use super::BLOCK;
     use std::arch::x86_64::*;
 
-    /// [`super::rehash_in_place`] with a block's cells in use found by two
+    /// [`super::rehash_in_place`] with a block's cells in use found by
     /// compares of four cells each.
     #[target_feature(enable = "avx2")]
     pub(super) fn rehash_in_place(cells: &mut [u64], old_size: usize) {
@@ -739,13 +822,29 @@ mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2")]
     pub(super) fn in_use(block: &[u64; BLOCK]) -> u32 {
+        const _: () = assert!(BLOCK == 32, "eight loads of four cells");
         let lanes = block.as_ptr().cast::<__m256i>();
-        // SAFETY: `block` is eight cells, 64 bytes: two unaligned loads of
-        // 32 bytes read within it.
-        let (low, high) = unsafe { (_mm256_loadu_si256(lanes), _mm256_loadu_si256(lanes.add(1))) };
         let zero = _mm256_setzero_si256();
-        let empty = |v| _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(v, zero))) as u32;
-        !(empty(low) | empty(high) << 4) & 0xff
+        // Eight cells: two compares, their dwords packed to one vector
+        // (cells 0, 1, 4, 5 | 2, 3, 6, 7), put in order, one movemask.
+        let empty = |at: usize| {
+            // SAFETY: `block` is 32 cells, 256 bytes, and `at <= 6`: two
+            // unaligned loads of 32 bytes from `lanes + at` read within it.
+            let (low, high) = unsafe {
+                (
+                    _mm256_loadu_si256(lanes.add(at)),
+                    _mm256_loadu_si256(lanes.add(at + 1)),
+                )
+            };
+            let packed = _mm256_packs_epi32(
+                _mm256_cmpeq_epi64(low, zero),
+                _mm256_cmpeq_epi64(high, zero),
+            );
+            _mm256_movemask_ps(_mm256_castsi256_ps(
+                _mm256_permute4x64_epi64::<0b11_01_10_00>(packed),
+            )) as u32
+        };
+        !(empty(0) | empty(2) << 8 | empty(4) << 16 | empty(6) << 24)
     }
 }
 
@@ -1075,6 +1174,35 @@ mod tests {
             // The dispatched one: AVX2 where the processor has it.
             rehash_in_place(&mut cells, old_size);
             proptest::prop_assert_eq!(&cells, &expected);
+        }
+
+        /// Doubling, as a growing table does, at the loads it grows at and
+        /// past them: the rehash that moves most postings up without the
+        /// general walk ([`move_up`]) puts every posting where the
+        /// cell-by-cell rehash puts it, in tables of many blocks whose
+        /// runs cross blocks, wrap round the end and displace postings not
+        /// yet taken.
+        #[test]
+        fn doubling_puts_each_posting_where_cell_by_cell_does(
+            blocks in 1usize..40,
+            load in proptest::sample::select(vec![0.05f64, 0.2, 0.5, 0.8, 0.99]),
+            seed in proptest::num::u32::ANY,
+            clustered in proptest::bool::ANY,
+        ) {
+            let old_size = blocks * BLOCK;
+            let held = (old_size as f64 * load) as usize;
+            let keys: Vec<u32> = (0..held as u32)
+                .map(|n| n.wrapping_add(seed).wrapping_mul(0x2545_f491) ^ seed.rotate_left(7))
+                .collect();
+            let (mut cells, postings) = old_table(old_size, old_size, &keys, clustered);
+            let mut expected = cells.clone();
+            rehash_in_place_reference(&mut expected, old_size);
+            let mut portable = cells.clone();
+            rehash_in_place_with(&mut portable, old_size, portable_in_use);
+            proptest::prop_assert_eq!(&portable, &expected);
+            rehash_in_place(&mut cells, old_size);
+            proptest::prop_assert_eq!(&cells, &expected);
+            every_posting_ends_its_run(&cells, postings)?;
         }
 
         /// AVX2 finds the same cells of a block in use as asking them one

@@ -253,35 +253,37 @@ impl Postings {
         if self.len >= self.grow_at {
             self.grow();
         }
-        let mut at = self.home(key);
-        let cells = self.cells.as_mut_slice();
-        let size = cells.len();
-        // Checked once here, not at every cell of the run: a replica's
-        // thread walks about three cells an insert, and ten inserts a
-        // message. A home is always below the size (see [`home`]); were it
-        // not, the run stops loudly rather than the posting being dropped
-        // as if its bucket were full.
-        assert!(at < size, "a key's home cell lies within its table");
-        let mut same = 0;
-        loop {
-            // SAFETY: `at < size` was checked before the loop, and `next`
-            // keeps it below `size` (it wraps to 0 at the end).
-            let c = unsafe { *cells.get_unchecked(at) };
-            if c == 0 {
-                break;
+        let added = put_capped(self.cells.as_mut_slice(), key, slot, max_bucket);
+        self.len += usize::from(added);
+        added
+    }
+
+    /// Adds `(key, slot)` for each key of `keys` and then for `last`, in
+    /// that order, each unless its key has `max_bucket` postings already:
+    /// what [`Postings::insert_capped`] does called for each in turn, the
+    /// table growing at the same insert.
+    ///
+    /// A message posts ten keys at once. When the table cannot grow before
+    /// the last of them (each adds at most one posting), the table's cells,
+    /// size and count stay in registers across all of them, and no insert
+    /// asks whether to grow; otherwise each is inserted as one.
+    #[inline]
+    pub fn insert_all_capped(&mut self, keys: &[u32], last: u32, slot: u32, max_bucket: usize) {
+        let all = keys.len() + 1;
+        if self.len.saturating_add(all) > self.grow_at {
+            for &key in keys {
+                self.insert_capped(key, slot, max_bucket);
             }
-            if key_of(c) == key {
-                same += 1;
-                if same >= max_bucket {
-                    return false;
-                }
-            }
-            at = next(at, size);
+            self.insert_capped(last, slot, max_bucket);
+            return;
         }
-        // SAFETY: as in the loop, `at < size`.
-        unsafe { *cells.get_unchecked_mut(at) = cell(key, slot) };
-        self.len += 1;
-        true
+        let cells = self.cells.as_mut_slice();
+        let mut added = 0;
+        for &key in keys {
+            added += usize::from(put_capped(cells, key, slot, max_bucket));
+        }
+        added += usize::from(put_capped(cells, last, slot, max_bucket));
+        self.len += added;
     }
 
     /// Removes the posting `(key, slot)` if it is there.
@@ -586,6 +588,41 @@ fn place_part(
         }
     }
     left
+}
+
+/// Puts `(key, slot)` at the end of its key's run in `cells` unless the run
+/// holds `max_bucket` postings of the key already (see
+/// [`Postings::insert_capped`]). Returns whether it was put. The caller
+/// counts it and grows the table: `cells` must have an empty cell.
+#[inline(always)]
+fn put_capped(cells: &mut [u64], key: u32, slot: u32, max_bucket: usize) -> bool {
+    let size = cells.len();
+    let mut at = home(key, size);
+    // Checked once here, not at every cell of the run: a replica's
+    // thread walks about three cells an insert, and ten inserts a
+    // message. A home is always below the size (see [`home`]); were it
+    // not, the run stops loudly rather than the posting being dropped
+    // as if its bucket were full.
+    assert!(at < size, "a key's home cell lies within its table");
+    let mut same = 0;
+    loop {
+        // SAFETY: `at < size` was checked before the loop, and `next`
+        // keeps it below `size` (it wraps to 0 at the end).
+        let c = unsafe { *cells.get_unchecked(at) };
+        if c == 0 {
+            break;
+        }
+        if key_of(c) == key {
+            same += 1;
+            if same >= max_bucket {
+                return false;
+            }
+        }
+        at = next(at, size);
+    }
+    // SAFETY: as in the loop, `at < size`.
+    unsafe { *cells.get_unchecked_mut(at) = cell(key, slot) };
+    true
 }
 
 /// The home cell of `key` in a table of `size` cells. Keys are hashes
@@ -1203,6 +1240,41 @@ mod tests {
             rehash_in_place(&mut cells, old_size);
             proptest::prop_assert_eq!(&cells, &expected);
             every_posting_ends_its_run(&cells, postings)?;
+        }
+
+        /// Inserting a message's keys at once leaves the table cell for
+        /// cell as inserting them one by one does, whether the batch
+        /// grows the table or not, with growth waiting or not, full
+        /// buckets and keys repeated within a message.
+        #[test]
+        fn inserting_keys_at_once_matches_one_by_one(
+            expected in proptest::sample::select(vec![0usize, 10, 300]),
+            messages in proptest::collection::vec(
+                (proptest::collection::vec(0u32..60, 0..12), 0u32..60),
+                0..200,
+            ),
+            max_bucket in proptest::sample::select(vec![1usize, 3, usize::MAX]),
+            deferring in proptest::bool::ANY,
+        ) {
+            let (mut at_once, mut one_by_one) =
+                (Postings::with_capacity(expected), Postings::with_capacity(expected));
+            if deferring {
+                at_once.defer_growth();
+                one_by_one.defer_growth();
+            }
+            let key = |k: u32| k.wrapping_mul(0x9e37_79b1);
+            for (slot, (keys, last)) in messages.iter().enumerate() {
+                let keys: Vec<u32> = keys.iter().map(|&k| key(k)).collect();
+                let slot = slot as u32;
+                at_once.insert_all_capped(&keys, key(*last), slot, max_bucket);
+                for &k in &keys {
+                    one_by_one.insert_capped(k, slot, max_bucket);
+                }
+                one_by_one.insert_capped(key(*last), slot, max_bucket);
+                proptest::prop_assert_eq!(at_once.len(), one_by_one.len());
+                proptest::prop_assert_eq!(at_once.cells(), one_by_one.cells());
+                proptest::prop_assert_eq!(at_once.cells.as_slice(), one_by_one.cells.as_slice());
+            }
         }
 
         /// AVX2 finds the same cells of a block in use as asking them one

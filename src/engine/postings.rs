@@ -678,17 +678,19 @@ const BLOCK: usize = 4 * CELLS_PER_LINE;
 /// each). A block's mask is taken before any of its cells is dealt with,
 /// and cells change under it, but only in ways the cell-by-cell pass skips
 /// alike: a cell is emptied only as it is taken itself, and a cell filled
-/// below the one being taken is marked put (`put_below`), which the mask
-/// drops (at the block's start, and again after each posting that marked
-/// one). So the postings move in the same order to the same cells as
+/// below the one being taken is marked put (`put_below`), which taking
+/// tests. So the postings move in the same order to the same cells as
 /// [`rehash_in_place_reference`] moves them.
 ///
 /// Most postings move up, into an empty cell above the one they leave
 /// (growing never lowers a home, and doubling about doubles it): those
-/// [`move_up`] puts without the general walk of [`take`], which marks
-/// nothing for them. Marks are rare (a posting put below the cell it left:
-/// runs that wrap round the old table's end, and homes near the start), so
-/// a block above every mark made so far skips reading the bitmap.
+/// [`move_up`] puts without the general walk of [`take`], and without
+/// reading the marks. It never moves a posting already put: one put below
+/// the cell being taken has its home at or below its cell (`move_up`
+/// declines it at once), or wrapped round the table's end, its run from
+/// its home to the end full, and still full (no cell above the one being
+/// taken is emptied again), so `move_up` declines it too, and `take`
+/// finds it marked.
 #[inline(always)]
 fn rehash_in_place_with(cells: &mut [u64], old_size: usize, in_use: impl Fn(&[u64; BLOCK]) -> u32) {
     assert!(
@@ -704,13 +706,9 @@ fn rehash_in_place_with(cells: &mut [u64], old_size: usize, in_use: impl Fn(&[u6
     // Cells put below the cell being taken: above it, every cell is either
     // put or empty, so these are the only ones a probe must ask about.
     let mut put_below = vec![0u64; old_size.div_ceil(64)];
-    // Above every cell marked in `put_below` so far.
-    let mut marked_below = 0;
     let blocks = old_size / BLOCK;
     for from in (blocks * BLOCK..old_size).rev() {
-        if take(cells, from, &mut put_below) {
-            marked_below = marked_below.max(from);
-        }
+        take(cells, from, &mut put_below);
     }
     for block in (0..blocks).rev() {
         let start = block * BLOCK;
@@ -719,31 +717,16 @@ fn rehash_in_place_with(cells: &mut [u64], old_size: usize, in_use: impl Fn(&[u6
         // `[u64; BLOCK]` has the alignment of a `u64`.
         let lanes = unsafe { &*cells.as_ptr().add(start).cast::<[u64; BLOCK]>() };
         let mut mask = in_use(lanes);
-        if start < marked_below {
-            mask &= !put_in_block(&put_below, start);
-        }
         // Last first, as the cell-by-cell pass takes them.
         while mask != 0 {
             let lane = 31 - mask.leading_zeros();
             mask &= !(1 << lane);
             let from = start + lane as usize;
             if !move_up(cells, from) {
-                if take(cells, from, &mut put_below) {
-                    marked_below = marked_below.max(from);
-                }
-                mask &= !put_in_block(&put_below, start);
+                take(cells, from, &mut put_below);
             }
         }
     }
-}
-
-/// The cells of the block from `start` (a multiple of [`BLOCK`]) marked
-/// put (see [`rehash_in_place_with`]): bit `i` for cell `start + i`.
-#[inline(always)]
-fn put_in_block(put: &[u64], start: usize) -> u32 {
-    const _: () = assert!(64 % BLOCK == 0, "a block's marks lie in one word");
-    let mask = (1u64 << BLOCK) - 1;
-    (put[start / 64] >> (start % 64) & mask) as u32
 }
 
 /// Whether cell `at` was put by the rehash (see [`rehash_in_place_with`]).
@@ -790,15 +773,13 @@ fn move_up(cells: &mut [u64], from: usize) -> bool {
 
 /// Takes the posting in cell `from`, if there is one still to move, and
 /// moves it, and each posting it displaces in turn, where an insert into
-/// the grown table would put it (see [`rehash_in_place`]). Returns
-/// whether it marked a cell put (all of them below `from`).
+/// the grown table would put it (see [`rehash_in_place`]).
 #[inline(always)]
-fn take(cells: &mut [u64], from: usize, put_below: &mut [u64]) -> bool {
+fn take(cells: &mut [u64], from: usize, put_below: &mut [u64]) {
     let size = cells.len();
     let mut moving = cells[from];
-    let mut marked = false;
     if moving == 0 || is_put_below(put_below, from) {
-        return marked;
+        return;
     }
     cells[from] = 0;
     loop {
@@ -822,7 +803,6 @@ fn take(cells: &mut [u64], from: usize, put_below: &mut [u64]) -> bool {
         // chain, and every later cell taken lies below it.
         if at < from {
             put_below[at / 64] |= 1 << (at % 64);
-            marked = true;
         }
         let displaced = std::mem::replace(&mut cells[at], moving);
         if displaced == 0 {
@@ -830,7 +810,6 @@ fn take(cells: &mut [u64], from: usize, put_below: &mut [u64]) -> bool {
         }
         moving = displaced;
     }
-    marked
 }
 
 /// The cells of `block` in use, one by one.

@@ -665,8 +665,8 @@ fn rehash_in_place(cells: &mut [u64], old_size: usize) {
 
 /// Cells a rehash looks at together: four cache lines'. A table grows at a
 /// fifth of its cells in use, so a block of one line held under two
-/// postings, and the loop round each block (its count, its address, the
-/// test for cells marked put) cost more than the block's mask.
+/// postings, and the loop round each block (its count, its address, its
+/// bound checks) cost more than the block's mask.
 const BLOCK: usize = 4 * CELLS_PER_LINE;
 
 /// [`rehash_in_place`], finding the cells in use a block at a time with
@@ -698,7 +698,7 @@ fn rehash_in_place_with(cells: &mut [u64], old_size: usize, in_use: impl Fn(&[u6
         "the old cells lie within the grown table"
     );
     // Then every home lies below the size (see [`home`]), which
-    // [`move_up`] relies on.
+    // [`move_up`] relies on for its soundness.
     assert!(
         u64::try_from(cells.len()).is_ok_and(|size| size <= 1 << 32),
         "a table's size fits the home's multiply"
@@ -722,7 +722,9 @@ fn rehash_in_place_with(cells: &mut [u64], old_size: usize, in_use: impl Fn(&[u6
             let lane = 31 - mask.leading_zeros();
             mask &= !(1 << lane);
             let from = start + lane as usize;
-            if !move_up(cells, from) {
+            // SAFETY: `from < start + BLOCK <= cells.len()`, and
+            // `cells.len() <= 2^32`, both asserted above.
+            if !unsafe { move_up(cells, from) } {
                 take(cells, from, &mut put_below);
             }
         }
@@ -740,10 +742,15 @@ fn is_put_below(put: &[u64], at: usize) -> bool {
 /// lies above `from` and that cell before the table's end: where [`take`]
 /// would put it, with nothing displaced and nothing marked. Returns
 /// whether it moved; if not, nothing changed.
+///
+/// # Safety
+///
+/// `from < cells.len() <= 2^32`: then every home lies below the size
+/// (see [`home`]), and no cell is read or written unchecked past it.
 #[inline(always)]
-fn move_up(cells: &mut [u64], from: usize) -> bool {
+unsafe fn move_up(cells: &mut [u64], from: usize) -> bool {
     let size = cells.len();
-    debug_assert!(from < size);
+    debug_assert!(from < size && size as u64 <= 1 << 32);
     // SAFETY: the caller's `from` lies below `cells.len()`.
     let moving = unsafe { *cells.get_unchecked(from) };
     let mut at = home(key_of(moving), size);
@@ -751,8 +758,9 @@ fn move_up(cells: &mut [u64], from: usize) -> bool {
         return false;
     }
     // Above `from` every cell is put or empty: the first empty one ends
-    // the posting's run. A home lies below the size (see [`home`]), so
-    // only the cells after it need the bound checked.
+    // the posting's run. A home lies below the size (see [`home`]; the
+    // caller's size is at most 2^32), so only the cells after it need the
+    // bound checked.
     debug_assert!(at < size);
     loop {
         // SAFETY: `at < size`: a home is below it, and the loop stops

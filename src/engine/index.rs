@@ -896,15 +896,11 @@ impl Index {
             (slot, None)
         };
         match posted {
-            // The band keys, then the exact-set key, as the mask counts them.
-            // A plain loop and one insert after it: walking them as one
-            // chained iterator asked at every key which half it was in
-            // (about 60 instructions a message on a replica's thread).
+            // The band keys, then the exact-set key, as the mask counts them,
+            // with the table's growth asked about once for all of them.
             None => {
-                for &key in message.band_keys {
-                    self.postings.insert_capped(key, slot, self.max_bucket);
-                }
-                self.postings.insert_capped(exact, slot, self.max_bucket);
+                self.postings
+                    .insert_all_capped(message.band_keys, exact, slot, self.max_bucket);
             }
             Some(mask) => {
                 for (at, &key) in message

@@ -253,35 +253,37 @@ impl Postings {
         if self.len >= self.grow_at {
             self.grow();
         }
-        let mut at = self.home(key);
-        let cells = self.cells.as_mut_slice();
-        let size = cells.len();
-        // Checked once here, not at every cell of the run: a replica's
-        // thread walks about three cells an insert, and ten inserts a
-        // message. A home is always below the size (see [`home`]); were it
-        // not, the run stops loudly rather than the posting being dropped
-        // as if its bucket were full.
-        assert!(at < size, "a key's home cell lies within its table");
-        let mut same = 0;
-        loop {
-            // SAFETY: `at < size` was checked before the loop, and `next`
-            // keeps it below `size` (it wraps to 0 at the end).
-            let c = unsafe { *cells.get_unchecked(at) };
-            if c == 0 {
-                break;
+        let added = put_capped(self.cells.as_mut_slice(), key, slot, max_bucket);
+        self.len += usize::from(added);
+        added
+    }
+
+    /// Adds `(key, slot)` for each key of `keys` and then for `last`, in
+    /// that order, each unless its key has `max_bucket` postings already:
+    /// what [`Postings::insert_capped`] does called for each in turn, the
+    /// table growing at the same insert.
+    ///
+    /// A message posts ten keys at once. When the table cannot grow before
+    /// the last of them (each adds at most one posting), the table's cells,
+    /// size and count stay in registers across all of them, and no insert
+    /// asks whether to grow; otherwise each is inserted as one.
+    #[inline]
+    pub fn insert_all_capped(&mut self, keys: &[u32], last: u32, slot: u32, max_bucket: usize) {
+        let all = keys.len() + 1;
+        if self.len.saturating_add(all) > self.grow_at {
+            for &key in keys {
+                self.insert_capped(key, slot, max_bucket);
             }
-            if key_of(c) == key {
-                same += 1;
-                if same >= max_bucket {
-                    return false;
-                }
-            }
-            at = next(at, size);
+            self.insert_capped(last, slot, max_bucket);
+            return;
         }
-        // SAFETY: as in the loop, `at < size`.
-        unsafe { *cells.get_unchecked_mut(at) = cell(key, slot) };
-        self.len += 1;
-        true
+        let cells = self.cells.as_mut_slice();
+        let mut added = 0;
+        for &key in keys {
+            added += usize::from(put_capped(cells, key, slot, max_bucket));
+        }
+        added += usize::from(put_capped(cells, last, slot, max_bucket));
+        self.len += added;
     }
 
     /// Removes the posting `(key, slot)` if it is there.
@@ -588,6 +590,40 @@ fn place_part(
     left
 }
 
+/// Puts `(key, slot)` at the end of its key's run in `cells` unless the run
+/// holds `max_bucket` postings of the key already (see
+/// [`Postings::insert_capped`]). Returns whether it was put. The caller
+/// counts it and grows the table: `cells` must have an empty cell.
+#[inline(always)]
+fn put_capped(cells: &mut [u64], key: u32, slot: u32, max_bucket: usize) -> bool {
+    let size = cells.len();
+    let mut at = home(key, size);
+    // A home is always below the size (see [`home`]); were it not, the
+    // run stops loudly rather than the posting being put at the start
+    // of the table, away from its run.
+    assert!(at < size, "a key's home cell lies within its table");
+    let mut same = 0;
+    // To the table's end, then from its start: a run that wraps is rare,
+    // and asking at every cell whether to wrap cost two instructions of
+    // the eleven a cell took.
+    loop {
+        while let Some(&c) = cells.get(at) {
+            if c == 0 {
+                cells[at] = cell(key, slot);
+                return true;
+            }
+            if key_of(c) == key {
+                same += 1;
+                if same >= max_bucket {
+                    return false;
+                }
+            }
+            at += 1;
+        }
+        at = 0;
+    }
+}
+
 /// The home cell of `key` in a table of `size` cells. Keys are hashes
 /// already; a multiply spreads them and the high bits pick the cell
 /// (Lemire's range reduction, no division and any table size). A larger
@@ -627,8 +663,11 @@ fn rehash_in_place(cells: &mut [u64], old_size: usize) {
     rehash_in_place_with(cells, old_size, portable_in_use);
 }
 
-/// Cells a rehash looks at together: a cache line's.
-const BLOCK: usize = CELLS_PER_LINE;
+/// Cells a rehash looks at together: four cache lines'. A table grows at a
+/// fifth of its cells in use, so a block of one line held under two
+/// postings, and the loop round each block (its count, its address, its
+/// bound checks) cost more than the block's mask.
+const BLOCK: usize = 4 * CELLS_PER_LINE;
 
 /// [`rehash_in_place`], finding the cells in use a block at a time with
 /// `in_use` (bit `i` set when cell `i` of the block holds a posting).
@@ -640,10 +679,30 @@ const BLOCK: usize = CELLS_PER_LINE;
 /// and cells change under it, but only in ways the cell-by-cell pass skips
 /// alike: a cell is emptied only as it is taken itself, and a cell filled
 /// below the one being taken is marked put (`put_below`), which taking
-/// tests first. So the postings move in the same order to the same cells
-/// as [`rehash_in_place_reference`] moves them.
+/// tests. So the postings move in the same order to the same cells as
+/// [`rehash_in_place_reference`] moves them.
+///
+/// Most postings move up, into an empty cell above the one they leave
+/// (growing never lowers a home, and doubling about doubles it): those
+/// [`move_up`] puts without the general walk of [`take`], and without
+/// reading the marks. It never moves a posting already put: one put below
+/// the cell being taken has its home at or below its cell (`move_up`
+/// declines it at once), or wrapped round the table's end, its run from
+/// its home to the end full, and still full (no cell above the one being
+/// taken is emptied again), so `move_up` declines it too, and `take`
+/// finds it marked.
 #[inline(always)]
 fn rehash_in_place_with(cells: &mut [u64], old_size: usize, in_use: impl Fn(&[u64; BLOCK]) -> u32) {
+    assert!(
+        old_size <= cells.len(),
+        "the old cells lie within the grown table"
+    );
+    // Then every home lies below the size (see [`home`]), which
+    // [`move_up`] relies on for its soundness.
+    assert!(
+        u64::try_from(cells.len()).is_ok_and(|size| size <= 1 << 32),
+        "a table's size fits the home's multiply"
+    );
     // Cells put below the cell being taken: above it, every cell is either
     // put or empty, so these are the only ones a probe must ask about.
     let mut put_below = vec![0u64; old_size.div_ceil(64)];
@@ -653,16 +712,21 @@ fn rehash_in_place_with(cells: &mut [u64], old_size: usize, in_use: impl Fn(&[u6
     }
     for block in (0..blocks).rev() {
         let start = block * BLOCK;
-        // Every block lies within the old cells, so a whole one is there.
-        let Some(lanes) = cells[start..].first_chunk::<BLOCK>() else {
-            return;
-        };
+        // SAFETY: `start + BLOCK <= blocks * BLOCK <= old_size <= cells.len()`
+        // (asserted above), so the block lies within the cells, and a
+        // `[u64; BLOCK]` has the alignment of a `u64`.
+        let lanes = unsafe { &*cells.as_ptr().add(start).cast::<[u64; BLOCK]>() };
         let mut mask = in_use(lanes);
         // Last first, as the cell-by-cell pass takes them.
         while mask != 0 {
             let lane = 31 - mask.leading_zeros();
             mask &= !(1 << lane);
-            take(cells, start + lane as usize, &mut put_below);
+            let from = start + lane as usize;
+            // SAFETY: `from < start + BLOCK <= cells.len()`, and
+            // `cells.len() <= 2^32`, both asserted above.
+            if !unsafe { move_up(cells, from) } {
+                take(cells, from, &mut put_below);
+            }
         }
     }
 }
@@ -671,6 +735,48 @@ fn rehash_in_place_with(cells: &mut [u64], old_size: usize, in_use: impl Fn(&[u6
 #[inline(always)]
 fn is_put_below(put: &[u64], at: usize) -> bool {
     put[at / 64] >> (at % 64) & 1 != 0
+}
+
+/// Moves the posting in cell `from` (in use, not yet taken, below
+/// `cells.len()`) to the first empty cell from its home on, if its home
+/// lies above `from` and that cell before the table's end: where [`take`]
+/// would put it, with nothing displaced and nothing marked. Returns
+/// whether it moved; if not, nothing changed.
+///
+/// # Safety
+///
+/// `from < cells.len() <= 2^32`: then every home lies below the size
+/// (see [`home`]), and no cell is read or written unchecked past it.
+#[inline(always)]
+unsafe fn move_up(cells: &mut [u64], from: usize) -> bool {
+    let size = cells.len();
+    debug_assert!(from < size && size as u64 <= 1 << 32);
+    // SAFETY: the caller's `from` lies below `cells.len()`.
+    let moving = unsafe { *cells.get_unchecked(from) };
+    let mut at = home(key_of(moving), size);
+    if at <= from {
+        return false;
+    }
+    // Above `from` every cell is put or empty: the first empty one ends
+    // the posting's run. A home lies below the size (see [`home`]; the
+    // caller's size is at most 2^32), so only the cells after it need the
+    // bound checked.
+    debug_assert!(at < size);
+    loop {
+        // SAFETY: `at < size`: a home is below it, and the loop stops
+        // before stepping onto it.
+        let cell = unsafe { cells.get_unchecked_mut(at) };
+        if *cell == 0 {
+            *cell = moving;
+            // SAFETY: as above.
+            unsafe { *cells.get_unchecked_mut(from) = 0 };
+            return true;
+        }
+        at += 1;
+        if at == size {
+            return false;
+        }
+    }
 }
 
 /// Takes the posting in cell `from`, if there is one still to move, and
@@ -728,7 +834,7 @@ mod avx2 {
     use super::BLOCK;
     use std::arch::x86_64::*;
 
-    /// [`super::rehash_in_place`] with a block's cells in use found by two
+    /// [`super::rehash_in_place`] with a block's cells in use found by
     /// compares of four cells each.
     #[target_feature(enable = "avx2")]
     pub(super) fn rehash_in_place(cells: &mut [u64], old_size: usize) {
@@ -739,13 +845,29 @@ mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2")]
     pub(super) fn in_use(block: &[u64; BLOCK]) -> u32 {
+        const _: () = assert!(BLOCK == 32, "eight loads of four cells");
         let lanes = block.as_ptr().cast::<__m256i>();
-        // SAFETY: `block` is eight cells, 64 bytes: two unaligned loads of
-        // 32 bytes read within it.
-        let (low, high) = unsafe { (_mm256_loadu_si256(lanes), _mm256_loadu_si256(lanes.add(1))) };
         let zero = _mm256_setzero_si256();
-        let empty = |v| _mm256_movemask_pd(_mm256_castsi256_pd(_mm256_cmpeq_epi64(v, zero))) as u32;
-        !(empty(low) | empty(high) << 4) & 0xff
+        // Eight cells: two compares, their dwords packed to one vector
+        // (cells 0, 1, 4, 5 | 2, 3, 6, 7), put in order, one movemask.
+        let empty = |at: usize| {
+            // SAFETY: `block` is 32 cells, 256 bytes, and `at <= 6`: two
+            // unaligned loads of 32 bytes from `lanes + at` read within it.
+            let (low, high) = unsafe {
+                (
+                    _mm256_loadu_si256(lanes.add(at)),
+                    _mm256_loadu_si256(lanes.add(at + 1)),
+                )
+            };
+            let packed = _mm256_packs_epi32(
+                _mm256_cmpeq_epi64(low, zero),
+                _mm256_cmpeq_epi64(high, zero),
+            );
+            _mm256_movemask_ps(_mm256_castsi256_ps(
+                _mm256_permute4x64_epi64::<0b11_01_10_00>(packed),
+            )) as u32
+        };
+        !(empty(0) | empty(2) << 8 | empty(4) << 16 | empty(6) << 24)
     }
 }
 
@@ -1075,6 +1197,70 @@ mod tests {
             // The dispatched one: AVX2 where the processor has it.
             rehash_in_place(&mut cells, old_size);
             proptest::prop_assert_eq!(&cells, &expected);
+        }
+
+        /// Doubling, as a growing table does, at the loads it grows at and
+        /// past them: the rehash that moves most postings up without the
+        /// general walk ([`move_up`]) puts every posting where the
+        /// cell-by-cell rehash puts it, in tables of many blocks whose
+        /// runs cross blocks, wrap round the end and displace postings not
+        /// yet taken.
+        #[test]
+        fn doubling_puts_each_posting_where_cell_by_cell_does(
+            blocks in 1usize..40,
+            load in proptest::sample::select(vec![0.05f64, 0.2, 0.5, 0.8, 0.99]),
+            seed in proptest::num::u32::ANY,
+            clustered in proptest::bool::ANY,
+        ) {
+            let old_size = blocks * BLOCK;
+            let held = (old_size as f64 * load) as usize;
+            let keys: Vec<u32> = (0..held as u32)
+                .map(|n| n.wrapping_add(seed).wrapping_mul(0x2545_f491) ^ seed.rotate_left(7))
+                .collect();
+            let (mut cells, postings) = old_table(old_size, old_size, &keys, clustered);
+            let mut expected = cells.clone();
+            rehash_in_place_reference(&mut expected, old_size);
+            let mut portable = cells.clone();
+            rehash_in_place_with(&mut portable, old_size, portable_in_use);
+            proptest::prop_assert_eq!(&portable, &expected);
+            rehash_in_place(&mut cells, old_size);
+            proptest::prop_assert_eq!(&cells, &expected);
+            every_posting_ends_its_run(&cells, postings)?;
+        }
+
+        /// Inserting a message's keys at once leaves the table cell for
+        /// cell as inserting them one by one does, whether the batch
+        /// grows the table or not, with growth waiting or not, full
+        /// buckets and keys repeated within a message.
+        #[test]
+        fn inserting_keys_at_once_matches_one_by_one(
+            expected in proptest::sample::select(vec![0usize, 10, 300]),
+            messages in proptest::collection::vec(
+                (proptest::collection::vec(0u32..60, 0..12), 0u32..60),
+                0..200,
+            ),
+            max_bucket in proptest::sample::select(vec![1usize, 3, usize::MAX]),
+            deferring in proptest::bool::ANY,
+        ) {
+            let (mut at_once, mut one_by_one) =
+                (Postings::with_capacity(expected), Postings::with_capacity(expected));
+            if deferring {
+                at_once.defer_growth();
+                one_by_one.defer_growth();
+            }
+            let key = |k: u32| k.wrapping_mul(0x9e37_79b1);
+            for (slot, (keys, last)) in messages.iter().enumerate() {
+                let keys: Vec<u32> = keys.iter().map(|&k| key(k)).collect();
+                let slot = slot as u32;
+                at_once.insert_all_capped(&keys, key(*last), slot, max_bucket);
+                for &k in &keys {
+                    one_by_one.insert_capped(k, slot, max_bucket);
+                }
+                one_by_one.insert_capped(key(*last), slot, max_bucket);
+                proptest::prop_assert_eq!(at_once.len(), one_by_one.len());
+                proptest::prop_assert_eq!(at_once.cells(), one_by_one.cells());
+                proptest::prop_assert_eq!(at_once.cells.as_slice(), one_by_one.cells.as_slice());
+            }
         }
 
         /// AVX2 finds the same cells of a block in use as asking them one

@@ -58,7 +58,7 @@ pub struct Walked {
 pub struct RecentInserts {
     /// By a key's cell: the number of the last insert that posted under a
     /// key of that cell, plus one (0: none yet).
-    stamps: Box<[u32]>,
+    stamps: Box<[u32; STAMP_CELLS]>,
     /// Inserts so far (wrapping).
     fills: u32,
     /// The slot each of the last [`RECENT`] inserts filled, by its number
@@ -72,7 +72,7 @@ pub struct RecentInserts {
 impl Default for RecentInserts {
     fn default() -> Self {
         RecentInserts {
-            stamps: vec![0; STAMP_CELLS].into_boxed_slice(),
+            stamps: Box::new([0; STAMP_CELLS]),
             fills: 0,
             slots: [0; RECENT],
             last_refill: 0,
@@ -84,7 +84,10 @@ impl Default for RecentInserts {
 /// multiply spreads any bits that mark a key's kind.
 #[inline]
 fn stamp_cell(key: u32) -> usize {
+    // Masked with the table's size (a no-op: the shift leaves fewer bits),
+    // so that no index is bound-checked.
     (key.wrapping_mul(0x9e37_79b1) >> (32 - STAMP_CELLS.trailing_zeros())) as usize
+        & (STAMP_CELLS - 1)
 }
 
 /// What was inserted since a walk (see [`RecentInserts::since`]).

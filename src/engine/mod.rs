@@ -1443,25 +1443,28 @@ impl Deduper {
             }
         }
         self.verifier.load(sketch.shingles);
-        let mut found = Found {
-            best: None,
-            lone: verdict::LoneMatch::new(
-                self.config.threshold,
-                self.config.lone_reach(),
-                self.next_seq,
-            ),
-            specific: [None; MAX_ANCHORS],
-            refused: None,
-        };
-        let judge = Judge {
-            index: &self.index,
-            config: &self.config,
-            guards: self.guards,
-            next_seq: self.next_seq,
-            bands: self.preparer.lsh_params().bands,
-        };
-        let mut floor = found.floor(self.config.threshold);
+        let bands = self.preparer.lsh_params().bands;
+        let anchors = sketch.band_keys.get(bands..).unwrap_or_default();
+        let mut best: Option<(u32, f64, u64)> = None;
+        let mut lone = verdict::LoneMatch::new(
+            self.config.threshold,
+            self.config.lone_reach(),
+            self.next_seq,
+        );
+        // Whether each of the message's anchors is a copy's (see
+        // MAX_ANCHOR_CLUSTERS), found out when first needed.
+        let mut specific: [Option<bool>; MAX_ANCHORS] = [None; MAX_ANCHORS];
+        // The most similar candidate a guard refused (for `--explain`).
+        let mut refused: Option<(u32, f64, verdict::Refusal)> = None;
         for (at, &slot) in self.candidates.iter().enumerate() {
+            // Only a candidate that reaches the best so far (or the
+            // threshold, or until one does, a lone match's near bar)
+            // matters, so the comparison may give up early.
+            let floor = match best {
+                Some((_, s, _)) => s,
+                None if lone.is_on() => lone.floor(),
+                None => self.config.threshold,
+            };
             // A candidate counted ahead of the batch is not verified again
             // (see [`overlaps`]).
             let known = self.known.get(at).copied();
@@ -1472,10 +1475,6 @@ impl Deduper {
                 anchored: false,
                 earlier_truncated: entry.truncated(),
             };
-            // Only a candidate that reaches the floor matters, so the
-            // comparison may give up early. Most do not reach it: what
-            // follows for one that does is out of line, so that this loop
-            // keeps its few values in registers.
             let Some(overlap) = known.or_else(|| {
                 self.verifier.overlap_at_least(
                     self.config.measure,
@@ -1487,141 +1486,69 @@ impl Deduper {
             }) else {
                 continue;
             };
-            judge.consider(id, sketch, slot, entry, overlap, hints, floor, &mut found);
-            floor = found.floor(self.config.threshold);
-        }
-        self.refused = found.refused;
-        found
-            .best
-            .map(|(slot, s, _)| (slot, s))
-            .or_else(|| found.lone.result())
-    }
-}
-
-/// What [`Deduper::best_match`] weighs a candidate that reached the floor
-/// by: the parts of the engine it reads.
-struct Judge<'a> {
-    index: &'a Index,
-    config: &'a EngineConfig,
-    guards: Guards,
-    next_seq: u64,
-    /// LSH bands: a sketch's keys past them are its anchors.
-    bands: usize,
-}
-
-impl<'a> Judge<'a> {
-    /// Takes a candidate of the message being decided (`id`, `sketch`)
-    /// whose overlap reached `floor` into what [`Deduper::best_match`] has
-    /// `found`: its similarity, with an anchor if the two share one; the
-    /// guards; the lone match; the best. Out of line: a fraction of the
-    /// candidates reach here.
-    #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
-    fn consider(
-        &self,
-        id: Option<&MessageId>,
-        sketch: Sketch<'_>,
-        slot: u32,
-        entry: &'a index::Entry,
-        overlap: verdict::Overlap,
-        hints: verdict::PairHints,
-        floor: f64,
-        found: &mut Found<'a>,
-    ) {
-        let bands = self.bands;
-        let anchors = sketch.band_keys.get(bands..).unwrap_or_default();
-        let Found {
-            best,
-            lone,
-            specific,
-            refused,
-        } = found;
-        let Some(s) = overlap.similarity_at_least(
-            self.config.measure,
-            hints,
-            || {
-                let theirs = entry.band_keys().get(bands..).unwrap_or_default();
-                share_anchor(anchors, sketch.truncated, theirs, |at| {
-                    let copy_anchor = || self.index.anchor_is_a_copys(anchors[at]);
-                    // A sketch made by hand may carry more anchors than
-                    // push_anchor_keys gives: those are asked each time.
-                    match specific.get_mut(at) {
-                        Some(known) => *known.get_or_insert_with(copy_anchor),
-                        None => copy_anchor(),
+            let Some(s) = overlap.similarity_at_least(
+                self.config.measure,
+                hints,
+                || {
+                    let theirs = entry.band_keys().get(bands..).unwrap_or_default();
+                    share_anchor(anchors, sketch.truncated, theirs, |at| {
+                        let copy_anchor = || self.index.anchor_is_a_copys(anchors[at]);
+                        // A sketch made by hand may carry more anchors than
+                        // push_anchor_keys gives: those are asked each time.
+                        match specific.get_mut(at) {
+                            Some(known) => *known.get_or_insert_with(copy_anchor),
+                            None => copy_anchor(),
+                        }
+                    })
+                },
+                floor,
+            ) else {
+                continue;
+            };
+            // Checked only for a candidate that reached the floor: rare.
+            if id.is_some_and(|id| index::same_id(&entry.id, id)) {
+                continue;
+            }
+            // The guards, asked only of a candidate that could be the
+            // match (rarer still).
+            let could_be = s >= self.config.threshold
+                || (best.is_none()
+                    && lone.could_take(s, sketch.shingles.len(), entry.shingles().len()));
+            if could_be {
+                let far = self.next_seq.saturating_sub(entry.seq) > self.guards.far;
+                if let Some(refusal) = self.guards.refusal(sketch, entry, far) {
+                    if refused.is_none_or(|(_, best_s, _)| s > best_s) {
+                        refused = Some((slot, s, refusal));
                     }
-                })
-            },
-            floor,
-        ) else {
-            return;
-        };
-        // Checked only for a candidate that reached the floor: rare.
-        if id.is_some_and(|id| index::same_id(&entry.id, id)) {
-            return;
-        }
-        // The guards, asked only of a candidate that could be the
-        // match (rarer still).
-        let could_be = s >= self.config.threshold
-            || (best.is_none()
-                && lone.could_take(s, sketch.shingles.len(), entry.shingles().len()));
-        if could_be {
-            let far = self.next_seq.saturating_sub(entry.seq) > self.guards.far;
-            if let Some(refusal) = self.guards.refusal(sketch, entry, far) {
-                if refused.is_none_or(|(_, best_s, _)| s > best_s) {
-                    *refused = Some((slot, s, refusal));
+                    if best.is_none() {
+                        lone.near(s, || entry.cluster());
+                    }
+                    continue;
                 }
-                if best.is_none() {
-                    lone.near(s, || entry.cluster());
+            }
+            if best.is_none() {
+                lone.offer(
+                    slot,
+                    s,
+                    entry.seq,
+                    sketch.shingles.len(),
+                    entry.shingles().len(),
+                    || entry.cluster(),
+                );
+                if s < self.config.threshold {
+                    continue;
                 }
-                return;
+            }
+            let better = match best {
+                None => true,
+                Some((_, best_s, best_seq)) => s > best_s || (s == best_s && entry.seq < best_seq),
+            };
+            if better {
+                best = Some((slot, s, entry.seq));
             }
         }
-        if best.is_none() {
-            lone.offer(
-                slot,
-                s,
-                entry.seq,
-                sketch.shingles.len(),
-                entry.shingles().len(),
-                || entry.cluster(),
-            );
-            if s < self.config.threshold {
-                return;
-            }
-        }
-        let better = match *best {
-            None => true,
-            Some((_, best_s, best_seq)) => s > best_s || (s == best_s && entry.seq < best_seq),
-        };
-        if better {
-            *best = Some((slot, s, entry.seq));
-        }
-    }
-}
-
-/// What [`Deduper::best_match`] has found among a message's candidates so
-/// far.
-struct Found<'a> {
-    /// The most similar at the threshold or above: slot, similarity, seq.
-    best: Option<(u32, f64, u64)>,
-    /// The lone recent match, looked for until a best is found.
-    lone: verdict::LoneMatch<u32, &'a MessageId>,
-    /// Whether each of the message's anchors is a copy's (see
-    /// MAX_ANCHOR_CLUSTERS), found out when first needed.
-    specific: [Option<bool>; MAX_ANCHORS],
-    /// The most similar candidate a guard refused (for `--explain`).
-    refused: Option<(u32, f64, verdict::Refusal)>,
-}
-
-impl Found<'_> {
-    /// The similarity a candidate must reach to matter: the best's so far,
-    /// or the threshold, or until one reaches it, a lone match's near bar.
-    fn floor(&self, threshold: f64) -> f64 {
-        match self.best {
-            Some((_, s, _)) => s,
-            None if self.lone.is_on() => self.lone.floor(),
-            None => threshold,
-        }
+        self.refused = refused;
+        best.map(|(slot, s, _)| (slot, s)).or_else(|| lone.result())
     }
 }
 

@@ -987,7 +987,11 @@ impl Deduper {
             // The newest slot is the one just filled (an insert is the most
             // recently used, and a byte budget evicts the least).
             let filled = self.index.newest_slot();
-            if let Some(slot) = filled {
+            // A batch counted ahead walks nothing ahead (see `ahead`), and
+            // a walk is taken only within its own batch.
+            if counted.is_none()
+                && let Some(slot) = filled
+            {
                 self.recent
                     .note(slot, sketch.band_keys, (slot as usize) < slots);
             }

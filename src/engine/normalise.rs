@@ -1399,9 +1399,9 @@ impl<'t> RetweetMarkers<'t> {
             return None;
         }
         // Back: `\s*`, `:?`, `\s*`, then `rt` or `mt` as a word.
-        let before = text[..mention].trim_end_matches(char::is_whitespace);
+        let before = trim_white_end(&text[..mention]);
         let before = before.strip_suffix(':').unwrap_or(before);
-        let before = before.trim_end_matches(char::is_whitespace);
+        let before = trim_white_end(before);
         let marker = before
             .strip_suffix("rt")
             .or_else(|| before.strip_suffix("mt"))?;
@@ -1415,10 +1415,47 @@ impl<'t> RetweetMarkers<'t> {
         if name.len() == after.len() {
             return None;
         }
-        let rest = name.trim_start_matches(char::is_whitespace);
+        let rest = trim_white_start(name);
         let rest = rest.strip_prefix(':').unwrap_or(rest);
         Some(start..text.len() - rest.len())
     }
+}
+
+/// `text.trim_end_matches(char::is_whitespace)`, ASCII bytes judged on
+/// their own: `str`'s trim decodes every character, some 30 instructions
+/// each, and the white space round a mention is nearly always ASCII.
+fn trim_white_end(text: &str) -> &str {
+    let bytes = text.as_bytes();
+    let mut end = bytes.len();
+    while let Some(&b) = end.checked_sub(1).and_then(|last| bytes.get(last)) {
+        if matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c) {
+            end -= 1;
+        } else if b.is_ascii() {
+            break;
+        } else {
+            // `end` is on a character boundary: only whole ASCII
+            // characters were cut.
+            return text[..end].trim_end_matches(char::is_whitespace);
+        }
+    }
+    &text[..end]
+}
+
+/// `text.trim_start_matches(char::is_whitespace)`, ASCII bytes judged on
+/// their own (see [`trim_white_end`]).
+fn trim_white_start(text: &str) -> &str {
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    while let Some(&b) = bytes.get(start) {
+        if matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c) {
+            start += 1;
+        } else if b.is_ascii() {
+            break;
+        } else {
+            return text[start..].trim_start_matches(char::is_whitespace);
+        }
+    }
+    &text[start..]
 }
 
 impl Iterator for RetweetMarkers<'_> {
@@ -2267,6 +2304,14 @@ mod tests {
             let mut cut = text.clone();
             cut_truncated_word(&mut cut);
             proptest::prop_assert_eq!(cut, reference);
+        }
+
+        #[test]
+        fn white_space_is_trimmed_as_str_trims_it(
+            text in "( |\t|\n|\r|\u{b}|\u{c}|\u{1c}|\u{a0}|\u{3000}|\u{85}|\u{180e}|:|x|é){0,12}"
+        ) {
+            proptest::prop_assert_eq!(trim_white_end(&text), text.trim_end_matches(char::is_whitespace));
+            proptest::prop_assert_eq!(trim_white_start(&text), text.trim_start_matches(char::is_whitespace));
         }
 
         #[test]

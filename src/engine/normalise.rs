@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfkc_quick};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use super::bitmap::{BLOCK, Block};
+use super::bitmap::BLOCK;
 
 /// Seed of the URL token hash. Fixed: tokens must be the same on every run.
 const URL_SEED: u64 = 0x7572_6c5f_746f_6b6e;
@@ -528,6 +528,26 @@ fn find_byte(bytes: &[u8], from: usize, byte: u8) -> Option<usize> {
         }
         at += 16;
     }
+    // The last fewer than 16 bytes: as the text's last 16, overlapping the
+    // group before (or bytes before `from`), their bits below `at` dropped.
+    // Byte by byte they cost about five instructions each.
+    #[cfg(target_arch = "x86_64")]
+    if at < bytes.len()
+        && let Some(last) = bytes.last_chunk::<16>()
+    {
+        use std::arch::x86_64::*;
+        // SAFETY: SSE2 is part of the x86-64 baseline, and the load reads
+        // the 16 bytes of `last`.
+        let found = unsafe {
+            let v = _mm_loadu_si128(last.as_ptr().cast());
+            _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(byte as i8)))
+        };
+        // `at` is past the text's first 16 bytes' start: the last 16
+        // start at or before it (fewer than 16 bytes are left).
+        let first = bytes.len() - 16;
+        let found = found as u32 >> (at - first) << (at - first);
+        return (found != 0).then(|| first + found.trailing_zeros() as usize);
+    }
     let rest = bytes.get(at..)?;
     rest.iter().position(|&b| b == byte).map(|i| at + i)
 }
@@ -612,7 +632,7 @@ fn first_url_block(text: &str) -> Option<(usize, u64)> {
     let bytes = text.as_bytes();
     let mut at = 0;
     while at + 3 < bytes.len() {
-        let starts = url_starts(&bytes[at..]);
+        let starts = url_starts(bytes, at);
         if starts != 0 {
             return Some((at, starts));
         }
@@ -625,13 +645,140 @@ fn first_url_block(text: &str) -> Option<(usize, u64)> {
 /// bytes, so that every four bytes in a row lie whole in some block.
 const URL_STEP: usize = BLOCK - 3;
 
+/// The mask of the places in the block of `bytes` at `at` where `http` or
+/// `www.` begins, in any case, whole in the block (so at most bit
+/// [`URL_STEP`] - 1): what [`url_starts_by_letters`] gives for
+/// `&bytes[at..]`.
+///
+/// The four bytes of each place are compared at once, from four loads
+/// of the text one byte apart, straight from the text: no block is
+/// copied but for a text shorter than a block. A block that ends past the
+/// text is read as the text's last [`BLOCK`] bytes, its mask shifted onto
+/// `at` (a place's bit depends only on its own four bytes, and the places
+/// whose four bytes do not fit in the text fall off the top, as they
+/// would for the zero bytes that pad a copied block).
+#[inline]
+fn url_starts(bytes: &[u8], at: usize) -> u64 {
+    if let Some(block) = bytes.get(at..).and_then(|rest| rest.first_chunk::<BLOCK>()) {
+        url_starts_in(block)
+    } else if let Some(last) = bytes.last_chunk::<BLOCK>() {
+        // The text's last block starts at or before `at` here.
+        let back = at.saturating_sub(bytes.len() - BLOCK);
+        url_starts_in(last).checked_shr(back as u32).unwrap_or(0)
+    } else {
+        let mut block = [0u8; BLOCK];
+        let rest = bytes.get(at..).unwrap_or_default();
+        block[..rest.len()].copy_from_slice(rest);
+        url_starts_in(&block)
+    }
+}
+
+/// [`url_starts`] of a whole block: vector compares where there are, the
+/// letters' masks elsewhere.
+#[inline]
+fn url_starts_in(block: &[u8; BLOCK]) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the processor has AVX2 (checked just above).
+            unsafe { url_x86::starts_avx2(block) }
+        } else {
+            url_x86::starts_sse2(block)
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        url_starts_by_letters(block)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+/// [`url_starts_in`] with vector instructions: for a lane of places, the
+/// block loaded at them and at the next three bytes, each load compared
+/// with its letter of `http` (folded) and of `www.`, the compares joined
+/// by `and`, one `movemask` a lane.
+mod url_x86 {
+    use super::BLOCK;
+    use std::arch::x86_64::*;
+
+    /// With SSE2 (the x86-64 baseline): four lanes of 16 places, the last
+    /// starting at place 45 so that its loads end at the block's end (its
+    /// first three places overlap the lane before, with the same bits).
+    pub(super) fn starts_sse2(block: &[u8; BLOCK]) -> u64 {
+        // SAFETY: SSE2 is part of the x86-64 baseline.
+        unsafe { starts_sse2_enabled(block) }
+    }
+
+    #[target_feature(enable = "sse2")]
+    fn starts_sse2_enabled(block: &[u8; BLOCK]) -> u64 {
+        let case = _mm_set1_epi8(0x20);
+        let eq = |x: __m128i, c: u8| _mm_cmpeq_epi8(x, _mm_set1_epi8(c as i8));
+        let lane = |place: usize| {
+            debug_assert!(place + 3 + 16 <= BLOCK);
+            // SAFETY: every load reads 16 bytes from `place` + 3 at most,
+            // which end inside the block (`place` is at most 45).
+            let [b0, b1, b2, b3] = [0, 1, 2, 3]
+                .map(|i| unsafe { _mm_loadu_si128(block.as_ptr().add(place + i).cast()) });
+            let (f0, f1, f2) = (
+                _mm_or_si128(b0, case),
+                _mm_or_si128(b1, case),
+                _mm_or_si128(b2, case),
+            );
+            let http = _mm_and_si128(
+                _mm_and_si128(eq(f0, b'h'), eq(f1, b't')),
+                _mm_and_si128(eq(f2, b't'), eq(_mm_or_si128(b3, case), b'p')),
+            );
+            let www = _mm_and_si128(
+                _mm_and_si128(eq(f0, b'w'), eq(f1, b'w')),
+                _mm_and_si128(eq(f2, b'w'), eq(b3, b'.')),
+            );
+            u64::from(_mm_movemask_epi8(_mm_or_si128(http, www)) as u16)
+        };
+        lane(0) | lane(16) << 16 | lane(32) << 32 | lane(45) << 45
+    }
+
+    /// With AVX2: two lanes of 32 places, the second starting at place 29
+    /// so that its loads end at the block's end.
+    ///
+    /// # Safety
+    /// The processor must have AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn starts_avx2(block: &[u8; BLOCK]) -> u64 {
+        let case = _mm256_set1_epi8(0x20);
+        let eq = |x: __m256i, c: u8| _mm256_cmpeq_epi8(x, _mm256_set1_epi8(c as i8));
+        let lane = |place: usize| {
+            debug_assert!(place + 3 + 32 <= BLOCK);
+            // SAFETY: every load reads 32 bytes from `place` + 3 at most,
+            // which end inside the block (`place` is at most 29).
+            let [b0, b1, b2, b3] = [0, 1, 2, 3]
+                .map(|i| unsafe { _mm256_loadu_si256(block.as_ptr().add(place + i).cast()) });
+            let (f0, f1, f2) = (
+                _mm256_or_si256(b0, case),
+                _mm256_or_si256(b1, case),
+                _mm256_or_si256(b2, case),
+            );
+            let http = _mm256_and_si256(
+                _mm256_and_si256(eq(f0, b'h'), eq(f1, b't')),
+                _mm256_and_si256(eq(f2, b't'), eq(_mm256_or_si256(b3, case), b'p')),
+            );
+            let www = _mm256_and_si256(
+                _mm256_and_si256(eq(f0, b'w'), eq(f1, b'w')),
+                _mm256_and_si256(eq(f2, b'w'), eq(b3, b'.')),
+            );
+            u64::from(_mm256_movemask_epi8(_mm256_or_si256(http, www)) as u32)
+        };
+        lane(0) | lane(29) << 29
+    }
+}
+
 /// The mask of the places in the block at the start of `bytes` where
 /// `http` or `www.` begins, in any case, whole in the block (so at most
 /// bit [`URL_STEP`] - 1): the masks of the letters shifted onto the start
-/// of the word they would spell.
-#[inline]
-fn url_starts(bytes: &[u8]) -> u64 {
-    let block = Block::new(bytes);
+/// of the word they would spell. The portable [`url_starts_in`], and the
+/// vector versions' reference.
+#[cfg_attr(target_arch = "x86_64", cfg(test))]
+fn url_starts_by_letters(bytes: &[u8]) -> u64 {
+    let block = super::bitmap::Block::new(bytes);
     let (h, t, w) = (
         block.eq_ignoring_case(b'h'),
         block.eq_ignoring_case(b't'),
@@ -676,7 +823,7 @@ impl<'t> UrlSpans<'t> {
     #[cfg(test)]
     fn new(text: &'t str) -> UrlSpans<'t> {
         let starts = if text.len() > 3 {
-            url_starts(text.as_bytes())
+            url_starts(text.as_bytes(), 0)
         } else {
             0
         };
@@ -753,7 +900,7 @@ impl Iterator for UrlSpans<'_> {
                 if self.block + 3 >= bytes.len() {
                     return None;
                 }
-                self.starts = url_starts(&bytes[self.block..]);
+                self.starts = url_starts(bytes, self.block);
             }
             let start = self.block + self.starts.trailing_zeros() as usize;
             self.starts &= self.starts - 1;
@@ -1252,9 +1399,9 @@ impl<'t> RetweetMarkers<'t> {
             return None;
         }
         // Back: `\s*`, `:?`, `\s*`, then `rt` or `mt` as a word.
-        let before = text[..mention].trim_end_matches(char::is_whitespace);
+        let before = trim_white_end(&text[..mention]);
         let before = before.strip_suffix(':').unwrap_or(before);
-        let before = before.trim_end_matches(char::is_whitespace);
+        let before = trim_white_end(before);
         let marker = before
             .strip_suffix("rt")
             .or_else(|| before.strip_suffix("mt"))?;
@@ -1268,10 +1415,47 @@ impl<'t> RetweetMarkers<'t> {
         if name.len() == after.len() {
             return None;
         }
-        let rest = name.trim_start_matches(char::is_whitespace);
+        let rest = trim_white_start(name);
         let rest = rest.strip_prefix(':').unwrap_or(rest);
         Some(start..text.len() - rest.len())
     }
+}
+
+/// `text.trim_end_matches(char::is_whitespace)`, ASCII bytes judged on
+/// their own: `str`'s trim decodes every character, some 30 instructions
+/// each, and the white space round a mention is nearly always ASCII.
+fn trim_white_end(text: &str) -> &str {
+    let bytes = text.as_bytes();
+    let mut end = bytes.len();
+    while let Some(&b) = end.checked_sub(1).and_then(|last| bytes.get(last)) {
+        if matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c) {
+            end -= 1;
+        } else if b.is_ascii() {
+            break;
+        } else {
+            // `end` is on a character boundary: only whole ASCII
+            // characters were cut.
+            return text[..end].trim_end_matches(char::is_whitespace);
+        }
+    }
+    &text[..end]
+}
+
+/// `text.trim_start_matches(char::is_whitespace)`, ASCII bytes judged on
+/// their own (see [`trim_white_end`]).
+fn trim_white_start(text: &str) -> &str {
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    while let Some(&b) = bytes.get(start) {
+        if matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c) {
+            start += 1;
+        } else if b.is_ascii() {
+            break;
+        } else {
+            return text[start..].trim_start_matches(char::is_whitespace);
+        }
+    }
+    &text[start..]
 }
 
 impl Iterator for RetweetMarkers<'_> {
@@ -2026,6 +2210,55 @@ mod tests {
         }
     }
 
+    /// Each vector version of `url_starts_in` (the one the processor
+    /// takes, and SSE2 and AVX2 by name) against the letters' masks.
+    fn the_url_starts_are_the_letters(bytes: &[u8]) {
+        for at in 0..bytes.len() {
+            let reference = url_starts_by_letters(&bytes[at..]);
+            assert_eq!(url_starts(bytes, at), reference, "at {at} of {bytes:?}");
+            #[cfg(target_arch = "x86_64")]
+            if let Some(block) = bytes[at..].first_chunk::<BLOCK>() {
+                assert_eq!(url_x86::starts_sse2(block), reference, "SSE2 at {at}");
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    // SAFETY: the processor has AVX2 (checked just above).
+                    assert_eq!(
+                        unsafe { url_x86::starts_avx2(block) },
+                        reference,
+                        "AVX2 at {at}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn url_starts_are_found_at_every_place_of_a_block() {
+        // `http` and `www.` at every place of a text of 200 bytes, in two
+        // cases, among bytes that each match one letter (and zero bytes,
+        // the copied block's padding).
+        for word in [&b"http"[..], b"HtTp", b"www.", b"WwW."] {
+            for place in 0..200 - word.len() {
+                let mut bytes = b"htw.ptxHW \0".repeat(20);
+                bytes.truncate(200);
+                bytes[place..place + word.len()].copy_from_slice(word);
+                the_url_starts_are_the_letters(&bytes);
+                the_url_starts_are_the_letters(&bytes[..place + word.len()]);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn url_starts_match_the_letters_masks_on_any_bytes(
+            bytes in proptest::collection::vec(
+                proptest::sample::select(b"hHtTpPwW.:/ \0\x80\xc8\xd0\xe8\xf0\x08\x0e".to_vec()),
+                0..300,
+            )
+        ) {
+            the_url_starts_are_the_letters(&bytes);
+        }
+    }
+
     proptest::proptest! {
         #[test]
         fn url_spans_match_the_regex_on_any_text(
@@ -2071,6 +2304,14 @@ mod tests {
             let mut cut = text.clone();
             cut_truncated_word(&mut cut);
             proptest::prop_assert_eq!(cut, reference);
+        }
+
+        #[test]
+        fn white_space_is_trimmed_as_str_trims_it(
+            text in "( |\t|\n|\r|\u{b}|\u{c}|\u{1c}|\u{a0}|\u{3000}|\u{85}|\u{180e}|:|x|é){0,12}"
+        ) {
+            proptest::prop_assert_eq!(trim_white_end(&text), text.trim_end_matches(char::is_whitespace));
+            proptest::prop_assert_eq!(trim_white_start(&text), text.trim_start_matches(char::is_whitespace));
         }
 
         #[test]

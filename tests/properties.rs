@@ -475,6 +475,28 @@ fn plan(config: &EngineConfig, texts: &[String], queries: u32, removals: bool) -
         .collect()
 }
 
+/// The configuration the batch properties draw: the index's capacity and
+/// bucket cap, the measure and shingling, a window (milliseconds) and a
+/// byte budget, if any.
+fn batch_config(
+    capacity: usize,
+    max_bucket: usize,
+    measure: Measure,
+    shingling: Shingling,
+    window: Option<u64>,
+    max_bytes: Option<usize>,
+) -> EngineConfig {
+    EngineConfig {
+        capacity: NonZeroUsize::new(capacity).unwrap(),
+        max_bucket,
+        measure,
+        shingling,
+        window: window.and_then(dedup_stream::engine::config::Window::from_millis),
+        max_index_bytes: max_bytes.and_then(NonZeroUsize::new),
+        ..EngineConfig::default()
+    }
+}
+
 /// Texts of a few words from a small vocabulary, many near one another:
 /// retweet marks, templates, repeats.
 fn batch_texts() -> impl Strategy<Value = Vec<String>> {
@@ -513,15 +535,7 @@ proptest! {
         removals in any::<bool>(),
         threads in dedup_stream::engine::overlaps::MIN_THREADS..6,
     ) {
-        let config = EngineConfig {
-            capacity: NonZeroUsize::new(capacity).unwrap(),
-            max_bucket,
-            measure,
-            shingling,
-            window: window.and_then(dedup_stream::engine::config::Window::from_millis),
-            max_index_bytes: max_bytes.and_then(NonZeroUsize::new),
-            ..EngineConfig::default()
-        };
+        let config = batch_config(capacity, max_bucket, measure, shingling, window, max_bytes);
         let planned = plan(&config, &texts, queries, removals);
         let (serial, serial_state, none, _) = decide_in_batches(&config, 1, &planned, &sizes);
         prop_assert_eq!(none, 0, "one thread counts nothing ahead");
@@ -559,15 +573,7 @@ proptest! {
         queries in 0u32..4,
         removals in any::<bool>(),
     ) {
-        let config = EngineConfig {
-            capacity: NonZeroUsize::new(capacity).unwrap(),
-            max_bucket,
-            measure,
-            shingling,
-            window: window.and_then(dedup_stream::engine::config::Window::from_millis),
-            max_index_bytes: max_bytes.and_then(NonZeroUsize::new),
-            ..EngineConfig::default()
-        };
+        let config = batch_config(capacity, max_bucket, measure, shingling, window, max_bytes);
         let mut planned = plan(&config, &texts, queries, removals);
         // Now and then an earlier message sent again, text and id.
         let d = Deduper::new(config.clone()).unwrap();

@@ -2170,17 +2170,7 @@ mod tests {
             .map(|t| preparer.sketch(t, &[], &mut Scratch::default()))
             .collect();
         let ids: Vec<MessageId> = (0..200).map(id).collect();
-        let asks: Vec<Ask<'_>> = sketches
-            .iter()
-            .zip(&ids)
-            .map(|(sketch, id)| Ask {
-                id,
-                sketch: sketch.as_sketch(),
-                op: Op::Check,
-                token: None,
-                time: 0,
-            })
-            .collect();
+        let asks = checks(&sketches, &ids);
         let (mut first, mut again) = (Vec::new(), Vec::new());
         IndexStore::decide(&mut d, &asks, &mut first).unwrap();
         assert!(first.iter().any(Verdict::is_duplicate));
@@ -2341,17 +2331,7 @@ mod tests {
         batch.push(sketch(set(50), 9));
         batch.push(sketch(set(30), 1));
         let ids: Vec<MessageId> = (0..batch.len() as u64).map(id).collect();
-        let asks: Vec<Ask<'_>> = batch
-            .iter()
-            .zip(&ids)
-            .map(|(sketch, id)| Ask {
-                id,
-                sketch: sketch.as_sketch(),
-                op: Op::Check,
-                token: None,
-                time: 0,
-            })
-            .collect();
+        let asks = checks(&batch, &ids);
         let mut verdicts = Vec::new();
         IndexStore::decide(&mut d, &asks, &mut verdicts).unwrap();
         assert_eq!(verdicts.last(), Some(&Verdict::New));
@@ -2366,6 +2346,21 @@ mod tests {
             alone.check(id(6), batch[ENTRIES_DISTANCE].as_sketch()),
             Verdict::New
         );
+    }
+
+    /// A batch checking each of `sketches` under the id beside it, at time 0.
+    fn checks<'a>(sketches: &'a [SketchBuf], ids: &'a [MessageId]) -> Vec<Ask<'a>> {
+        sketches
+            .iter()
+            .zip(ids)
+            .map(|(sketch, id)| Ask {
+                id,
+                sketch: sketch.as_sketch(),
+                op: Op::Check,
+                token: None,
+                time: 0,
+            })
+            .collect()
     }
 
     /// Checks `text` as message `n` of time `time`.

@@ -1041,6 +1041,24 @@ mod tests {
         (cells, held)
     }
 
+    /// `cells` (the old table in the first `old_size`) rehashed by the
+    /// portable and the dispatched rehash (AVX2 where the processor has
+    /// it), after checking that each puts every posting where the
+    /// cell-by-cell reference does.
+    fn rehashed_as_cell_by_cell(
+        mut cells: Vec<u64>,
+        old_size: usize,
+    ) -> Result<Vec<u64>, proptest::test_runner::TestCaseError> {
+        let mut expected = cells.clone();
+        rehash_in_place_reference(&mut expected, old_size);
+        let mut portable = cells.clone();
+        rehash_in_place_with(&mut portable, old_size, portable_in_use);
+        proptest::prop_assert_eq!(&portable, &expected);
+        rehash_in_place(&mut cells, old_size);
+        proptest::prop_assert_eq!(&cells, &expected);
+        Ok(cells)
+    }
+
     /// That `cells` hold `held` and nothing else, each once, at the end of
     /// an unbroken run of cells in use from its home.
     fn every_posting_ends_its_run(
@@ -1188,15 +1206,8 @@ mod tests {
             keys in proptest::collection::vec(proptest::num::u32::ANY, 0..300),
             clustered in proptest::bool::ANY,
         ) {
-            let (mut cells, _) = old_table(old_size, grown_by, &keys, clustered);
-            let mut expected = cells.clone();
-            rehash_in_place_reference(&mut expected, old_size);
-            let mut portable = cells.clone();
-            rehash_in_place_with(&mut portable, old_size, portable_in_use);
-            proptest::prop_assert_eq!(&portable, &expected);
-            // The dispatched one: AVX2 where the processor has it.
-            rehash_in_place(&mut cells, old_size);
-            proptest::prop_assert_eq!(&cells, &expected);
+            let (cells, _) = old_table(old_size, grown_by, &keys, clustered);
+            rehashed_as_cell_by_cell(cells, old_size)?;
         }
 
         /// Doubling, as a growing table does, at the loads it grows at and
@@ -1217,14 +1228,8 @@ mod tests {
             let keys: Vec<u32> = (0..held as u32)
                 .map(|n| n.wrapping_add(seed).wrapping_mul(0x2545_f491) ^ seed.rotate_left(7))
                 .collect();
-            let (mut cells, postings) = old_table(old_size, old_size, &keys, clustered);
-            let mut expected = cells.clone();
-            rehash_in_place_reference(&mut expected, old_size);
-            let mut portable = cells.clone();
-            rehash_in_place_with(&mut portable, old_size, portable_in_use);
-            proptest::prop_assert_eq!(&portable, &expected);
-            rehash_in_place(&mut cells, old_size);
-            proptest::prop_assert_eq!(&cells, &expected);
+            let (cells, postings) = old_table(old_size, old_size, &keys, clustered);
+            let cells = rehashed_as_cell_by_cell(cells, old_size)?;
             every_posting_ends_its_run(&cells, postings)?;
         }
 

@@ -39,12 +39,13 @@ pub struct Walked {
     pub slots: Vec<u32>,
     /// How many of `slots` are candidates.
     pub candidates: usize,
-    /// The position in its batch of the message walked for; `None` once
-    /// taken or when the batch ended.
+    /// The position in its batch of the message walked for; `None` for
+    /// a walk of an earlier batch (cleared as each batch starts), which no
+    /// decision takes.
     pub position: Option<usize>,
     /// [`RecentInserts::fills`] at the walk.
     pub fills: u32,
-    /// Slots emptied (evicted, expired or removed) before the walk.
+    /// [`super::index::Index::emptied`] at the walk.
     pub freed: u64,
     /// The index's slots at the walk: a slot at or past it was added
     /// since.
@@ -164,10 +165,12 @@ impl RecentInserts {
                 && (0..since.inserts)
                     .any(|n| self.slots[since.from.wrapping_add(n) as usize % RECENT] == slot))
     }
+}
 
+impl Since {
     /// Whether any insert came since.
-    pub fn any(since: Since) -> bool {
-        since.inserts > 0
+    pub fn any(self) -> bool {
+        self.inserts > 0
     }
 }
 
@@ -181,11 +184,11 @@ mod tests {
         recent.note(0, &[10, 11], false);
         let walk = recent.fills();
         let since = recent.since(walk, 1).unwrap();
-        assert!(!RecentInserts::any(since));
+        assert!(!since.any());
         assert!(!recent.may_have_posted(since, 10));
         recent.note(1, &[12, 13], false);
         let since = recent.since(walk, 1).unwrap();
-        assert!(RecentInserts::any(since));
+        assert!(since.any());
         assert!(recent.may_have_posted(since, 12));
         assert!(recent.may_have_posted(since, 13));
         assert!(!recent.may_have_posted(since, 10));

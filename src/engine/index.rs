@@ -260,7 +260,9 @@ impl Hasher for SlotHasher {
 /// same ones. 64 rather than 32 since the sets stage reads the slots the
 /// entries stage noted instead of walking the postings again: on
 /// `dev-200k`, about 15% less CPU on the engine's thread for 2% more
-/// instructions there (`docs/performance.md`).
+/// instructions there (`docs/performance.md`). The deciding thread's
+/// entries stage, which keeps the candidates it walks for the decision
+/// (see `engine::ahead`), counts the budget in distinct candidates.
 pub const PREFETCH_BUDGET: usize = 64;
 
 /// The LRU-bounded candidate index.
@@ -501,6 +503,13 @@ impl Index {
     /// Messages evicted so far.
     pub fn evictions(&self) -> u64 {
         self.evictions
+    }
+
+    /// Slots emptied so far, by eviction, expiry, the byte budget or
+    /// removal: while it stays the same, every slot that held a message
+    /// still holds it.
+    pub fn emptied(&self) -> u64 {
+        self.evictions + self.removals
     }
 
     /// Postings held now (for memory accounting).

@@ -1315,13 +1315,13 @@ impl Deduper {
         let (index, recent, candidates) = (&self.index, &self.recent, &mut self.candidates);
         // A slot emptied since left the postings, and may hold a newcomer:
         // without one emptied, every slot walked still holds its message.
-        if index.evictions() + index.removals() != walked.freed {
+        if index.emptied() != walked.freed {
             candidates.retain(|&slot| index.holds(slot) && !recent.filled(since, slot));
         }
         // The messages indexed since, under the keys they may have posted
         // under: a handful of slots at most, so looked for in a list.
         let start = candidates.len();
-        if ahead::RecentInserts::any(since) {
+        if since.any() {
             for &key in sketch.band_keys {
                 if recent.may_have_posted(since, key) {
                     index.for_each_posted(key, |slot| {
@@ -1360,7 +1360,7 @@ impl Deduper {
             .prefetch_slots(walked.slots.iter().take(index::PREFETCH_BUDGET).copied());
         walked.position = Some(position);
         walked.fills = self.recent.fills();
-        walked.freed = self.index.evictions() + self.index.removals();
+        walked.freed = self.index.emptied();
         walked.slots_at = u32::try_from(self.index.slots()).unwrap_or(u32::MAX);
     }
 

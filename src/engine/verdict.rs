@@ -864,6 +864,14 @@ impl Verifier {
         }));
     }
 
+    /// Whether the count runs eight shingles at a time (the processor has
+    /// AVX2 and POPCNT): then a caller compiled for AVX2 may have it
+    /// inlined.
+    #[cfg(target_arch = "x86_64")]
+    pub fn counts_eight_at_a_time(&self) -> bool {
+        self.avx2
+    }
+
     /// The home cell of a shingle.
     fn cell(&self, s: u32) -> usize {
         home_cell(s, self.bits)
@@ -915,6 +923,20 @@ impl Verifier {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,popcnt")]
     fn shared_at_least_avx2(&self, other: &[u32], need: usize) -> Option<usize> {
+        // SAFETY: this function is compiled for AVX2 and POPCNT.
+        unsafe { self.shared_at_least_eight(other, need) }
+    }
+
+    /// [`Verifier::shared_at_least_avx2`]'s body, always inlined, so that a
+    /// caller compiled for AVX2 (the candidates' loop, see
+    /// [`Verifier::overlap_at_least_avx2`]) has it without a call.
+    ///
+    /// # Safety
+    /// The processor must have AVX2 and POPCNT, and the caller must be
+    /// compiled for them (or the intrinsics stay calls).
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn shared_at_least_eight(&self, other: &[u32], need: usize) -> Option<usize> {
         use std::arch::x86_64::*;
         let mut shared = 0;
         let mut left = other.len();
@@ -924,45 +946,63 @@ impl Verifier {
                 return None;
             }
             left -= 8;
-            // SAFETY: the group is 8 u32s (an unaligned load).
-            let s = unsafe { _mm256_loadu_si256(group.as_ptr().cast()) };
-            shared += self.shared_in_group(s, group, 0xff);
+            // SAFETY: the group is 8 u32s (an unaligned load); the processor
+            // has AVX2 and POPCNT (this function's condition).
+            shared += unsafe {
+                let s = _mm256_loadu_si256(group.as_ptr().cast());
+                self.shared_in_group(s, group, 0xff)
+            };
         }
         let rest = groups.remainder();
         if !rest.is_empty() {
             if shared + left < need {
                 return None;
             }
-            let live = _mm256_cmpgt_epi32(
-                _mm256_set1_epi32(rest.len() as i32),
-                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-            );
             // SAFETY: the masked load reads only the lanes below
-            // `rest.len()`, all within `rest`; the others read nothing.
-            let s = unsafe { _mm256_maskload_epi32(rest.as_ptr().cast(), live) };
-            shared += self.shared_in_group(s, rest, (1 << rest.len()) - 1);
+            // `rest.len()`, all within `rest`; the others read nothing. The
+            // processor has AVX2 and POPCNT.
+            shared += unsafe {
+                let live = _mm256_cmpgt_epi32(
+                    _mm256_set1_epi32(rest.len() as i32),
+                    _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                );
+                let s = _mm256_maskload_epi32(rest.as_ptr().cast(), live);
+                self.shared_in_group(s, rest, (1 << rest.len()) - 1)
+            };
         }
         (shared >= need).then_some(shared)
     }
 
     /// How many of the shingles `s` (those of `group`, in the lanes set in
     /// `lanes`) the set holds.
+    ///
+    /// # Safety
+    /// As [`Verifier::shared_at_least_eight`].
     #[cfg(target_arch = "x86_64")]
-    #[inline]
-    #[target_feature(enable = "avx2,popcnt")]
-    fn shared_in_group(&self, s: std::arch::x86_64::__m256i, group: &[u32], lanes: u32) -> usize {
+    #[inline(always)]
+    unsafe fn shared_in_group(
+        &self,
+        s: std::arch::x86_64::__m256i,
+        group: &[u32],
+        lanes: u32,
+    ) -> usize {
         use std::arch::x86_64::*;
-        let cells = _mm256_srl_epi32(
-            _mm256_mullo_epi32(s, _mm256_set1_epi32(CELL_MULTIPLIER as i32)),
-            _mm_cvtsi32_si128(32 - self.bits as i32),
-        );
         // SAFETY: every cell index is below `1 << bits`, within the table
-        // (bits <= 12).
-        let there = unsafe { _mm256_i32gather_epi32::<4>(self.table.as_ptr().cast(), cells) };
-        let vacant = _mm256_cmpeq_epi32(there, _mm256_set1_epi32(self.empty as i32));
-        let found = _mm256_andnot_si256(vacant, _mm256_cmpeq_epi32(there, s));
-        let vacant = _mm256_movemask_ps(_mm256_castsi256_ps(vacant)) as u32;
-        let found = _mm256_movemask_ps(_mm256_castsi256_ps(found)) as u32 & lanes;
+        // (bits <= 12); the processor has AVX2 and POPCNT (this function's
+        // condition).
+        let (vacant, found) = unsafe {
+            let cells = _mm256_srl_epi32(
+                _mm256_mullo_epi32(s, _mm256_set1_epi32(CELL_MULTIPLIER as i32)),
+                _mm_cvtsi32_si128(32 - self.bits as i32),
+            );
+            let there = _mm256_i32gather_epi32::<4>(self.table.as_ptr().cast(), cells);
+            let vacant = _mm256_cmpeq_epi32(there, _mm256_set1_epi32(self.empty as i32));
+            let found = _mm256_andnot_si256(vacant, _mm256_cmpeq_epi32(there, s));
+            (
+                _mm256_movemask_ps(_mm256_castsi256_ps(vacant)) as u32,
+                _mm256_movemask_ps(_mm256_castsi256_ps(found)) as u32 & lanes,
+            )
+        };
         let mut shared = found.count_ones() as usize;
         // Lanes whose home cell holds another shingle: look further.
         let mut open = lanes & !(found | vacant);
@@ -1013,6 +1053,40 @@ impl Verifier {
         hints: PairHints,
         floor: f64,
     ) -> Option<Overlap> {
+        self.overlap_at_least_by::<false>(measure, a, b, hints, floor)
+    }
+
+    /// [`Verifier::overlap_at_least`] for a caller compiled for AVX2 and
+    /// POPCNT: the eight-at-a-time count inlined, not called.
+    ///
+    /// # Safety
+    /// The processor must have AVX2 and POPCNT
+    /// ([`Verifier::counts_eight_at_a_time`]).
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    pub unsafe fn overlap_at_least_avx2(
+        &mut self,
+        measure: Measure,
+        a: &[u32],
+        b: &[u32],
+        hints: PairHints,
+        floor: f64,
+    ) -> Option<Overlap> {
+        self.overlap_at_least_by::<true>(measure, a, b, hints, floor)
+    }
+
+    /// [`Verifier::overlap_at_least`]'s body; `EIGHT`: count with
+    /// [`Verifier::shared_at_least_eight`], which only a caller with AVX2
+    /// and POPCNT may ask.
+    #[inline(always)]
+    fn overlap_at_least_by<const EIGHT: bool>(
+        &mut self,
+        measure: Measure,
+        a: &[u32],
+        b: &[u32],
+        hints: PairHints,
+        floor: f64,
+    ) -> Option<Overlap> {
         debug_assert_eq!(a.len(), self.len);
         if self.general || b.is_empty() || b.len() >= super::shingle::MAX_SHINGLES {
             return overlap_of_samples(measure, a, b, hints, floor);
@@ -1024,6 +1098,13 @@ impl Verifier {
         }
         if !self.laid_out {
             self.lay_out(a);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if EIGHT {
+            // SAFETY: only `overlap_at_least_avx2` asks `EIGHT`, whose
+            // caller has AVX2 and POPCNT.
+            let shared = unsafe { self.shared_at_least_eight(b, need) }?;
+            return Some(Overlap::new(shared, a_len, b_len));
         }
         let shared = self.shared_at_least(b, need)?;
         Some(Overlap::new(shared, a_len, b_len))
@@ -1108,6 +1189,10 @@ impl Overlap {
     /// least the floor the count was made for), else `None`: the measure
     /// [`by_containment`] gives the pair, with `anchored` asked only when
     /// an anchor would change it.
+    ///
+    /// Always inlined: it runs a dozen times a message, and the build of
+    /// the candidates' loop for AVX2 left it a call.
+    #[inline(always)]
     pub fn similarity_at_least(
         &self,
         measure: Measure,

@@ -2393,6 +2393,76 @@ mod tests {
         );
     }
 
+    /// The candidates' loop is built twice, for AVX2 (the count inlined)
+    /// and for any processor; both give every message the same verdict, on
+    /// a stream of copies cut, edited, commented and retweeted, decided in
+    /// batches.
+    #[test]
+    fn the_candidates_loop_built_for_avx2_decides_as_the_portable_one() {
+        const WORDS: [&str; 24] = [
+            "river", "flood", "mayor", "road", "closed", "bridge", "storm", "night", "school",
+            "rescue", "water", "people", "city", "north", "help", "power", "out", "homes",
+            "warning", "rain", "still", "rising", "today", "update",
+        ];
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        let stories: Vec<Vec<&str>> = (0..40)
+            .map(|_| (0..6 + next(14)).map(|_| WORDS[next(WORDS.len())]).collect())
+            .collect();
+        let texts: Vec<String> = (0..1_500)
+            .map(|_| {
+                let mut words = stories[next(stories.len())].clone();
+                match next(5) {
+                    0 => words.truncate(words.len() - next(3)),
+                    1 => {
+                        let at = next(words.len());
+                        words[at] = WORDS[next(WORDS.len())];
+                    }
+                    2 => words.extend(["so", "sad", "#news"]),
+                    3 => words.insert(0, "RT @desk:"),
+                    _ => {}
+                }
+                words.join(" ")
+            })
+            .collect();
+        let decide_all = |portable: bool| {
+            let mut d = Deduper::new(EngineConfig {
+                capacity: NonZeroUsize::new(300).unwrap(),
+                ..EngineConfig::default()
+            })
+            .unwrap();
+            d.set_threads(NonZeroUsize::MIN);
+            if portable {
+                d.verifier.count_one_at_a_time();
+            }
+            let sketches: Vec<SketchBuf> = texts
+                .iter()
+                .map(|text| d.preparer().sketch(text, &[], &mut Scratch::default()))
+                .collect();
+            let ids: Vec<MessageId> = (0..texts.len() as u64).map(id).collect();
+            let mut verdicts = Vec::new();
+            for (sketches, ids) in sketches.chunks(16).zip(ids.chunks(16)) {
+                IndexStore::decide(&mut d, &checks(sketches, ids), &mut verdicts).unwrap();
+            }
+            verdicts
+        };
+        let (eight, one) = (decide_all(false), decide_all(true));
+        assert_eq!(eight.len(), one.len());
+        if let Some(at) = (0..eight.len()).find(|&at| eight[at] != one[at]) {
+            panic!("message {at}: {:?} against {:?}", eight[at], one[at]);
+        }
+        let near = eight
+            .iter()
+            .filter(|v| matches!(v, Verdict::Duplicate(m) if m.similarity < 1.0))
+            .count();
+        assert!(near > 100, "{near} near-duplicates: too few to compare");
+    }
+
     /// A batch checking each of `sketches` under the id beside it, at time 0.
     fn checks<'a>(sketches: &'a [SketchBuf], ids: &'a [MessageId]) -> Vec<Ask<'a>> {
         sketches

@@ -872,6 +872,16 @@ impl Verifier {
         self.avx2
     }
 
+    /// Counts one shingle at a time from now on, as on a processor without
+    /// AVX2: for tests that compare the two.
+    #[cfg(test)]
+    pub(crate) fn count_one_at_a_time(&mut self) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            self.avx2 = false;
+        }
+    }
+
     /// The home cell of a shingle.
     fn cell(&self, s: u32) -> usize {
         home_cell(s, self.bits)

@@ -1499,7 +1499,14 @@ impl Deduper {
         let mut specific: [Option<bool>; MAX_ANCHORS] = [None; MAX_ANCHORS];
         // The most similar candidate a guard refused (for `--explain`).
         let mut refused: Option<(u32, f64, verdict::Refusal)> = None;
-        for (at, &slot) in self.candidates.iter().enumerate() {
+        // The set laid out once, ahead of the loop, so that counting only
+        // reads the verifier: the loop over the candidates that cannot reach
+        // the floor (nearly all) then keeps what it needs in registers.
+        if self.known.len() < self.candidates.len() {
+            self.verifier.lay_out_now(sketch.shingles);
+        }
+        let mut next = 0;
+        loop {
             // Only a candidate that reaches the best so far (or the
             // threshold, or until one does, a lone match's near bar)
             // matters, so the comparison may give up early.
@@ -1508,33 +1515,12 @@ impl Deduper {
                 None if lone.is_on() => lone.floor(),
                 None => self.config.threshold,
             };
-            // A candidate counted ahead of the batch is not verified again
-            // (see [`overlaps`]).
-            let known = self.known.get(at).copied();
-            let Some(entry) = self.index.peek(slot) else {
-                continue;
+            let Some((at, slot, entry, hints, overlap)) =
+                self.first_reaching::<AVX2>(next, sketch.shingles, floor)
+            else {
+                break;
             };
-            let hints = verdict::PairHints {
-                anchored: false,
-                earlier_truncated: entry.truncated(),
-            };
-            let (measure, set, theirs) = (self.config.measure, sketch.shingles, entry.shingles());
-            let overlap = match known {
-                Some(overlap) => Some(overlap),
-                #[cfg(target_arch = "x86_64")]
-                // SAFETY: `AVX2` is only asked by `best_match_avx2`, whose
-                // caller checked the processor has AVX2 and POPCNT.
-                None if AVX2 => unsafe {
-                    self.verifier
-                        .overlap_at_least_avx2(measure, set, theirs, hints, floor)
-                },
-                None => self
-                    .verifier
-                    .overlap_at_least(measure, set, theirs, hints, floor),
-            };
-            let Some(overlap) = overlap else {
-                continue;
-            };
+            next = at + 1;
             let Some(s) = overlap.similarity_at_least(
                 self.config.measure,
                 hints,
@@ -1596,8 +1582,63 @@ impl Deduper {
                 best = Some((slot, s, entry.seq));
             }
         }
+        let best = best.map(|(slot, s, _)| (slot, s)).or_else(|| lone.result());
         self.refused = refused;
-        best.map(|(slot, s, _)| (slot, s)).or_else(|| lone.result())
+        best
+    }
+}
+
+impl Deduper {
+    /// The first of the message's candidates from place `from` on that may
+    /// reach `floor` (see [`Deduper::best_match`]): its place, slot, entry,
+    /// hints, and overlap with the loaded set (`set`, laid out). `AVX2`: as
+    /// in [`Deduper::best_match_in`].
+    #[inline(always)]
+    fn first_reaching<const AVX2: bool>(
+        &self,
+        from: usize,
+        set: &[u32],
+        floor: f64,
+    ) -> Option<(usize, u32, &index::Entry, verdict::PairHints, verdict::Overlap)> {
+        let measure = self.config.measure;
+        let rest = self.candidates.get(from..).unwrap_or_default();
+        for (at, &slot) in (from..).zip(rest) {
+            let Some(entry) = self.index.peek(slot) else {
+                continue;
+            };
+            let hints = verdict::PairHints {
+                anchored: false,
+                earlier_truncated: entry.truncated(),
+            };
+            // A candidate counted ahead of the batch is not verified again
+            // (see [`overlaps`]).
+            let overlap = match self.known.get(at) {
+                Some(&overlap) => Some(overlap),
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `AVX2` is only asked by `best_match_avx2`, whose
+                // caller checked the processor has AVX2 and POPCNT.
+                None if AVX2 => unsafe {
+                    self.verifier.overlap_at_least_laid_out_avx2(
+                        measure,
+                        set,
+                        entry.shingles(),
+                        hints,
+                        floor,
+                    )
+                },
+                None => self.verifier.overlap_at_least_laid_out::<false>(
+                    measure,
+                    set,
+                    entry.shingles(),
+                    hints,
+                    floor,
+                ),
+            };
+            if let Some(overlap) = overlap {
+                return Some((at, slot, entry, hints, overlap));
+            }
+        }
+        None
     }
 }
 

@@ -1085,9 +1085,55 @@ impl Verifier {
         self.overlap_at_least_by::<true>(measure, a, b, hints, floor)
     }
 
-    /// [`Verifier::overlap_at_least`]'s body; `EIGHT`: count with
+    /// Lays the loaded set (`a`) out now, if it takes the table and is not
+    /// laid out yet: for a caller about to count several candidates with
+    /// [`Verifier::overlap_at_least_laid_out`], whose loop then reads the
+    /// verifier without writing it.
+    pub fn lay_out_now(&mut self, a: &[u32]) {
+        debug_assert_eq!(a.len(), self.len);
+        if !self.general && !self.laid_out {
+            self.lay_out(a);
+        }
+    }
+
+    /// [`Verifier::overlap_at_least_avx2`] once the set is laid out
+    /// ([`Verifier::lay_out_now`]).
+    ///
+    /// # Safety
+    /// The processor must have AVX2 and POPCNT
+    /// ([`Verifier::counts_eight_at_a_time`]).
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    pub unsafe fn overlap_at_least_laid_out_avx2(
+        &self,
+        measure: Measure,
+        a: &[u32],
+        b: &[u32],
+        hints: PairHints,
+        floor: f64,
+    ) -> Option<Overlap> {
+        self.overlap_at_least_laid_out::<true>(measure, a, b, hints, floor)
+    }
+
+    /// [`Verifier::overlap_at_least`] once the set is laid out
+    /// ([`Verifier::lay_out_now`]); `EIGHT`: count with
     /// [`Verifier::shared_at_least_eight`], which only a caller with AVX2
     /// and POPCNT may ask.
+    #[inline(always)]
+    pub fn overlap_at_least_laid_out<const EIGHT: bool>(
+        &self,
+        measure: Measure,
+        a: &[u32],
+        b: &[u32],
+        hints: PairHints,
+        floor: f64,
+    ) -> Option<Overlap> {
+        debug_assert!(self.general || self.laid_out);
+        self.count::<EIGHT>(measure, a, b, hints, floor)
+    }
+
+    /// [`Verifier::overlap_at_least`]'s body; `EIGHT` as in
+    /// [`Verifier::overlap_at_least_laid_out`].
     #[inline(always)]
     fn overlap_at_least_by<const EIGHT: bool>(
         &mut self,
@@ -1098,6 +1144,31 @@ impl Verifier {
         floor: f64,
     ) -> Option<Overlap> {
         debug_assert_eq!(a.len(), self.len);
+        // Laid out only for a first candidate that takes the table and
+        // could reach the floor: a message without one costs nothing here.
+        let (a_len, b_len) = (self.len, b.len());
+        if !self.laid_out
+            && !self.general
+            && !b.is_empty()
+            && b_len < super::shingle::MAX_SHINGLES
+            && generous_need(measure, hints, floor, a_len, b_len) <= a_len.min(b_len)
+        {
+            self.lay_out(a);
+        }
+        self.count::<EIGHT>(measure, a, b, hints, floor)
+    }
+
+    /// The count of [`Verifier::overlap_at_least`], the set laid out if it
+    /// takes the table.
+    #[inline(always)]
+    fn count<const EIGHT: bool>(
+        &self,
+        measure: Measure,
+        a: &[u32],
+        b: &[u32],
+        hints: PairHints,
+        floor: f64,
+    ) -> Option<Overlap> {
         if self.general || b.is_empty() || b.len() >= super::shingle::MAX_SHINGLES {
             return overlap_of_samples(measure, a, b, hints, floor);
         }
@@ -1105,9 +1176,6 @@ impl Verifier {
         let need = generous_need(measure, hints, floor, a_len, b_len);
         if need > a_len.min(b_len) {
             return None;
-        }
-        if !self.laid_out {
-            self.lay_out(a);
         }
         #[cfg(target_arch = "x86_64")]
         if EIGHT {

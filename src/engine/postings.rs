@@ -208,18 +208,21 @@ impl Postings {
     }
 
     /// Calls `f` with every slot posted under `key`.
+    #[inline]
     pub fn for_each(&self, key: u32, mut f: impl FnMut(u32)) {
-        let cells = self.cells.as_slice();
-        let mut at = self.home(key);
-        loop {
-            let c = cells[at];
-            if c == 0 {
-                return;
+        // The key's run, from its home cell to the first empty one, may wrap
+        // round the table's end: walked as the two slices either side of
+        // the home, with neither a bound check nor a wrap test a cell.
+        let (before, from) = self.cells.as_slice().split_at(self.home(key));
+        for part in [from, before] {
+            for &c in part {
+                if c == 0 {
+                    return;
+                }
+                if key_of(c) == key {
+                    f(slot_of(c));
+                }
             }
-            if key_of(c) == key {
-                f(slot_of(c));
-            }
-            at = self.next(at);
         }
     }
 

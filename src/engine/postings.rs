@@ -192,10 +192,6 @@ impl Postings {
         home(key, self.cells.len())
     }
 
-    fn next(&self, at: usize) -> usize {
-        next(at, self.cells.len())
-    }
-
     /// Asks the processor to start loading a key's home cell and the cache
     /// line after it, so that a lookup or a removal soon after finds them in
     /// cache. A key shared by many messages has a run of cells longer than
@@ -236,14 +232,14 @@ impl Postings {
 
     /// Calls `f` with the slots posted under `key` until it returns false.
     pub fn for_each_while(&self, key: u32, mut f: impl FnMut(u32) -> bool) {
-        let cells = self.cells.as_slice();
-        let mut at = self.home(key);
-        loop {
-            let c = cells[at];
-            if c == 0 || (key_of(c) == key && !f(slot_of(c))) {
-                return;
+        // As in [`Postings::for_each`]: the run as two slices.
+        let (before, from) = self.cells.as_slice().split_at(self.home(key));
+        for part in [from, before] {
+            for &c in part {
+                if c == 0 || (key_of(c) == key && !f(slot_of(c))) {
+                    return;
+                }
             }
-            at = self.next(at);
         }
     }
 

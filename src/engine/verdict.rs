@@ -948,30 +948,33 @@ impl Verifier {
     #[inline(always)]
     unsafe fn shared_at_least_eight(&self, other: &[u32], need: usize) -> Option<usize> {
         use std::arch::x86_64::*;
-        let mut shared = 0;
-        let mut left = other.len();
+        // The shingles found shared so far and those still to look at, less
+        // `need`: one count a group, where a count of each cost three
+        // instructions more. Below 0, `need` is out of reach. (Sets here
+        // hold fewer than `MAX_SHINGLES`: no count overflows.)
+        let mut slack = other.len() as isize - need as isize;
         let mut groups = other.chunks_exact(8);
         for group in &mut groups {
-            if shared + left < need {
+            if slack < 0 {
                 return None;
             }
-            left -= 8;
             // SAFETY: the group is 8 u32s (an unaligned load); the processor
             // has AVX2 and POPCNT (this function's condition).
-            shared += unsafe {
+            let shared = unsafe {
                 let s = _mm256_loadu_si256(group.as_ptr().cast());
                 self.shared_in_group(s, group, 0xff)
             };
+            slack += shared as isize - 8;
         }
         let rest = groups.remainder();
         if !rest.is_empty() {
-            if shared + left < need {
+            if slack < 0 {
                 return None;
             }
             // SAFETY: the masked load reads only the lanes below
             // `rest.len()`, all within `rest`; the others read nothing. The
             // processor has AVX2 and POPCNT.
-            shared += unsafe {
+            let shared = unsafe {
                 let live = _mm256_cmpgt_epi32(
                     _mm256_set1_epi32(rest.len() as i32),
                     _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
@@ -979,8 +982,10 @@ impl Verifier {
                 let s = _mm256_maskload_epi32(rest.as_ptr().cast(), live);
                 self.shared_in_group(s, rest, (1 << rest.len()) - 1)
             };
+            slack += shared as isize - rest.len() as isize;
         }
-        (shared >= need).then_some(shared)
+        // Every shingle looked at: `slack` is the count less `need`.
+        (slack >= 0).then(|| (slack + need as isize) as usize)
     }
 
     /// How many of the shingles `s` (those of `group`, in the lanes set in

@@ -70,16 +70,76 @@ impl Block {
         let mut bits = 0;
         let (lanes, _) = self.bytes.as_chunks::<16>();
         for (i, lane) in lanes.iter().enumerate() {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: SSE2 is part of the x86-64 baseline: every processor
-            // this code can run on has it.
-            let lane_bits = unsafe { sse2::mask(lane, test) };
-            #[cfg(not(target_arch = "x86_64"))]
-            let lane_bits = portable::mask(lane, test);
-            bits |= u64::from(lane_bits) << (16 * i);
+            bits |= u64::from(lane_mask(lane, test)) << (16 * i);
         }
         bits
     }
+}
+
+/// The block of up to [`BLOCK`] bytes of a text from a place, read so
+/// that no byte is copied but for a text shorter than a block: its masks
+/// are [`Block::new`]'s of the text from that place.
+///
+/// Why: [`Block::new`] of a text's last, short block called `memset` and
+/// `memcpy` (some 40 instructions). A block that would end past the text
+/// is read here as the text's last [`BLOCK`] bytes instead, and its masks
+/// shifted down past the bytes before the place (a byte's bit depends on
+/// that byte alone; the bits past the text's end come out clear, as for
+/// the zero bytes that pad a copied block, for the tests a zero byte does
+/// not pass).
+pub struct BlockAt {
+    block: Block,
+    /// How far the block was read before the place.
+    back: u32,
+}
+
+impl BlockAt {
+    /// The block of `text` at `at` (an empty one past the text's end).
+    #[inline(always)]
+    pub fn new(text: &[u8], at: usize) -> BlockAt {
+        if let Some(whole) = text.get(at..).and_then(<[u8]>::first_chunk::<BLOCK>) {
+            BlockAt {
+                block: Block { bytes: *whole },
+                back: 0,
+            }
+        } else if let Some(last) = text.last_chunk::<BLOCK>() {
+            // The text's last block starts before `at` here (by fewer than
+            // BLOCK bytes, or by all of it past the text's end).
+            BlockAt {
+                block: Block { bytes: *last },
+                back: at.saturating_sub(text.len() - BLOCK).min(BLOCK) as u32,
+            }
+        } else {
+            BlockAt {
+                block: Block::new(text.get(at..).unwrap_or_default()),
+                back: 0,
+            }
+        }
+    }
+
+    /// As [`Block::word`], from the place.
+    #[inline(always)]
+    pub fn word(&self) -> u64 {
+        self.block.word().checked_shr(self.back).unwrap_or(0)
+    }
+
+    /// As [`Block::non_ascii`], from the place.
+    #[inline(always)]
+    pub fn non_ascii(&self) -> u64 {
+        self.block.non_ascii().checked_shr(self.back).unwrap_or(0)
+    }
+}
+
+/// The mask of the bytes of `lane` that pass `test`.
+#[inline(always)]
+fn lane_mask(lane: &[u8; 16], test: Test) -> u16 {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE2 is part of the x86-64 baseline: every processor this
+    // code can run on has it.
+    let bits = unsafe { sse2::mask(lane, test) };
+    #[cfg(not(target_arch = "x86_64"))]
+    let bits = portable::mask(lane, test);
+    bits
 }
 
 /// A test on bytes.
@@ -125,11 +185,11 @@ mod sse2 {
     }
 }
 
-#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
 mod portable {
     use super::Test;
 
     /// The mask of the bytes of `lane` that pass `test`.
+    #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
     pub(super) fn mask(lane: &[u8; 16], test: Test) -> u16 {
         let mut bits = 0;
         for (i, &b) in lane.iter().enumerate() {
@@ -188,6 +248,57 @@ mod tests {
             |block| block.eq_ignoring_case(b'w'),
             |b| b.eq_ignore_ascii_case(&b'w'),
         );
+    }
+
+    /// A [`BlockAt`]'s masks against a copied [`Block`]'s, from `at` in
+    /// `text`.
+    fn check_in_place(text: &[u8], at: usize) -> Result<(), String> {
+        let block = Block::new(text.get(at..).unwrap_or_default());
+        let pairs = [
+            ("word", BlockAt::new(text, at).word(), block.word()),
+            (
+                "non_ascii",
+                BlockAt::new(text, at).non_ascii(),
+                block.non_ascii(),
+            ),
+        ];
+        for (name, in_place, copied) in pairs {
+            if in_place != copied {
+                return Err(format!(
+                    "{name} at {at} of {} bytes: {in_place:#x} != {copied:#x}",
+                    text.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn blocks_read_in_place_are_the_copied_blocks_at_every_length_and_place() {
+        // Every byte value, in texts of every length to 200 and from
+        // every place (whole lanes, part lanes, texts shorter than one).
+        let all: Vec<u8> = (0..=255u8).rev().chain(0..=255).collect();
+        for len in 0..=200 {
+            for skip in [0, 1, 7, 128, 300] {
+                let text = &all[skip..skip + len];
+                for at in 0..=len + 1 {
+                    check_in_place(text, at).unwrap();
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn blocks_read_in_place_are_the_copied_blocks(
+            text in proptest::collection::vec(
+                proptest::sample::select(vec![0u8, b' ', b'_', b'a', b'Z', b'0', b'9', b'@', b'`', b'{', b'/', b':', 0x7f, 0x80, 0xc3, 0xff]),
+                0..300,
+            ),
+            at in 0usize..320,
+        ) {
+            proptest::prop_assert_eq!(check_in_place(&text, at), Ok(()));
+        }
     }
 
     #[test]

@@ -374,11 +374,9 @@ impl Tokeniser {
                 push_ascii_word_hashes(bytes, out);
                 return;
             }
-            // The tokens of ASCII text are its maximal runs of word bytes.
-            push_ascii_words(bytes, spans);
-            for &(start, end, _) in spans.iter() {
-                run.ascii_token(bytes, start, end, out);
-            }
+            // Hashtags, maybe a block of them to fold.
+            push_ascii_word_hashes_folded(bytes, out);
+            return;
         } else {
             self.for_each_token(text, |start, end, ascii| spans.push((start, end, ascii)));
             for &(start, end, ascii) in spans.iter() {
@@ -604,46 +602,22 @@ fn for_each_run(bytes: &[u8], non_ascii: bool, f: &mut impl FnMut(usize, usize, 
     }
 }
 
-/// Appends to `spans` the span `(start, end, true)` of every maximal run of
-/// ASCII word bytes of `bytes` (the tokens of an ASCII text), in order: the
-/// runs [`for_each_run`] finds without `non_ascii`.
-///
-/// Room for every span is made once, before the scan: two runs are apart
-/// by at least one byte, so a text of `n` bytes has at most `n.div_ceil(2)`
-/// of them. A `push` a span loaded the vector's length and room from
-/// memory, compared them and stored the length back, about eight
-/// instructions of a span's twenty. Out of line and with its own loop:
-/// inlined into the preparer, through [`for_each_run`]'s closure, the
-/// loop kept its state in too few registers and moved seven of them
-/// about for every span (measured: +140 instructions a message).
-#[inline(never)]
-fn push_ascii_words(bytes: &[u8], spans: &mut Vec<(usize, usize, bool)>) {
-    spans.reserve(bytes.len().div_ceil(2));
-    let room = spans.spare_capacity_mut();
-    let mut written = 0;
-    for_each_ascii_word(bytes, &mut |start, end| {
-        // Always there (see above); a span past the room would be dropped,
-        // never written out of bounds.
-        if let Some(slot) = room.get_mut(written) {
-            slot.write((start, end, true));
-            written += 1;
-        }
-    });
-    let len = spans.len() + written;
-    // SAFETY: the `written` slots after the vector's length were written
-    // just above (a slot is counted only once written), and they are
-    // within its capacity (they are slots of its spare room).
-    unsafe { spans.set_len(len) };
-}
-
 /// Appends to `out` the token hash of every maximal run of ASCII word
 /// bytes of `bytes` (the tokens of an ASCII text holding no `#`, so no
-/// hashtag block), in order: what hashing [`push_ascii_words`]' spans
+/// hashtag block), in order: what hashing the spans of [`for_each_run`]
 /// gives.
 ///
-/// The hashes are taken as the words are found, with room made once (as
-/// in [`push_ascii_words`]): no span is stored and read back, and its
-/// bounds are not checked against the text a second time.
+/// The hashes are taken as the words are found: no span is stored and
+/// read back, and its bounds are not checked against the text a second
+/// time. Room for every hash is made once, before the scan: two words
+/// are apart by at least one byte, so a text of `n` bytes has at most
+/// `n.div_ceil(2)` of them; a `push` a hash loaded the vector's length
+/// and room from memory, compared them and stored the length back.
+///
+/// Out of line and with a loop of its own ([`for_each_ascii_word`]):
+/// inlined into the preparer, through [`for_each_run`]'s closure, the
+/// span loop kept its state in too few registers and moved seven of them
+/// about for every span (measured: +140 instructions a message).
 #[inline(never)]
 fn push_ascii_word_hashes(bytes: &[u8], out: &mut Vec<u64>) {
     out.reserve(bytes.len().div_ceil(2));
@@ -656,8 +630,40 @@ fn push_ascii_word_hashes(bytes: &[u8], out: &mut Vec<u64>) {
     for_each_ascii_word(bytes, &mut hashes);
     let written = hashes.written;
     let len = out.len() + written;
-    // SAFETY: as in `push_ascii_words`: the slots counted were written,
-    // and they are within the vector's capacity.
+    // SAFETY: the `written` slots after the vector's length were written
+    // (a slot is counted only once written: see `HashInto::put`), and
+    // they are within its capacity (they are slots of its spare room).
+    unsafe { out.set_len(len) };
+}
+
+/// Appends to `out` the token hashes of the ASCII text `bytes`, a block of
+/// hashtags folded into one token: what [`HashtagFold::ascii_token`] gives
+/// for every span of [`for_each_run`] in turn.
+///
+/// As [`push_ascii_word_hashes`]: the hashes taken as the words are found,
+/// into room made once. A fold takes back hashes already written, so
+/// the room is never outgrown.
+#[inline(never)]
+fn push_ascii_word_hashes_folded(bytes: &[u8], out: &mut Vec<u64>) {
+    out.reserve(bytes.len().div_ceil(2));
+    let room = out.spare_capacity_mut();
+    let mut hashes = FoldInto {
+        hashes: HashInto {
+            bytes,
+            room,
+            written: 0,
+        },
+        len: 0,
+        from: 0,
+        hash: 0,
+    };
+    for_each_ascii_word(bytes, &mut hashes);
+    hashes.finish();
+    let written = hashes.hashes.written;
+    let len = out.len() + written;
+    // SAFETY: as in `push_ascii_word_hashes`: the slots counted were
+    // written (a fold only counts fewer of them), and they are within the
+    // vector's capacity.
     unsafe { out.set_len(len) };
 }
 
@@ -705,10 +711,66 @@ impl WordSink for HashInto<'_> {
     }
 }
 
+/// The hashes of [`push_ascii_word_hashes_folded`]: [`HashInto`]'s, with a
+/// run of hashtags folded as [`HashtagFold`] folds it.
+struct FoldInto<'a> {
+    hashes: HashInto<'a>,
+    /// Hashtags in the run so far.
+    len: usize,
+    /// Where the run's hashes start in the room.
+    from: usize,
+    /// The block token, folded as the run grows.
+    hash: u64,
+}
+
+impl FoldInto<'_> {
+    /// Ends the run: folds it into one token if it is a block.
+    #[inline(always)]
+    fn finish(&mut self) {
+        if self.len >= HASHTAG_BLOCK {
+            // The run's hashes are taken back (they were written: `from`
+            // is below `written`), and the block's is written first.
+            if let Some(slot) = self.hashes.room.get_mut(self.from) {
+                slot.write(self.hash);
+                self.hashes.written = self.from + 1;
+            }
+        }
+        self.len = 0;
+    }
+}
+
+impl WordSink for FoldInto<'_> {
+    #[inline(always)]
+    fn put(&mut self, start: usize, end: usize) {
+        let bytes = self.hashes.bytes;
+        let hashtag = start > 0 && bytes.get(start - 1) == Some(&b'#');
+        if !hashtag && self.len > 0 {
+            self.finish();
+        }
+        let (Some(slot), Some(token)) = (
+            self.hashes.room.get_mut(self.hashes.written),
+            bytes.get(start..end),
+        ) else {
+            return;
+        };
+        let hash = hash_bytes(token);
+        if hashtag {
+            if self.len == 0 {
+                self.from = self.hashes.written;
+                self.hash = HASHTAG_BLOCK_SEED;
+            }
+            self.len += 1;
+            self.hash = mix64(self.hash ^ hash);
+        }
+        slot.write(tag_number(hash, is_number_at(bytes, start, end)));
+        self.hashes.written += 1;
+    }
+}
+
 /// Hands `sink` the span `start..end` of every maximal run of ASCII word bytes of
 /// `bytes`, in order: [`for_each_run`] without `non_ascii`, written for
 /// its two callers above alone (each its own copy, out of line; see
-/// [`push_ascii_words`]).
+/// [`push_ascii_word_hashes`]).
 #[inline(always)]
 fn for_each_ascii_word(bytes: &[u8], sink: &mut impl WordSink) {
     // Whether the byte before the current block is in a run, and where
@@ -750,8 +812,8 @@ fn for_each_ascii_word(bytes: &[u8], sink: &mut impl WordSink) {
     }
 }
 
-/// The spans [`push_ascii_words`] appends, pushed one at a time: the
-/// reference it is tested against.
+/// The spans of the ASCII words of `bytes`, by [`for_each_run`]: the
+/// reference [`for_each_ascii_word`] is tested against.
 #[cfg(test)]
 fn push_ascii_words_one_by_one(bytes: &[u8], spans: &mut Vec<(usize, usize, bool)>) {
     for_each_run(bytes, false, &mut |start, end, _| {
@@ -772,6 +834,20 @@ fn push_ascii_word_hashes_through_spans(bytes: &[u8], out: &mut Vec<u64>) {
             is_number_at(bytes, start, end),
         )
     }));
+}
+
+/// The hashes [`push_ascii_word_hashes_folded`] appends, as they were
+/// taken before it: the spans pushed one by one, then each handed to
+/// [`HashtagFold::ascii_token`]. The reference it is tested against.
+#[cfg(test)]
+fn push_ascii_word_hashes_folded_through_spans(bytes: &[u8], out: &mut Vec<u64>) {
+    let mut spans = Vec::new();
+    push_ascii_words_one_by_one(bytes, &mut spans);
+    let mut run = HashtagFold::default();
+    for &(start, end, _) in spans.iter() {
+        run.ascii_token(bytes, start, end, out);
+    }
+    run.finish(out);
 }
 
 /// The token hashes of a text with a hashtag run folded on the way: what
@@ -1117,9 +1193,23 @@ mod tests {
             // Spans already there stay, and the new ones follow them.
             let mut spans = vec![(1, 2, false); before];
             let mut expected = spans.clone();
-            push_ascii_words(text.as_bytes(), &mut spans);
+            for_each_ascii_word(text.as_bytes(), &mut |start, end| spans.push((start, end, true)));
             push_ascii_words_one_by_one(text.as_bytes(), &mut expected);
             proptest::prop_assert_eq!(spans, expected);
+        }
+
+        #[test]
+        fn folded_ascii_word_hashes_are_the_folds_of_the_spans(
+            text in "(#{0,2}[a-zA-Z0-9_]{0,3}[ #@.,!+:\t\n]{0,3}){0,60}|(#[a-z0-9]{1,30} ?){0,12}|([a-z]{0,9} (#[a-c]{1,4} ){0,5}){0,8}",
+            before in 0usize..3,
+        ) {
+            // Hashes already there stay (a fold never takes them back), and
+            // the new ones follow them.
+            let mut hashes = vec![5; before];
+            let mut expected = hashes.clone();
+            push_ascii_word_hashes_folded(text.as_bytes(), &mut hashes);
+            push_ascii_word_hashes_folded_through_spans(text.as_bytes(), &mut expected);
+            proptest::prop_assert_eq!(hashes, expected);
         }
 
         #[test]

@@ -130,6 +130,13 @@ impl BlockAt {
     }
 }
 
+/// Bit `i` set when byte `i` of `group` is an ASCII word byte (as
+/// [`Block::word`], for 16 bytes read where they are).
+#[inline(always)]
+pub fn word_group(group: &[u8; 16]) -> u16 {
+    lane_mask(group, Test::Word)
+}
+
 /// The mask of the bytes of `lane` that pass `test`.
 #[inline(always)]
 fn lane_mask(lane: &[u8; 16], test: Test) -> u16 {
@@ -298,6 +305,16 @@ mod tests {
             at in 0usize..320,
         ) {
             proptest::prop_assert_eq!(check_in_place(&text, at), Ok(()));
+        }
+    }
+
+    #[test]
+    fn a_groups_word_mask_is_the_blocks() {
+        for chunk in blocks() {
+            let block = Block::new(&chunk);
+            for (i, group) in block.bytes.as_chunks::<16>().0.iter().enumerate() {
+                assert_eq!(word_group(group), (block.word() >> (16 * i)) as u16);
+            }
         }
     }
 

@@ -128,6 +128,55 @@ impl BlockAt {
     pub fn non_ascii(&self) -> u64 {
         self.block.non_ascii().checked_shr(self.back).unwrap_or(0)
     }
+
+    /// [`BlockAt::word`] with AVX2: two lanes of 32 bytes, not four of 16
+    /// (about half the instructions; the tokeniser takes this mask of
+    /// every block of an ASCII text).
+    ///
+    /// # Safety
+    /// The processor must have AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    pub unsafe fn word_avx2(&self) -> u64 {
+        avx2::word(&self.block.bytes)
+            .checked_shr(self.back)
+            .unwrap_or(0)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::BLOCK;
+    use std::arch::x86_64::*;
+
+    /// The mask of the ASCII word bytes of `bytes`, as `sse2::mask` with
+    /// `Test::Word` gives it for each 16 of them.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    pub(super) fn word(bytes: &[u8; BLOCK]) -> u64 {
+        let half = |half: &[u8; 32]| {
+            // SAFETY: 32 bytes are read from an array of 32.
+            let b = unsafe { _mm256_loadu_si256(half.as_ptr().cast()) };
+            let folded = _mm256_or_si256(b, _mm256_set1_epi8(0x20));
+            // Unsigned `x - base < n` as a signed compare, as in
+            // `sse2::mask`.
+            let below = |x: __m256i, base: u8, n: u8| {
+                let shifted = _mm256_add_epi8(x, _mm256_set1_epi8(0x80u8.wrapping_sub(base) as i8));
+                _mm256_cmpgt_epi8(_mm256_set1_epi8((0x80u8 + n) as i8), shifted)
+            };
+            let letter = below(folded, b'a', 26);
+            let digit = below(b, b'0', 10);
+            let underscore = _mm256_cmpeq_epi8(b, _mm256_set1_epi8(b'_' as i8));
+            let passed = _mm256_or_si256(_mm256_or_si256(letter, digit), underscore);
+            u64::from(_mm256_movemask_epi8(passed) as u32)
+        };
+        let (halves, _) = bytes.as_chunks::<32>();
+        halves
+            .iter()
+            .enumerate()
+            .fold(0, |bits, (i, h)| bits | half(h) << (32 * i))
+    }
 }
 
 /// Bit `i` set when byte `i` of `group` is an ASCII word byte (as
@@ -305,6 +354,25 @@ mod tests {
             at in 0usize..320,
         ) {
             proptest::prop_assert_eq!(check_in_place(&text, at), Ok(()));
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_avx2_word_mask_is_the_sse2_one() {
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        let all: Vec<u8> = (0..=255u8).rev().chain(0..=255).collect();
+        for len in 0..=200 {
+            for skip in [0, 1, 7, 128, 300] {
+                let text = &all[skip..skip + len];
+                for at in 0..=len + 1 {
+                    let block = BlockAt::new(text, at);
+                    // SAFETY: the processor has AVX2 (checked above).
+                    assert_eq!(unsafe { block.word_avx2() }, block.word(), "{at} of {len}");
+                }
+            }
         }
     }
 

@@ -618,8 +618,29 @@ fn for_each_run(bytes: &[u8], non_ascii: bool, f: &mut impl FnMut(usize, usize, 
 /// inlined into the preparer, through [`for_each_run`]'s closure, the
 /// span loop kept its state in too few registers and moved seven of them
 /// about for every span (measured: +140 instructions a message).
-#[inline(never)]
+///
+/// With AVX2 the blocks' word masks are taken 32 bytes at a time
+/// ([`BlockAt::word_avx2`]), in a copy of the function compiled for it.
+#[inline]
 fn push_ascii_word_hashes(bytes: &[u8], out: &mut Vec<u64>) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the processor has AVX2 (checked just above).
+        return unsafe { ascii_x86::push_word_hashes_avx2(bytes, out) };
+    }
+    push_ascii_word_hashes_sse2(bytes, out);
+}
+
+/// [`push_ascii_word_hashes`] with the blocks' masks of [`BlockAt::word`].
+#[inline(never)]
+fn push_ascii_word_hashes_sse2(bytes: &[u8], out: &mut Vec<u64>) {
+    push_ascii_word_hashes_by(bytes, out, BlockAt::word);
+}
+
+/// The body of [`push_ascii_word_hashes`], with `word` the blocks' word
+/// masks.
+#[inline(always)]
+fn push_ascii_word_hashes_by(bytes: &[u8], out: &mut Vec<u64>, word: impl Fn(&BlockAt) -> u64) {
     out.reserve(bytes.len().div_ceil(2));
     let room = out.spare_capacity_mut();
     let mut hashes = HashInto {
@@ -627,7 +648,7 @@ fn push_ascii_word_hashes(bytes: &[u8], out: &mut Vec<u64>) {
         room,
         written: 0,
     };
-    for_each_ascii_word(bytes, &mut hashes);
+    for_each_ascii_word(bytes, &mut hashes, word);
     let written = hashes.written;
     let len = out.len() + written;
     // SAFETY: the `written` slots after the vector's length were written
@@ -643,8 +664,33 @@ fn push_ascii_word_hashes(bytes: &[u8], out: &mut Vec<u64>) {
 /// As [`push_ascii_word_hashes`]: the hashes taken as the words are found,
 /// into room made once. A fold takes back hashes already written, so
 /// the room is never outgrown.
-#[inline(never)]
+///
+/// With AVX2 as [`push_ascii_word_hashes`].
+#[inline]
 fn push_ascii_word_hashes_folded(bytes: &[u8], out: &mut Vec<u64>) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the processor has AVX2 (checked just above).
+        return unsafe { ascii_x86::push_word_hashes_folded_avx2(bytes, out) };
+    }
+    push_ascii_word_hashes_folded_sse2(bytes, out);
+}
+
+/// [`push_ascii_word_hashes_folded`] with the blocks' masks of
+/// [`BlockAt::word`].
+#[inline(never)]
+fn push_ascii_word_hashes_folded_sse2(bytes: &[u8], out: &mut Vec<u64>) {
+    push_ascii_word_hashes_folded_by(bytes, out, BlockAt::word);
+}
+
+/// The body of [`push_ascii_word_hashes_folded`], with `word` the blocks'
+/// word masks.
+#[inline(always)]
+fn push_ascii_word_hashes_folded_by(
+    bytes: &[u8],
+    out: &mut Vec<u64>,
+    word: impl Fn(&BlockAt) -> u64,
+) {
     out.reserve(bytes.len().div_ceil(2));
     let room = out.spare_capacity_mut();
     let mut hashes = FoldInto {
@@ -657,7 +703,7 @@ fn push_ascii_word_hashes_folded(bytes: &[u8], out: &mut Vec<u64>) {
         from: 0,
         hash: 0,
     };
-    for_each_ascii_word(bytes, &mut hashes);
+    for_each_ascii_word(bytes, &mut hashes, word);
     hashes.finish();
     let written = hashes.hashes.written;
     let len = out.len() + written;
@@ -665,6 +711,38 @@ fn push_ascii_word_hashes_folded(bytes: &[u8], out: &mut Vec<u64>) {
     // written (a fold only counts fewer of them), and they are within the
     // vector's capacity.
     unsafe { out.set_len(len) };
+}
+
+/// The ASCII paths compiled with AVX2.
+#[cfg(target_arch = "x86_64")]
+mod ascii_x86 {
+    use super::{BlockAt, push_ascii_word_hashes_by, push_ascii_word_hashes_folded_by};
+
+    /// [`push_ascii_word_hashes`](super::push_ascii_word_hashes) with
+    /// [`BlockAt::word_avx2`].
+    ///
+    /// # Safety
+    /// The processor must have AVX2.
+    #[target_feature(enable = "avx2")]
+    #[inline(never)]
+    pub(super) unsafe fn push_word_hashes_avx2(bytes: &[u8], out: &mut Vec<u64>) {
+        // SAFETY: the processor has AVX2 (this function's contract).
+        push_ascii_word_hashes_by(bytes, out, |block: &BlockAt| unsafe { block.word_avx2() });
+    }
+
+    /// [`push_ascii_word_hashes_folded`](super::push_ascii_word_hashes_folded)
+    /// with [`BlockAt::word_avx2`].
+    ///
+    /// # Safety
+    /// The processor must have AVX2.
+    #[target_feature(enable = "avx2")]
+    #[inline(never)]
+    pub(super) unsafe fn push_word_hashes_folded_avx2(bytes: &[u8], out: &mut Vec<u64>) {
+        // SAFETY: the processor has AVX2 (this function's contract).
+        push_ascii_word_hashes_folded_by(bytes, out, |block: &BlockAt| unsafe {
+            block.word_avx2()
+        });
+    }
 }
 
 /// Where the words [`for_each_ascii_word`] finds go.
@@ -772,7 +850,7 @@ impl WordSink for FoldInto<'_> {
 /// its two callers above alone (each its own copy, out of line; see
 /// [`push_ascii_word_hashes`]).
 #[inline(always)]
-fn for_each_ascii_word(bytes: &[u8], sink: &mut impl WordSink) {
+fn for_each_ascii_word(bytes: &[u8], sink: &mut impl WordSink, word: impl Fn(&BlockAt) -> u64) {
     // Whether the byte before the current block is in a run, and where
     // that run started.
     let mut carry = 0u64;
@@ -780,7 +858,7 @@ fn for_each_ascii_word(bytes: &[u8], sink: &mut impl WordSink) {
     for base in (0..bytes.len()).step_by(BLOCK) {
         // The block's bytes: at most BLOCK, at least one.
         let chunk_len = (bytes.len() - base).min(BLOCK);
-        let in_run = BlockAt::new(bytes, base).word();
+        let in_run = word(&BlockAt::new(bytes, base));
         let before = (in_run << 1) | carry;
         let edges = (in_run ^ before) & (u64::MAX >> (64 - chunk_len));
         let mut starts = edges & in_run;
@@ -1193,7 +1271,7 @@ mod tests {
             // Spans already there stay, and the new ones follow them.
             let mut spans = vec![(1, 2, false); before];
             let mut expected = spans.clone();
-            for_each_ascii_word(text.as_bytes(), &mut |start, end| spans.push((start, end, true)));
+            for_each_ascii_word(text.as_bytes(), &mut |start, end| spans.push((start, end, true)), BlockAt::word);
             push_ascii_words_one_by_one(text.as_bytes(), &mut expected);
             proptest::prop_assert_eq!(spans, expected);
         }
@@ -1207,9 +1285,12 @@ mod tests {
             // the new ones follow them.
             let mut hashes = vec![5; before];
             let mut expected = hashes.clone();
+            let mut by_sse2 = hashes.clone();
             push_ascii_word_hashes_folded(text.as_bytes(), &mut hashes);
+            push_ascii_word_hashes_folded_sse2(text.as_bytes(), &mut by_sse2);
             push_ascii_word_hashes_folded_through_spans(text.as_bytes(), &mut expected);
-            proptest::prop_assert_eq!(hashes, expected);
+            proptest::prop_assert_eq!(&hashes, &expected);
+            proptest::prop_assert_eq!(by_sse2, expected);
         }
 
         #[test]
@@ -1220,9 +1301,12 @@ mod tests {
             // Hashes already there stay, and the new ones follow them.
             let mut hashes = vec![5; before];
             let mut expected = hashes.clone();
+            let mut by_sse2 = hashes.clone();
             push_ascii_word_hashes(text.as_bytes(), &mut hashes);
+            push_ascii_word_hashes_sse2(text.as_bytes(), &mut by_sse2);
             push_ascii_word_hashes_through_spans(text.as_bytes(), &mut expected);
-            proptest::prop_assert_eq!(hashes, expected);
+            proptest::prop_assert_eq!(&hashes, &expected);
+            proptest::prop_assert_eq!(by_sse2, expected);
         }
 
         #[test]

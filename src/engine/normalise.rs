@@ -614,10 +614,10 @@ fn fold_non_ascii(text: &mut String, out: &mut String) {
         std::mem::swap(out, text);
         out.clear();
     }
-    if text.is_ascii() {
-        out.push_str(text);
-        lowercase_ascii(out);
-    } else if !fold_if_nfkc(text, out) {
+    // (An ASCII text, as many are once `…` is gone, is copied and
+    // lowercased by `fold_if_nfkc` as one ASCII run: a test of the whole
+    // text first read its ASCII prefix twice.)
+    if !fold_if_nfkc(text, out) {
         out.clear();
         text.nfkc().for_each(|c| push_lowercase(out, c));
     }
@@ -1165,17 +1165,44 @@ fn is_plain_by_the_tables(c: char) -> bool {
 /// The length of the longest all-ASCII prefix of `bytes`, found 16 bytes
 /// at a time.
 fn ascii_prefix_len(bytes: &[u8]) -> usize {
-    const HIGH_BITS: u128 = u128::from_ne_bytes([0x80; 16]);
-    let (chunks, _) = bytes.as_chunks::<16>();
-    let len = 16
-        * chunks
-            .iter()
-            .take_while(|&&chunk| u128::from_ne_bytes(chunk) & HIGH_BITS == 0)
-            .count();
-    len + bytes[len..]
+    const HIGH_BITS: u128 = u128::from_le_bytes([0x80; 16]);
+    // The place of the first byte with its high bit set in a chunk whose
+    // high bits are `high` (not zero), read little-endian.
+    let first_high = |high: u128| (high.trailing_zeros() / 8) as usize;
+    let (chunks, rest) = bytes.as_chunks::<16>();
+    for (i, chunk) in chunks.iter().enumerate() {
+        let high = u128::from_le_bytes(*chunk) & HIGH_BITS;
+        if high != 0 {
+            return 16 * i + first_high(high);
+        }
+    }
+    if rest.is_empty() {
+        return bytes.len();
+    }
+    // The last fifteen or fewer as the text's last sixteen, overlapping the
+    // chunks before (all ASCII, so their high bits are clear): byte by
+    // byte they cost some four instructions each.
+    if let Some(last) = bytes.last_chunk::<16>() {
+        let high = u128::from_le_bytes(*last) & HIGH_BITS;
+        return if high == 0 {
+            bytes.len()
+        } else {
+            bytes.len() - 16 + first_high(high)
+        };
+    }
+    rest.iter()
+        .position(|b| !b.is_ascii())
+        .unwrap_or(rest.len())
+}
+
+/// [`ascii_prefix_len`] as it was: whole chunks, then byte by byte. The
+/// reference it is tested against.
+#[cfg(test)]
+fn ascii_prefix_len_bytewise(bytes: &[u8]) -> usize {
+    bytes
         .iter()
         .position(|b| !b.is_ascii())
-        .unwrap_or(bytes.len() - len)
+        .unwrap_or(bytes.len())
 }
 
 /// Appends `c` lowercased (Unicode lowercase; ASCII without a table).
@@ -1985,6 +2012,18 @@ mod tests {
         /// `trim_start_matches(is_word_char)` leaves, from every character:
         /// ASCII word bytes and others, non-ASCII word characters (letters,
         /// digits, a combining mark) and non-ASCII ones that are not.
+        #[test]
+        fn ascii_prefixes_are_as_long_as_byte_by_byte(
+            text in "[a-z ]{0,40}[é😀\u{a0}]?[a-z é]{0,40}",
+        ) {
+            // From every byte: the chunks, the overlapping last sixteen
+            // and texts shorter than sixteen.
+            for at in 0..=text.len() {
+                let bytes = &text.as_bytes()[at..];
+                proptest::prop_assert_eq!(ascii_prefix_len(bytes), ascii_prefix_len_bytewise(bytes), "from {}", at);
+            }
+        }
+
         #[test]
         fn word_chars_are_skipped_as_trim_start_matches_does(
             text in "[a-zA-Z0-9_]{0,40}[a-zA-Z0-9_@:. \t()é\u{301}\u{663}ſ…😀\u{a0}-]{0,40}"

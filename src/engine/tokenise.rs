@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use regex_syntax::hir::{Class, HirKind};
 
-use super::bitmap::{BLOCK, Block};
+use super::bitmap::{BLOCK, BlockAt};
 use super::shingle::mix64;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -369,26 +369,14 @@ impl Tokeniser {
         let mut run = HashtagFold::default();
         let bytes = text.as_bytes();
         if ascii || text.is_ascii() {
-            // The tokens of ASCII text are its maximal runs of word bytes.
-            for_each_run(bytes, false, &mut |start, end, _| {
-                spans.push((start, end, true));
-            });
             if hashless {
-                // No hashtag, no run to fold: each token is its hash, and
-                // one `extend` makes room once (a `push` a token checked
-                // the room, and the hashtag tests, about ten instructions
-                // a token between them).
-                out.extend(spans.iter().map(|&(start, end, _)| {
-                    tag_number(
-                        hash_bytes(&bytes[start..end]),
-                        is_number_at(bytes, start, end),
-                    )
-                }));
+                // No hashtag, no run to fold: each token is its hash.
+                push_ascii_word_hashes(bytes, out);
                 return;
             }
-            for &(start, end, _) in spans.iter() {
-                run.ascii_token(bytes, start, end, out);
-            }
+            // Hashtags, maybe a block of them to fold.
+            push_ascii_word_hashes_folded(bytes, out);
+            return;
         } else {
             self.for_each_token(text, |start, end, ascii| spans.push((start, end, ascii)));
             for &(start, end, ascii) in spans.iter() {
@@ -555,7 +543,7 @@ fn class_by_ranges(word: &[(char, char)], cjk: &[(char, char)], c: char) -> u8 {
 /// is not ASCII. Without `non_ascii` the runs are the ASCII words.
 ///
 /// Runs are found 64 bytes at a time from bitmaps of the bytes
-/// ([`Block::word`], [`Block::non_ascii`]): the bits where a run starts
+/// ([`BlockAt::word`], [`BlockAt::non_ascii`]): the bits where a run starts
 /// or ends are computed at once, and visited with `trailing_zeros`. Starts
 /// and ends alternate, so they are taken in pairs without a branch on which
 /// an edge is: a byte-by-byte scan takes a hard-to-predict branch at every
@@ -569,13 +557,14 @@ fn for_each_run(bytes: &[u8], non_ascii: bool, f: &mut impl FnMut(usize, usize, 
     let mut carry = 0u64;
     let mut start = 0;
     let mut run_high = false;
-    for (block, chunk) in bytes.chunks(BLOCK).enumerate() {
-        let base = block * BLOCK;
-        let bits = Block::new(chunk);
+    for base in (0..bytes.len()).step_by(BLOCK) {
+        // The block's bytes: at most BLOCK, at least one.
+        let chunk_len = (bytes.len() - base).min(BLOCK);
+        let bits = BlockAt::new(bytes, base);
         let high = if non_ascii { bits.non_ascii() } else { 0 };
         let in_run = bits.word() | high;
         let before = (in_run << 1) | carry;
-        let edges = (in_run ^ before) & (u64::MAX >> (64 - chunk.len()));
+        let edges = (in_run ^ before) & (u64::MAX >> (64 - chunk_len));
         let mut starts = edges & in_run;
         let mut ends = edges & !in_run;
         if carry != 0 {
@@ -583,7 +572,7 @@ fn for_each_run(bytes: &[u8], non_ascii: bool, f: &mut impl FnMut(usize, usize, 
                 // The run goes on through the whole block (and no other
                 // starts in it).
                 run_high |= high != 0;
-                carry = in_run >> (chunk.len() - 1) & 1;
+                carry = in_run >> (chunk_len - 1) & 1;
                 continue;
             }
             // The run from the block before ends first.
@@ -606,11 +595,337 @@ fn for_each_run(bytes: &[u8], non_ascii: bool, f: &mut impl FnMut(usize, usize, 
             start = base + from as usize;
             run_high = high >> from != 0;
         }
-        carry = in_run >> (chunk.len() - 1) & 1;
+        carry = in_run >> (chunk_len - 1) & 1;
     }
     if carry != 0 {
         f(start, bytes.len(), run_high);
     }
+}
+
+/// Appends to `out` the token hash of every maximal run of ASCII word
+/// bytes of `bytes` (the tokens of an ASCII text holding no `#`, so no
+/// hashtag block), in order: what hashing the spans of [`for_each_run`]
+/// gives.
+///
+/// The hashes are taken as the words are found: no span is stored and
+/// read back, and its bounds are not checked against the text a second
+/// time. Room for every hash is made once, before the scan: two words
+/// are apart by at least one byte, so a text of `n` bytes has at most
+/// `n.div_ceil(2)` of them; a `push` a hash loaded the vector's length
+/// and room from memory, compared them and stored the length back.
+///
+/// Out of line and with a loop of its own ([`for_each_ascii_word`]):
+/// inlined into the preparer, through [`for_each_run`]'s closure, the
+/// span loop kept its state in too few registers and moved seven of them
+/// about for every span (measured: +140 instructions a message).
+///
+/// With AVX2 the blocks' word masks are taken 32 bytes at a time
+/// ([`BlockAt::word_avx2`]), in a copy of the function compiled for it.
+#[inline]
+fn push_ascii_word_hashes(bytes: &[u8], out: &mut Vec<u64>) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the processor has AVX2 (checked just above).
+        return unsafe { ascii_x86::push_word_hashes_avx2(bytes, out) };
+    }
+    push_ascii_word_hashes_sse2(bytes, out);
+}
+
+/// [`push_ascii_word_hashes`] with the blocks' masks of [`BlockAt::word`].
+#[inline(never)]
+fn push_ascii_word_hashes_sse2(bytes: &[u8], out: &mut Vec<u64>) {
+    push_ascii_word_hashes_by(bytes, out, BlockAt::word);
+}
+
+/// The body of [`push_ascii_word_hashes`], with `word` the blocks' word
+/// masks.
+#[inline(always)]
+fn push_ascii_word_hashes_by(bytes: &[u8], out: &mut Vec<u64>, word: impl Fn(&BlockAt) -> u64) {
+    out.reserve(bytes.len().div_ceil(2));
+    let room = out.spare_capacity_mut();
+    let mut hashes = HashInto {
+        bytes,
+        room,
+        written: 0,
+    };
+    for_each_ascii_word(bytes, &mut hashes, word);
+    let written = hashes.written;
+    let len = out.len() + written;
+    // SAFETY: the `written` slots after the vector's length were written
+    // (a slot is counted only once written: see `HashInto::put`), and
+    // they are within its capacity (they are slots of its spare room).
+    unsafe { out.set_len(len) };
+}
+
+/// Appends to `out` the token hashes of the ASCII text `bytes`, a block of
+/// hashtags folded into one token: what [`HashtagFold::ascii_token`] gives
+/// for every span of [`for_each_run`] in turn.
+///
+/// As [`push_ascii_word_hashes`]: the hashes taken as the words are found,
+/// into room made once. A fold takes back hashes already written, so
+/// the room is never outgrown.
+///
+/// With AVX2 as [`push_ascii_word_hashes`].
+#[inline]
+fn push_ascii_word_hashes_folded(bytes: &[u8], out: &mut Vec<u64>) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the processor has AVX2 (checked just above).
+        return unsafe { ascii_x86::push_word_hashes_folded_avx2(bytes, out) };
+    }
+    push_ascii_word_hashes_folded_sse2(bytes, out);
+}
+
+/// [`push_ascii_word_hashes_folded`] with the blocks' masks of
+/// [`BlockAt::word`].
+#[inline(never)]
+fn push_ascii_word_hashes_folded_sse2(bytes: &[u8], out: &mut Vec<u64>) {
+    push_ascii_word_hashes_folded_by(bytes, out, BlockAt::word);
+}
+
+/// The body of [`push_ascii_word_hashes_folded`], with `word` the blocks'
+/// word masks.
+#[inline(always)]
+fn push_ascii_word_hashes_folded_by(
+    bytes: &[u8],
+    out: &mut Vec<u64>,
+    word: impl Fn(&BlockAt) -> u64,
+) {
+    out.reserve(bytes.len().div_ceil(2));
+    let room = out.spare_capacity_mut();
+    let mut hashes = FoldInto {
+        hashes: HashInto {
+            bytes,
+            room,
+            written: 0,
+        },
+        len: 0,
+        from: 0,
+        hash: 0,
+    };
+    for_each_ascii_word(bytes, &mut hashes, word);
+    hashes.finish();
+    let written = hashes.hashes.written;
+    let len = out.len() + written;
+    // SAFETY: as in `push_ascii_word_hashes`: the slots counted were
+    // written (a fold only counts fewer of them), and they are within the
+    // vector's capacity.
+    unsafe { out.set_len(len) };
+}
+
+/// The ASCII paths compiled with AVX2.
+#[cfg(target_arch = "x86_64")]
+mod ascii_x86 {
+    use super::{BlockAt, push_ascii_word_hashes_by, push_ascii_word_hashes_folded_by};
+
+    /// [`push_ascii_word_hashes`](super::push_ascii_word_hashes) with
+    /// [`BlockAt::word_avx2`].
+    ///
+    /// # Safety
+    /// The processor must have AVX2.
+    #[target_feature(enable = "avx2")]
+    #[inline(never)]
+    pub(super) unsafe fn push_word_hashes_avx2(bytes: &[u8], out: &mut Vec<u64>) {
+        // SAFETY: the processor has AVX2 (this function's contract).
+        push_ascii_word_hashes_by(bytes, out, |block: &BlockAt| unsafe { block.word_avx2() });
+    }
+
+    /// [`push_ascii_word_hashes_folded`](super::push_ascii_word_hashes_folded)
+    /// with [`BlockAt::word_avx2`].
+    ///
+    /// # Safety
+    /// The processor must have AVX2.
+    #[target_feature(enable = "avx2")]
+    #[inline(never)]
+    pub(super) unsafe fn push_word_hashes_folded_avx2(bytes: &[u8], out: &mut Vec<u64>) {
+        // SAFETY: the processor has AVX2 (this function's contract).
+        push_ascii_word_hashes_folded_by(bytes, out, |block: &BlockAt| unsafe {
+            block.word_avx2()
+        });
+    }
+}
+
+/// Where the words [`for_each_ascii_word`] finds go.
+///
+/// A trait, not a closure: the hashing closure of
+/// [`push_ascii_word_hashes`] was compiled as a function of its own, a
+/// call a token (measured).
+trait WordSink {
+    /// Takes the word `start..end`.
+    fn put(&mut self, start: usize, end: usize);
+}
+
+impl<F: FnMut(usize, usize)> WordSink for F {
+    #[inline(always)]
+    fn put(&mut self, start: usize, end: usize) {
+        self(start, end)
+    }
+}
+
+/// The hashes of [`push_ascii_word_hashes`], written into the spare room
+/// of the output.
+struct HashInto<'a> {
+    bytes: &'a [u8],
+    room: &'a mut [std::mem::MaybeUninit<u64>],
+    /// How many of `room`'s slots are written (the first ones).
+    written: usize,
+}
+
+impl WordSink for HashInto<'_> {
+    #[inline(always)]
+    fn put(&mut self, start: usize, end: usize) {
+        // The slot is always there (see `push_ascii_word_hashes`), the
+        // token always in the text; neither is written or read out of
+        // bounds if not.
+        if let (Some(slot), Some(token)) =
+            (self.room.get_mut(self.written), self.bytes.get(start..end))
+        {
+            slot.write(tag_number(
+                hash_bytes(token),
+                is_number_at(self.bytes, start, end),
+            ));
+            self.written += 1;
+        }
+    }
+}
+
+/// The hashes of [`push_ascii_word_hashes_folded`]: [`HashInto`]'s, with a
+/// run of hashtags folded as [`HashtagFold`] folds it.
+struct FoldInto<'a> {
+    hashes: HashInto<'a>,
+    /// Hashtags in the run so far.
+    len: usize,
+    /// Where the run's hashes start in the room.
+    from: usize,
+    /// The block token, folded as the run grows.
+    hash: u64,
+}
+
+impl FoldInto<'_> {
+    /// Ends the run: folds it into one token if it is a block.
+    #[inline(always)]
+    fn finish(&mut self) {
+        if self.len >= HASHTAG_BLOCK {
+            // The run's hashes are taken back (they were written: `from`
+            // is below `written`), and the block's is written first.
+            if let Some(slot) = self.hashes.room.get_mut(self.from) {
+                slot.write(self.hash);
+                self.hashes.written = self.from + 1;
+            }
+        }
+        self.len = 0;
+    }
+}
+
+impl WordSink for FoldInto<'_> {
+    #[inline(always)]
+    fn put(&mut self, start: usize, end: usize) {
+        let bytes = self.hashes.bytes;
+        let hashtag = start > 0 && bytes.get(start - 1) == Some(&b'#');
+        if !hashtag && self.len > 0 {
+            self.finish();
+        }
+        let (Some(slot), Some(token)) = (
+            self.hashes.room.get_mut(self.hashes.written),
+            bytes.get(start..end),
+        ) else {
+            return;
+        };
+        let hash = hash_bytes(token);
+        if hashtag {
+            if self.len == 0 {
+                self.from = self.hashes.written;
+                self.hash = HASHTAG_BLOCK_SEED;
+            }
+            self.len += 1;
+            self.hash = mix64(self.hash ^ hash);
+        }
+        slot.write(tag_number(hash, is_number_at(bytes, start, end)));
+        self.hashes.written += 1;
+    }
+}
+
+/// Hands `sink` the span `start..end` of every maximal run of ASCII word bytes of
+/// `bytes`, in order: [`for_each_run`] without `non_ascii`, written for
+/// its two callers above alone (each its own copy, out of line; see
+/// [`push_ascii_word_hashes`]).
+#[inline(always)]
+fn for_each_ascii_word(bytes: &[u8], sink: &mut impl WordSink, word: impl Fn(&BlockAt) -> u64) {
+    // Whether the byte before the current block is in a run, and where
+    // that run started.
+    let mut carry = 0u64;
+    let mut start = 0;
+    for base in (0..bytes.len()).step_by(BLOCK) {
+        // The block's bytes: at most BLOCK, at least one.
+        let chunk_len = (bytes.len() - base).min(BLOCK);
+        let in_run = word(&BlockAt::new(bytes, base));
+        let before = (in_run << 1) | carry;
+        let edges = (in_run ^ before) & (u64::MAX >> (64 - chunk_len));
+        let mut starts = edges & in_run;
+        let mut ends = edges & !in_run;
+        if carry != 0 && ends != 0 {
+            // The run from the block before ends first.
+            sink.put(start, base + ends.trailing_zeros() as usize);
+            ends &= ends - 1;
+        }
+        // Starts and ends alternate: taken in pairs (see `for_each_run`).
+        while ends != 0 {
+            sink.put(
+                base + starts.trailing_zeros() as usize,
+                base + ends.trailing_zeros() as usize,
+            );
+            starts &= starts - 1;
+            ends &= ends - 1;
+        }
+        if starts != 0 {
+            // A run that goes on to the block's end (and maybe beyond). A
+            // run going on through the whole block has no start in it and
+            // keeps the start it had.
+            start = base + starts.trailing_zeros() as usize;
+        }
+        carry = in_run >> (chunk_len - 1) & 1;
+    }
+    if carry != 0 {
+        sink.put(start, bytes.len());
+    }
+}
+
+/// The spans of the ASCII words of `bytes`, by [`for_each_run`]: the
+/// reference [`for_each_ascii_word`] is tested against.
+#[cfg(test)]
+fn push_ascii_words_one_by_one(bytes: &[u8], spans: &mut Vec<(usize, usize, bool)>) {
+    for_each_run(bytes, false, &mut |start, end, _| {
+        spans.push((start, end, true));
+    });
+}
+
+/// The hashes [`push_ascii_word_hashes`] appends, as they were taken
+/// before it: the spans pushed one by one, then hashed in one `extend`.
+/// The reference it is tested against.
+#[cfg(test)]
+fn push_ascii_word_hashes_through_spans(bytes: &[u8], out: &mut Vec<u64>) {
+    let mut spans = Vec::new();
+    push_ascii_words_one_by_one(bytes, &mut spans);
+    out.extend(spans.iter().map(|&(start, end, _)| {
+        tag_number(
+            hash_bytes(&bytes[start..end]),
+            is_number_at(bytes, start, end),
+        )
+    }));
+}
+
+/// The hashes [`push_ascii_word_hashes_folded`] appends, as they were
+/// taken before it: the spans pushed one by one, then each handed to
+/// [`HashtagFold::ascii_token`]. The reference it is tested against.
+#[cfg(test)]
+fn push_ascii_word_hashes_folded_through_spans(bytes: &[u8], out: &mut Vec<u64>) {
+    let mut spans = Vec::new();
+    push_ascii_words_one_by_one(bytes, &mut spans);
+    let mut run = HashtagFold::default();
+    for &(start, end, _) in spans.iter() {
+        run.ascii_token(bytes, start, end, out);
+    }
+    run.finish(out);
 }
 
 /// The token hashes of a text with a hashtag run folded on the way: what
@@ -946,6 +1261,52 @@ mod tests {
                     proptest::prop_assert_eq!(&through_spans[1..], &general[..]);
                 }
             }
+        }
+
+        #[test]
+        fn ascii_words_are_the_spans_pushed_one_by_one(
+            text in "[ a-zA-Z0-9_#@.,!\t\n]{0,300}|([a-z_]{0,70}[ .#]{0,2}){0,6}|( ?[a-z]){0,200}",
+            before in 0usize..3,
+        ) {
+            // Spans already there stay, and the new ones follow them.
+            let mut spans = vec![(1, 2, false); before];
+            let mut expected = spans.clone();
+            for_each_ascii_word(text.as_bytes(), &mut |start, end| spans.push((start, end, true)), BlockAt::word);
+            push_ascii_words_one_by_one(text.as_bytes(), &mut expected);
+            proptest::prop_assert_eq!(spans, expected);
+        }
+
+        #[test]
+        fn folded_ascii_word_hashes_are_the_folds_of_the_spans(
+            text in "(#{0,2}[a-zA-Z0-9_]{0,3}[ #@.,!+:\t\n]{0,3}){0,60}|(#[a-z0-9]{1,30} ?){0,12}|([a-z]{0,9} (#[a-c]{1,4} ){0,5}){0,8}",
+            before in 0usize..3,
+        ) {
+            // Hashes already there stay (a fold never takes them back), and
+            // the new ones follow them.
+            let mut hashes = vec![5; before];
+            let mut expected = hashes.clone();
+            let mut by_sse2 = hashes.clone();
+            push_ascii_word_hashes_folded(text.as_bytes(), &mut hashes);
+            push_ascii_word_hashes_folded_sse2(text.as_bytes(), &mut by_sse2);
+            push_ascii_word_hashes_folded_through_spans(text.as_bytes(), &mut expected);
+            proptest::prop_assert_eq!(&hashes, &expected);
+            proptest::prop_assert_eq!(by_sse2, expected);
+        }
+
+        #[test]
+        fn ascii_word_hashes_are_the_hashes_of_the_spans(
+            text in "[ a-zA-Z0-9_@.,:+!\t\n]{0,300}|([a-z0-9_]{0,70}[ .:,+]{0,2}){0,6}|( ?[a-z0-9]){0,200}",
+            before in 0usize..3,
+        ) {
+            // Hashes already there stay, and the new ones follow them.
+            let mut hashes = vec![5; before];
+            let mut expected = hashes.clone();
+            let mut by_sse2 = hashes.clone();
+            push_ascii_word_hashes(text.as_bytes(), &mut hashes);
+            push_ascii_word_hashes_sse2(text.as_bytes(), &mut by_sse2);
+            push_ascii_word_hashes_through_spans(text.as_bytes(), &mut expected);
+            proptest::prop_assert_eq!(&hashes, &expected);
+            proptest::prop_assert_eq!(by_sse2, expected);
         }
 
         #[test]

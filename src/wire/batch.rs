@@ -18,7 +18,10 @@ pub use crate::engine::Op;
 /// Lines read but not yet prepared.
 #[derive(Debug, Default)]
 pub struct RawBatch {
-    /// The lines' bytes, back to back, without terminators.
+    /// The bytes the lines lie in, in input order: back to back, or (as
+    /// the filter's reader leaves them, read in place) with their
+    /// terminators, blank lines and bytes read past the last line between
+    /// and after them. Only the lines' ranges say what is a line.
     pub bytes: Vec<u8>,
     /// One entry per non-blank line, in input order.
     pub lines: Vec<RawLine>,
@@ -44,15 +47,6 @@ pub enum RawLine {
 }
 
 impl RawBatch {
-    /// Records as a line the bytes appended to [`RawBatch::bytes`] since
-    /// `start` (a reader may append a line there directly, without a copy).
-    pub fn push_appended(&mut self, number: u64, start: usize) {
-        self.lines.push(RawLine::Content {
-            number,
-            range: start..self.bytes.len(),
-        });
-    }
-
     /// Appends a complete line.
     pub fn push_line(&mut self, number: u64, line: &[u8]) {
         let start = self.bytes.len();
@@ -61,6 +55,19 @@ impl RawBatch {
             number,
             range: start..self.bytes.len(),
         });
+    }
+
+    /// Where the last line's bytes end in [`RawBatch::bytes`] (0 without
+    /// one): what the batch holds, whatever lies past it.
+    pub fn lines_end(&self) -> usize {
+        self.lines
+            .iter()
+            .rev()
+            .find_map(|line| match line {
+                RawLine::Content { range, .. } => Some(range.end),
+                RawLine::TooLong { .. } => None,
+            })
+            .unwrap_or(0)
     }
 
     /// Number of lines held.
@@ -178,7 +185,7 @@ pub type OpReader = fn(&[u8]) -> Op;
 /// instructions a message), and is no more memory than the batch's own
 /// bytes.
 fn shingle_room(raw: &RawBatch) -> usize {
-    (raw.lines.len() * 24).max(raw.bytes.len() / 4)
+    (raw.lines.len() * 24).max(raw.lines_end() / 4)
 }
 
 /// Decodes and sketches every line of a batch.

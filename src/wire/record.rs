@@ -292,6 +292,11 @@ pub struct Decoder {
     url_pairs: Vec<(u16, u16)>,
     /// The short URL paths, as a [`Found`] mask.
     url_shorts: PathMask,
+    /// Each short URL path's expanded one, by the short's number, when
+    /// every short path is below 64 and they come in the pairs' order:
+    /// a line's pairs are then found from its mask's bits, not by a look
+    /// at each of the thirteen.
+    url_long_of: Option<[u16; 64]>,
     referenced_type: u16,
     referenced_text: u16,
     created_at: Vec<u16>,
@@ -547,15 +552,38 @@ impl PathMask {
 /// A line's captures, with a mask of the paths they are on: most wanted
 /// paths are absent from a line (eleven URL entity paths, notices,
 /// retweets), and a path not in the mask costs no search.
+///
+/// A search starts at the path's first capture: the id, the text and the
+/// date are found without a look at the captures before them.
 struct Found<'c> {
     captures: &'c [Capture],
     present: PathMask,
+    /// For each path below 64 in `present`: where its first capture is,
+    /// or 255 when that is further (a search from 255 still meets it).
+    first: [u8; 64],
 }
 
 impl<'c> Found<'c> {
     fn new(captures: &'c [Capture]) -> Found<'c> {
-        let present = PathMask::of(captures.iter().map(|c| c.path));
-        Found { captures, present }
+        let mut present = PathMask::default();
+        let mut first = [0u8; 64];
+        for (at, capture) in captures.iter().enumerate() {
+            let path = u32::from(capture.path);
+            match 1u64.checked_shl(path) {
+                Some(bit) => {
+                    if present.bits & bit == 0 {
+                        first[(path & 63) as usize] = at.min(255) as u8;
+                    }
+                    present.bits |= bit;
+                }
+                None => present.high = true,
+            }
+        }
+        Found {
+            captures,
+            present,
+            first,
+        }
     }
 
     /// Whether any capture is on a path of `paths`.
@@ -565,10 +593,14 @@ impl<'c> Found<'c> {
 
     /// The captures on `path`, in the order they were made.
     fn of(&self, path: u16) -> impl Iterator<Item = &'c Capture> + use<'c> {
-        let maybe = 1u64
-            .checked_shl(u32::from(path))
-            .is_none_or(|bit| self.present.bits & bit != 0);
-        let captures = if maybe { self.captures } else { &[] };
+        let captures = match 1u64.checked_shl(u32::from(path)) {
+            Some(bit) if self.present.bits & bit != 0 => {
+                let from = usize::from(self.first[usize::from(path & 63)]);
+                self.captures.get(from..).unwrap_or_default()
+            }
+            Some(_) => &[],
+            None => self.captures,
+        };
         captures.iter().filter(move |c| c.path == path)
     }
 }
@@ -652,6 +684,17 @@ impl Decoder {
             ),
         ));
         let url_shorts = PathMask::of(url_pairs.iter().map(|&(short, _)| short));
+        let url_long_of = url_pairs
+            .windows(2)
+            .all(|pair| pair[0].0 < pair[1].0)
+            .then(|| {
+                let mut long_of = [0u16; 64];
+                for &(short, long) in &url_pairs {
+                    *long_of.get_mut(usize::from(short))? = long;
+                }
+                Some(long_of)
+            })
+            .flatten();
         let created_at = CREATED_AT_PATHS
             .iter()
             .map(|p| add(&mut tree, &parse(p)))
@@ -673,6 +716,7 @@ impl Decoder {
             retweet_texts,
             url_pairs,
             url_shorts,
+            url_long_of,
             referenced_type,
             referenced_text,
         }
@@ -877,16 +921,29 @@ impl Decoder {
 
         // Most lines have no URL entity: one test of the mask for all the
         // pairs' paths.
-        let pairs: &[(u16, u16)] = if captures.any(&self.url_shorts) {
-            &self.url_pairs
-        } else {
-            &[]
-        };
-        for &(short, long) in pairs {
-            for s in found(short) {
-                let l = found(long).find(|l| l.element == s.element);
-                if let (Some(s), Some(l)) = (s.text(line), l.and_then(|l| l.text(line))) {
-                    urls.push((s, l));
+        if captures.any(&self.url_shorts) {
+            let mut pair = |short: u16, long: u16| {
+                for s in found(short) {
+                    let l = found(long).find(|l| l.element == s.element);
+                    if let (Some(s), Some(l)) = (s.text(line), l.and_then(|l| l.text(line))) {
+                        urls.push((s, l));
+                    }
+                }
+            };
+            match &self.url_long_of {
+                // The pairs whose short path is present, in order.
+                Some(long_of) => {
+                    let mut shorts = captures.present.bits & self.url_shorts.bits;
+                    while shorts != 0 {
+                        let short = shorts.trailing_zeros() as u16;
+                        shorts &= shorts - 1;
+                        pair(short, long_of[usize::from(short & 63)]);
+                    }
+                }
+                None => {
+                    for &(short, long) in &self.url_pairs {
+                        pair(short, long);
+                    }
                 }
             }
         }
@@ -3124,6 +3181,67 @@ mod tests {
                 let mut bytes = line.into_bytes();
                 bytes.splice(at..at, put);
                 read_as_serde_reads(&bytes)?;
+            }
+        }
+
+        /// A search of a line's captures by path finds what a look at
+        /// every capture finds, in order, for every path (above 64 too)
+        /// and however many captures come first (past 255 too).
+        #[test]
+        fn captures_are_found_as_a_look_at_each_finds_them(
+            paths in proptest::collection::vec(
+                proptest::prop_oneof![
+                    8 => 0u16..6,
+                    1 => 60u16..70,
+                ],
+                0..40,
+            ),
+            lead in proptest::prop_oneof![proptest::prelude::Just(0usize), 250usize..300],
+        ) {
+            let capture = |path: u16, element: u32| Capture {
+                path,
+                element,
+                start: 0,
+                end: 0,
+                plain: false,
+            };
+            // Many captures on path 7 first, so that others start late.
+            let captures: Vec<Capture> = (0..lead)
+                .map(|i| capture(7, i as u32))
+                .chain(paths.iter().enumerate().map(|(i, &p)| capture(p, i as u32)))
+                .collect();
+            let found = Found::new(&captures);
+            for path in (0..10).chain(58..72) {
+                let searched: Vec<u32> = found.of(path).map(|c| c.element).collect();
+                let looked: Vec<u32> = captures
+                    .iter()
+                    .filter(|c| c.path == path)
+                    .map(|c| c.element)
+                    .collect();
+                proptest::prop_assert_eq!(searched, looked, "path {}", path);
+            }
+        }
+
+        /// A line's URL pairs found from its mask's bits are those a look
+        /// at each pair finds, in the same order.
+        #[test]
+        fn url_pairs_found_by_bits_are_those_found_pair_by_pair(
+            line in tweet_line(),
+            edit in proptest::option::of(edit()),
+        ) {
+            let line = match edit {
+                Some(edit) => edited(line, edit),
+                None => line,
+            };
+            for decoder in decoders() {
+                proptest::prop_assert!(decoder.url_long_of.is_some());
+                let by_bits = format!("{:?}", decoder.decode(line.as_bytes()));
+                let mut pair_by_pair = decoder;
+                pair_by_pair.url_long_of = None;
+                proptest::prop_assert_eq!(
+                    by_bits,
+                    format!("{:?}", pair_by_pair.decode(line.as_bytes()))
+                );
             }
         }
 

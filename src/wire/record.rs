@@ -3063,6 +3063,34 @@ mod tests {
         proptest::collection::vec(piece, 1..4).prop_map(|p| p.concat())
     }
 
+    /// URL pairs under several parents, found from the mask's bits: each
+    /// parent's, in the pairs' order, as the pair-by-pair look finds them.
+    #[test]
+    fn url_pairs_under_several_parents_are_all_found() {
+        let line = r#"{"id_str":"1","text":"t","retweeted_status":{"entities":{"urls":[{"url":"r","expanded_url":"R"}]}},"extended_entities":{"media":[{"url":"m","expanded_url":"M"}]},"entities":{"urls":[{"url":"a","expanded_url":"A"},{"url":"b","expanded_url":"B"}]}}"#;
+        for decoder in decoders() {
+            let record = decoder.decode(line.as_bytes()).unwrap();
+            let pairs: Vec<(&str, &str)> = record
+                .urls
+                .iter()
+                .map(|(s, l)| (s.as_ref(), l.as_ref()))
+                .collect();
+            assert_eq!(
+                pairs,
+                [("a", "A"), ("b", "B"), ("m", "M"), ("r", "R")],
+                "{:?}",
+                decoder.spec()
+            );
+            let by_bits = format!("{record:?}");
+            let mut pair_by_pair = decoder;
+            pair_by_pair.url_long_of = None;
+            assert_eq!(
+                by_bits,
+                format!("{:?}", pair_by_pair.decode(line.as_bytes()).unwrap())
+            );
+        }
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
 

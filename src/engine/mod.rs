@@ -1613,7 +1613,13 @@ impl Deduper {
         from: usize,
         set: &[u32],
         floor: f64,
-    ) -> Option<(usize, u32, &index::Entry, verdict::PairHints, verdict::Overlap)> {
+    ) -> Option<(
+        usize,
+        u32,
+        &index::Entry,
+        verdict::PairHints,
+        verdict::Overlap,
+    )> {
         debug_assert!(from >= self.known.len());
         let measure = self.config.measure;
         let rest = self.candidates.get(from..).unwrap_or_default();
@@ -1636,13 +1642,22 @@ impl Deduper {
                     )
                 }
             } else {
-                self.verifier
-                    .overlap_at_least_laid_out::<false>(measure, set, entry.shingles(), hints, floor)
+                self.verifier.overlap_at_least_laid_out(
+                    measure,
+                    set,
+                    entry.shingles(),
+                    hints,
+                    floor,
+                )
             };
             #[cfg(not(target_arch = "x86_64"))]
-            let overlap = self
-                .verifier
-                .overlap_at_least_laid_out::<false>(measure, set, entry.shingles(), hints, floor);
+            let overlap = self.verifier.overlap_at_least_laid_out(
+                measure,
+                set,
+                entry.shingles(),
+                hints,
+                floor,
+            );
             if let Some(overlap) = overlap {
                 return Some((at, slot, entry, hints, overlap));
             }
@@ -2472,7 +2487,11 @@ mod tests {
             (state % n as u64) as usize
         };
         let stories: Vec<Vec<&str>> = (0..40)
-            .map(|_| (0..6 + next(14)).map(|_| WORDS[next(WORDS.len())]).collect())
+            .map(|_| {
+                (0..6 + next(14))
+                    .map(|_| WORDS[next(WORDS.len())])
+                    .collect()
+            })
             .collect();
         let texts: Vec<String> = (0..1_500)
             .map(|_| {

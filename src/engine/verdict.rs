@@ -1117,15 +1117,14 @@ impl Verifier {
         hints: PairHints,
         floor: f64,
     ) -> Option<Overlap> {
-        self.overlap_at_least_laid_out::<true>(measure, a, b, hints, floor)
+        debug_assert!(self.general || self.laid_out);
+        self.count::<true>(measure, a, b, hints, floor)
     }
 
     /// [`Verifier::overlap_at_least`] once the set is laid out
-    /// ([`Verifier::lay_out_now`]); `EIGHT`: count with
-    /// [`Verifier::shared_at_least_eight`], which only a caller with AVX2
-    /// and POPCNT may ask.
+    /// ([`Verifier::lay_out_now`]), on any processor.
     #[inline(always)]
-    pub fn overlap_at_least_laid_out<const EIGHT: bool>(
+    pub fn overlap_at_least_laid_out(
         &self,
         measure: Measure,
         a: &[u32],
@@ -1134,11 +1133,11 @@ impl Verifier {
         floor: f64,
     ) -> Option<Overlap> {
         debug_assert!(self.general || self.laid_out);
-        self.count::<EIGHT>(measure, a, b, hints, floor)
+        self.count::<false>(measure, a, b, hints, floor)
     }
 
     /// [`Verifier::overlap_at_least`]'s body; `EIGHT` as in
-    /// [`Verifier::overlap_at_least_laid_out`].
+    /// [`Verifier::count`].
     #[inline(always)]
     fn overlap_at_least_by<const EIGHT: bool>(
         &mut self,
@@ -1164,7 +1163,9 @@ impl Verifier {
     }
 
     /// The count of [`Verifier::overlap_at_least`], the set laid out if it
-    /// takes the table.
+    /// takes the table. `EIGHT`: eight shingles at a time with the AVX2
+    /// body inlined, which only the `_avx2` callers (whose own callers
+    /// promise AVX2 and POPCNT) ask.
     #[inline(always)]
     fn count<const EIGHT: bool>(
         &self,
@@ -1184,7 +1185,8 @@ impl Verifier {
         }
         #[cfg(target_arch = "x86_64")]
         if EIGHT {
-            // SAFETY: only `overlap_at_least_avx2` asks `EIGHT`, whose
+            // SAFETY: only `overlap_at_least_avx2` and
+            // `overlap_at_least_laid_out_avx2` ask `EIGHT`, whose
             // caller has AVX2 and POPCNT.
             let shared = unsafe { self.shared_at_least_eight(b, need) }?;
             return Some(Overlap::new(shared, a_len, b_len));

@@ -1410,7 +1410,7 @@ impl Deduper {
 
     /// [`Deduper::best_match`]'s body, inlined in each of its two builds;
     /// `AVX2`: the build for AVX2 and POPCNT, which counts with
-    /// [`verdict::Verifier::overlap_at_least_avx2`].
+    /// [`verdict::Verifier::overlap_at_least_laid_out_avx2`].
     #[inline(always)]
     fn best_match_in<const AVX2: bool>(
         &mut self,

@@ -939,7 +939,7 @@ impl Verifier {
 
     /// [`Verifier::shared_at_least_avx2`]'s body, always inlined, so that a
     /// caller compiled for AVX2 (the candidates' loop, see
-    /// [`Verifier::overlap_at_least_avx2`]) has it without a call.
+    /// [`Verifier::overlap_at_least_laid_out_avx2`]) has it without a call.
     ///
     /// # Safety
     /// The processor must have AVX2 and POPCNT, and the caller must be
@@ -1068,26 +1068,19 @@ impl Verifier {
         hints: PairHints,
         floor: f64,
     ) -> Option<Overlap> {
-        self.overlap_at_least_by::<false>(measure, a, b, hints, floor)
-    }
-
-    /// [`Verifier::overlap_at_least`] for a caller compiled for AVX2 and
-    /// POPCNT: the eight-at-a-time count inlined, not called.
-    ///
-    /// # Safety
-    /// The processor must have AVX2 and POPCNT
-    /// ([`Verifier::counts_eight_at_a_time`]).
-    #[cfg(target_arch = "x86_64")]
-    #[inline(always)]
-    pub unsafe fn overlap_at_least_avx2(
-        &mut self,
-        measure: Measure,
-        a: &[u32],
-        b: &[u32],
-        hints: PairHints,
-        floor: f64,
-    ) -> Option<Overlap> {
-        self.overlap_at_least_by::<true>(measure, a, b, hints, floor)
+        debug_assert_eq!(a.len(), self.len);
+        // Laid out only for a first candidate that takes the table and
+        // could reach the floor: a message without one costs nothing here.
+        let (a_len, b_len) = (self.len, b.len());
+        if !self.laid_out
+            && !self.general
+            && !b.is_empty()
+            && b_len < super::shingle::MAX_SHINGLES
+            && generous_need(measure, hints, floor, a_len, b_len) <= a_len.min(b_len)
+        {
+            self.lay_out(a);
+        }
+        self.count::<false>(measure, a, b, hints, floor)
     }
 
     /// Lays the loaded set (`a`) out now, if it takes the table and is not
@@ -1101,8 +1094,9 @@ impl Verifier {
         }
     }
 
-    /// [`Verifier::overlap_at_least_avx2`] once the set is laid out
-    /// ([`Verifier::lay_out_now`]).
+    /// [`Verifier::overlap_at_least`] once the set is laid out
+    /// ([`Verifier::lay_out_now`]), for a caller compiled for AVX2 and
+    /// POPCNT: the eight-at-a-time count inlined, not called.
     ///
     /// # Safety
     /// The processor must have AVX2 and POPCNT
@@ -1136,36 +1130,10 @@ impl Verifier {
         self.count::<false>(measure, a, b, hints, floor)
     }
 
-    /// [`Verifier::overlap_at_least`]'s body; `EIGHT` as in
-    /// [`Verifier::count`].
-    #[inline(always)]
-    fn overlap_at_least_by<const EIGHT: bool>(
-        &mut self,
-        measure: Measure,
-        a: &[u32],
-        b: &[u32],
-        hints: PairHints,
-        floor: f64,
-    ) -> Option<Overlap> {
-        debug_assert_eq!(a.len(), self.len);
-        // Laid out only for a first candidate that takes the table and
-        // could reach the floor: a message without one costs nothing here.
-        let (a_len, b_len) = (self.len, b.len());
-        if !self.laid_out
-            && !self.general
-            && !b.is_empty()
-            && b_len < super::shingle::MAX_SHINGLES
-            && generous_need(measure, hints, floor, a_len, b_len) <= a_len.min(b_len)
-        {
-            self.lay_out(a);
-        }
-        self.count::<EIGHT>(measure, a, b, hints, floor)
-    }
-
     /// The count of [`Verifier::overlap_at_least`], the set laid out if it
     /// takes the table. `EIGHT`: eight shingles at a time with the AVX2
-    /// body inlined, which only the `_avx2` callers (whose own callers
-    /// promise AVX2 and POPCNT) ask.
+    /// body inlined, which only [`Verifier::overlap_at_least_laid_out_avx2`]
+    /// (whose caller promises AVX2 and POPCNT) asks.
     #[inline(always)]
     fn count<const EIGHT: bool>(
         &self,
@@ -1185,9 +1153,8 @@ impl Verifier {
         }
         #[cfg(target_arch = "x86_64")]
         if EIGHT {
-            // SAFETY: only `overlap_at_least_avx2` and
-            // `overlap_at_least_laid_out_avx2` ask `EIGHT`, whose
-            // caller has AVX2 and POPCNT.
+            // SAFETY: only `overlap_at_least_laid_out_avx2` asks `EIGHT`,
+            // whose caller has AVX2 and POPCNT.
             let shared = unsafe { self.shared_at_least_eight(b, need) }?;
             return Some(Overlap::new(shared, a_len, b_len));
         }

@@ -1409,8 +1409,8 @@ impl Deduper {
     }
 
     /// [`Deduper::best_match`]'s body, inlined in each of its two builds;
-    /// `AVX2`: the build for AVX2 and POPCNT, which counts with
-    /// [`verdict::Verifier::overlap_at_least_laid_out_avx2`].
+    /// `AVX2`: the build for AVX2 and POPCNT, which counts eight shingles
+    /// at a time with [`verdict::Verifier::overlap_at_least_laid_out`].
     #[inline(always)]
     fn best_match_in<const AVX2: bool>(
         &mut self,
@@ -1502,8 +1502,8 @@ impl Deduper {
         // The set laid out once, ahead of the loop, so that counting only
         // reads the verifier: the loop over the candidates that cannot reach
         // the floor (nearly all) then keeps what it needs in registers.
-        let counted = self.known.len().min(self.candidates.len());
-        if counted < self.candidates.len() {
+        let counted_ahead = self.known.len().min(self.candidates.len());
+        if counted_ahead < self.candidates.len() {
             self.verifier.lay_out_now(sketch.shingles);
         }
         let mut next = 0;
@@ -1519,7 +1519,7 @@ impl Deduper {
             // A candidate counted ahead of the batch is not verified again
             // (see [`overlaps`]): those come first, each taken here with its
             // count; the others are counted in a loop of their own.
-            let (slot, entry, hints, overlap) = if next < counted {
+            let (slot, entry, hints, overlap) = if next < counted_ahead {
                 let (slot, overlap) = (self.candidates[next], self.known[next]);
                 next += 1;
                 let Some(entry) = self.index.peek(slot) else {
@@ -1600,9 +1600,7 @@ impl Deduper {
         self.refused = refused;
         best
     }
-}
 
-impl Deduper {
     /// The first of the message's candidates from place `from` on that may
     /// reach `floor` (see [`Deduper::best_match`]), none of them counted
     /// ahead: its place, slot, entry, hints, and overlap with the loaded
@@ -1628,21 +1626,10 @@ impl Deduper {
                 continue;
             };
             let hints = pair_hints(entry);
-            #[cfg(target_arch = "x86_64")]
-            let overlap = if AVX2 {
-                // SAFETY: `AVX2` is only asked by `best_match_avx2`, whose
-                // caller checked the processor has AVX2 and POPCNT.
-                unsafe {
-                    self.verifier.overlap_at_least_laid_out_avx2(
-                        measure,
-                        set,
-                        entry.shingles(),
-                        hints,
-                        floor,
-                    )
-                }
-            } else {
-                self.verifier.overlap_at_least_laid_out(
+            // SAFETY: `AVX2` is only asked by `best_match_avx2`, whose
+            // caller checked the processor has AVX2 and POPCNT.
+            let overlap = unsafe {
+                self.verifier.overlap_at_least_laid_out::<AVX2>(
                     measure,
                     set,
                     entry.shingles(),
@@ -1650,14 +1637,6 @@ impl Deduper {
                     floor,
                 )
             };
-            #[cfg(not(target_arch = "x86_64"))]
-            let overlap = self.verifier.overlap_at_least_laid_out(
-                measure,
-                set,
-                entry.shingles(),
-                hints,
-                floor,
-            );
             if let Some(overlap) = overlap {
                 return Some((at, slot, entry, hints, overlap));
             }

@@ -939,7 +939,7 @@ impl Verifier {
 
     /// [`Verifier::shared_at_least_avx2`]'s body, always inlined, so that a
     /// caller compiled for AVX2 (the candidates' loop, see
-    /// [`Verifier::overlap_at_least_laid_out_avx2`]) has it without a call.
+    /// [`Verifier::overlap_at_least_laid_out`]) has it without a call.
     ///
     /// # Safety
     /// The processor must have AVX2 and POPCNT, and the caller must be
@@ -1056,9 +1056,10 @@ impl Verifier {
     /// verification, can be made ahead and on another thread (see
     /// [`super::overlaps`]).
     ///
-    /// Inlined: it runs a dozen times a message on the deciding thread, and
-    /// as a call it saved and restored a dozen registers each time; the
-    /// rare paths (long texts, the first lay-out) stay calls.
+    /// Inlined: it runs for every candidate counted (on the counting
+    /// threads, see [`super::overlaps`]), and as a call it saved and
+    /// restored a dozen registers each time; the rare paths (long texts,
+    /// the lay-out) stay calls.
     #[inline]
     pub fn overlap_at_least(
         &mut self,
@@ -1068,25 +1069,16 @@ impl Verifier {
         hints: PairHints,
         floor: f64,
     ) -> Option<Overlap> {
-        debug_assert_eq!(a.len(), self.len);
-        // Laid out only for a first candidate that takes the table and
-        // could reach the floor: a message without one costs nothing here.
-        let (a_len, b_len) = (self.len, b.len());
-        if !self.laid_out
-            && !self.general
-            && !b.is_empty()
-            && b_len < super::shingle::MAX_SHINGLES
-            && generous_need(measure, hints, floor, a_len, b_len) <= a_len.min(b_len)
-        {
-            self.lay_out(a);
-        }
-        self.count::<false>(measure, a, b, hints, floor)
+        self.lay_out_now(a);
+        // SAFETY: without `EIGHT`, no condition.
+        unsafe { self.count::<false>(measure, a, b, hints, floor) }
     }
 
     /// Lays the loaded set (`a`) out now, if it takes the table and is not
-    /// laid out yet: for a caller about to count several candidates with
-    /// [`Verifier::overlap_at_least_laid_out`], whose loop then reads the
-    /// verifier without writing it.
+    /// laid out yet: [`Verifier::overlap_at_least`] does it at its first
+    /// candidate; a caller about to count several candidates with
+    /// [`Verifier::overlap_at_least_laid_out`] does it first, so that its
+    /// loop reads the verifier without writing it.
     pub fn lay_out_now(&mut self, a: &[u32]) {
         debug_assert_eq!(a.len(), self.len);
         if !self.general && !self.laid_out {
@@ -1095,15 +1087,15 @@ impl Verifier {
     }
 
     /// [`Verifier::overlap_at_least`] once the set is laid out
-    /// ([`Verifier::lay_out_now`]), for a caller compiled for AVX2 and
-    /// POPCNT: the eight-at-a-time count inlined, not called.
+    /// ([`Verifier::lay_out_now`]). `EIGHT`: eight shingles at a time, the
+    /// AVX2 count inlined, not called, for a caller compiled for AVX2 and
+    /// POPCNT (elsewhere `EIGHT` changes nothing).
     ///
     /// # Safety
-    /// The processor must have AVX2 and POPCNT
+    /// With `EIGHT`, the processor must have AVX2 and POPCNT
     /// ([`Verifier::counts_eight_at_a_time`]).
-    #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    pub unsafe fn overlap_at_least_laid_out_avx2(
+    pub unsafe fn overlap_at_least_laid_out<const EIGHT: bool>(
         &self,
         measure: Measure,
         a: &[u32],
@@ -1112,30 +1104,18 @@ impl Verifier {
         floor: f64,
     ) -> Option<Overlap> {
         debug_assert!(self.general || self.laid_out);
-        self.count::<true>(measure, a, b, hints, floor)
-    }
-
-    /// [`Verifier::overlap_at_least`] once the set is laid out
-    /// ([`Verifier::lay_out_now`]), on any processor.
-    #[inline(always)]
-    pub fn overlap_at_least_laid_out(
-        &self,
-        measure: Measure,
-        a: &[u32],
-        b: &[u32],
-        hints: PairHints,
-        floor: f64,
-    ) -> Option<Overlap> {
-        debug_assert!(self.general || self.laid_out);
-        self.count::<false>(measure, a, b, hints, floor)
+        // SAFETY: passed on (this function's condition).
+        unsafe { self.count::<EIGHT>(measure, a, b, hints, floor) }
     }
 
     /// The count of [`Verifier::overlap_at_least`], the set laid out if it
-    /// takes the table. `EIGHT`: eight shingles at a time with the AVX2
-    /// body inlined, which only [`Verifier::overlap_at_least_laid_out_avx2`]
-    /// (whose caller promises AVX2 and POPCNT) asks.
+    /// takes the table; `EIGHT` as in
+    /// [`Verifier::overlap_at_least_laid_out`].
+    ///
+    /// # Safety
+    /// As [`Verifier::overlap_at_least_laid_out`].
     #[inline(always)]
-    fn count<const EIGHT: bool>(
+    unsafe fn count<const EIGHT: bool>(
         &self,
         measure: Measure,
         a: &[u32],
@@ -1153,8 +1133,8 @@ impl Verifier {
         }
         #[cfg(target_arch = "x86_64")]
         if EIGHT {
-            // SAFETY: only `overlap_at_least_laid_out_avx2` asks `EIGHT`,
-            // whose caller has AVX2 and POPCNT.
+            // SAFETY: with `EIGHT` the processor has AVX2 and POPCNT (this
+            // function's condition).
             let shared = unsafe { self.shared_at_least_eight(b, need) }?;
             return Some(Overlap::new(shared, a_len, b_len));
         }

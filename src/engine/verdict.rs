@@ -1071,7 +1071,7 @@ impl Verifier {
     ) -> Option<Overlap> {
         self.lay_out_now(a);
         // SAFETY: without `EIGHT`, no condition.
-        unsafe { self.count::<false>(measure, a, b, hints, floor) }
+        unsafe { self.overlap_at_least_laid_out::<false>(measure, a, b, hints, floor) }
     }
 
     /// Lays the loaded set (`a`) out now, if it takes the table and is not
@@ -1104,25 +1104,6 @@ impl Verifier {
         floor: f64,
     ) -> Option<Overlap> {
         debug_assert!(self.general || self.laid_out);
-        // SAFETY: passed on (this function's condition).
-        unsafe { self.count::<EIGHT>(measure, a, b, hints, floor) }
-    }
-
-    /// The count of [`Verifier::overlap_at_least`], the set laid out if it
-    /// takes the table; `EIGHT` as in
-    /// [`Verifier::overlap_at_least_laid_out`].
-    ///
-    /// # Safety
-    /// As [`Verifier::overlap_at_least_laid_out`].
-    #[inline(always)]
-    unsafe fn count<const EIGHT: bool>(
-        &self,
-        measure: Measure,
-        a: &[u32],
-        b: &[u32],
-        hints: PairHints,
-        floor: f64,
-    ) -> Option<Overlap> {
         if self.general || b.is_empty() || b.len() >= super::shingle::MAX_SHINGLES {
             return overlap_of_samples(measure, a, b, hints, floor);
         }

@@ -512,7 +512,7 @@ fn python_clients() {
 
 #[test]
 fn shutdown_answers_what_an_open_request_sent() {
-    let (served, _, http) = start(&["--drain-timeout", "5s"]);
+    let (served, _, http) = start(&["--drain-timeout", "5s", "-vv"]);
     let host = http.trim_start_matches("http://");
     let mut open = TcpStream::connect(host).unwrap();
     write!(
@@ -533,12 +533,20 @@ fn shutdown_answers_what_an_open_request_sent() {
     }
     // The request is still open when the server is told to stop: it is
     // ended cleanly (the chunked body's last chunk), and the server exits 0.
+    let stopped = std::time::Instant::now();
     served.signal("TERM");
-    open.read_to_end(&mut got).unwrap();
-    let text = String::from_utf8_lossy(&got);
-    assert!(text.ends_with("0\r\n\r\n"), "{text}");
-    assert!(text.contains(r#""status":"duplicate""#));
+    let read = open.read_to_end(&mut got);
+    let took = stopped.elapsed();
+    // The server's log goes with every failure below: a response cut
+    // short at shutdown was seen once under load and not reproduced since.
     let (status, log) = served.wait();
+    let text = String::from_utf8_lossy(&got);
+    assert!(read.is_ok(), "{read:?} after {took:?}: {text}\n{log:#?}");
+    assert!(
+        text.ends_with("0\r\n\r\n"),
+        "after {took:?}: {text}\n{log:#?}"
+    );
+    assert!(text.contains(r#""status":"duplicate""#), "{text}");
     assert!(status.success(), "{log:#?}");
 }
 

@@ -9,6 +9,8 @@
 //! line, followed by a block of zeros, for the scan to read without bound
 //! checks.
 
+use std::mem::MaybeUninit;
+
 /// The bytes of a block that count. A line's last, partial block is read
 /// as the line's last 64 bytes (its mask shifted down), or, in a line
 /// shorter than that, padded with spaces, which are never stops.
@@ -34,74 +36,90 @@ pub(super) fn classify(bytes: &[u8], masks: &mut Vec<u64>, copy: &mut Vec<u8>) -
         // `avx2::classify` enables: checked just above.
         return unsafe { avx2::classify(bytes, masks, copy) };
     }
-    classify_with(bytes, masks, copy, block_mask)
+    classify_with(bytes, masks, copy, copying(block_mask))
 }
 
+/// A block's place in the line's copy, which the `block_mask` of
+/// [`classify_with`] writes the block into.
+type Out = [MaybeUninit<u8>; BLOCK];
+
 /// [`classify`], each block's stops and high bits computed by
-/// `block_mask` (a block's second word is non-zero when one of its bytes
-/// is not ASCII).
+/// `block_mask`, which also writes the block into its place in the copy (a
+/// block's second word is non-zero when one of its bytes is not ASCII).
 #[inline(always)]
 fn classify_with(
     bytes: &[u8],
     masks: &mut Vec<u64>,
     copy: &mut Vec<u8>,
-    block_mask: impl Fn(&[u8; BLOCK]) -> (u64, u64),
+    block_mask: impl Fn(&[u8; BLOCK], &mut Out) -> (u64, u64),
 ) -> bool {
     masks.clear();
     copy.clear();
     let len = bytes.len();
+    let blocks = len.div_ceil(BLOCK);
+    // One more word than the blocks: the scan's sentinel, pushed after.
+    masks.reserve(blocks + 1);
     copy.reserve(len + BLOCK);
-    // Written in place as the blocks are read: a block is a constant-sized
-    // copy, where a `memcpy` of the line after the pass cost a tweet-sized
-    // line about 75 instructions.
+    // Both written in place as the blocks are read, without a bound check
+    // or a capacity check a block: a `memcpy` of the line after the pass
+    // cost a tweet-sized line about 75 instructions, and a `push` a block
+    // and the copy's reloaded block about 60.
     let spare = &mut copy.spare_capacity_mut()[..len + BLOCK];
+    let mask_spare = &mut masks.spare_capacity_mut()[..blocks];
     let mut high = 0u64;
-    let mut blocks = bytes.chunks_exact(BLOCK);
-    for (at, block) in (0..).step_by(BLOCK).zip(&mut blocks) {
-        let block: &[u8; BLOCK] = block.try_into().expect("64-byte chunk");
-        let (stops, block_high) = block_mask(block);
-        spare[at..at + BLOCK].write_copy_of_slice(block);
-        masks.push(stops);
+    let (whole, _) = bytes.as_chunks::<BLOCK>();
+    let (outs, _) = spare.as_chunks_mut::<BLOCK>();
+    for ((block, out), mask) in whole.iter().zip(outs).zip(mask_spare.iter_mut()) {
+        let (stops, block_high) = block_mask(block, out);
+        mask.write(stops);
         high |= block_high;
     }
-    if let Some((stops, block_high)) = last_block(bytes, block_mask) {
-        match bytes.last_chunk::<BLOCK>() {
-            Some(window) => _ = spare[len - BLOCK..len].write_copy_of_slice(window),
-            None => _ = spare[..len].write_copy_of_slice(bytes),
-        }
-        masks.push(stops);
+    let rest = len % BLOCK;
+    if rest != 0 {
+        // The last, partial block: read as the line's last 64 bytes, the
+        // stops shifted down past the bytes already counted (no copy into
+        // a padded block: a copy and a fill cost a line more than the
+        // block's mask), or, in a line shorter than a block, padded with
+        // spaces, its copy's spaces then overwritten by the zeros.
+        let (stops, block_high) = match bytes.last_chunk::<BLOCK>() {
+            Some(window) => {
+                let out = (&mut spare[len - BLOCK..len]).try_into().expect("64 bytes");
+                let (stops, block_high) = block_mask(window, out);
+                (stops >> (BLOCK - rest), block_high)
+            }
+            None => {
+                let mut last = [b' '; BLOCK];
+                last[..rest].copy_from_slice(bytes);
+                let out = (&mut spare[..BLOCK]).try_into().expect("64 bytes");
+                block_mask(&last, out)
+            }
+        };
+        mask_spare[blocks - 1].write(stops);
         high |= block_high;
     }
     spare[len..].write_copy_of_slice(&[0; BLOCK]);
-    // SAFETY: the first `len + BLOCK` bytes of the spare capacity were all
-    // written: every block, the last partial one (as the line's last 64
-    // bytes, or whole when the line is shorter), and the zeros after them.
-    unsafe { copy.set_len(len + BLOCK) };
+    // SAFETY: the first `len + BLOCK` bytes of the copy's spare capacity
+    // were all written: every whole block, the last partial one (as the
+    // line's last 64 bytes, or whole when the line is shorter), and the
+    // zeros after them; and each of the first `blocks` words of the masks'
+    // spare capacity, one a block.
+    unsafe {
+        copy.set_len(len + BLOCK);
+        masks.set_len(blocks);
+    }
     high == 0
 }
 
-/// The stops and high bits of a line's last, partial block, if it has one.
-/// A line of 64 bytes or more reads it as the last 64 bytes of the line,
-/// the stops shifted down past the bytes already counted (no copy into a
-/// padded block: a copy and a fill cost a line more than the block's
-/// mask); the high bits are the window's, all of them the line's bytes.
+/// A block's stops and high bits by `block_mask`, the block copied into
+/// `out`: for the paths whose masks do not hold the block in registers.
 #[inline(always)]
-fn last_block(bytes: &[u8], block_mask: impl Fn(&[u8; BLOCK]) -> (u64, u64)) -> Option<(u64, u64)> {
-    let rest = bytes.len() % BLOCK;
-    if rest == 0 {
-        return None;
+fn copying(
+    block_mask: impl Fn(&[u8; BLOCK]) -> (u64, u64),
+) -> impl Fn(&[u8; BLOCK], &mut Out) -> (u64, u64) {
+    move |block, out| {
+        out.write_copy_of_slice(block);
+        block_mask(block)
     }
-    Some(match bytes.last_chunk::<BLOCK>() {
-        Some(window) => {
-            let (stops, high) = block_mask(window);
-            (stops >> (BLOCK - rest), high)
-        }
-        None => {
-            let mut last = [b' '; BLOCK];
-            last[..rest].copy_from_slice(bytes);
-            block_mask(&last)
-        }
-    })
 }
 
 /// One block's stops, and a word non-zero when a byte of it is not ASCII.
@@ -126,14 +144,15 @@ mod avx2 {
     pub(super) fn classify(bytes: &[u8], masks: &mut Vec<u64>, copy: &mut Vec<u8>) -> bool {
         // The closure inherits this function's AVX2, so `block_mask` is
         // inlined into it.
-        super::classify_with(bytes, masks, copy, |block| block_mask(block))
+        super::classify_with(bytes, masks, copy, |block, out| block_mask(block, out))
     }
 
     /// One block's stops and high bits, as [`super::sse2::block_mask`]
-    /// finds them.
+    /// finds them, the block written into `out` from the registers it was
+    /// read into.
     #[inline]
     #[target_feature(enable = "avx2")]
-    pub(super) fn block_mask(block: &[u8; super::BLOCK]) -> (u64, u64) {
+    pub(super) fn block_mask(block: &[u8; super::BLOCK], out: &mut super::Out) -> (u64, u64) {
         let (lo, hi) = block.split_at(32);
         // SAFETY: each half is 32 bytes, what an unaligned 256-bit load
         // reads.
@@ -144,15 +163,25 @@ mod avx2 {
             )
         };
         let stops = |x: __m256i| {
-            // `x <= 0x1f` unsigned: the unsigned minimum with 0x1f is x.
-            let control = _mm256_cmpeq_epi8(_mm256_min_epu8(x, _mm256_set1_epi8(0x1f)), x);
-            let quote = _mm256_cmpeq_epi8(x, _mm256_set1_epi8(b'"' as i8));
+            // A control character or a quote in one test: with bit 1
+            // flipped, the bytes up to 0x1f stay up to 0x1f, `"` becomes
+            // 0x20, and every other byte is above 0x20; `y <= 0x20`
+            // unsigned when the unsigned minimum with 0x20 is y.
+            let y = _mm256_xor_si256(x, _mm256_set1_epi8(0x02));
+            let control_or_quote = _mm256_cmpeq_epi8(_mm256_min_epu8(y, _mm256_set1_epi8(0x20)), y);
             let backslash = _mm256_cmpeq_epi8(x, _mm256_set1_epi8(b'\\' as i8));
-            _mm256_movemask_epi8(_mm256_or_si256(_mm256_or_si256(quote, backslash), control)) as u32
+            _mm256_movemask_epi8(_mm256_or_si256(control_or_quote, backslash)) as u32
         };
         // Through `black_box`: seeing the two masks as one vector of 64
         // flags, LLVM rebuilt it byte by byte (thirty times the work).
         let stops = u64::from(std::hint::black_box(stops(lo))) | u64::from(stops(hi)) << 32;
+        let out = out.as_mut_ptr().cast::<__m256i>();
+        // SAFETY: `out` is 64 bytes, what two unaligned 256-bit stores, at
+        // its start and 32 bytes in, write.
+        unsafe {
+            _mm256_storeu_si256(out, lo);
+            _mm256_storeu_si256(out.add(1), hi);
+        }
         // A byte's top bit set: not ASCII.
         let high = _mm256_movemask_epi8(_mm256_or_si256(lo, hi)) as u32;
         (stops, u64::from(high))
@@ -284,13 +313,13 @@ mod tests {
             // The whole line through the portable masks: a last block
             // read as the line's last 64 bytes, or padded when shorter.
             let (mut whole, mut copy) = stale();
-            prop_assert_eq!(classify_with(&bytes, &mut whole, &mut copy, portable::block_mask), ascii);
+            prop_assert_eq!(classify_with(&bytes, &mut whole, &mut copy, copying(portable::block_mask)), ascii);
             prop_assert_eq!(&whole, &by_bytes(&bytes));
             prop_assert_eq!(&copy, &padded(&bytes));
             #[cfg(target_arch = "x86_64")]
             {
                 let (mut sse2, mut copy) = stale();
-                prop_assert_eq!(classify_with(&bytes, &mut sse2, &mut copy, block_mask), ascii);
+                prop_assert_eq!(classify_with(&bytes, &mut sse2, &mut copy, copying(block_mask)), ascii);
                 prop_assert_eq!(&sse2, &by_bytes(&bytes));
                 prop_assert_eq!(&copy, &padded(&bytes));
                 if std::arch::is_x86_feature_detected!("avx2") {
@@ -312,12 +341,12 @@ mod tests {
             bytes[at.index(len)] = high;
             let (mut masks, mut copy) = (Vec::new(), Vec::new());
             prop_assert!(!classify(&bytes, &mut masks, &mut copy));
-            prop_assert!(!classify_with(&bytes, &mut masks, &mut copy, portable::block_mask));
+            prop_assert!(!classify_with(&bytes, &mut masks, &mut copy, copying(portable::block_mask)));
             #[cfg(target_arch = "x86_64")]
-            prop_assert!(!classify_with(&bytes, &mut masks, &mut copy, block_mask));
+            prop_assert!(!classify_with(&bytes, &mut masks, &mut copy, copying(block_mask)));
             bytes[at.index(len)] = b'~';
             prop_assert!(classify(&bytes, &mut masks, &mut copy));
-            prop_assert!(classify_with(&bytes, &mut masks, &mut copy, portable::block_mask));
+            prop_assert!(classify_with(&bytes, &mut masks, &mut copy, copying(portable::block_mask)));
         }
     }
 }

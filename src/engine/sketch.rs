@@ -291,22 +291,24 @@ pub(super) mod avx2 {
     /// one `xh`, and against `x` swapped the other half; `xl` must meet
     /// `ah` and `xh` meet `al`.
     fn pair(a: &Lanes, b: &Lanes, function_at: impl Fn(usize) -> (bool, usize)) -> PairLanes {
-        let mut cross = [[0u32; 8]; 2];
-        for lane in 0..8 {
+        let coefficient = |lane: usize, against_swapped: bool| {
             let (in_b, i) = function_at(lane);
             let group = if in_b { b } else { a };
-            // `group[2]` is `a` with its halves swapped: `ah` in the low half.
-            let (low, high) = (group[0][i] as u32, group[2][i] as u32);
-            (cross[0][lane], cross[1][lane]) = if lane % 2 == 0 {
-                (high, low)
+            // `group[2]` is `a` with its halves swapped: `ah` in the low
+            // half.
+            if lane.is_multiple_of(2) != against_swapped {
+                group[2][i] as u32
             } else {
-                (low, high)
-            };
-        }
-        let packed = |cross: [u32; 8]| {
-            std::array::from_fn(|i| u64::from(cross[2 * i]) | u64::from(cross[2 * i + 1]) << 32)
+                group[0][i] as u32
+            }
         };
-        [a[0], a[1], b[0], b[1], packed(cross[0]), packed(cross[1])]
+        let packed = |against_swapped| {
+            std::array::from_fn(|i| {
+                u64::from(coefficient(2 * i, against_swapped))
+                    | u64::from(coefficient(2 * i + 1, against_swapped)) << 32
+            })
+        };
+        [a[0], a[1], b[0], b[1], packed(false), packed(true)]
     }
 
     /// The coefficients [`lanes`] groups, and the last one or two functions
@@ -633,9 +635,9 @@ pub(super) mod avx2 {
         _mm256_add_epi32(high, terms)
     }
 
-    /// The products that [`pair_values`] and [`duo_values`] gather: `al·xl
-    /// + b` of groups `A` and `B` (their high halves in the odd 32-bit
-    /// lanes), and the cross terms of the 32-bit lanes' functions.
+    /// The products that [`pair_values`] and [`duo_values`] gather: of
+    /// groups `A` and `B`, `al·xl` plus `b` (its high halves in the odd
+    /// 32-bit lanes), and the cross terms of the 32-bit lanes' functions.
     #[target_feature(enable = "avx2")]
     #[inline]
     fn products(x: __m256i, swapped: __m256i, lanes: &PairLanes) -> (__m256i, __m256i, __m256i) {

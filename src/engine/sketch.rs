@@ -265,27 +265,50 @@ pub(super) mod avx2 {
 
     /// Eight hash functions side by side, two groups of [`Lanes`] (`A`
     /// and `B`): `al` and `b` of each group, as in [`Lanes`], then the two
-    /// vectors the cross terms of both groups take at once (see
-    /// [`min_of_groups`]): against `x`, `ah` of `A` in the even 32-bit
-    /// lanes and `al` of `B` in the odd ones; against `x` with its halves
-    /// swapped, `al` of `A` and `ah` of `B`.
+    /// vectors of 32-bit coefficients the cross terms of both groups take
+    /// at once, one against `x` and one against `x` with its halves swapped
+    /// (see [`pair_values`], and [`duo_values`], whose lanes are laid out
+    /// otherwise).
     pub(super) type PairLanes = [[u64; 4]; 6];
 
-    /// The groups of [`lanes`] two by two (a last odd group is left out).
+    /// The groups of [`lanes`] two by two (a last odd group is left out),
+    /// laid out as [`pair_values`] takes them: in each 128-bit half of
+    /// its values, two functions of `A`, then the same two of `B`.
     pub(super) fn pairs(lanes: &[Lanes]) -> Vec<PairLanes> {
         lanes
             .chunks_exact(2)
             .map(|two| {
-                let ([low_a, b_a, cross_a], [low_b, b_b, cross_b]) = (two[0], two[1]);
-                let mut pair = [low_a, b_a, low_b, b_b, [0; 4], [0; 4]];
-                for i in 0..4 {
-                    // `cross` holds `ah` in its low half, `low` holds `al`.
-                    pair[4][i] = (cross_a[i] & 0xffff_ffff) | low_b[i] << 32;
-                    pair[5][i] = low_a[i] | (cross_b[i] & 0xffff_ffff) << 32;
-                }
-                pair
+                pair(&two[0], &two[1], |lane| {
+                    (lane % 4 >= 2, lane / 4 * 2 + lane % 2)
+                })
             })
             .collect()
+    }
+
+    /// Groups `a` and `b` as one [`PairLanes`] whose 32-bit lane `k` of
+    /// values is function `function_at(k).1` of `b` if `function_at(k).0`,
+    /// of `a` otherwise. Against `x`, an even lane meets `xl` and an odd
+    /// one `xh`, and against `x` swapped the other half; `xl` must meet
+    /// `ah` and `xh` meet `al`.
+    fn pair(a: &Lanes, b: &Lanes, function_at: impl Fn(usize) -> (bool, usize)) -> PairLanes {
+        let coefficient = |lane: usize, against_swapped: bool| {
+            let (in_b, i) = function_at(lane);
+            let group = if in_b { b } else { a };
+            // `group[2]` is `a` with its halves swapped: `ah` in the low
+            // half.
+            if lane.is_multiple_of(2) != against_swapped {
+                group[2][i] as u32
+            } else {
+                group[0][i] as u32
+            }
+        };
+        let packed = |against_swapped| {
+            std::array::from_fn(|i| {
+                u64::from(coefficient(2 * i, against_swapped))
+                    | u64::from(coefficient(2 * i + 1, against_swapped)) << 32
+            })
+        };
+        [a[0], a[1], b[0], b[1], packed(false), packed(true)]
     }
 
     /// The coefficients [`lanes`] groups, and the last one or two functions
@@ -303,10 +326,14 @@ pub(super) mod avx2 {
 
     /// Two functions `f` and `g` laid out as a pair of groups (see
     /// [`PairLanes`]) whose group `A` is four copies of `f` and `B` four of
-    /// `g`: taken on four different shingles at once (one a 64-bit lane),
-    /// the even 32-bit lanes are `f`'s values and the odd ones `g`'s.
+    /// `g`, for [`duo_values`]: taken on four different shingles at once
+    /// (one a 64-bit lane), the even 32-bit lanes are `f`'s values and the
+    /// odd ones `g`'s.
     pub(super) fn duo(f: (u64, u64), g: (u64, u64)) -> PairLanes {
-        pairs(&lanes(&[f, f, f, f, g, g, g, g]))[0]
+        let [four_f, four_g] = lanes(&[f, f, f, f, g, g, g, g])[..] else {
+            unreachable!("eight functions make two groups")
+        };
+        pair(&four_f, &four_g, |lane| (lane % 2 == 1, lane / 2))
     }
 
     /// Most groups of four functions [`min_of_groups`] is compiled for (a
@@ -394,9 +421,9 @@ pub(super) mod avx2 {
             mixed,
         );
         let mut minima = [0u32; MINIMA_ROOM];
-        // A pair's minima: group `A`'s in the even lanes, `B`'s in the odd
-        // ones.
-        let apart = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+        // A pair's minima: in each 128-bit half, two of group `A`'s, then
+        // two of `B`'s.
+        let apart = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
         for (pair, least) in paired.iter().enumerate() {
             let eight = _mm256_permutevar8x32_epi32(*least, apart);
             // SAFETY: the store is to `minima[8 * pair .. 8 * pair + 8]`,
@@ -468,8 +495,8 @@ pub(super) mod avx2 {
     /// The least `(a * x + b) >> 32` (as u32, wrapping arithmetic) over
     /// the mixed `shingles`, for each of the `8 * P` functions of `pairs`,
     /// the `4 * R` of `single` (`R` is 0 or 1) and the two of `duo` (`D`
-    /// is 0 or 1): for a pair, group `A`'s in the even 32-bit lanes of its
-    /// register and `B`'s in the odd ones; for a single group, the odd
+    /// is 0 or 1): for a pair, in each 128-bit half of its register, two
+    /// of group `A`'s, then two of `B`'s; for a single group, the odd
     /// lanes; for a duo, its first function's in the even lanes and its
     /// second's in the odd ones, each over a quarter of the shingles.
     ///
@@ -478,13 +505,13 @@ pub(super) mod avx2 {
     /// in registers until the end (no reduction across lanes), and the
     /// coefficients are read from memory by the multiplies themselves. A
     /// group alone puts its result in the odd lanes only (seven
-    /// instructions); two groups share one register (eleven for the two):
-    /// the widening multiplies give each group's high halves, `A`'s moved
-    /// down into the even lanes, and both groups' cross terms are two
-    /// 32-bit multiplies, of `x` and of `x` with its halves swapped. A duo
-    /// takes the four shingles just mixed as they are, in the same twelve
-    /// instructions as a pair (with the swap): three a shingle for its two
-    /// functions, where a group of them took seven.
+    /// instructions); two groups share one register (ten for the two):
+    /// the widening multiplies give each group's high halves, gathered by
+    /// one shuffle of the two registers, and both groups' cross terms are
+    /// two 32-bit multiplies, of `x` and of `x` with its halves swapped. A
+    /// duo takes the four shingles just mixed as they are, in eleven
+    /// instructions and a swap (see [`duo_values`]): three a shingle for
+    /// its two functions, where a group of them took seven.
     #[target_feature(enable = "avx2")]
     #[inline]
     fn min_of_groups<const P: usize, const R: usize, const D: usize>(
@@ -574,17 +601,46 @@ pub(super) mod avx2 {
         };
         for (least, lanes) in least.iter_mut().zip(duo) {
             let swapped = _mm256_shuffle_epi32::<0b10_11_00_01>(xs);
-            *least = _mm256_min_epu32(*least, pair_values(xs, swapped, lanes));
+            *least = _mm256_min_epu32(*least, duo_values(xs, swapped, lanes));
         }
     }
 
-    /// The values `(a * x + b) >> 32` of a pair of groups (see
-    /// [`PairLanes`]) on the 64-bit lanes of `x` (`swapped`: `x` with the
-    /// halves of each lane swapped): group `A`'s in the even 32-bit lanes,
-    /// `B`'s in the odd ones.
+    /// The values `(a * x + b) >> 32` of a pair of groups laid out by
+    /// [`pairs`] on `x`, one shingle in every 64-bit lane (`swapped`: `x`
+    /// with the halves of each lane swapped): in each 128-bit half, two of
+    /// group `A`'s, then the same two of `B`'s. Both groups' high halves
+    /// are gathered by one shuffle of the two registers; lanes of `A` and
+    /// `B` alternating, as [`duo_values`] has them, took a shift and a
+    /// blend.
     #[target_feature(enable = "avx2")]
     #[inline]
     fn pair_values(x: __m256i, swapped: __m256i, lanes: &PairLanes) -> __m256i {
+        let (high_a, high_b, terms) = products(x, swapped, lanes);
+        let high = _mm256_castps_si256(_mm256_shuffle_ps::<0b11_01_11_01>(
+            _mm256_castsi256_ps(high_a),
+            _mm256_castsi256_ps(high_b),
+        ));
+        _mm256_add_epi32(high, terms)
+    }
+
+    /// The values `(a * x + b) >> 32` of a pair of groups laid out by
+    /// [`duo`] on the 64-bit lanes of `x` (`swapped`: `x` with the halves
+    /// of each lane swapped): group `A`'s in the even 32-bit lanes, `B`'s
+    /// in the odd ones.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn duo_values(x: __m256i, swapped: __m256i, lanes: &PairLanes) -> __m256i {
+        let (high_a, high_b, terms) = products(x, swapped, lanes);
+        let high = _mm256_blend_epi32::<0b1010_1010>(_mm256_srli_epi64::<32>(high_a), high_b);
+        _mm256_add_epi32(high, terms)
+    }
+
+    /// The products that [`pair_values`] and [`duo_values`] gather: of
+    /// groups `A` and `B`, `al·xl` plus `b` (its high halves in the odd
+    /// 32-bit lanes), and the cross terms of the 32-bit lanes' functions.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn products(x: __m256i, swapped: __m256i, lanes: &PairLanes) -> (__m256i, __m256i, __m256i) {
         let [low_a, b_a, low_b, b_b, cross, cross_swapped] = lanes;
         // SAFETY: each is four u64s (unaligned loads).
         let (low_a, b_a, low_b, b_b, cross, cross_swapped) = unsafe {
@@ -599,13 +655,11 @@ pub(super) mod avx2 {
         };
         let high_a = _mm256_add_epi64(_mm256_mul_epu32(x, low_a), b_a);
         let high_b = _mm256_add_epi64(_mm256_mul_epu32(x, low_b), b_b);
-        // Even lanes: `A`'s high halves; odd lanes: `B`'s.
-        let high = _mm256_blend_epi32::<0b1010_1010>(_mm256_srli_epi64::<32>(high_a), high_b);
         let terms = _mm256_add_epi32(
             _mm256_mullo_epi32(x, cross),
             _mm256_mullo_epi32(swapped, cross_swapped),
         );
-        _mm256_add_epi32(high, terms)
+        (high_a, high_b, terms)
     }
 
     /// [`mix64`](super::mix64) of each 64-bit lane.

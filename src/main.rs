@@ -102,39 +102,55 @@ fn init_logging(level: LevelFilter) {
         .init();
 }
 
-/// Completes on SIGINT or SIGTERM, recording which.
-async fn shutdown_signal(which: Arc<AtomicU8>) {
+/// Listens for SIGINT and SIGTERM from this call on, and returns what
+/// completes on the first of them, recording which. On Unix the listening
+/// starts here, not when the future is first polled: until then either
+/// signal would still kill the process outright, and a server already
+/// answering requests would cut them off mid-response (elsewhere, Ctrl-C
+/// is listened for from the first poll). Must be called within a tokio
+/// runtime.
+fn shutdown_signal(which: Arc<AtomicU8>) -> impl Future<Output = ()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut int), Ok(mut term)) = (
+        let listening = (
             signal(SignalKind::interrupt()),
             signal(SignalKind::terminate()),
-        ) else {
-            tracing::warn!("cannot listen for signals; only the end of input stops the run");
-            return std::future::pending().await;
-        };
-        let code = tokio::select! {
-            _ = int.recv() => SIGINT,
-            _ = term.recv() => SIGTERM,
-        };
-        which.store(code, Ordering::Relaxed);
+        );
+        async move {
+            let (Ok(mut int), Ok(mut term)) = listening else {
+                tracing::warn!("cannot listen for signals; only the end of input stops the run");
+                return std::future::pending().await;
+            };
+            let code = tokio::select! {
+                _ = int.recv() => SIGINT,
+                _ = term.recv() => SIGTERM,
+            };
+            which.store(code, Ordering::Relaxed);
+        }
     }
     #[cfg(not(unix))]
     {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            which.store(SIGINT, Ordering::Relaxed);
-        } else {
-            std::future::pending::<()>().await;
+        let ctrl_c = tokio::signal::ctrl_c();
+        async move {
+            if ctrl_c.await.is_ok() {
+                which.store(SIGINT, Ordering::Relaxed);
+            } else {
+                std::future::pending::<()>().await;
+            }
         }
     }
 }
 
-/// Completes on SIGINT or SIGTERM, and tells a store waiting for Redis to
-/// give up.
-async fn stop_on_signal(which: Arc<AtomicU8>, stop: Arc<AtomicBool>) {
-    shutdown_signal(which).await;
-    stop.store(true, Ordering::Relaxed);
+/// Listens for SIGINT and SIGTERM from this call on (see
+/// [`shutdown_signal`]), and returns what completes on the first of them
+/// and tells a store waiting for Redis to give up.
+fn stop_on_signal(which: Arc<AtomicU8>, stop: Arc<AtomicBool>) -> impl Future<Output = ()> {
+    let signalled = shutdown_signal(which);
+    async move {
+        signalled.await;
+        stop.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Reports a bad option value in clap's style: exit status 2.

@@ -275,7 +275,12 @@ impl Worker {
         let stop = Arc::new(AtomicBool::new(false));
         let runtime = runtime()?;
         let signal = Arc::new(AtomicU8::new(0));
-        runtime.spawn(stop_on_signal(Arc::clone(&signal), Arc::clone(&stop)));
+        // Listening from here on, before the worker reads anything.
+        let on_signal = {
+            let _entered = runtime.enter();
+            stop_on_signal(Arc::clone(&signal), Arc::clone(&stop))
+        };
+        runtime.spawn(on_signal);
         start_admin(args, &runtime, &metrics, &stop)?;
         Ok(Worker {
             engine,

@@ -233,6 +233,8 @@ where
 {
     let signal = Arc::new(AtomicU8::new(0));
     let result = runtime.block_on(async {
+        // Before anything listens: a signal from here on drains and stops.
+        let shutdown = stop_on_signal(Arc::clone(&signal), stop);
         let mut listeners = Listeners::default();
         for address in &args.listen {
             listeners.data.push(address.bind().await?);
@@ -251,7 +253,6 @@ where
         if let Some(address) = args.listen_http {
             listeners.http = Some(bind(address).await?);
         }
-        let shutdown = stop_on_signal(Arc::clone(&signal), stop);
         server::run_with_journal(
             config, preparer, store, listeners, shutdown, metrics, journal,
         )

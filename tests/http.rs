@@ -537,8 +537,10 @@ fn shutdown_answers_what_an_open_request_sent() {
     served.signal("TERM");
     let read = open.read_to_end(&mut got);
     let took = stopped.elapsed();
-    // The server's log goes with every failure below: a response cut
-    // short at shutdown was seen once under load and not reproduced since.
+    // The server's log goes with every failure below: it tells a drained
+    // stop ("shutting down") from a process killed by the signal itself,
+    // which once cut this response short (see
+    // `a_signal_the_moment_it_listens_drains_and_stops`).
     let (status, log) = served.wait();
     let text = String::from_utf8_lossy(&got);
     assert!(read.is_ok(), "{read:?} after {took:?}: {text}\n{log:#?}");

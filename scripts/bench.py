@@ -132,9 +132,9 @@ def kernel_share(usage) -> float:
 def first_touch_gb_per_s(megabytes: int = 140) -> float:
     """How fast this machine hands a process fresh memory: `megabytes` of
     new anonymous pages, each written once, best of three. Every page a
-    process writes first costs the kernel's fault and zeroing; the index
-    of a run on dev-200k touches about 140 MB, the validation floor next to
-    nothing, so on a machine where this is slow (a virtual machine whose
+    process writes first costs the kernel's fault and zeroing; a run on
+    dev-200k touches about 140 MB (its peak RSS, most of it the index), the
+    validation floor next to nothing, so on a machine where this is slow (a virtual machine whose
     host backs the pages as they are first touched) the ratio to the floor
     falls with it. Measured in a process of its own: a child's peak RSS
     counts its parent's, through fork, and would count these pages."""
@@ -216,14 +216,8 @@ def decision(path: Path, extra: list) -> dict:
             side_by_side = min(side_by_side, alongside(path, extra, cpus))
         for threads in sorted({1, cpus, counting_threads}):
             stats_path = Path(tempfile.mkdtemp()) / "stats.json"
-            with open(path, "rb") as stdin:
-                started = time.perf_counter()
-                proc = subprocess.Popen([BIN, "--quiet", f"--threads={threads}", f"--stats={stats_path}"]
-                                        + extra, stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                _, status, usage = os.wait4(proc.pid, 0)
-                seconds = time.perf_counter() - started
-            if status != 0:
-                sys.exit(f"dedup-stream failed with status {status}")
+            seconds, usage, _ = timed_usage([BIN, "--quiet", f"--threads={threads}", f"--stats={stats_path}"]
+                                            + extra, path)
             stats = json.loads(stats_path.read_text())
             stats_path.unlink()
             stats_path.parent.rmdir()
@@ -347,8 +341,8 @@ def main() -> None:
     build()
     print(f"# dedup-stream end-to-end benchmark\n\nmachine: {os.cpu_count()} CPUs; best of 3 interleaved runs of each "
           f"command; fresh memory first touched at {first_touch_gb_per_s():.1f} GB/s (140 MB, best of 3)\n")
-    print("Kernel's share: system CPU over all CPU of the run timed (dedup-stream's, then the validation floor's): "
-          "mostly the kernel faulting in and zeroing the pages the index first touches.\n")
+    print("Kernel's share: system CPU over all CPU of the run timed, dedup-stream's (mostly faulting in and "
+          "zeroing the pages the index first touches, and reading), then the validation floor's (reading).\n")
     print("| stream | messages | bytes/line | messages/s | MB/s | floor: Value msgs/s | ratio | floor: validate msgs/s | ratio "
           "| peak RSS | kernel's share |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
